@@ -1,0 +1,77 @@
+#include "base/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+#include "base/error.h"
+#include "base/unique_fd.h"
+
+namespace openshell::files {
+
+int read_into(const std::string& path, std::string* out) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return errno;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return 0;
+    out->append(buf, static_cast<size_t>(n));
+  }
+}
+
+std::string read(const std::string& path) {
+  std::string out;
+  if (int err = read_into(path, &out)) throw_errno("read " + path, err);
+  return out;
+}
+
+std::optional<std::string> try_read(const std::string& path) {
+  std::string out;
+  if (read_into(path, &out) != 0) return std::nullopt;
+  return out;
+}
+
+int write_once(const std::string& path, const std::string& content) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd) {
+    // Kernel interface files always exist; a fake tree in tests may not.
+    if (errno != ENOENT) return errno;
+    fd.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644));
+    if (!fd) return errno;
+  }
+  ssize_t n = ::write(fd.get(), content.data(), content.size());
+  if (n < 0) return errno;
+  if (static_cast<size_t>(n) != content.size()) return EIO;
+  return 0;
+}
+
+void write(const std::string& path, const std::string& content) {
+  if (int err = write_once(path, content)) throw_errno("write " + path, err);
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string canonical(const std::string& path, const std::string& what) {
+  char buf[PATH_MAX];
+  if (!::realpath(path.c_str(), buf)) throw_errno(what + " " + path);
+  return buf;
+}
+
+}  // namespace openshell::files

@@ -1,0 +1,29 @@
+// Whole-file reads and writes with errors that name the file.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace openshell::files {
+
+// Throws Error("read PATH: reason").
+std::string read(const std::string& path);
+// nullopt when the file cannot be read (used for optional kernel files).
+std::optional<std::string> try_read(const std::string& path);
+// Appends the file to *out; returns 0 or the errno.
+int read_into(const std::string& path, std::string* out);
+
+// One write(2) of the whole content, as kernel interface files expect.
+// Returns 0 or the errno.
+int write_once(const std::string& path, const std::string& content);
+
+// write_once, throwing Error("write PATH: reason").
+void write(const std::string& path, const std::string& content);
+
+bool exists(const std::string& path);
+bool is_directory(const std::string& path);
+
+// Canonical absolute path; throws Error("WHAT PATH: reason").
+std::string canonical(const std::string& path, const std::string& what);
+
+}  // namespace openshell::files

@@ -1,0 +1,32 @@
+// Small parsers and string helpers shared by the command line and the policy.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace openshell::text {
+
+// "64M", "1.5G", "512k", "4096", "2GiB" -> bytes (binary units). nullopt when
+// malformed, zero, or too large.
+std::optional<uint64_t> parse_size(std::string_view text);
+
+// Decimal unsigned integer with no sign, no spaces and no trailing garbage.
+std::optional<uint64_t> parse_uint(std::string_view text, uint64_t max = UINT64_MAX);
+
+// "1.5" -> 1.5; positive finite numbers only.
+std::optional<double> parse_positive_decimal(std::string_view text);
+
+std::vector<std::string> split(std::string_view text, char sep);
+std::string_view trim(std::string_view text);
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+
+// A DNS label: 1-63 of [a-z0-9-], not starting or ending with '-'.
+bool is_dns_label(std::string_view text);
+
+// Human form of a byte count: "64.0 MiB".
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace openshell::text

@@ -1,0 +1,18 @@
+// Each command adds itself to the tree and runs when chosen.
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace openshell::cli {
+
+// The chosen command's action; returns the exit status.
+using Action = std::function<int()>;
+
+// `openshell run`: a one-shot sandbox, no daemon.
+void add_run_command(CLI::App& app, Action* action);
+
+}  // namespace openshell::cli

@@ -1,0 +1,252 @@
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <utility>  // before CLI11 with GCC 12
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/text.h"
+#include "cli/commands.h"
+#include "cli/run_options.h"
+#include "cli/terminal.h"
+#include "policy/policy.h"
+#include "runtime/container.h"
+#include "runtime/landlock.h"
+#include "runtime/users.h"
+
+namespace openshell::cli {
+
+namespace {
+
+struct RlimitName {
+  const char* name;
+  int resource;
+};
+
+const RlimitName kRlimits[] = {
+    {"as", RLIMIT_AS},           {"core", RLIMIT_CORE},       {"cpu", RLIMIT_CPU},
+    {"data", RLIMIT_DATA},       {"fsize", RLIMIT_FSIZE},     {"locks", RLIMIT_LOCKS},
+    {"memlock", RLIMIT_MEMLOCK}, {"msgqueue", RLIMIT_MSGQUEUE}, {"nice", RLIMIT_NICE},
+    {"nofile", RLIMIT_NOFILE},   {"nproc", RLIMIT_NPROC},     {"rss", RLIMIT_RSS},
+    {"rtprio", RLIMIT_RTPRIO},   {"rttime", RLIMIT_RTTIME},   {"sigpending", RLIMIT_SIGPENDING},
+    {"stack", RLIMIT_STACK},
+};
+
+rlim_t parse_rlimit_value(const std::string& value, const std::string& option) {
+  if (value == "unlimited") return RLIM_INFINITY;
+  auto number = text::parse_uint(value);
+  if (!number) throw Error("--rlimit " + option + ": '" + value + "' is not a number or 'unlimited'");
+  return static_cast<rlim_t>(*number);
+}
+
+}  // namespace
+
+namespaces::BindSpec parse_bind(const std::string& text) {
+  auto parts = text::split(text, ':');
+  namespaces::BindSpec bind;
+  if (parts.size() == 3) {
+    if (parts[2] == "ro")
+      bind.read_only = true;
+    else if (parts[2] != "rw")
+      throw Error("--bind " + text + ": the third part must be 'ro' or 'rw'");
+  } else if (parts.size() != 2) {
+    throw Error("--bind " + text + ": expected SRC:DST or SRC:DST:ro");
+  }
+  if (parts[0].empty() || parts[1].empty()) throw Error("--bind " + text + ": empty path");
+  if (parts[1][0] != '/') throw Error("--bind " + text + ": the destination must be absolute");
+  bind.source = parts[0];
+  bind.target = parts[1];
+  return bind;
+}
+
+runtime::Rlimit parse_rlimit(const std::string& text) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos) throw Error("--rlimit " + text + ": expected NAME=SOFT[:HARD]");
+  std::string name = text.substr(0, eq), value = text.substr(eq + 1);
+  int resource = -1;
+  for (const auto& r : kRlimits)
+    if (name == r.name) resource = r.resource;
+  if (resource < 0) {
+    std::string known;
+    for (const auto& r : kRlimits) known += (known.empty() ? "" : ", ") + std::string(r.name);
+    throw Error("--rlimit " + text + ": unknown limit '" + name + "' (one of: " + known + ")");
+  }
+  auto colon = value.find(':');
+  rlim_t soft = parse_rlimit_value(value.substr(0, colon), text);
+  rlim_t hard = colon == std::string::npos ? soft : parse_rlimit_value(value.substr(colon + 1), text);
+  if (soft != RLIM_INFINITY && (hard == RLIM_INFINITY ? false : soft > hard))
+    throw Error("--rlimit " + text + ": the soft limit is above the hard one");
+  return runtime::Rlimit{resource, soft, hard};
+}
+
+std::vector<std::string> merge_env(std::vector<std::string> base,
+                                   const std::vector<std::string>& entries) {
+  auto set = [&](const std::string& key, const std::string& entry) {
+    for (auto& existing : base)
+      if (existing.compare(0, key.size() + 1, key + "=") == 0) {
+        existing = entry;
+        return;
+      }
+    base.push_back(entry);
+  };
+  for (const auto& entry : entries) {
+    auto eq = entry.find('=');
+    std::string key = entry.substr(0, eq);
+    if (key.empty() || key.find_first_of(" \t\n\0") != std::string::npos)
+      throw Error("--env " + entry + ": expected KEY=VALUE or KEY");
+    if (eq != std::string::npos) {
+      set(key, entry);
+    } else if (const char* value = std::getenv(key.c_str())) {
+      set(key, key + "=" + value);
+    }
+  }
+  return base;
+}
+
+runtime::ContainerSpec build_spec(const RunOptions& o) {
+  runtime::ContainerSpec spec;
+  if (o.command.empty()) throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
+  spec.argv = o.command;
+
+  // The root.
+  std::string root_dir = "/";
+  if (o.rootfs == "host") {
+    spec.fs.root = namespaces::RootKind::kHost;
+    if (o.read_only) log::debug("--read-only: the host root is always read-only");
+  } else {
+    spec.fs.root = namespaces::RootKind::kDirectory;
+    spec.fs.rootfs = o.rootfs;
+    spec.fs.read_only = o.read_only;
+    root_dir = o.rootfs;
+  }
+  for (const auto& b : o.binds) spec.fs.binds.push_back(parse_bind(b));
+  spec.fs.workdir = o.workdir.empty() ? "/" : o.workdir;
+
+  // The policy: its filesystem part becomes Landlock rules; run_as_user
+  // applies unless --user says otherwise.
+  policy::Policy policy;
+  if (!o.policy.empty()) {
+    policy = policy::load(o.policy);
+    if (!policy.network.empty())
+      log::warn(o.policy + ": network_policies are not applied by 'openshell run': the sandbox "
+                "has no network at all");
+  }
+
+  // The user.
+  std::string user = o.user;
+  if (user.empty() && policy.process.run_as_user) {
+    user = *policy.process.run_as_user;
+    if (policy.process.run_as_group) user += ":" + *policy.process.run_as_group;
+  }
+  runtime::ResolvedUser resolved{runtime::kDefaultUid, runtime::kDefaultGid, "", "/"};
+  if (!user.empty()) resolved = runtime::resolve_user_in_root(user, root_dir);
+  spec.uid = resolved.uid;
+  spec.gid = resolved.gid;
+
+  if (!text::is_dns_label(o.hostname))
+    throw Error("--hostname " + o.hostname + ": must be a DNS label (a-z, 0-9, '-', at most 63)");
+  spec.hostname = o.hostname;
+  spec.tty = o.tty;
+
+  // The environment: a clean one, never the caller's.
+  std::vector<std::string> env = {
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+      "HOME=" + resolved.home,
+      "HOSTNAME=" + o.hostname,
+  };
+  if (o.tty) {
+    const char* term = std::getenv("TERM");
+    env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
+  }
+  spec.env = merge_env(env, o.env);
+
+  // Limits.
+  if (!o.memory.empty()) {
+    auto bytes = text::parse_size(o.memory);
+    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
+    if (*bytes < 4 * 1024 * 1024) throw Error("--memory " + o.memory + ": below the minimum of 4M");
+    spec.limits.memory_bytes = bytes;
+  }
+  if (!o.pids.empty()) {
+    auto pids = text::parse_uint(o.pids, 4194304);
+    if (!pids || *pids < 1) throw Error("--pids " + o.pids + ": not a positive number");
+    spec.limits.pids = pids;
+  }
+  if (!o.cpus.empty()) {
+    auto cpus = text::parse_positive_decimal(o.cpus);
+    if (!cpus || *cpus > 4096) throw Error("--cpus " + o.cpus + ": not a positive number of CPUs");
+    spec.limits.cpus = cpus;
+  }
+  bool core_given = false;
+  for (const auto& r : o.rlimits) {
+    spec.rlimits.push_back(parse_rlimit(r));
+    core_given = core_given || spec.rlimits.back().resource == RLIMIT_CORE;
+  }
+  if (!core_given) spec.rlimits.insert(spec.rlimits.begin(), runtime::Rlimit{RLIMIT_CORE, 0, 0});
+
+  // Privilege.
+  spec.cap_add = runtime::caps::parse(o.cap_add);
+  if (o.seccomp == "unconfined")
+    spec.seccomp = false;
+  else if (o.seccomp != "default")
+    throw Error("--seccomp " + o.seccomp + ": expected 'default' or 'unconfined'");
+  spec.landlock = runtime::landlock::plan(policy, spec.fs.workdir, runtime::landlock::abi_version());
+  spec.cgroup_name = "openshell-run-" + std::to_string(::getpid());
+  return spec;
+}
+
+void add_run_command(CLI::App& app, Action* action) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* run = app.add_subcommand(
+      "run", "Run a command in a one-shot sandbox and exit with its status (no daemon needed)");
+  run->positionals_at_end();
+  run->footer(
+      "Examples:\n"
+      "  openshell run -- id\n"
+      "  openshell run --rootfs ./rootfs --memory 256M --pids 64 -- sh -c 'echo hi'\n"
+      "  openshell run --rootfs ./rootfs --bind $PWD:/work --workdir /work -t -- sh\n"
+      "See openshell-run(1).");
+  auto* o = options.get();
+  run->add_option("--rootfs", o->rootfs,
+                  "Root file system: a directory (overlaid with a throw-away writable layer) or "
+                  "'host' for the host's / read-only")
+      ->capture_default_str();
+  run->add_flag("--read-only", o->read_only, "Make the root read-only (/tmp stays writable)");
+  run->add_option("--bind", o->binds, "Bind-mount a host path: SRC:DST[:ro] (repeatable)");
+  run->add_option("-w,--workdir", o->workdir, "Working directory inside (created if missing)");
+  run->add_option("-e,--env", o->env,
+                  "Set KEY=VALUE, or pass the caller's KEY (repeatable); nothing else of the "
+                  "caller's environment goes in");
+  run->add_option("-u,--user", o->user,
+                  "UID[:GID] or NAME[:GROUP] inside the sandbox (default 1000:1000, never the "
+                  "caller's)");
+  run->add_option("--hostname", o->hostname, "Host name inside")->capture_default_str();
+  run->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
+  run->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
+  run->add_option("--pids", o->pids, "Most processes and threads at once");
+  run->add_option("--cpus", o->cpus, "CPU time, in CPUs (1.5 = one and a half)");
+  run->add_option("--rlimit", o->rlimits,
+                  "Resource limit NAME=SOFT[:HARD], e.g. nofile=1024 (repeatable; core=0 unless "
+                  "given)");
+  run->add_option("--cap-add", o->cap_add, "Keep a capability, e.g. NET_ADMIN (repeatable)");
+  run->add_option("--seccomp", o->seccomp, "System call filter: default or unconfined")
+      ->capture_default_str();
+  run->add_option("--policy", o->policy,
+                  "Policy file (TOML): its filesystem_policy is enforced with Landlock");
+  run->add_option("command", o->command, "The command and its arguments")->required(false);
+
+  run->callback([options, action]() {
+    *action = [options]() {
+      runtime::ContainerSpec spec = build_spec(*options);
+      auto container = runtime::Container::start(spec);
+      return attach(*container);
+    };
+  });
+}
+
+}  // namespace openshell::cli

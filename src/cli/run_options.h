@@ -1,0 +1,42 @@
+// `openshell run` options and their translation into a container spec.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/spec.h"
+
+namespace openshell::cli {
+
+struct RunOptions {
+  std::string rootfs = "host";
+  bool read_only = false;
+  std::vector<std::string> binds;    // SRC:DST[:ro|rw]
+  std::vector<std::string> env;      // KEY=VALUE, or KEY to pass the caller's value
+  std::string workdir;               // default "/"
+  std::string user;                  // UID[:GID] or NAME[:GROUP]; default 1000:1000
+  std::string hostname = "sandbox";
+  bool tty = false;
+  std::string memory;                // "64M"
+  std::string pids;                  // "100"
+  std::string cpus;                  // "1.5"
+  std::vector<std::string> rlimits;  // NAME=SOFT[:HARD]
+  std::vector<std::string> cap_add;
+  std::string seccomp = "default";   // or "unconfined"
+  std::string policy;                // TOML file
+  std::vector<std::string> command;
+};
+
+// Validates and translates; throws Error with a one-line message naming the
+// option at fault.
+runtime::ContainerSpec build_spec(const RunOptions& options);
+
+// Pieces, exposed for tests.
+namespaces::BindSpec parse_bind(const std::string& text);
+runtime::Rlimit parse_rlimit(const std::string& text);
+// Applies --env entries to a base environment ("K=V" strings); "K" alone
+// copies the caller's value (and is skipped when the caller has none).
+std::vector<std::string> merge_env(std::vector<std::string> base,
+                                   const std::vector<std::string>& entries);
+
+}  // namespace openshell::cli

@@ -1,0 +1,147 @@
+#include "cli/terminal.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/error.h"
+#include "base/unique_fd.h"
+#include "runtime/container.h"
+
+namespace openshell::cli {
+
+namespace {
+
+// Puts a terminal in raw mode and restores it on destruction.
+class RawMode {
+ public:
+  explicit RawMode(int fd) : fd_(fd) {
+    if (!::isatty(fd) || ::tcgetattr(fd, &saved_) != 0) return;
+    termios raw = saved_;
+    ::cfmakeraw(&raw);
+    if (::tcsetattr(fd, TCSANOW, &raw) == 0) active_ = true;
+  }
+  ~RawMode() {
+    if (active_) ::tcsetattr(fd_, TCSANOW, &saved_);
+  }
+  RawMode(const RawMode&) = delete;
+  RawMode& operator=(const RawMode&) = delete;
+
+ private:
+  int fd_;
+  termios saved_{};
+  bool active_ = false;
+};
+
+void copy_window_size(int from, int to) {
+  winsize size;
+  if (::ioctl(from, TIOCGWINSZ, &size) == 0) ::ioctl(to, TIOCSWINSZ, &size);
+}
+
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        ::poll(&p, 1, -1);
+        continue;
+      }
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Returns false at end of input or on error.
+bool pump(int from, int to) {
+  char buf[16384];
+  ssize_t n = ::read(from, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) return false;
+  return write_all(to, buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+int attach(runtime::Container& container) {
+  static const int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kForwarded) sigaddset(&set, sig);
+  sigset_t saved;
+  ::sigprocmask(SIG_BLOCK, &set, &saved);
+  UniqueFd signals(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals) throw_errno("signalfd");
+  struct sigaction ignore{};
+  ignore.sa_handler = SIG_IGN;
+  struct sigaction saved_pipe{};
+  ::sigaction(SIGPIPE, &ignore, &saved_pipe);
+
+  const int master = container.tty_master();
+  const bool tty = master >= 0;
+  RawMode raw(tty ? STDIN_FILENO : -1);
+  if (tty) {
+    copy_window_size(STDOUT_FILENO, master);
+    ::fcntl(master, F_SETFL, ::fcntl(master, F_GETFL) | O_NONBLOCK);
+  }
+
+  bool stdin_open = tty;
+  bool master_open = tty;
+  int status = 0;
+  for (;;) {
+    pollfd fds[4] = {{container.pidfd(), POLLIN, 0},
+                     {signals.get(), POLLIN, 0},
+                     {master_open ? master : -1, POLLIN, 0},
+                     {stdin_open ? STDIN_FILENO : -1, POLLIN, 0}};
+    if (::poll(fds, 4, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("poll");
+    }
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (::read(signals.get(), &info, sizeof info) == sizeof info) {
+        if (info.ssi_signo == SIGWINCH) {
+          if (tty) copy_window_size(STDOUT_FILENO, master);
+        } else {
+          container.signal(static_cast<int>(info.ssi_signo));
+        }
+      }
+    }
+    // EIO once the pty's last writer is gone; the exit follows.
+    if (master_open && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)))
+      master_open = pump(master, STDOUT_FILENO);
+    if (stdin_open && (fds[3].revents & (POLLIN | POLLHUP | POLLERR))) {
+      if (!pump(STDIN_FILENO, master)) {
+        stdin_open = false;
+        // End of input: the terminal's end-of-file character.
+        termios attrs;
+        char eof = ::tcgetattr(master, &attrs) == 0 ? static_cast<char>(attrs.c_cc[VEOF]) : '\x04';
+        write_all(master, &eof, 1);
+      }
+    }
+    if (fds[0].revents & POLLIN) {
+      if (container.poll_exit(&status)) break;
+    }
+  }
+  // What the sandbox wrote just before it ended.
+  if (master_open) {
+    char buf[16384];
+    ssize_t n;
+    while ((n = ::read(master, buf, sizeof buf)) > 0) write_all(STDOUT_FILENO, buf, static_cast<size_t>(n));
+  }
+  ::sigaction(SIGPIPE, &saved_pipe, nullptr);
+  ::sigprocmask(SIG_SETMASK, &saved, nullptr);
+  return status;
+}
+
+}  // namespace openshell::cli

@@ -1,0 +1,545 @@
+#include "namespaces/mounts.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "policy/policy.h"
+
+namespace openshell::namespaces {
+
+const char* const kMaskedPaths[] = {
+    "proc/acpi",        "proc/asound",      "proc/interrupts", "proc/kcore",
+    "proc/keys",        "proc/latency_stats", "proc/timer_list", "proc/timer_stats",
+    "proc/sched_debug", "proc/scsi",        "proc/sysrq-trigger",
+    "sys/firmware",     "sys/devices/virtual/powercap", "sys/kernel/debug",
+    "sys/kernel/security", nullptr,
+};
+
+const char* const kReadOnlyPaths[] = {
+    "proc/bus", "proc/fs", "proc/irq", "proc/sys", nullptr,
+};
+
+namespace {
+
+using child::fail;
+
+// ---- child side: raw syscalls, no allocation --------------------------------
+
+enum class Create { kNo, kDirectory, kFile };
+
+// Closes an fd on scope exit (child side; close(2) is async-signal-safe).
+struct ScopedFd {
+  int fd = -1;
+  ScopedFd() = default;
+  explicit ScopedFd(int f) : fd(f) {}
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ScopedFd& operator=(int f) {
+    if (fd >= 0) ::close(fd);
+    fd = f;
+    return *this;
+  }
+  ~ScopedFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+int openat2_in_root(int root, const char* path, uint64_t flags) {
+  open_how how{};
+  how.flags = flags | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, root, path, &how, sizeof how));
+}
+
+// Opens `path` (relative to root, resolved as if root were "/") as O_PATH,
+// creating missing directories, and the last component as `create` says.
+// *created tells whether the last component was made here.
+int open_in_root(int root, const char* path, Create create, ChildFailure* f,
+                 bool* created = nullptr) {
+  if (created) *created = false;
+  if (path[0] == '\0') return openat2_in_root(root, ".", O_PATH | O_DIRECTORY);
+  int fd = openat2_in_root(root, path, O_PATH);
+  if (fd >= 0 || errno != ENOENT || create == Create::kNo) {
+    if (fd < 0) fail(f, errno, "open mount point /", path);
+    return fd;
+  }
+  // Walk the components, creating what is missing: each prefix is resolved
+  // inside root, and each creation names one component below a resolved fd.
+  char buf[4096];
+  size_t len = 0;
+  while (path[len]) {
+    if (len + 1 >= sizeof buf) return fail(f, ENAMETOOLONG, "open mount point /", path), -1;
+    buf[len] = path[len];
+    ++len;
+  }
+  buf[len] = '\0';
+  ScopedFd parent(openat2_in_root(root, ".", O_PATH | O_DIRECTORY));
+  for (size_t start = 0; start < len;) {
+    size_t end = start;
+    while (end < len && buf[end] != '/') ++end;
+    const bool last = end == len;
+    buf[end] = '\0';
+    const char* name = buf + start;
+    if (name[0] != '\0') {
+      int next = openat2_in_root(root, buf, O_PATH);
+      if (next < 0 && errno == ENOENT) {
+        int rc;
+        if (last && create == Create::kFile) {
+          rc = ::openat(parent.fd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+          if (rc >= 0) ::close(rc);
+        } else {
+          rc = ::mkdirat(parent.fd, name, 0755);
+        }
+        if (rc < 0 && errno != EEXIST) return fail(f, errno, "create mount point /", path), -1;
+        if (last && created && rc >= 0) *created = true;
+        next = openat2_in_root(root, buf, O_PATH);
+      }
+      if (next < 0) return fail(f, errno, "open mount point /", path), -1;
+      parent = next;
+    }
+    if (!last) buf[end] = '/';
+    start = end + 1;
+  }
+  return parent.release();
+}
+
+// Reads the file system context's messages ("e overlay: ...") into detail.
+void read_fs_log(int fsfd, ChildFailure* f) {
+  char msg[256];
+  for (int i = 0; i < 4; ++i) {
+    ssize_t n = ::read(fsfd, msg, sizeof msg - 1);
+    if (n <= 0) break;
+    msg[n] = '\0';
+    child::append(f->detail, sizeof f->detail, " (");
+    child::append(f->detail, sizeof f->detail, msg + (n > 2 && msg[1] == ' ' ? 2 : 0));
+    child::append(f->detail, sizeof f->detail, ")");
+  }
+}
+
+struct Option {
+  const char* key;
+  const char* value;  // nullptr: a flag
+};
+
+// Mounts a new file system of `type` on target_fd. Returns the mount's fd
+// (for later mount_setattr) or -1.
+int mount_fs(const char* type, const Option* options, int n_options, unsigned attrs,
+             int target_fd, const char* where, ChildFailure* f) {
+  ScopedFd fs(::fsopen(type, FSOPEN_CLOEXEC));
+  if (fs.fd < 0) return fail(f, errno, "fsopen", type), -1;
+  for (int i = 0; i < n_options; ++i) {
+    const Option& o = options[i];
+    int rc = o.value ? ::fsconfig(fs.fd, FSCONFIG_SET_STRING, o.key, o.value, 0)
+                     : ::fsconfig(fs.fd, FSCONFIG_SET_FLAG, o.key, nullptr, 0);
+    if (rc != 0) {
+      int err = errno;
+      fail(f, err, "mount option", o.key);
+      child::append(f->detail, sizeof f->detail, " for ");
+      child::append(f->detail, sizeof f->detail, type);
+      read_fs_log(fs.fd, f);
+      return -1;
+    }
+  }
+  if (::fsconfig(fs.fd, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+    int err = errno;
+    fail(f, err, "mount", type);
+    child::append(f->detail, sizeof f->detail, " on /");
+    child::append(f->detail, sizeof f->detail, where);
+    read_fs_log(fs.fd, f);
+    return -1;
+  }
+  int mnt = ::fsmount(fs.fd, FSMOUNT_CLOEXEC, attrs);
+  if (mnt < 0) return fail(f, errno, "fsmount", type), -1;
+  if (::move_mount(mnt, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
+    int err = errno;
+    ::close(mnt);
+    fail(f, err, "mount", type);
+    child::append(f->detail, sizeof f->detail, " on /");
+    child::append(f->detail, sizeof f->detail, where);
+    return -1;
+  }
+  return mnt;
+}
+
+bool set_attrs(int mount_fd, unsigned set, bool recursive, const char* what, ChildFailure* f) {
+  mount_attr attr{};
+  attr.attr_set = set;
+  unsigned flags = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
+  if (::mount_setattr(mount_fd, "", flags, &attr, sizeof attr) != 0)
+    return fail(f, errno, "mount_setattr", what);
+  return true;
+}
+
+// Bind-mounts source (an absolute path in the current root, or relative to
+// source_dirfd) onto target_fd.
+bool bind(int source_dirfd, const char* source, int target_fd, bool recursive, unsigned attrs,
+          const char* where, ChildFailure* f) {
+  unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
+  if (source[0] == '\0') flags |= AT_EMPTY_PATH;
+  ScopedFd tree(::open_tree(source_dirfd, source, flags));
+  if (tree.fd < 0) return fail(f, errno, "bind mount", source);
+  if (attrs && !set_attrs(tree.fd, attrs, recursive, where, f)) return false;
+  if (::move_mount(tree.fd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+      0) {
+    fail(f, errno, "bind mount on /", where);
+    return false;
+  }
+  return true;
+}
+
+bool mask_path(int root, const char* path, ChildFailure* f) {
+  int fd = openat2_in_root(root, path, O_PATH | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ELOOP) return true;
+    return fail(f, errno, "mask", path);
+  }
+  ScopedFd target(fd);
+  struct stat st;
+  if (::fstat(target.fd, &st) != 0) return fail(f, errno, "mask", path);
+  if (S_ISDIR(st.st_mode)) {
+    Option opts[] = {{"size", "0"}, {"mode", "0555"}};
+    int mnt = mount_fs("tmpfs", opts, 2, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                             MOUNT_ATTR_NOEXEC,
+                       target.fd, path, f);
+    if (mnt < 0) return false;
+    ::close(mnt);
+    return true;
+  }
+  return bind(AT_FDCWD, "/oldroot/dev/null", target.fd, false,
+              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, path, f);
+}
+
+bool make_read_only(int root, const char* path, ChildFailure* f) {
+  int fd = openat2_in_root(root, path, O_PATH | O_NOFOLLOW);
+  if (fd < 0) {
+    if (errno == ENOENT) return true;
+    return fail(f, errno, "read-only", path);
+  }
+  ScopedFd target(fd);
+  return bind(target.fd, "", target.fd, true,
+              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, path,
+              f);
+}
+
+bool build_dev(int root, bool tty_group, ChildFailure* f) {
+  ScopedFd target(open_in_root(root, "dev", Create::kDirectory, f));
+  if (target.fd < 0) return false;
+  Option opts[] = {{"mode", "0755"}, {"size", "65536"}};
+  ScopedFd dev_mount(mount_fs("tmpfs", opts, 2, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, target.fd,
+                              "dev", f));
+  if (dev_mount.fd < 0) return false;
+  ScopedFd dev(openat2_in_root(root, "dev", O_PATH | O_DIRECTORY));
+  if (dev.fd < 0) return fail(f, errno, "open", "/dev");
+
+  // Device nodes are bind mounts of the host's: no mknod, which a user
+  // namespace cannot do anyway.
+  static const char* const kNodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+  for (const char* node : kNodes) {
+    char source[64] = "/oldroot/dev/";
+    child::append(source, sizeof source, node);
+    char where[32] = "dev/";
+    child::append(where, sizeof where, node);
+    ScopedFd node_target(open_in_root(root, where, Create::kFile, f));
+    if (node_target.fd < 0) return false;
+    if (!bind(AT_FDCWD, source, node_target.fd, false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, where,
+              f))
+      return false;
+  }
+
+  ScopedFd pts(open_in_root(root, "dev/pts", Create::kDirectory, f));
+  if (pts.fd < 0) return false;
+  Option pts_opts[] = {{"newinstance", nullptr}, {"ptmxmode", "0666"}, {"mode", "0620"},
+                       {"gid", "5"}};
+  ScopedFd pts_mount(mount_fs("devpts", pts_opts, tty_group ? 4 : 3,
+                              MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, pts.fd, "dev/pts", f));
+  if (pts_mount.fd < 0) return false;
+
+  ScopedFd shm(open_in_root(root, "dev/shm", Create::kDirectory, f));
+  if (shm.fd < 0) return false;
+  Option shm_opts[] = {{"mode", "1777"}};
+  ScopedFd shm_mount(mount_fs("tmpfs", shm_opts, 1,
+                              MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, shm.fd,
+                              "dev/shm", f));
+  if (shm_mount.fd < 0) return false;
+
+  struct Link {
+    const char* target;
+    const char* name;
+  };
+  static const Link kLinks[] = {{"pts/ptmx", "ptmx"},        {"/proc/self/fd", "fd"},
+                                {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
+                                {"/proc/self/fd/2", "stderr"}};
+  ScopedFd dev_dir(openat2_in_root(root, "dev", O_DIRECTORY | O_RDONLY));
+  if (dev_dir.fd < 0) return fail(f, errno, "open", "/dev");
+  for (const Link& link : kLinks)
+    if (::symlinkat(link.target, dev_dir.fd, link.name) != 0 && errno != EEXIST)
+      return fail(f, errno, "symlink /dev/", link.name);
+
+  // Nothing more is created in /dev: freeze it.
+  return set_attrs(dev_mount.fd, MOUNT_ATTR_RDONLY, false, "/dev", f);
+}
+
+// A copy of this binary that nothing can write: a detached read-only mount of
+// the file (cheap: shares the page cache), else a sealed memfd.
+int seal_self(const char* exe_path, int self_exe_fd, ChildFailure* f) {
+  struct stat want, got;
+  if (::fstat(self_exe_fd, &want) != 0) return fail(f, errno, "stat", "/proc/self/exe"), -1;
+  int tree = ::open_tree(AT_FDCWD, exe_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (tree >= 0) {
+    if (::fstat(tree, &got) == 0 && got.st_dev == want.st_dev && got.st_ino == want.st_ino) {
+      mount_attr attr{};
+      attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+      if (::mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof attr) == 0) return tree;
+    }
+    ::close(tree);
+  }
+  // The binary was replaced on disk, or detached mounts are unavailable.
+  int memfd = static_cast<int>(::syscall(SYS_memfd_create, "openshell-init",
+                                         MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (memfd < 0) return fail(f, errno, "memfd_create", "openshell-init"), -1;
+  off_t offset = 0;
+  while (offset < want.st_size) {
+    ssize_t n = ::sendfile(memfd, self_exe_fd, &offset, static_cast<size_t>(want.st_size - offset));
+    if (n <= 0) {
+      int err = n < 0 ? errno : EIO;
+      ::close(memfd);
+      return fail(f, err, "copy", "/proc/self/exe"), -1;
+    }
+  }
+  if (::fcntl(memfd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0) {
+    int err = errno;
+    ::close(memfd);
+    return fail(f, err, "seal", "openshell-init"), -1;
+  }
+  return memfd;
+}
+
+}  // namespace
+
+MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
+  auto in_oldroot = [](const std::string& host_path) {
+    return host_path == "/" ? std::string("/oldroot") : "/oldroot" + host_path;
+  };
+  auto relative = [](const std::string& path) {
+    size_t i = 0;
+    while (i < path.size() && path[i] == '/') ++i;
+    return path.substr(i);
+  };
+  if (spec_.root == RootKind::kDirectory) {
+    if (spec_.rootfs.empty()) throw Error("--rootfs: no directory given");
+    spec_.rootfs = files::canonical(spec_.rootfs, "--rootfs");
+    if (!files::is_directory(spec_.rootfs))
+      throw Error("--rootfs " + spec_.rootfs + ": not a directory");
+    lower_ = in_oldroot(spec_.rootfs);
+    for (char c : lower_) {
+      if (c == ':' || c == '\\' || c == ',') lower_escaped_ += '\\';
+      lower_escaped_ += c;
+    }
+    if (spec_.upper_dir.empty()) {
+      upper_ = "/upper";
+      work_ = "/work";
+    } else {
+      upper_ = in_oldroot(files::canonical(spec_.upper_dir, "writable layer"));
+      work_ = in_oldroot(files::canonical(spec_.overlay_work_dir, "overlay work dir"));
+    }
+  }
+  for (const auto& b : spec_.binds) {
+    if (auto why = policy::check_policy_path(b.target); !why.empty())
+      throw Error("--bind " + b.source + ":" + b.target + ": destination " + why);
+    if (b.target == "/") throw Error("--bind " + b.source + ":/: cannot replace the root");
+    std::string source = files::canonical(b.source, "--bind source");
+    binds_.push_back({in_oldroot(source), relative(b.target), b.read_only,
+                      files::is_directory(source)});
+  }
+  if (auto why = policy::check_policy_path(spec_.workdir); !why.empty())
+    throw Error("--workdir " + spec_.workdir + ": " + why);
+  workdir_ = relative(spec_.workdir);
+  exe_ = in_oldroot(spec_.exe_path);
+}
+
+UniqueFd MountPlan::idmapped_lower(int userns_fd) const {
+  if (spec_.root != RootKind::kDirectory) return {};
+  UniqueFd tree(::open_tree(AT_FDCWD, spec_.rootfs.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!tree) return {};
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  attr.userns_fd = static_cast<uint64_t>(userns_fd);
+  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) return {};
+  return tree;
+}
+
+bool MountPlan::apply(int lower_fd, bool tty_group, int self_exe_fd, int* init_exe_fd,
+                      ChildFailure* f) const noexcept {
+  const bool host_root = spec_.root == RootKind::kHost;
+
+  // 1. Nothing we mount propagates to the host, and nothing of the host's
+  //    later mounts reaches us.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return fail(f, errno, "make / private");
+
+  // 2. A tmpfs becomes a staging root with the host's tree below it at
+  //    /oldroot; every source is then "/oldroot/...", even one under /tmp.
+  if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") != 0)
+    return fail(f, errno, "mount staging tmpfs on", "/tmp");
+  if (::chdir("/tmp") != 0) return fail(f, errno, "chdir", "/tmp");
+  for (const char* dir : {"newroot", "oldroot", "lower", "upper", "work"})
+    if (::mkdir(dir, 0755) != 0) return fail(f, errno, "mkdir", dir);
+  if (::syscall(SYS_pivot_root, ".", "oldroot") != 0)
+    return fail(f, errno, "pivot_root to the staging root");
+  if (::chdir("/") != 0) return fail(f, errno, "chdir", "/");
+  const char* lower = lower_.c_str();
+  if (lower_fd >= 0) {
+    if (::move_mount(lower_fd, "", AT_FDCWD, "/lower", MOVE_MOUNT_F_EMPTY_PATH) != 0)
+      return fail(f, errno, "attach the idmapped root at", "/lower");
+    lower = "/lower";
+  }
+
+  // 3. The root.
+  {
+    ScopedFd newroot(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (newroot.fd < 0) return fail(f, errno, "open", "/newroot");
+    if (host_root) {
+      if (!bind(AT_FDCWD, "/oldroot", newroot.fd, true,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "", f))
+        return false;
+    } else {
+      Option opts[] = {{"lowerdir+", lower},
+                       {"upperdir", upper_.c_str()},
+                       {"workdir", work_.c_str()},
+                       {"userxattr", nullptr}};
+      const unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+      ScopedFd mnt(mount_fs("overlay", opts, 4, attrs, newroot.fd, "", f));
+      if (mnt.fd < 0 && f->err == EINVAL && lower_fd < 0) {
+        // Before 6.8 overlayfs has no "lowerdir+": the escaped list form.
+        opts[0] = {"lowerdir", lower_escaped_.c_str()};
+        mnt = mount_fs("overlay", opts, 4, attrs, newroot.fd, "", f);
+      }
+      if (mnt.fd < 0) {
+        // A read-only root needs no writable layer: a plain bind serves.
+        if (!spec_.read_only || !spec_.upper_dir.empty()) return false;
+        if (!bind(AT_FDCWD, lower, newroot.fd, true,
+                  MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "", f))
+          return false;
+      }
+    }
+  }
+  ScopedFd root(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (root.fd < 0) return fail(f, errno, "open", "/newroot");
+
+  // 4. A fresh /proc, mounted while the host's is still visible (the kernel
+  //    allows a new proc only where a full one is already in view).
+  {
+    ScopedFd target(open_in_root(root.fd, "proc", Create::kDirectory, f));
+    if (target.fd < 0) return false;
+    ScopedFd mnt(mount_fs("proc", nullptr, 0,
+                          MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, target.fd,
+                          "proc", f));
+    if (mnt.fd < 0) return false;
+  }
+
+  // 5. /dev without mknod.
+  if (!build_dev(root.fd, tty_group, f)) return false;
+
+  // 6. /sys read-only: a fresh sysfs shows only this network namespace.
+  {
+    ScopedFd target(open_in_root(root.fd, "sys", Create::kDirectory, f));
+    if (target.fd < 0) return false;
+    ChildFailure ignored;
+    ScopedFd mnt(mount_fs("sysfs", nullptr, 0,
+                          MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                              MOUNT_ATTR_NOEXEC,
+                          target.fd, "sys", &ignored));
+    if (mnt.fd < 0 &&
+        !bind(AT_FDCWD, "/oldroot/sys", target.fd, true,
+              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "sys",
+              f))
+      return false;
+  }
+
+  // 7. A private /tmp in memory: writable whatever the image's owners are
+  //    (a user namespace cannot copy up a directory owned by an id it does
+  //    not map); and on the host's root, an empty /run, so that the host's
+  //    service sockets stay out of sight.
+  {
+    const char* dirs[] = {"tmp", host_root ? "run" : nullptr};
+    for (const char* dir : dirs) {
+      if (!dir) continue;
+      ScopedFd target(open_in_root(root.fd, dir, host_root ? Create::kNo : Create::kDirectory, f));
+      if (target.fd < 0) return false;
+      Option opts[] = {{"mode", dir[0] == 't' ? "1777" : "0755"}};
+      ScopedFd mnt(mount_fs("tmpfs", opts, 1, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, target.fd, dir,
+                            f));
+      if (mnt.fd < 0) return false;
+    }
+  }
+
+  // 8. Masked and read-only kernel paths.
+  for (const char* const* p = kMaskedPaths; *p; ++p)
+    if (!mask_path(root.fd, *p, f)) return false;
+  for (const char* const* p = kReadOnlyPaths; *p; ++p)
+    if (!make_read_only(root.fd, *p, f)) return false;
+
+  // 9. The caller's bind mounts.
+  for (const Bind& b : binds_) {
+    ScopedFd target(open_in_root(root.fd, b.target.c_str(),
+                                 b.directory ? Create::kDirectory : Create::kFile, f));
+    if (target.fd < 0) return false;
+    unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b.read_only ? MOUNT_ATTR_RDONLY : 0);
+    if (!bind(AT_FDCWD, b.source.c_str(), target.fd, true, attrs, b.target.c_str(), f)) return false;
+  }
+
+  // 10. The working directory exists before the root may turn read-only.
+  {
+    bool created = false;
+    ScopedFd wd(open_in_root(root.fd, workdir_.c_str(),
+                             host_root ? Create::kNo : Create::kDirectory, f, &created));
+    if (wd.fd < 0) {
+      child::copy(f->what, sizeof f->what, "--workdir");
+      child::copy(f->detail, sizeof f->detail, spec_.workdir.c_str());
+      return false;
+    }
+    // A directory made for the sandbox user belongs to that user.
+    if (created && ::fchownat(wd.fd, "", spec_.workdir_uid, spec_.workdir_gid, AT_EMPTY_PATH) != 0)
+      return fail(f, errno, "chown --workdir", spec_.workdir.c_str());
+  }
+
+  // 11. The init's image, taken while the host's tree is still reachable.
+  *init_exe_fd = seal_self(exe_.c_str(), self_exe_fd, f);
+  if (*init_exe_fd < 0) return false;
+
+  // 12. A read-only root.
+  if (spec_.read_only && !host_root) {
+    ScopedFd mnt(::open_tree(root.fd, "", AT_EMPTY_PATH | OPEN_TREE_CLOEXEC));
+    if (mnt.fd < 0 || !set_attrs(mnt.fd, MOUNT_ATTR_RDONLY, false, "/", f)) {
+      if (mnt.fd < 0) fail(f, errno, "open_tree", "/");
+      return false;
+    }
+  }
+
+  // 13. Into the new root; the staging root and the host's tree are detached
+  //     in one step.
+  if (::fchdir(root.fd) != 0) return fail(f, errno, "chdir", "/newroot");
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) return fail(f, errno, "pivot_root");
+  if (::umount2(".", MNT_DETACH) != 0) return fail(f, errno, "detach the host's root");
+  if (::chdir("/") != 0) return fail(f, errno, "chdir", "/");
+  if (workdir_[0] != '\0' && ::chdir(spec_.workdir.c_str()) != 0)
+    return fail(f, errno, "--workdir", spec_.workdir.c_str());
+  return true;
+}
+
+}  // namespace openshell::namespaces

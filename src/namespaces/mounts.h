@@ -1,0 +1,91 @@
+// The sandbox's file system view: a root (overlay of a directory, or the
+// host's / read-only), fresh /proc, a minimal /dev made without mknod, /sys
+// read-only, masked kernel paths and the caller's bind mounts, then pivot_root
+// into it with the host's tree detached.
+//
+// The plan is rendered in the parent (all strings, no decisions left) and
+// applied in the child between clone and exec with raw syscalls only. Mount
+// targets are resolved inside the new root (openat2 RESOLVE_IN_ROOT), so a
+// symlink in an image cannot point a mount at the host.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/child_failure.h"
+#include "base/unique_fd.h"
+
+namespace openshell::namespaces {
+
+struct BindSpec {
+  std::string source;  // host path; canonicalised when the plan is made
+  std::string target;  // absolute path inside the sandbox
+  bool read_only = false;
+};
+
+enum class RootKind {
+  kHost,       // the host's / read-only, private /tmp and /run
+  kDirectory,  // an overlay: the directory below, a writable layer above
+};
+
+struct FilesystemSpec {
+  RootKind root = RootKind::kHost;
+  std::string rootfs;          // host directory for kDirectory
+  bool read_only = false;      // kDirectory: the root itself read-only (private /tmp)
+  std::string upper_dir;       // persistent writable layer; empty: a throw-away one in memory
+  std::string overlay_work_dir;  // overlayfs work dir beside upper_dir (same file system)
+  std::vector<BindSpec> binds;
+  std::string workdir = "/";   // created when missing and the root is writable
+  uint32_t workdir_uid = 0;    // owner (inside ids) of a workdir created here
+  uint32_t workdir_gid = 0;
+  std::string exe_path;        // host path of this binary, for the sealed init image
+};
+
+// Paths the sandbox never sees: files become /dev/null, directories an empty
+// read-only tmpfs. Missing ones are skipped.
+extern const char* const kMaskedPaths[];
+// Kernel interfaces the sandbox may read but never write.
+extern const char* const kReadOnlyPaths[];
+
+class MountPlan {
+ public:
+  // Validates and renders; throws Error naming the faulty part.
+  explicit MountPlan(const FilesystemSpec& spec);
+
+  // Parent side, as root: the root directory as a detached mount whose file
+  // owners are shifted into the sandbox's user namespace (an idmapped mount),
+  // so that root-owned image files belong to root inside. Invalid when the
+  // file system cannot do it (the sandbox then sees them as nobody).
+  UniqueFd idmapped_lower(int userns_fd) const;
+
+  // Child side. Builds the root and pivots into it; afterwards the process's
+  // root and cwd are the sandbox's "/" and the host's tree is gone.
+  // lower_fd: an idmapped_lower() mount, or -1. tty_group: gid 5 exists
+  // inside (pty slaves go to it). self_exe_fd: an open fd of this binary;
+  // *init_exe_fd receives a copy of it that nothing in the sandbox can write
+  // (a detached read-only mount, or a sealed memfd).
+  bool apply(int lower_fd, bool tty_group, int self_exe_fd, int* init_exe_fd,
+             ChildFailure* failure) const noexcept;
+
+  const FilesystemSpec& spec() const { return spec_; }
+
+ private:
+  struct Bind {
+    std::string source;  // "/oldroot/..." as seen from the staging root
+    std::string target;  // relative to the new root: "data/x"
+    bool read_only;
+    bool directory;
+  };
+
+  FilesystemSpec spec_;
+  std::string lower_;      // "/oldroot/<rootfs>"
+  std::string lower_escaped_;  // the same for the "lowerdir" option of kernels before 6.8
+  std::string upper_;      // "/oldroot/<upper>" or "/upper" (throw-away)
+  std::string work_;
+  std::string exe_;        // "/oldroot/<exe>"
+  std::string workdir_;    // relative to the new root
+  std::vector<Bind> binds_;
+};
+
+}  // namespace openshell::namespaces

@@ -1,0 +1,81 @@
+// User namespace id maps: which ids exist inside a sandbox and whom they are
+// on the host.
+//
+//  - root: inside 0-65535 map to a subordinate range (root's entry in
+//    /etc/subuid, else kRootRangeStart), so that root in a sandbox is nobody
+//    on the host;
+//  - an ordinary user with an /etc/subuid entry and newuidmap: the sandbox
+//    user is the caller (so bound host files stay theirs) and every other
+//    inside id comes from the subordinate range;
+//  - otherwise: a single-id map, the sandbox user <-> the caller, and
+//    setgroups denied.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace openshell::namespaces {
+
+inline constexpr uint32_t kRootRangeStart = 0x70000000;  // 1879048192
+inline constexpr uint32_t kRangeSize = 65536;
+
+struct IdRange {
+  uint32_t inside;
+  uint32_t outside;
+  uint32_t count;
+  bool operator==(const IdRange&) const = default;
+};
+
+struct SubordinateRange {
+  uint32_t start;
+  uint32_t count;
+};
+
+struct IdMap {
+  enum class Method { kDirect, kHelper };  // write /proc/PID/*_map, or newuidmap/newgidmap
+  Method method = Method::kDirect;
+  std::vector<IdRange> uid;
+  std::vector<IdRange> gid;
+  bool deny_setgroups = false;
+
+  // Host id of an inside id, if mapped.
+  std::optional<uint32_t> host_uid(uint32_t inside) const;
+  std::optional<uint32_t> host_gid(uint32_t inside) const;
+  // Whether the sandbox can hold ids other than its user (setgroups, chown).
+  bool is_single() const { return uid.size() == 1 && uid[0].count == 1; }
+  std::string describe() const;
+};
+
+// The entry for a user in /etc/subuid or /etc/subgid text ("name:start:count"
+// or "uid:start:count"); the first match wins, as in shadow's tools.
+std::optional<SubordinateRange> find_subordinate(std::string_view text, std::string_view user,
+                                                 uint32_t id);
+
+struct Identity {
+  uid_t host_uid;
+  gid_t host_gid;
+  std::string user_name;  // the caller's name, for /etc/subuid lookups
+};
+
+// Plans the map for running as target_uid:target_gid inside. Throws Error when
+// the target cannot exist in the sandbox.
+IdMap plan_id_map(const Identity& caller, uint32_t target_uid, uint32_t target_gid,
+                  std::optional<SubordinateRange> subuid, std::optional<SubordinateRange> subgid,
+                  bool helpers_available);
+
+// Reads /etc/subuid, /etc/subgid and looks for newuidmap/newgidmap, then plans.
+IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid);
+
+Identity current_identity();
+
+// Writes the map of process pid (which must be waiting in its new user
+// namespace). A helper that fails falls back to a single-id map with a
+// warning; *map is updated to what was applied. Throws Error.
+void apply_id_map(pid_t pid, IdMap* map);
+
+}  // namespace openshell::namespaces

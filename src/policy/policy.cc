@@ -1,0 +1,280 @@
+#include "policy/policy.h"
+
+#include <utility>  // before toml++: it uses std::exchange
+
+#include <toml++/toml.h>
+
+#include <set>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/text.h"
+
+namespace openshell::policy {
+
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void fail(const toml::node* node, const std::string& field,
+                         const std::string& message) const {
+    std::ostringstream out;
+    out << source_;
+    if (node && node->source().begin.line > 0) out << ":" << node->source().begin.line;
+    out << ": " << field << ": " << message;
+    throw Error(out.str());
+  }
+
+  void check_keys(const toml::table& table, const std::string& where,
+                  std::initializer_list<std::string_view> allowed) const {
+    for (const auto& [key, value] : table) {
+      bool known = false;
+      for (auto name : allowed) known = known || key.str() == name;
+      if (!known) {
+        std::string field = where.empty() ? std::string(key.str()) : where + "." + std::string(key.str());
+        std::string hint;
+        for (auto name : allowed) hint += (hint.empty() ? "" : ", ") + std::string(name);
+        fail(&value, field, "unknown field (expected one of: " + hint + ")");
+      }
+    }
+  }
+
+  const toml::table& table_at(const toml::table& parent, std::string_view key,
+                              const std::string& field) const {
+    const toml::node* node = parent.get(key);
+    if (!node->is_table()) fail(node, field, "must be a table");
+    return *node->as_table();
+  }
+
+  bool boolean(const toml::node& node, const std::string& field) const {
+    if (!node.is_boolean()) fail(&node, field, "must be true or false");
+    return node.as_boolean()->get();
+  }
+
+  std::string string(const toml::node& node, const std::string& field) const {
+    if (!node.is_string()) fail(&node, field, "must be a string");
+    return node.as_string()->get();
+  }
+
+  std::vector<std::pair<const toml::node*, std::string>> string_array(
+      const toml::node& node, const std::string& field) const {
+    if (!node.is_array()) fail(&node, field, "must be an array of strings");
+    std::vector<std::pair<const toml::node*, std::string>> out;
+    size_t i = 0;
+    for (const auto& item : *node.as_array()) {
+      std::string item_field = field + "[" + std::to_string(i++) + "]";
+      out.emplace_back(&item, string(item, item_field));
+    }
+    return out;
+  }
+
+  uint16_t port(const toml::node& node, const std::string& field) const {
+    if (!node.is_integer()) fail(&node, field, "must be a port number");
+    int64_t value = node.as_integer()->get();
+    if (value < 1 || value > 65535) fail(&node, field, "must be between 1 and 65535");
+    return static_cast<uint16_t>(value);
+  }
+
+  void filesystem(const toml::table& table, Policy* policy) const {
+    const std::string where = "filesystem_policy";
+    check_keys(table, where, {"include_workdir", "read_only", "read_write"});
+    policy->has_filesystem_policy = true;
+    FilesystemPolicy& fs = policy->filesystem;
+    if (auto* node = table.get("include_workdir"))
+      fs.include_workdir = boolean(*node, where + ".include_workdir");
+    for (auto [key, list] : {std::pair{"read_only", &fs.read_only},
+                             std::pair{"read_write", &fs.read_write}}) {
+      const toml::node* node = table.get(key);
+      if (!node) continue;
+      std::string field = where + "." + key;
+      size_t i = 0;
+      for (auto& [item, path] : string_array(*node, field)) {
+        std::string item_field = field + "[" + std::to_string(i++) + "]";
+        if (auto why = check_policy_path(path); !why.empty()) fail(item, item_field, why);
+        if (list == &fs.read_write && path == "/")
+          fail(item, item_field, "/ cannot be read-write; name the directories that need writing");
+        list->push_back(path);
+      }
+    }
+  }
+
+  void landlock(const toml::table& table, Policy* policy) const {
+    check_keys(table, "landlock", {"compatibility"});
+    if (auto* node = table.get("compatibility")) {
+      std::string value = string(*node, "landlock.compatibility");
+      if (value == "best_effort")
+        policy->landlock = LandlockCompatibility::kBestEffort;
+      else if (value == "hard_requirement")
+        policy->landlock = LandlockCompatibility::kHardRequirement;
+      else
+        fail(node, "landlock.compatibility",
+             "must be \"best_effort\" or \"hard_requirement\", not \"" + value + "\"");
+    }
+  }
+
+  void process(const toml::table& table, Policy* policy) const {
+    check_keys(table, "process", {"run_as_user", "run_as_group"});
+    for (auto [key, target] : {std::pair{"run_as_user", &policy->process.run_as_user},
+                               std::pair{"run_as_group", &policy->process.run_as_group}}) {
+      const toml::node* node = table.get(key);
+      if (!node) continue;
+      std::string field = std::string("process.") + key;
+      std::string value;
+      if (node->is_integer()) {
+        int64_t id = node->as_integer()->get();
+        if (id < 0 || id > 0xFFFFFFFELL) fail(node, field, "is not a valid id");
+        value = std::to_string(id);
+      } else {
+        value = string(*node, field);
+      }
+      if (value.empty()) fail(node, field, "must not be empty");
+      if (value == "root" || value == "0") fail(node, field, "must not be root");
+      *target = value;
+    }
+  }
+
+  void network(const toml::table& table, Policy* policy) const {
+    for (const auto& [key, value] : table) {
+      std::string name(key.str());
+      std::string where = "network_policies." + name;
+      if (!value.is_table()) fail(&value, where, "must be a table");
+      const toml::table& rule_table = *value.as_table();
+      check_keys(rule_table, where, {"endpoints", "binaries"});
+      NetworkPolicy rule;
+      rule.name = name;
+      if (auto* endpoints = rule_table.get("endpoints")) {
+        if (!endpoints->is_array()) fail(endpoints, where + ".endpoints", "must be an array of tables");
+        size_t i = 0;
+        for (const auto& item : *endpoints->as_array()) {
+          std::string field = where + ".endpoints[" + std::to_string(i++) + "]";
+          rule.endpoints.push_back(endpoint(item, field));
+        }
+      }
+      if (auto* binaries = rule_table.get("binaries")) {
+        if (!binaries->is_array()) fail(binaries, where + ".binaries", "must be an array of tables");
+        size_t i = 0;
+        for (const auto& item : *binaries->as_array()) {
+          std::string field = where + ".binaries[" + std::to_string(i++) + "]";
+          if (!item.is_table()) fail(&item, field, "must be a table like { path = \"/usr/bin/git\" }");
+          check_keys(*item.as_table(), field, {"path"});
+          const toml::node* path = item.as_table()->get("path");
+          if (!path) fail(&item, field, "needs a path");
+          Binary binary{string(*path, field + ".path")};
+          if (binary.path.empty() || binary.path[0] != '/')
+            fail(path, field + ".path", "must be an absolute path");
+          rule.binaries.push_back(binary);
+        }
+      }
+      policy->network.push_back(std::move(rule));
+    }
+  }
+
+  Endpoint endpoint(const toml::node& node, const std::string& field) const {
+    if (!node.is_table()) fail(&node, field, "must be a table like { host = \"example.com\", port = 443 }");
+    const toml::table& table = *node.as_table();
+    check_keys(table, field, {"host", "port", "ports", "allowed_ips", "protocol", "access"});
+    Endpoint endpoint;
+    const toml::node* host = table.get("host");
+    if (!host) fail(&node, field, "needs a host");
+    endpoint.host = string(*host, field + ".host");
+    if (auto why = check_host_pattern(endpoint.host); !why.empty()) fail(host, field + ".host", why);
+    if (auto* p = table.get("port")) endpoint.ports.push_back(port(*p, field + ".port"));
+    if (auto* ps = table.get("ports")) {
+      if (!ps->is_array()) fail(ps, field + ".ports", "must be an array of port numbers");
+      size_t i = 0;
+      for (const auto& item : *ps->as_array())
+        endpoint.ports.push_back(port(item, field + ".ports[" + std::to_string(i++) + "]"));
+    }
+    if (endpoint.ports.empty()) fail(&node, field, "needs a port or ports");
+    if (auto* ips = table.get("allowed_ips"))
+      for (auto& [item, value] : string_array(*ips, field + ".allowed_ips"))
+        endpoint.allowed_ips.push_back(value);
+    if (auto* p = table.get("protocol")) endpoint.protocol = string(*p, field + ".protocol");
+    if (auto* a = table.get("access")) endpoint.access = string(*a, field + ".access");
+    return endpoint;
+  }
+
+  Policy parse(std::string_view text) const {
+    toml::table root;
+    try {
+      root = toml::parse(text, source_);
+    } catch (const toml::parse_error& e) {
+      std::ostringstream out;
+      out << source_ << ":" << e.source().begin.line << ": " << e.description();
+      throw Error(out.str());
+    }
+    check_keys(root, "", {"version", "filesystem_policy", "landlock", "process", "network_policies"});
+    Policy policy;
+    const toml::node* version = root.get("version");
+    if (!version) throw Error(source_ + ": version: missing (write version = 1 at the top)");
+    if (!version->is_integer() || version->as_integer()->get() != 1)
+      fail(version, "version", "unsupported version (this openshell reads version = 1)");
+    if (root.contains("filesystem_policy"))
+      filesystem(table_at(root, "filesystem_policy", "filesystem_policy"), &policy);
+    if (root.contains("landlock")) landlock(table_at(root, "landlock", "landlock"), &policy);
+    if (root.contains("process")) process(table_at(root, "process", "process"), &policy);
+    if (root.contains("network_policies"))
+      network(table_at(root, "network_policies", "network_policies"), &policy);
+    return policy;
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+std::string check_policy_path(std::string_view path) {
+  if (path.empty()) return "must not be empty";
+  if (path[0] != '/') return "must be an absolute path";
+  for (const auto& part : text::split(path, '/'))
+    if (part == "..") return "must not contain '..'";
+  if (path.find('\0') != std::string_view::npos) return "must not contain NUL";
+  return {};
+}
+
+std::string check_host_pattern(std::string_view host) {
+  if (host.empty()) return "must not be empty";
+  if (host.size() > 253) return "is longer than 253 characters";
+  auto labels = text::split(host, '.');
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const std::string& label = labels[i];
+    if (label.empty()) return "has an empty label";
+    if (label.find('*') != std::string::npos) {
+      if (i != 0) return "may hold '*' only in its first label";
+      if (labels.size() < 3) return "wildcard must leave at least two labels (\"*.example.com\")";
+      continue;
+    }
+    for (char c : label) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '_' || c == ':';
+      if (!ok) return std::string("has an invalid character '") + c + "'";
+    }
+  }
+  return {};
+}
+
+Policy parse(std::string_view text, const std::string& source_name) {
+  return Parser(source_name).parse(text);
+}
+
+Policy load(const std::string& path) {
+  std::string text;
+  if (int err = files::read_into(path, &text)) throw_errno("policy " + path, err);
+  return parse(text, path);
+}
+
+Policy default_policy() {
+  Policy policy;
+  policy.has_filesystem_policy = true;
+  policy.filesystem.include_workdir = true;
+  policy.filesystem.read_only = {"/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/dev", "/sys"};
+  policy.filesystem.read_write = {"/sandbox", "/tmp", "/dev/null", "/dev/shm", "/dev/pts"};
+  policy.landlock = LandlockCompatibility::kBestEffort;
+  return policy;
+}
+
+}  // namespace openshell::policy

@@ -1,0 +1,75 @@
+// The sandbox policy: a TOML document whose field names follow OpenShell's
+// policy schema. Filesystem, Landlock and process parts are fixed at launch;
+// the network part may change on a live sandbox.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace openshell::policy {
+
+enum class LandlockCompatibility {
+  kBestEffort,       // use what the kernel offers, and say what is missing
+  kHardRequirement,  // refuse to start without full Landlock support
+};
+
+struct FilesystemPolicy {
+  bool include_workdir = true;
+  std::vector<std::string> read_only;
+  std::vector<std::string> read_write;
+};
+
+struct ProcessPolicy {
+  std::optional<std::string> run_as_user;   // a name in the image, or a uid; never root
+  std::optional<std::string> run_as_group;
+};
+
+struct Endpoint {
+  std::string host;                      // "api.github.com" or "*.example.com"
+  std::vector<uint16_t> ports;
+  std::vector<std::string> allowed_ips;  // CIDRs a resolved address may fall in
+  std::string protocol;                  // optional, e.g. "rest"
+  std::string access;                    // optional, e.g. "read-only"
+};
+
+struct Binary {
+  std::string path;  // absolute path or glob
+};
+
+struct NetworkPolicy {
+  std::string name;
+  std::vector<Endpoint> endpoints;
+  std::vector<Binary> binaries;
+};
+
+struct Policy {
+  int version = 1;
+  bool has_filesystem_policy = false;  // false: the caller's defaults apply
+  FilesystemPolicy filesystem;
+  LandlockCompatibility landlock = LandlockCompatibility::kBestEffort;
+  ProcessPolicy process;
+  std::vector<NetworkPolicy> network;
+};
+
+// Parses and validates. Throws Error whose message names the source, the line
+// and the field at fault: "policy.toml:7: filesystem_policy.read_write[1]: ...".
+Policy parse(std::string_view text, const std::string& source_name);
+
+// Reads and parses a file; a missing file is an Error naming it.
+Policy load(const std::string& path);
+
+// The default for sandboxes: no network; system directories read-only; the
+// workspace, /tmp and /dev/null writable.
+Policy default_policy();
+
+// Validation of a single path as the filesystem policy wants it.
+// Returns an empty string when fine, else the reason.
+std::string check_policy_path(std::string_view path);
+
+// A host pattern as endpoints take it; empty string when fine, else the reason.
+std::string check_host_pattern(std::string_view host);
+
+}  // namespace openshell::policy

@@ -1,0 +1,34 @@
+// Capabilities: the sandbox runs with none, bounding set included, unless the
+// caller adds some by name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/child_failure.h"
+
+namespace openshell::runtime::caps {
+
+// Bit mask of capabilities; bit N is capability N.
+using Set = uint64_t;
+
+// "NET_ADMIN", "cap_net_admin", "ALL" -> mask. Throws Error naming a bad one.
+Set parse(const std::vector<std::string>& names);
+
+// "CAP_NET_ADMIN,CAP_SYS_PTRACE"
+std::string describe(Set set);
+
+// The highest capability the running kernel knows.
+int last_cap();
+
+// Child side, step 1 (still privileged): drops every capability outside keep
+// from the bounding set, and asks to keep permitted ones across setuid.
+bool drop_bounding(Set keep, int last_cap, ChildFailure* failure) noexcept;
+
+// Child side, step 2 (after setuid): permitted = effective = inheritable =
+// keep, and keep raised into the ambient set so that it survives exec for a
+// non-root user.
+bool set_final(Set keep, int last_cap, ChildFailure* failure) noexcept;
+
+}  // namespace openshell::runtime::caps

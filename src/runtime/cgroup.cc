@@ -1,0 +1,251 @@
+#include "runtime/cgroup.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <set>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/log.h"
+#include "base/text.h"
+
+namespace openshell::runtime {
+
+namespace {
+
+constexpr uint64_t kCpuPeriodUs = 100000;
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mountinfo(std::string_view field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size()) {
+      int value = 0;
+      bool ok = true;
+      for (size_t k = 1; k <= 3; ++k) {
+        char c = field[i + k];
+        if (c < '0' || c > '7') ok = false;
+        value = value * 8 + (c - '0');
+      }
+      if (ok) {
+        out += static_cast<char>(value);
+        i += 3;
+        continue;
+      }
+    }
+    out += field[i];
+  }
+  return out;
+}
+
+std::string join_path(const std::string& mount, const std::string& path) {
+  if (path == "/" || path.empty()) return mount;
+  return mount + path;
+}
+
+bool permission_error(int err) { return err == EACCES || err == EPERM || err == EROFS; }
+
+std::string knob_value(const std::string& path) {
+  auto text = files::try_read(path);
+  return text ? std::string(text::trim(*text)) : std::string();
+}
+
+}  // namespace
+
+CgroupLayout CgroupLayout::parse(std::string_view proc_self_cgroup, std::string_view mountinfo) {
+  // Our path in each hierarchy, keyed by its controller list ("" for v2).
+  std::map<std::string, std::string> paths;
+  for (const auto& raw : text::split(proc_self_cgroup, '\n')) {
+    auto line = text::trim(raw);
+    if (line.empty()) continue;
+    size_t first = line.find(':');
+    size_t second = line.find(':', first + 1);
+    if (first == std::string_view::npos || second == std::string_view::npos) continue;
+    paths[std::string(line.substr(first + 1, second - first - 1))] =
+        std::string(line.substr(second + 1));
+  }
+  CgroupLayout layout;
+  for (const auto& raw : text::split(mountinfo, '\n')) {
+    // id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+    auto fields = text::split(text::trim(raw), ' ');
+    size_t dash = 0;
+    while (dash < fields.size() && fields[dash] != "-") ++dash;
+    if (dash < 5 || dash + 3 > fields.size()) continue;
+    const std::string& fstype = fields[dash + 1];
+    std::string root = unescape_mountinfo(fields[3]);
+    std::string mountpoint = unescape_mountinfo(fields[4]);
+    if (fstype == "cgroup2") {
+      auto it = paths.find("");
+      if (it == paths.end() || layout.unified) continue;
+      // The mount shows the hierarchy from `root`; our path is relative to the top.
+      std::string path = it->second;
+      if (root != "/" && path.rfind(root, 0) == 0) path = path.substr(root.size());
+      layout.unified = Hierarchy{join_path(mountpoint, path)};
+    } else if (fstype == "cgroup") {
+      for (const auto& option : text::split(fields[dash + 3], ',')) {
+        if (option == "rw" || option == "ro" || option.find('=') != std::string::npos) continue;
+        // Find our line for the hierarchy holding this controller.
+        for (const auto& [controllers, path] : paths) {
+          for (const auto& c : text::split(controllers, ','))
+            if (c == option && !layout.controllers.count(option)) {
+              std::string rel = path;
+              if (root != "/" && rel.rfind(root, 0) == 0) rel = rel.substr(root.size());
+              layout.controllers[option] = Hierarchy{join_path(mountpoint, rel)};
+            }
+        }
+      }
+    }
+  }
+  return layout;
+}
+
+CgroupLayout CgroupLayout::discover() {
+  return parse(files::try_read("/proc/self/cgroup").value_or(""),
+               files::try_read("/proc/self/mountinfo").value_or(""));
+}
+
+CgroupSet& CgroupSet::operator=(CgroupSet&& other) noexcept {
+  if (this != &other) {
+    remove();
+    dirs_ = std::move(other.dirs_);
+    v1_dirs_ = std::move(other.v1_dirs_);
+    unified_fd_ = std::move(other.unified_fd_);
+  }
+  return *this;
+}
+
+CgroupSet::~CgroupSet() { remove(); }
+
+CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
+                            const Limits& limits, std::vector<std::string>* not_enforced) {
+  CgroupSet set;
+  if (!limits.any()) return set;
+
+  struct Want {
+    std::string controller;
+    std::string flag;
+  };
+  std::vector<Want> wants;
+  if (limits.memory_bytes) wants.push_back({"memory", "--memory"});
+  if (limits.pids) wants.push_back({"pids", "--pids"});
+  if (limits.cpus) wants.push_back({"cpu", "--cpus"});
+
+  // Decide the hierarchy of each controller.
+  std::vector<Want> on_v2;
+  std::map<std::string, Want> on_v1;
+  for (const auto& want : wants) {
+    bool v2 = false;
+    if (layout.unified) {
+      std::string parent = layout.unified->dir;
+      auto enabled = text::split(knob_value(parent + "/cgroup.subtree_control"), ' ');
+      v2 = std::find(enabled.begin(), enabled.end(), want.controller) != enabled.end();
+      if (!v2) {
+        auto available = text::split(knob_value(parent + "/cgroup.controllers"), ' ');
+        if (std::find(available.begin(), available.end(), want.controller) != available.end())
+          v2 = files::write_once(parent + "/cgroup.subtree_control", "+" + want.controller) == 0;
+      }
+    }
+    if (v2) {
+      on_v2.push_back(want);
+    } else if (layout.controllers.count(want.controller)) {
+      on_v1[want.controller] = want;
+    } else {
+      not_enforced->push_back(want.flag + ": no cgroup hierarchy has the " + want.controller +
+                              " controller");
+    }
+  }
+
+  auto make_dir = [&](const std::string& parent, const std::vector<Want>& for_wants) -> std::string {
+    std::string dir = parent + "/" + name;
+    if (::mkdir(dir.c_str(), 0755) != 0) {
+      int err = errno;
+      if (permission_error(err)) {
+        for (const auto& w : for_wants)
+          not_enforced->push_back(w.flag + ": " + errno_message("cannot create cgroup " + dir, err));
+        return {};
+      }
+      throw_errno("create cgroup " + dir, err);
+    }
+    set.dirs_.push_back(dir);
+    return dir;
+  };
+
+  auto write_limits = [&](const std::string& dir, const std::string& controller, bool v2) {
+    if (controller == "memory") {
+      std::string bytes = std::to_string(*limits.memory_bytes);
+      files::write(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"), bytes);
+      // Swap must not let the sandbox step around the limit; these knobs are
+      // absent where swap accounting is off.
+      if (v2)
+        files::write_once(dir + "/memory.swap.max", "0");
+      else if (files::exists(dir + "/memory.memsw.limit_in_bytes"))
+        files::write_once(dir + "/memory.memsw.limit_in_bytes", bytes);
+    } else if (controller == "pids") {
+      files::write(dir + "/pids.max", std::to_string(*limits.pids));
+    } else if (controller == "cpu") {
+      auto quota = static_cast<uint64_t>(std::llround(*limits.cpus * kCpuPeriodUs));
+      if (quota < 1000) quota = 1000;  // the kernel's minimum quota is 1 ms
+      if (v2) {
+        files::write(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(kCpuPeriodUs));
+      } else {
+        files::write(dir + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
+        files::write(dir + "/cpu.cfs_quota_us", std::to_string(quota));
+      }
+    }
+  };
+
+  if (!on_v2.empty()) {
+    std::string dir = make_dir(layout.unified->dir, on_v2);
+    if (!dir.empty()) {
+      for (const auto& w : on_v2) write_limits(dir, w.controller, true);
+      set.unified_fd_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+      if (!set.unified_fd_) throw_errno("open cgroup " + dir);
+    }
+  }
+  // v1 hierarchies may hold several controllers (cpu,cpuacct): one dir each.
+  std::map<std::string, std::string> made;
+  for (const auto& [controller, want] : on_v1) {
+    const std::string& parent = layout.controllers.at(controller).dir;
+    std::string dir;
+    if (auto it = made.find(parent); it != made.end()) {
+      dir = it->second;
+    } else {
+      dir = make_dir(parent, {want});
+      if (dir.empty()) continue;
+      made[parent] = dir;
+      set.v1_dirs_.push_back(dir);
+    }
+    write_limits(dir, controller, false);
+  }
+  return set;
+}
+
+void CgroupSet::attach(pid_t pid) const {
+  for (const auto& dir : v1_dirs_) files::write(dir + "/cgroup.procs", std::to_string(pid));
+}
+
+void CgroupSet::remove() noexcept {
+  // Tasks of a sandbox that just ended may still be leaving the cgroup.
+  for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) {
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      if (::rmdir(it->c_str()) == 0 || errno == ENOENT) break;
+      if (errno != EBUSY) {
+        log::warn(errno_message("remove cgroup " + *it, errno));
+        break;
+      }
+      timespec pause{0, attempt < 20 ? 100000L : 5000000L};
+      ::nanosleep(&pause, nullptr);
+    }
+  }
+  dirs_.clear();
+  v1_dirs_.clear();
+  unified_fd_.reset();
+}
+
+}  // namespace openshell::runtime

@@ -1,0 +1,69 @@
+// Resource limits through cgroups, on whichever hierarchy holds each
+// controller: cgroup v2 where the unified hierarchy has it, v1 otherwise (a
+// hybrid host has both). Every cgroup made here is removed by its owner.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/unique_fd.h"
+
+namespace openshell::runtime {
+
+struct Limits {
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint64_t> pids;
+  std::optional<double> cpus;
+  bool any() const { return memory_bytes || pids || cpus; }
+};
+
+// Where this process's cgroups are, per hierarchy.
+struct CgroupLayout {
+  struct Hierarchy {
+    std::string dir;  // absolute directory of this process's cgroup in it
+  };
+  std::optional<Hierarchy> unified;              // cgroup v2
+  std::map<std::string, Hierarchy> controllers;  // v1: controller name -> hierarchy
+
+  // Reads /proc/self/cgroup and /proc/self/mountinfo.
+  static CgroupLayout discover();
+  // The same from their text (tests use fake trees).
+  static CgroupLayout parse(std::string_view proc_self_cgroup, std::string_view mountinfo);
+};
+
+class CgroupSet {
+ public:
+  CgroupSet() = default;
+  CgroupSet(CgroupSet&&) noexcept = default;
+  CgroupSet& operator=(CgroupSet&&) noexcept;
+  ~CgroupSet();
+
+  // Creates one child cgroup named `name` per hierarchy that the limits need,
+  // and writes the limits. A limit that no writable hierarchy can hold is
+  // named in *not_enforced ("--memory: ...") instead of failing.
+  static CgroupSet create(const CgroupLayout& layout, const std::string& name,
+                          const Limits& limits, std::vector<std::string>* not_enforced);
+
+  // cgroup v2 directory fd for clone3's CLONE_INTO_CGROUP; -1 when none.
+  int unified_fd() const { return unified_fd_.get(); }
+  // Moves pid into the v1 cgroups (v2 is joined at clone time).
+  void attach(pid_t pid) const;
+  // Removes the cgroups, waiting briefly for exiting tasks. Idempotent.
+  void remove() noexcept;
+
+  const std::vector<std::string>& dirs() const { return dirs_; }
+  bool empty() const { return dirs_.empty(); }
+
+ private:
+  std::vector<std::string> dirs_;     // every directory made, v2 first
+  std::vector<std::string> v1_dirs_;  // those to attach by pid
+  UniqueFd unified_fd_;
+};
+
+}  // namespace openshell::runtime

@@ -1,0 +1,476 @@
+#include "runtime/container.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/child_failure.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "runtime/seccomp.h"
+
+namespace openshell::runtime {
+
+namespace {
+
+using child::fail;
+
+// Everything the child needs, prepared by the parent before clone so that the
+// child only makes system calls.
+struct ChildContext {
+  const ContainerSpec* spec;
+  const namespaces::MountPlan* mounts;
+  int sync_fd;    // read: one byte once the id maps are written
+  int report_fd;  // write: ChildFailure records; EOF once the main process runs
+  int life_fd;    // read: EOF when the parent is gone
+  int socket_fd;  // to the parent: the idmapped root in, the tty master out
+  int self_exe_fd;
+  int last_cap;
+  seccomp::Program seccomp;
+  char* const* init_argv;
+  char* const* envp;
+  char* tty_fd_arg;  // written by the child: the slave's fd number
+  size_t tty_fd_arg_size;
+  int keep_fds[8];
+  int keep_count;
+};
+
+// The parent's go-ahead, sent once the id maps are written: what the child
+// may do with them.
+struct SyncMessage {
+  uint32_t setup_uid;  // ids for the setup phase: ones the map holds
+  uint32_t setup_gid;
+  bool can_setgroups;
+  bool tty_group;  // gid 5 is mapped
+};
+
+SyncMessage sync_message_for(const namespaces::IdMap& map, const ContainerSpec& spec) {
+  const bool single = map.method == namespaces::IdMap::Method::kDirect && map.is_single();
+  return SyncMessage{single ? spec.uid : 0, single ? spec.gid : 0, !map.deny_setgroups,
+                     map.host_gid(5).has_value()};
+}
+
+void format_int(char* out, size_t size, int value) {
+  char digits[16];
+  int n = 0;
+  bool negative = value < 0;
+  unsigned v = negative ? static_cast<unsigned>(-value) : static_cast<unsigned>(value);
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v && n < 15);
+  size_t i = 0;
+  if (negative && i + 1 < size) out[i++] = '-';
+  while (n > 0 && i + 1 < size) out[i++] = digits[--n];
+  out[i] = '\0';
+}
+
+void close_other_fds(const int* keep, int count) {
+  int sorted[8];
+  for (int i = 0; i < count && i < 8; ++i) {
+    int j = i;
+    for (; j > 0 && sorted[j - 1] > keep[i]; --j) sorted[j] = sorted[j - 1];
+    sorted[j] = keep[i];
+  }
+  unsigned next = 0;
+  for (int i = 0; i < count; ++i) {
+    if (sorted[i] < 0) continue;
+    auto fd = static_cast<unsigned>(sorted[i]);
+    if (fd > next) ::close_range(next, fd - 1, 0);
+    next = fd + 1;
+  }
+  ::close_range(next, ~0U, 0);
+}
+
+bool receive_fd(int socket_fd, int* fd_out, ChildFailure* f) {
+  char tag = 0;
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do n = ::recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n != 1) return fail(f, n < 0 ? errno : EPROTO, "receive the root from the parent");
+  *fd_out = -1;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS)
+    std::memcpy(fd_out, CMSG_DATA(cmsg), sizeof(int));
+  return true;
+}
+
+bool send_fd(int socket_fd, int fd) {
+  char tag = fd >= 0 ? 'F' : 'N';
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  }
+  ssize_t n;
+  do n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n == 1;
+}
+
+bool clear_cloexec(int fd, ChildFailure* f) {
+  if (fd >= 0 && ::fcntl(fd, F_SETFD, 0) != 0) return fail(f, errno, "fcntl F_SETFD");
+  return true;
+}
+
+// The pseudo-terminal, from the sandbox's own devpts: the master goes to the
+// parent, the slave stays for the main process.
+bool open_tty(const ChildContext& c, ChildFailure* f) {
+  int master = ::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return fail(f, errno, "open", "/dev/ptmx");
+  int unlock = 0;
+  if (::ioctl(master, TIOCSPTLCK, &unlock) != 0) return fail(f, errno, "unlock the pty");
+  int slave = ::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY);
+  if (slave < 0) return fail(f, errno, "open the pty's slave");
+  if (!send_fd(c.socket_fd, master)) return fail(f, errno, "send the pty to the parent");
+  ::close(master);
+  format_int(c.tty_fd_arg, c.tty_fd_arg_size, slave);
+  return true;
+}
+
+[[noreturn]] void report_and_exit(int report_fd, ChildFailure* f) noexcept {
+  if (f->exit_code == 0) f->exit_code = exit_code::kFailure;
+  ssize_t ignored = ::write(report_fd, f, sizeof *f);
+  (void)ignored;
+  ::_exit(f->exit_code);
+}
+
+// The child between clone and exec, top to bottom the steps that confine it.
+// Raw system calls only: on failure it reports and exits.
+[[noreturn]] void contain(const ChildContext& c) noexcept {
+  ChildFailure f;
+  auto die = [&]() { report_and_exit(c.report_fd, &f); };
+  const ContainerSpec& spec = *c.spec;
+
+  // Stdio first, then nothing of the caller's beyond it and our own fds.
+  const int stdio[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
+  for (int i = 0; i < 3; ++i)
+    if (stdio[i] != i && ::dup2(stdio[i], i) < 0) fail(&f, errno, "set up stdio"), die();
+  close_other_fds(c.keep_fds, c.keep_count);
+
+  // Wait for the id maps and cgroups; EOF means the parent gave up.
+  SyncMessage go{};
+  ssize_t n;
+  do n = ::read(c.sync_fd, &go, sizeof go);
+  while (n < 0 && errno == EINTR);
+  if (n != sizeof go) ::_exit(exit_code::kFailure);
+  ::close(c.sync_fd);
+
+  // A session of our own: the terminal's signals reach the parent, which
+  // forwards them; nothing here can reach the caller's terminal as its own.
+  if (::setsid() < 0) fail(&f, errno, "setsid"), die();
+
+  // Ids for the setup: ones the new user namespace maps.
+  if (go.can_setgroups && ::setgroups(0, nullptr) != 0) fail(&f, errno, "setgroups"), die();
+  if (::setresgid(go.setup_gid, go.setup_gid, go.setup_gid) != 0)
+    fail(&f, errno, "setresgid"), die();
+  if (::setresuid(go.setup_uid, go.setup_uid, go.setup_uid) != 0)
+    fail(&f, errno, "setresuid"), die();
+
+  // cgroup namespace rooted at the cgroups the parent put us in.
+  if (::unshare(CLONE_NEWCGROUP) != 0) fail(&f, errno, "unshare the cgroup namespace"), die();
+
+  // The file system.
+  int lower_fd = -1;
+  if (!receive_fd(c.socket_fd, &lower_fd, &f)) die();
+  int init_exe_fd = -1;
+  if (!c.mounts->apply(lower_fd, go.tty_group, c.self_exe_fd, &init_exe_fd, &f)) die();
+  if (lower_fd >= 0) ::close(lower_fd);
+  ::close(c.self_exe_fd);
+
+  if (::sethostname(spec.hostname.data(), spec.hostname.size()) != 0)
+    fail(&f, errno, "sethostname", spec.hostname.c_str()), die();
+
+  // Resource limits (core dumps off unless asked for).
+  for (const Rlimit& r : spec.rlimits) {
+    rlimit value{r.soft, r.hard};
+    if (::setrlimit(r.resource, &value) != 0) fail(&f, errno, "setrlimit"), die();
+  }
+
+  // Capabilities out of the bounding set, then the sandbox's ids.
+  if (!caps::drop_bounding(spec.cap_add, c.last_cap, &f)) die();
+  if (go.can_setgroups) {
+    auto count = spec.supplementary_gids.size();
+    if (::setgroups(count, reinterpret_cast<const gid_t*>(spec.supplementary_gids.data())) != 0)
+      fail(&f, errno, "setgroups"), die();
+  }
+  if (::setresgid(spec.gid, spec.gid, spec.gid) != 0) fail(&f, errno, "setresgid"), die();
+  if (::setresuid(spec.uid, spec.uid, spec.uid) != 0) fail(&f, errno, "setresuid"), die();
+  if (!caps::set_final(spec.cap_add, c.last_cap, &f)) die();
+
+  // The terminal belongs to the sandbox user.
+  if (spec.tty && !open_tty(c, &f)) die();
+
+  // From here on, nothing can gain privileges.
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(&f, errno, "no_new_privs"), die();
+
+  char skipped[512] = {};
+  if (!landlock::apply(spec.landlock, init_exe_fd, skipped, sizeof skipped, &f)) die();
+  if (skipped[0]) {
+    ChildFailure warning;
+    child::copy(warning.what, sizeof warning.what, "landlock: policy paths not in the sandbox:");
+    child::copy(warning.detail, sizeof warning.detail, skipped);
+    ssize_t ignored = ::write(c.report_fd, &warning, sizeof warning);
+    (void)ignored;
+  }
+
+  // Last: the filter also covers what the steps above needed.
+  if (c.seccomp.length && !seccomp::install(c.seccomp, &f)) die();
+
+  if (!clear_cloexec(c.report_fd, &f) || !clear_cloexec(c.life_fd, &f)) die();
+  ::syscall(SYS_execveat, init_exe_fd, "", c.init_argv, c.envp, AT_EMPTY_PATH);
+  fail(&f, errno, "exec the sandbox init");
+  report_and_exit(c.report_fd, &f);
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
+  if (spec.argv.empty()) throw Error("no command to run");
+  const double t_begin = log::elapsed_ms();
+  std::unique_ptr<Container> container(new Container());
+
+  namespaces::Identity caller = namespaces::current_identity();
+  container->id_map_ = namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid);
+  namespaces::IdMap& id_map = container->id_map_;
+  namespaces::FilesystemSpec fs = spec.fs;
+  fs.workdir_uid = spec.uid;
+  fs.workdir_gid = spec.gid;
+  char exe_path[4096];
+  ssize_t exe_len = ::readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
+  if (exe_len <= 0) throw_errno("readlink /proc/self/exe");
+  fs.exe_path.assign(exe_path, static_cast<size_t>(exe_len));
+  namespaces::MountPlan mounts(fs);
+
+  // Limits: a cgroup per hierarchy that holds a needed controller.
+  if (spec.limits.any()) {
+    std::string name = spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid())
+                                                : spec.cgroup_name;
+    std::vector<std::string> not_enforced;
+    container->cgroups_ =
+        CgroupSet::create(CgroupLayout::discover(), name, spec.limits, &not_enforced);
+    for (const auto& why : not_enforced) log::warn(why + " (the limit is NOT enforced)");
+  }
+
+  Pipe sync = Pipe::create();
+  Pipe report = Pipe::create();
+  Pipe life = Pipe::create();
+  int sockets[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0)
+    throw_errno("socketpair");
+  UniqueFd parent_socket(sockets[0]), child_socket(sockets[1]);
+  UniqueFd self_exe(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+  if (!self_exe) throw_errno("open /proc/self/exe");
+
+  // The init's command line: openshell-init __init REPORT LIFE TTY -- ARGV...
+  char tty_fd_arg[16] = "-1";
+  std::vector<std::string> init_args = {"openshell-init", "__init",
+                                        std::to_string(report.write.get()),
+                                        std::to_string(life.read.get())};
+  std::vector<std::string> argv_strings = init_args;
+  argv_strings.push_back("");  // the tty slot, pointed at tty_fd_arg below
+  argv_strings.push_back("--");
+  argv_strings.insert(argv_strings.end(), spec.argv.begin(), spec.argv.end());
+  std::vector<char*> init_argv = c_strings(argv_strings);
+  init_argv[4] = tty_fd_arg;
+  std::vector<std::string> env_strings = spec.env;
+  std::vector<char*> envp = c_strings(env_strings);
+
+  ChildContext ctx{};
+  ctx.spec = &spec;
+  ctx.mounts = &mounts;
+  ctx.sync_fd = sync.read.get();
+  ctx.report_fd = report.write.get();
+  ctx.life_fd = life.read.get();
+  ctx.socket_fd = child_socket.get();
+  ctx.self_exe_fd = self_exe.get();
+  ctx.last_cap = caps::last_cap();
+  if (spec.seccomp) ctx.seccomp = seccomp::default_program();
+  ctx.init_argv = init_argv.data();
+  ctx.envp = envp.data();
+  ctx.tty_fd_arg = tty_fd_arg;
+  ctx.tty_fd_arg_size = sizeof tty_fd_arg;
+  int keep[] = {ctx.sync_fd, ctx.report_fd, ctx.life_fd, ctx.socket_fd, ctx.self_exe_fd, 0, 1, 2};
+  std::copy(std::begin(keep), std::end(keep), ctx.keep_fds);
+  ctx.keep_count = 8;
+
+  int pidfd = -1;
+  clone_args args{};
+  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS |
+               CLONE_NEWIPC | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  if (container->cgroups_.unified_fd() >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(container->cgroups_.unified_fd());
+  }
+  const double t_clone = log::elapsed_ms();
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) throw_errno("clone3 (new user, mount, pid, network, uts and ipc namespaces)");
+  if (pid == 0) contain(ctx);
+
+  container->pid_ = static_cast<pid_t>(pid);
+  container->pidfd_.reset(pidfd);
+  container->lifeline_ = std::move(life.write);
+  sync.read.reset();
+  report.write.reset();
+  life.read.reset();
+  child_socket.reset();
+
+  auto abandon = [&]() {
+    ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+    siginfo_t info;
+    ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+    container->reaped_ = true;
+  };
+
+  // Parent's half of the handshake: id maps, cgroups, the idmapped root.
+  try {
+    namespaces::apply_id_map(container->pid_, &id_map);
+    container->cgroups_.attach(container->pid_);
+    UniqueFd lower;
+    if (caller.host_uid == 0) {
+      UniqueFd userns(
+          ::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+      if (userns) lower = mounts.idmapped_lower(userns.get());
+    }
+    if (!send_fd(parent_socket.get(), lower.get())) throw_errno("send the root to the sandbox");
+    SyncMessage go = sync_message_for(id_map, spec);
+    if (::write(sync.write.get(), &go, sizeof go) != sizeof go) throw_errno("start the sandbox");
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  sync.write.reset();
+  const double t_maps = log::elapsed_ms();
+
+  // Until the main process runs, the child reports warnings and failures.
+  ChildFailure failure;
+  bool failed = false;
+  for (;;) {
+    ChildFailure record;
+    ssize_t n = ::read(report.read.get(), &record, sizeof record);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (n != static_cast<ssize_t>(sizeof record)) continue;
+    if (record.exit_code == 0) {
+      log::warn(record.message());
+    } else if (!failed) {
+      failure = record;
+      failed = true;
+    }
+  }
+  if (failed) {
+    abandon();
+    throw Error(failure.message(), failure.exit_code);
+  }
+  if (spec.tty) {
+    int master = -1;
+    ChildFailure ignored;
+    if (!receive_fd(parent_socket.get(), &master, &ignored) || master < 0) {
+      // The child exited before sending it: its status says why.
+      siginfo_t info{};
+      ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+      container->reaped_ = true;
+      throw Error("the sandbox ended before its terminal was ready");
+    }
+    container->tty_master_.reset(master);
+  }
+  const double t_running = log::elapsed_ms();
+  log::debug("started pid " + std::to_string(pid) + " (" + id_map.describe() + "): prepare " +
+             std::to_string(t_clone - t_begin) + " ms, clone+maps " +
+             std::to_string(t_maps - t_clone) + " ms, setup+exec " +
+             std::to_string(t_running - t_maps) + " ms");
+  return container;
+}
+
+Container::~Container() {
+  if (!reaped_ && pidfd_) {
+    ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    siginfo_t info;
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
+                    WEXITED) < 0 &&
+           errno == EINTR) {
+    }
+  }
+  cgroups_.remove();
+}
+
+void Container::signal(int sig) const {
+  if (!reaped_) ::syscall(SYS_pidfd_send_signal, pidfd_.get(), sig, nullptr, 0);
+}
+
+int Container::finish(const siginfo_t& info) {
+  reaped_ = true;
+  if (info.si_code == CLD_EXITED)
+    status_ = info.si_status;
+  else
+    status_ = 128 + info.si_status;
+  lifeline_.reset();
+  cgroups_.remove();
+  return status_;
+}
+
+int Container::wait() {
+  if (reaped_) return status_;
+  siginfo_t info{};
+  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
+                  WEXITED) != 0) {
+    if (errno != EINTR) throw_errno("wait for the sandbox");
+  }
+  return finish(info);
+}
+
+bool Container::poll_exit(int* status) {
+  if (reaped_) {
+    *status = status_;
+    return true;
+  }
+  siginfo_t info{};
+  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
+               WEXITED | WNOHANG) != 0)
+    return false;
+  if (info.si_pid == 0) return false;
+  *status = finish(info);
+  return true;
+}
+
+}  // namespace openshell::runtime

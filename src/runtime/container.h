@@ -1,0 +1,61 @@
+// A running container: namespaces, mounts, limits and confinement set up by
+// the runtime, with a small init as PID 1 that runs the main process.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "base/unique_fd.h"
+#include "namespaces/userns.h"
+#include "runtime/cgroup.h"
+#include "runtime/spec.h"
+
+namespace openshell::runtime {
+
+class Container {
+ public:
+  // Starts the container and returns once the main process has been
+  // executed, or throws Error with the reason (exit code 125, or 126/127 when
+  // the command cannot be executed or is not found).
+  static std::unique_ptr<Container> start(const ContainerSpec& spec);
+
+  Container(const Container&) = delete;
+  Container& operator=(const Container&) = delete;
+  // Kills what still runs, reaps it and removes the cgroups.
+  ~Container();
+
+  pid_t pid() const { return pid_; }  // the init, in the caller's pid namespace
+  int pidfd() const { return pidfd_.get(); }
+  // The pseudo-terminal's master side (spec.tty), else -1.
+  int tty_master() const { return tty_master_.get(); }
+  const namespaces::IdMap& id_map() const { return id_map_; }
+
+  // Delivers a signal to the init, which passes it to the main process.
+  void signal(int sig) const;
+  // Blocks until the container ends; returns the main process's exit status
+  // (its code, or 128+N for signal N). Removes the cgroups.
+  int wait();
+  // Non-blocking: the status if the container has ended.
+  bool poll_exit(int* status);
+
+ private:
+  Container() = default;
+  int finish(const siginfo_t& info);
+
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  UniqueFd tty_master_;
+  UniqueFd lifeline_;  // closing it tells the init its owner is gone
+  CgroupSet cgroups_;
+  namespaces::IdMap id_map_;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+// The init's entry point: `openshell __init ...` as exec'd by the runtime.
+int init_main(int argc, char** argv);
+
+}  // namespace openshell::runtime

@@ -1,0 +1,49 @@
+// What to run and how to confine it: everything the runtime needs to start a
+// container, as plain data. The command line (openshell run) and the
+// supervisor fill it; the runtime knows nothing of either.
+#pragma once
+
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "namespaces/mounts.h"
+#include "runtime/caps.h"
+#include "runtime/cgroup.h"
+#include "runtime/landlock.h"
+
+namespace openshell::runtime {
+
+struct Rlimit {
+  int resource;  // RLIMIT_*
+  rlim_t soft;
+  rlim_t hard;
+};
+
+inline constexpr uint32_t kDefaultUid = 1000;
+inline constexpr uint32_t kDefaultGid = 1000;
+
+struct ContainerSpec {
+  namespaces::FilesystemSpec fs;
+  std::vector<std::string> argv;  // the main process
+  std::vector<std::string> env;   // "KEY=VALUE", exactly the main process's environment
+  std::string hostname = "sandbox";
+  uint32_t uid = kDefaultUid;  // inside the sandbox
+  uint32_t gid = kDefaultGid;
+  std::vector<uint32_t> supplementary_gids;
+  bool tty = false;  // a pseudo-terminal from the sandbox's own devpts
+  Limits limits;
+  std::vector<Rlimit> rlimits;  // core dumps are off unless a core limit is given here
+  caps::Set cap_add = 0;
+  bool seccomp = true;
+  landlock::Plan landlock;
+  std::string cgroup_name;  // default: openshell-<pid>
+  // The main process's stdio (the caller's by default).
+  int stdin_fd = 0;
+  int stdout_fd = 1;
+  int stderr_fd = 2;
+};
+
+}  // namespace openshell::runtime

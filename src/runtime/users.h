@@ -1,0 +1,28 @@
+// Users and groups of a root file system (its /etc/passwd and /etc/group),
+// for --user and the policy's run_as_user.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace openshell::runtime {
+
+struct ResolvedUser {
+  uint32_t uid;
+  uint32_t gid;
+  std::string name;  // empty for a bare number not in passwd
+  std::string home;  // "/" when unknown
+};
+
+// "1000", "1000:1000", "sandbox", "sandbox:staff", "1000:staff" against the
+// text of passwd and group files. A number need not be listed; a name must.
+// Throws Error naming what was not found.
+ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::string_view group,
+                          const std::string& where);
+
+// Reads <root>/etc/passwd and <root>/etc/group (missing files are empty).
+ResolvedUser resolve_user_in_root(std::string_view spec, const std::string& root);
+
+}  // namespace openshell::runtime
