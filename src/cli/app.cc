@@ -13,6 +13,33 @@
 
 namespace openshell::cli {
 
+namespace {
+
+// CLI11's "The following arguments were not expected: -- --bogus" becomes
+// "unknown option --bogus".
+std::string describe_parse_error(const CLI::ParseError& e) {
+  std::string message = e.what();
+  static const std::string kExtras = "The following argument";
+  if (message.rfind(kExtras, 0) != 0) return message;
+  auto colon = message.find(": ");
+  if (colon == std::string::npos) return message;
+  std::vector<std::string> options, others;
+  std::string rest = message.substr(colon + 2);
+  for (size_t start = 0; start <= rest.size();) {
+    size_t end = rest.find(' ', start);
+    if (end == std::string::npos) end = rest.size();
+    std::string word = rest.substr(start, end - start);
+    if (!word.empty() && word != "--") (word[0] == '-' ? options : others).push_back(word);
+    start = end + 1;
+  }
+  if (!options.empty())
+    return std::string(options.size() > 1 ? "unknown options " : "unknown option ") +
+           CLI::detail::join(options, " ");
+  return "unexpected argument " + CLI::detail::join(others, " ");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{
       "openshell runs commands in sandboxes whose files, processes, system calls and network are "
@@ -30,6 +57,10 @@ int main(int argc, char** argv) {
   Action action;
   add_run_command(app, &action);
 
+  if (argc == 1) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -39,9 +70,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
+      log::error(std::string("unknown command '") + argv[1] + "' (see 'openshell --help')");
+      return exit_code::kFailure;
+    }
     std::string where = "openshell";
     for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
-    log::error(std::string(e.what()) + " (see '" + where + " --help')");
+    log::error(describe_parse_error(e) + " (see '" + where + " --help')");
     return exit_code::kFailure;
   }
   log::set_verbose(verbose);

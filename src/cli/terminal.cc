@@ -123,10 +123,9 @@ int attach(runtime::Container& container) {
     if (stdin_open && (fds[3].revents & (POLLIN | POLLHUP | POLLERR))) {
       if (!pump(STDIN_FILENO, master)) {
         stdin_open = false;
-        // End of input: the terminal's end-of-file character.
-        termios attrs;
-        char eof = ::tcgetattr(master, &attrs) == 0 ? static_cast<char>(attrs.c_cc[VEOF]) : '\x04';
-        write_all(master, &eof, 1);
+        // End of input: the end-of-file character (^D, the default VEOF;
+        // the master side cannot read the slave's settings).
+        write_all(master, "\x04", 1);
       }
     }
     if (fds[0].revents & POLLIN) {

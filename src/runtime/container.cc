@@ -21,6 +21,7 @@
 #include "base/child_failure.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "namespaces/network.h"
 #include "runtime/seccomp.h"
 
 namespace openshell::runtime {
@@ -210,6 +211,7 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
 
   if (::sethostname(spec.hostname.data(), spec.hostname.size()) != 0)
     fail(&f, errno, "sethostname", spec.hostname.c_str()), die();
+  if (!namespaces::bring_up_loopback(&f)) die();
 
   // Resource limits (core dumps off unless asked for).
   for (const Rlimit& r : spec.rlimits) {

@@ -1,0 +1,244 @@
+// Confinement: every attempt to get out of the sandbox must fail, as root and
+// rootless. The probe (osh-probe) tries one thing per run and says whether
+// the kernel let it.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+
+#include "harness.h"
+
+using testing::HasSubstr;
+using testing::StartsWith;
+
+namespace e2e {
+namespace {
+
+class Confinement : public ModeTest {
+ protected:
+  Result probe(const std::vector<std::string>& probe_args, const std::vector<std::string>& run_args = {}) {
+    std::vector<std::string> command = {"osh-probe"};
+    command.insert(command.end(), probe_args.begin(), probe_args.end());
+    return sandbox(mode(), run_args, command);
+  }
+  // The probe's action must be refused with the given errno name.
+  void ExpectDenied(const std::vector<std::string>& probe_args, const std::string& errno_name,
+                    const std::vector<std::string>& run_args = {}) {
+    Result r = probe(probe_args, run_args);
+    EXPECT_EQ(r.status, 1) << testing::PrintToString(probe_args) << " was not refused: " << r.out
+                           << r.err;
+    EXPECT_THAT(r.out, HasSubstr("denied: " + errno_name)) << testing::PrintToString(probe_args);
+  }
+};
+E2E_ALL_MODES(Confinement);
+
+TEST_P(Confinement, NoCapabilitiesNoNewPrivsSeccompOn) {
+  for (const std::vector<std::string>& user : {std::vector<std::string>{}, {"--user", "0"}}) {
+    Result r = probe({"status"}, user);
+    ASSERT_EQ(r.status, 0) << r.err;
+    for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"})
+      EXPECT_THAT(r.out, HasSubstr(std::string(set) + ":\t0000000000000000")) << set;
+    EXPECT_THAT(r.out, HasSubstr("NoNewPrivs:\t1"));
+    EXPECT_THAT(r.out, HasSubstr("Seccomp:\t2"));
+  }
+}
+
+TEST_P(Confinement, CapAddKeepsOnlyThatCapability) {
+  Result r = probe({"status"}, {"--cap-add", "NET_ADMIN"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  // CAP_NET_ADMIN is bit 12: 0x1000.
+  for (const char* set : {"CapPrm", "CapEff", "CapBnd", "CapAmb"})
+    EXPECT_THAT(r.out, HasSubstr(std::string(set) + ":\t0000000000001000")) << set;
+}
+
+TEST_P(Confinement, SeccompUnconfinedIsExplicit) {
+  Result r = probe({"status"}, {"--seccomp", "unconfined"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Seccomp:\t0"));
+  EXPECT_THAT(r.out, HasSubstr("NoNewPrivs:\t1"));
+}
+
+// The escape battery.
+TEST_P(Confinement, MountIsRefused) { ExpectDenied({"mount"}, "EPERM", {"--user", "0"}); }
+TEST_P(Confinement, UmountIsRefused) { ExpectDenied({"umount", "/proc"}, "EPERM", {"--user", "0"}); }
+TEST_P(Confinement, NewUserNamespaceIsRefused) {
+  ExpectDenied({"unshare-user"}, "EPERM");
+  ExpectDenied({"clone-newuser"}, "EPERM");
+  // busybox's unshare, as a user would type it.
+  Result r = sandbox(mode(), {}, {"unshare", "-U", "true"});
+  EXPECT_NE(r.status, 0);
+}
+TEST_P(Confinement, Clone3FallsBackWithEnosys) { ExpectDenied({"clone3"}, "ENOSYS"); }
+TEST_P(Confinement, SetnsIsRefused) { ExpectDenied({"setns"}, "EPERM", {"--user", "0"}); }
+TEST_P(Confinement, PtraceIsRefused) {
+  ExpectDenied({"ptrace", "1"}, "EPERM", {"--user", "0"});
+  // A host process is not even visible.
+  Result r = probe({"kill", std::to_string(::getpid())});
+  EXPECT_THAT(r.out, HasSubstr("denied: ESRCH"));
+}
+TEST_P(Confinement, KeyringsAreRefused) {
+  ExpectDenied({"keyctl"}, "EPERM");
+  ExpectDenied({"add_key"}, "EPERM");
+}
+TEST_P(Confinement, BpfAndPerfAreRefused) {
+  ExpectDenied({"bpf"}, "EPERM", {"--user", "0"});
+  ExpectDenied({"perf_event_open"}, "EPERM");
+  ExpectDenied({"userfaultfd"}, "EPERM");
+}
+TEST_P(Confinement, IoUringIsRefused) { ExpectDenied({"io_uring"}, "EPERM"); }
+TEST_P(Confinement, KernelLoadingIsRefused) {
+  ExpectDenied({"kexec_load"}, "EPERM", {"--user", "0"});
+  ExpectDenied({"init_module"}, "EPERM", {"--user", "0"});
+  ExpectDenied({"open_by_handle_at"}, "EPERM", {"--user", "0"});
+}
+TEST_P(Confinement, UnknownSyscallsGetEnosys) { ExpectDenied({"syscall", "1000"}, "ENOSYS"); }
+TEST_P(Confinement, RawAndPacketSocketsAreRefused) {
+  ExpectDenied({"raw-socket"}, "EPERM", {"--user", "0"});
+  ExpectDenied({"packet-socket"}, "EPERM", {"--user", "0"});
+  // Even with CAP_NET_RAW the filter refuses them.
+  ExpectDenied({"raw-socket"}, "EPERM", {"--user", "0", "--cap-add", "NET_RAW"});
+  Result r = probe({"tcp-socket"});
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+TEST_P(Confinement, PrivilegedFileOperationsAreRefused) {
+  ExpectDenied({"mknod", "/tmp/null"}, "EPERM", {"--user", "0"});
+  ExpectDenied({"chroot", "/tmp"}, "EPERM", {"--user", "0"});
+  // EINVAL where 0 does not even exist inside (a single-id map).
+  ExpectDenied({"setuid", "0"}, mode() == Mode::kRootlessSingle ? "EINVAL" : "EPERM");
+  ExpectDenied({"sethostname"}, "EPERM", {"--user", "0"});
+}
+TEST_P(Confinement, KernelTunablesAreReadOnly) {
+  ExpectDenied({"write", "/proc/sys/kernel/hostname", "escaped"}, "EROFS", {"--user", "0"});
+  ExpectDenied({"write", "/sys/kernel/uevent_helper", "/escape"}, "EROFS", {"--user", "0"});
+  Result r = probe({"read", "/proc/keys"}, {"--user", "0"});
+  EXPECT_EQ(r.out, "ok: 0 bytes\n");
+}
+TEST_P(Confinement, TerminalInjectionIsRefused) {
+  Options o;
+  o.pty = true;
+  Result r = sandbox(mode(), {}, {"osh-probe", "tiocsti"}, o);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("denied:"));
+}
+
+// A TCP listener on the host's loopback, and on its first non-loopback
+// address: neither is reachable, and refusal is immediate.
+TEST_P(Confinement, HostPortsAreUnreachable) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::string port = std::to_string(ntohs(addr.sin_port));
+
+  ExpectDenied({"connect", "127.0.0.1", port}, "ECONNREFUSED");
+  ExpectDenied({"connect", "127.0.0.1", port}, "ECONNREFUSED", {"--user", "0", "--cap-add", "ALL"});
+
+  // The host's own address (if it has one besides loopback): no route out.
+  ifaddrs* list = nullptr;
+  std::string host_ip;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+      auto* in = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+      if (ntohl(in->sin_addr.s_addr) >> 24 == 127) continue;
+      char text[INET_ADDRSTRLEN];
+      host_ip = ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+      break;
+    }
+    ::freeifaddrs(list);
+  }
+  if (!host_ip.empty()) ExpectDenied({"connect", host_ip, port}, "ENETUNREACH");
+  ::close(listener);
+}
+
+TEST_P(Confinement, NoHostFileDescriptorsEnter) {
+  // An fd the caller forgot to close (not close-on-exec), pointing at the host's /.
+  int leaked = ::open("/", O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(leaked, 3);
+  Options o;
+  o.leak_fds = {leaked};
+  Result r = sandbox(mode(), {}, {"osh-probe", "fds"}, o);
+  ::close(leaked);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ok: 0,1,2\n");
+}
+
+// CVE-2019-5736: nothing in the sandbox may write the openshell binary.
+TEST_P(Confinement, InitImageCannotBeWritten) {
+  std::string before = file_contents(binary());
+  // PID 1 is not dumpable: its /proc entries are closed to the sandbox.
+  ExpectDenied({"exe-write", "/proc/1/exe"}, "EACCES", {"--user", "0"});
+  // Even at the weakest (root inside, CAP_SYS_PTRACE, no seccomp) the image
+  // is a read-only mount: a handle on it cannot be reopened for writing.
+  Result r = probe({"exe-reopen", "1"},
+                   {"--user", "0", "--cap-add", "SYS_PTRACE", "--seccomp", "unconfined"});
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("reopen for writing: denied:"));
+  // A script whose interpreter is /proc/self/exe runs the sealed image too.
+  std::string dir = make_dir(mode(), "evil-" + mode_name(mode()), 0755);
+  write_file(dir + "/evil", "#!/proc/self/exe\n", 0755);
+  Result evil = sandbox(mode(), {"--bind", dir + ":/evil:ro", "--user", "0"}, {"/evil/evil"});
+  EXPECT_EQ(evil.status, 125) << evil.err;
+  EXPECT_EQ(file_contents(binary()), before);
+}
+
+TEST_P(Confinement, InitImageIsOnAReadOnlyMount) {
+  // With the weakest settings the sandbox can look at its PID 1's binary: it
+  // lives on a read-only mount.
+  Result r = probe({"statvfs-ro", "/proc/1/exe"},
+                   {"--user", "0", "--cap-add", "SYS_PTRACE", "--seccomp", "unconfined"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(r.out, "ok: read-only\n");
+}
+
+TEST_P(Confinement, LandlockConfinesFilesystem) {
+  std::string policy = write_file(scratch() + "/fs-" + mode_name(mode()) + ".toml", R"(version = 1
+[filesystem_policy]
+include_workdir = false
+read_only = ["/bin", "/usr", "/etc", "/proc", "/dev"]
+read_write = ["/tmp", "/dev/null"]
+)");
+  std::vector<std::string> run = {"--policy", policy, "--user", "0"};
+  // Allowed: reading system files, writing /tmp.
+  Result r = sandbox(mode(), run, {"sh", "-c", "cat /etc/hostname && echo x > /tmp/x && echo ok"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "sandbox\nok\n");
+  // Refused: writing anywhere else, even as root inside.
+  ExpectDenied({"write", "/home/sandbox/x"}, "EACCES", run);
+  ExpectDenied({"write", "/etc/x"}, "EACCES", run);
+  ExpectDenied({"read", "/root"}, "EACCES", run);
+}
+
+TEST_P(Confinement, LandlockHardRequirementRefusesMissingPaths) {
+  std::string hard = write_file(scratch() + "/hard-" + mode_name(mode()) + ".toml", R"(version = 1
+[filesystem_policy]
+read_only = ["/bin", "/usr", "/no/such/dir"]
+[landlock]
+compatibility = "hard_requirement"
+)");
+  Result r = sandbox(mode(), {"--policy", hard}, {"true"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_THAT(r.err, HasSubstr("/no/such/dir"));
+
+  std::string soft = write_file(scratch() + "/soft-" + mode_name(mode()) + ".toml", R"(version = 1
+[filesystem_policy]
+read_only = ["/bin", "/usr", "/no/such/dir"]
+)");
+  r = sandbox(mode(), {"--policy", soft}, {"true"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning"));
+  EXPECT_THAT(r.err, HasSubstr("/no/such/dir"));
+}
+
+}  // namespace
+}  // namespace e2e

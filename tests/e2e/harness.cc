@@ -1,0 +1,368 @@
+#include "harness.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace e2e {
+
+namespace {
+
+constexpr const char* kSubuidUser = "osh-e2e-sub";
+constexpr const char* kSingleUser = "osh-e2e-one";
+
+struct State {
+  std::string binary, rootfs, scratch;
+  uid_t sub_uid = 0, single_uid = 0;
+  gid_t sub_gid = 0, single_gid = 0;
+  std::vector<std::string> users_created;
+};
+State g;
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : fallback;
+}
+
+int shell(const std::string& command) {
+  int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool lookup_user(const std::string& name, uid_t* uid, gid_t* gid) {
+  std::ifstream passwd("/etc/passwd");
+  std::string line;
+  while (std::getline(passwd, line)) {
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    std::string field;
+    while (std::getline(ss, field, ':')) fields.push_back(field);
+    if (fields.size() >= 4 && fields[0] == name) {
+      *uid = static_cast<uid_t>(std::stoul(fields[2]));
+      *gid = static_cast<gid_t>(std::stoul(fields[3]));
+      return true;
+    }
+  }
+  return false;
+}
+
+bool has_subuid(const std::string& name) {
+  std::ifstream subuid("/etc/subuid");
+  std::string line;
+  while (std::getline(subuid, line))
+    if (line.rfind(name + ":", 0) == 0) return true;
+  return false;
+}
+
+void ensure_user(const std::string& name, bool system_user) {
+  uid_t uid;
+  gid_t gid;
+  if (!lookup_user(name, &uid, &gid)) {
+    std::string cmd = "useradd -M -s /usr/sbin/nologin ";
+    if (system_user) cmd += "-r ";
+    if (shell(cmd + name + " >/dev/null 2>&1") != 0) {
+      std::fprintf(stderr, "e2e: useradd %s failed\n", name.c_str());
+      std::exit(1);
+    }
+    g.users_created.push_back(name);
+  }
+  if (!system_user && !has_subuid(name))
+    shell("usermod --add-subuids 400000-465535 --add-subgids 400000-465535 " + name);
+}
+
+class Environment : public testing::Environment {
+ public:
+  void SetUp() override {
+    if (::geteuid() != 0) return;
+    char dir[] = "/tmp/osh-e2e-XXXXXX";
+    if (!::mkdtemp(dir)) {
+      std::perror("mkdtemp");
+      std::exit(1);
+    }
+    g.scratch = dir;
+    ::chmod(dir, 0755);
+    g.binary = g.scratch + "/openshell";
+    if (shell("cp '" + env_or("OPENSHELL_BIN", "build/openshell") + "' '" + g.binary + "'") != 0) {
+      std::fprintf(stderr, "e2e: cannot copy the openshell binary\n");
+      std::exit(1);
+    }
+    g.rootfs = g.scratch + "/rootfs";
+    std::string script = env_or("OSH_ROOTFS_SCRIPT", "rootfs-tools/build-busybox-rootfs");
+    std::string probe = env_or("OSH_PROBE", "build/tests/e2e/osh-probe");
+    if (shell("'" + script + "' '" + g.rootfs + "' '" + probe + "' >/dev/null") != 0) {
+      std::fprintf(stderr, "e2e: building the busybox root failed\n");
+      std::exit(1);
+    }
+    ensure_user(kSubuidUser, false);
+    ensure_user(kSingleUser, true);
+    lookup_user(kSubuidUser, &g.sub_uid, &g.sub_gid);
+    lookup_user(kSingleUser, &g.single_uid, &g.single_gid);
+  }
+
+  void TearDown() override {
+    if (!g.scratch.empty()) shell("rm -rf '" + g.scratch + "'");
+    for (const auto& user : g.users_created) shell("userdel " + user + " >/dev/null 2>&1");
+  }
+};
+
+[[maybe_unused]] testing::Environment* const g_env =
+    testing::AddGlobalTestEnvironment(new Environment);
+
+long now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void drop_to(Mode mode) {
+  if (mode == Mode::kRoot) return;
+  uid_t uid = uid_of(mode);
+  gid_t gid = gid_of(mode);
+  if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 ||
+      ::setresuid(uid, uid, uid) != 0) {
+    std::perror("drop privileges");
+    ::_exit(121);
+  }
+}
+
+}  // namespace
+
+std::string mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kRoot: return "Root";
+    case Mode::kRootlessSubuid: return "RootlessSubuid";
+    case Mode::kRootlessSingle: return "RootlessSingle";
+  }
+  return "?";
+}
+
+bool is_rootless(Mode mode) { return mode != Mode::kRoot; }
+
+std::string param_name(const testing::TestParamInfo<Mode>& info) { return mode_name(info.param); }
+
+const std::string& binary() { return g.binary; }
+const std::string& rootfs() { return g.rootfs; }
+const std::string& scratch() { return g.scratch; }
+uid_t uid_of(Mode mode) {
+  return mode == Mode::kRoot ? 0 : mode == Mode::kRootlessSubuid ? g.sub_uid : g.single_uid;
+}
+gid_t gid_of(Mode mode) {
+  return mode == Mode::kRoot ? 0 : mode == Mode::kRootlessSubuid ? g.sub_gid : g.single_gid;
+}
+
+Result openshell(Mode mode, const std::vector<std::string>& args, const Options& options) {
+  Result result;
+  if (::geteuid() != 0) {
+    result.err = "e2e tests need root (to create the test users)";
+    return result;
+  }
+  int out_pipe[2], err_pipe[2], in_pipe[2];
+  int master = -1, slave = -1;
+  if (options.pty) {
+    winsize size{options.rows, options.cols, 0, 0};
+    if (::openpty(&master, &slave, nullptr, nullptr, &size) != 0) {
+      result.err = "openpty failed";
+      return result;
+    }
+  }
+  if (::pipe2(out_pipe, O_CLOEXEC) || ::pipe2(err_pipe, O_CLOEXEC) || ::pipe2(in_pipe, O_CLOEXEC)) {
+    result.err = "pipe failed";
+    return result;
+  }
+  std::vector<std::string> argv_strings = {g.binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + g.scratch,
+                                          "LANG=C"};
+  env_strings.insert(env_strings.end(), options.env.begin(), options.env.end());
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    if (options.pty) {
+      ::setsid();
+      ::ioctl(slave, TIOCSCTTY, 0);
+      ::dup2(slave, 0);
+      ::dup2(slave, 1);
+      ::dup2(slave, 2);
+    } else {
+      ::dup2(in_pipe[0], 0);
+      ::dup2(out_pipe[1], 1);
+      ::dup2(err_pipe[1], 2);
+    }
+    for (int fd : options.leak_fds) ::fcntl(fd, F_SETFD, 0);
+    drop_to(mode);
+    if (::chdir(g.scratch.c_str()) != 0) ::_exit(122);
+    ::execve(argv[0], argv.data(), envp.data());
+    std::perror("exec openshell");
+    ::_exit(123);
+  }
+  ::close(in_pipe[0]);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (slave >= 0) ::close(slave);
+
+  // Feed stdin, collect output, enforce the timeout.
+  std::string pending = options.stdin_data;
+  int in_fd = in_pipe[1];
+  if (options.pty) {
+    ::close(in_fd);
+    in_fd = -1;
+    if (!pending.empty()) {
+      ssize_t ignored = ::write(master, pending.data(), pending.size());
+      (void)ignored;
+    }
+    pending.clear();
+  } else if (pending.empty()) {
+    ::close(in_fd);
+    in_fd = -1;
+  }
+  int out_fd = options.pty ? master : out_pipe[0];
+  int err_fd = options.pty ? -1 : err_pipe[0];
+  if (options.pty) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+  }
+  const long deadline = now_ms() + options.timeout_s * 1000L;
+  bool signalled = false;
+  while (out_fd >= 0 || err_fd >= 0) {
+    if (options.signal && !signalled && result.out.find(options.signal_when) != std::string::npos) {
+      ::kill(pid, options.signal);
+      signalled = true;
+    }
+    long left = deadline - now_ms();
+    if (left <= 0) {
+      result.timed_out = true;
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    pollfd fds[3] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}, {in_fd, POLLOUT, 0}};
+    if (::poll(fds, 3, static_cast<int>(std::min(left, 200L))) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      char buf[8192];
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        (i == 0 ? out_fd : err_fd) = -1;
+      }
+    }
+    if (in_fd >= 0 && fds[2].revents) {
+      ssize_t n = ::write(in_fd, pending.data(), pending.size());
+      if (n > 0) pending.erase(0, static_cast<size_t>(n));
+      if (n < 0 || pending.empty()) {
+        ::close(in_fd);
+        in_fd = -1;
+      }
+    }
+  }
+  for (int fd : {out_fd, err_fd, in_fd})
+    if (fd >= 0) ::close(fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+Result sandbox(Mode mode, const std::vector<std::string>& run_args,
+               const std::vector<std::string>& command, const Options& options) {
+  std::vector<std::string> args = {"run", "--rootfs", g.rootfs};
+  args.insert(args.end(), run_args.begin(), run_args.end());
+  args.push_back("--");
+  args.insert(args.end(), command.begin(), command.end());
+  return openshell(mode, args, options);
+}
+
+std::string make_dir(Mode mode, const std::string& name, mode_t perms) {
+  std::string path = g.scratch + "/" + name;
+  ::mkdir(path.c_str(), perms);
+  ::chmod(path.c_str(), perms);
+  if (::chown(path.c_str(), uid_of(mode), gid_of(mode)) != 0) std::perror("chown");
+  return path;
+}
+
+std::string write_file(const std::string& path, const std::string& content, mode_t perms) {
+  std::ofstream out(path, std::ios::trunc);
+  out << content;
+  out.close();
+  ::chmod(path.c_str(), perms);
+  return path;
+}
+
+std::string file_contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> leftover_mounts() {
+  std::vector<std::string> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find("oldroot") != std::string::npos || line.find("newroot") != std::string::npos ||
+        line.find("osh-e2e") != std::string::npos)
+      out.push_back(line);
+  return out;
+}
+
+std::vector<std::string> leftover_cgroups() {
+  std::vector<std::string> out;
+  // Depth-limited walk of the cgroup hierarchies for openshell-* directories.
+  std::vector<std::pair<std::string, int>> stack = {{"/sys/fs/cgroup", 0}};
+  while (!stack.empty()) {
+    auto [dir, depth] = stack.back();
+    stack.pop_back();
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) continue;
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
+      std::string path = dir + "/" + e->d_name;
+      if (std::strncmp(e->d_name, "openshell-", 10) == 0)
+        out.push_back(path);
+      else if (depth < 4)
+        stack.push_back({path, depth + 1});
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+std::vector<std::string> leftover_processes() {
+  std::vector<std::string> out;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return out;
+  while (dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::string cmdline = file_contents(std::string("/proc/") + e->d_name + "/cmdline");
+    if (cmdline.rfind("openshell-init", 0) == 0) out.push_back(e->d_name);
+  }
+  ::closedir(proc);
+  return out;
+}
+
+}  // namespace e2e

@@ -1,0 +1,92 @@
+// End-to-end harness: runs the real openshell binary as root and as
+// ordinary users that the tests create (and remove), and inspects the host
+// for anything left behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace e2e {
+
+enum class Mode {
+  kRoot,            // as root: a subordinate id range, idmapped root
+  kRootlessSubuid,  // an ordinary user with /etc/subuid: newuidmap
+  kRootlessSingle,  // a system user without: a single-id map
+};
+
+std::string mode_name(Mode mode);
+bool is_rootless(Mode mode);
+
+struct Result {
+  int status = -1;  // exit code, or 128+signal
+  std::string out;
+  std::string err;
+  bool timed_out = false;
+};
+
+struct Options {
+  std::string stdin_data;
+  int timeout_s = 30;
+  bool pty = false;  // run under a pseudo-terminal (stdin, stdout, stderr all on it)
+  unsigned short rows = 0, cols = 0;
+  std::vector<int> leak_fds;          // fds left open (not close-on-exec) into openshell
+  std::vector<std::string> env;       // extra KEY=VALUE for openshell's environment
+  std::string signal_when;            // once stdout holds this text...
+  int signal = 0;                     // ...send this signal to openshell
+};
+
+// openshell ARGS... as the mode's user.
+Result openshell(Mode mode, const std::vector<std::string>& args, const Options& options = {});
+
+// openshell run --rootfs <busybox root> RUN_ARGS... -- COMMAND...
+Result sandbox(Mode mode, const std::vector<std::string>& run_args,
+               const std::vector<std::string>& command, const Options& options = {});
+
+// Paths prepared by the environment (all readable by the test users).
+const std::string& binary();   // a copy of build/openshell
+const std::string& rootfs();   // busybox root with /usr/bin/osh-probe
+const std::string& scratch();  // a 0755 directory, removed at the end
+uid_t uid_of(Mode mode);
+gid_t gid_of(Mode mode);
+
+// Makes a directory under scratch() owned by the mode's user.
+std::string make_dir(Mode mode, const std::string& name, mode_t perms = 0755);
+std::string write_file(const std::string& path, const std::string& content, mode_t perms = 0644);
+
+// What openshell may leave on the host: mounts, cgroups, init processes.
+std::vector<std::string> leftover_mounts();
+std::vector<std::string> leftover_cgroups();
+std::vector<std::string> leftover_processes();
+
+// SHA-256-free content fingerprint of a file (its bytes).
+std::string file_contents(const std::string& path);
+
+// The test suites take the mode as their parameter.
+// After every test: nothing of a sandbox is left on the host.
+class ModeTest : public testing::TestWithParam<Mode> {
+ protected:
+  Mode mode() const { return GetParam(); }
+  void SetUp() override {
+    if (binary().empty()) GTEST_SKIP() << "e2e tests need root (to create the test users)";
+  }
+  void TearDown() override {
+    if (binary().empty()) return;
+    EXPECT_EQ(leftover_mounts(), std::vector<std::string>{}) << "mounts left behind";
+    EXPECT_EQ(leftover_cgroups(), std::vector<std::string>{}) << "cgroups left behind";
+    EXPECT_EQ(leftover_processes(), std::vector<std::string>{}) << "processes left behind";
+  }
+};
+
+std::string param_name(const testing::TestParamInfo<Mode>& info);
+
+#define E2E_ALL_MODES(Suite)                                                        \
+  INSTANTIATE_TEST_SUITE_P(Modes, Suite,                                            \
+                           testing::Values(e2e::Mode::kRoot, e2e::Mode::kRootlessSubuid, \
+                                           e2e::Mode::kRootlessSingle),             \
+                           e2e::param_name)
+
+}  // namespace e2e

@@ -1,0 +1,335 @@
+// osh-probe: runs inside a sandbox and tries one thing, reporting whether the
+// kernel let it. Used by the end-to-end tests to try to break out.
+//
+//   osh-probe ACTION [ARGS...]
+//
+// Prints "ok[: detail]" and exits 0 when the action succeeded; prints
+// "denied: ERRNO_NAME (text)" and exits 1 when it failed; exits 2 on bad use.
+// A statically linked binary, so that it runs in a busybox root.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/io_uring.h>
+#include <linux/keyctl.h>
+#include <linux/perf_event.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char* errno_name(int err) {
+  switch (err) {
+    case EPERM: return "EPERM";
+    case ENOENT: return "ENOENT";
+    case ESRCH: return "ESRCH";
+    case EACCES: return "EACCES";
+    case EROFS: return "EROFS";
+    case ENOSYS: return "ENOSYS";
+    case EAGAIN: return "EAGAIN";
+    case EINVAL: return "EINVAL";
+    case ETXTBSY: return "ETXTBSY";
+    case ECONNREFUSED: return "ECONNREFUSED";
+    case ENETUNREACH: return "ENETUNREACH";
+    case EHOSTUNREACH: return "EHOSTUNREACH";
+    case ETIMEDOUT: return "ETIMEDOUT";
+    case EAFNOSUPPORT: return "EAFNOSUPPORT";
+    case ENOTTY: return "ENOTTY";
+    case EBADF: return "EBADF";
+    case ENOMEM: return "ENOMEM";
+    case EEXIST: return "EEXIST";
+    case ENOTDIR: return "ENOTDIR";
+    case EISDIR: return "EISDIR";
+    case EXDEV: return "EXDEV";
+    case EOVERFLOW: return "EOVERFLOW";
+    default: return "E?";
+  }
+}
+
+int result(long rc, const std::string& detail = "") {
+  if (rc >= 0) {
+    std::printf("ok%s%s\n", detail.empty() ? "" : ": ", detail.c_str());
+    return 0;
+  }
+  int err = errno;
+  std::printf("denied: %s (%s)\n", errno_name(err), std::strerror(err));
+  return 1;
+}
+
+int write_file(const char* path, const char* data) {
+  int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return result(-1);
+  ssize_t n = ::write(fd, data, std::strlen(data));
+  int err = errno;
+  ::close(fd);
+  errno = err;
+  return result(n < 0 ? -1 : 0);
+}
+
+int read_file(const char* path) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return result(-1);
+  char buf[65536];
+  long total = 0;
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) total += n;
+  int err = errno;
+  ::close(fd);
+  errno = err;
+  return result(n < 0 ? -1 : 0, std::to_string(total) + " bytes");
+}
+
+int tcp_connect(const char* host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return result(-1);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+    errno = EINVAL;
+    return result(-1);
+  }
+  timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  if (rc < 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    rc = ::poll(&p, 1, 3000);
+    if (rc == 0) {
+      errno = ETIMEDOUT;
+      rc = -1;
+    } else {
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      errno = err;
+      rc = err ? -1 : 0;
+    }
+  }
+  int err = errno;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+  std::fprintf(stderr, "connect took %ld ms\n", ms);
+  errno = err;
+  return result(rc);
+}
+
+int fork_many(int count) {
+  std::vector<pid_t> children;
+  int err = 0;
+  for (int i = 0; i < count; ++i) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    if (pid < 0) {
+      err = errno;
+      break;
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) ::kill(pid, SIGKILL);
+  for (pid_t pid : children) ::waitpid(pid, nullptr, 0);
+  if (err) {
+    std::printf("forked %zu\n", children.size());
+    errno = err;
+    return result(-1);
+  }
+  return result(0, "forked " + std::to_string(children.size()));
+}
+
+int alloc_mb(long mb) {
+  const size_t chunk = 1 << 20;
+  for (long i = 0; i < mb; ++i) {
+    char* p = static_cast<char*>(std::malloc(chunk));
+    if (!p) {
+      errno = ENOMEM;
+      return result(-1);
+    }
+    std::memset(p, 1, chunk);
+  }
+  return result(0, "allocated " + std::to_string(mb) + " MiB");
+}
+
+int list_fds() {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) return result(-1);
+  std::string fds;
+  int self = ::dirfd(dir);
+  while (dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    if (std::atoi(e->d_name) == self) continue;
+    if (!fds.empty()) fds += ",";
+    fds += e->d_name;
+  }
+  ::closedir(dir);
+  return result(0, fds);
+}
+
+int spin_cpu(long wall_ms) {
+  timespec start, now, cpu;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  volatile unsigned long x = 0;
+  for (;;) {
+    for (int i = 0; i < 100000; ++i) x = x + static_cast<unsigned long>(i);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (ms >= wall_ms) break;
+  }
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+  return result(0, "cpu_ms " + std::to_string(cpu.tv_sec * 1000 + cpu.tv_nsec / 1000000));
+}
+
+// CVE-2019-5736's step: get a handle on the init's binary, then try to
+// reopen it for writing.
+int exe_reopen(const char* pid) {
+  std::string path = std::string("/proc/") + pid + "/exe";
+  int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) {
+    std::printf("open %s O_PATH: ", path.c_str());
+    return result(-1);
+  }
+  std::string again = "/proc/self/fd/" + std::to_string(fd);
+  int w = ::open(again.c_str(), O_WRONLY | O_CLOEXEC);
+  std::printf("reopen for writing: ");
+  return result(w);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: osh-probe ACTION [ARGS...]\n");
+    return 2;
+  }
+  std::string action = argv[1];
+  auto arg = [&](int i) -> const char* {
+    if (i >= argc) {
+      std::fprintf(stderr, "osh-probe %s: missing argument\n", action.c_str());
+      std::exit(2);
+    }
+    return argv[i];
+  };
+
+  if (action == "mount") return result(::mount("none", "/tmp", "tmpfs", 0, nullptr));
+  if (action == "umount") return result(::umount2(arg(2), MNT_DETACH));
+  if (action == "unshare-user") return result(::unshare(CLONE_NEWUSER));
+  if (action == "unshare-mount") return result(::unshare(CLONE_NEWNS));
+  if (action == "clone-newuser") {
+    long pid = ::syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (pid == 0) ::_exit(0);
+    if (pid > 0) ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    return result(pid);
+  }
+  if (action == "clone3") {
+    struct {
+      uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    } args{};
+    args.exit_signal = SIGCHLD;
+    long pid = ::syscall(SYS_clone3, &args, sizeof args);
+    if (pid == 0) ::_exit(0);
+    if (pid > 0) ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    return result(pid);
+  }
+  if (action == "setns") return result(::setns(::open("/proc/1/ns/net", O_RDONLY), 0));
+  if (action == "ptrace") return result(::ptrace(PTRACE_ATTACH, std::atoi(arg(2)), nullptr, nullptr));
+  if (action == "kill") return result(::kill(std::atoi(arg(2)), 0));
+  if (action == "keyctl")
+    return result(::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, "osh-probe"));
+  if (action == "add_key")
+    return result(::syscall(SYS_add_key, "user", "osh", "x", 1, KEY_SPEC_PROCESS_KEYRING));
+  if (action == "bpf") {
+    union bpf_attr attr{};
+    attr.map_type = BPF_MAP_TYPE_ARRAY;
+    attr.key_size = 4;
+    attr.value_size = 4;
+    attr.max_entries = 1;
+    return result(::syscall(SYS_bpf, BPF_MAP_CREATE, &attr, sizeof attr));
+  }
+  if (action == "perf_event_open") {
+    perf_event_attr attr{};
+    attr.size = sizeof attr;
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    return result(::syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0));
+  }
+  if (action == "userfaultfd") return result(::syscall(SYS_userfaultfd, O_CLOEXEC));
+  if (action == "io_uring") {
+    io_uring_params params{};
+    return result(::syscall(SYS_io_uring_setup, 8, &params));
+  }
+  if (action == "kexec_load") return result(::syscall(SYS_kexec_load, 0, 0, nullptr, 0));
+  if (action == "init_module") return result(::syscall(SYS_init_module, nullptr, 0, ""));
+  if (action == "open_by_handle_at") {
+    char buf[sizeof(file_handle) + 128] = {};
+    auto* handle = reinterpret_cast<file_handle*>(buf);
+    handle->handle_bytes = 8;
+    return result(::syscall(SYS_open_by_handle_at, AT_FDCWD, handle, O_RDONLY));
+  }
+  if (action == "raw-socket") return result(::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP));
+  if (action == "packet-socket") return result(::socket(AF_PACKET, SOCK_RAW, 0));
+  if (action == "tcp-socket") return result(::socket(AF_INET, SOCK_STREAM, 0));
+  if (action == "connect") return tcp_connect(arg(2), std::atoi(arg(3)));
+  if (action == "write") return write_file(arg(2), argc > 3 ? argv[3] : "osh-probe\n");
+  if (action == "read") return read_file(arg(2));
+  if (action == "mknod") return result(::mknod(arg(2), S_IFCHR | 0600, makedev(1, 3)));
+  if (action == "chroot") return result(::chroot(arg(2)));
+  if (action == "setuid") return result(::setuid(static_cast<uid_t>(std::atoi(arg(2)))));
+  if (action == "sethostname") return result(::sethostname("escaped", 7));
+  if (action == "tiocsti") {
+    char c = 'x';
+    return result(::ioctl(0, TIOCSTI, &c));
+  }
+  if (action == "syscall") return result(::syscall(std::atol(arg(2)), 0, 0, 0, 0, 0));
+  if (action == "fork") return fork_many(std::atoi(arg(2)));
+  if (action == "alloc") return alloc_mb(std::atol(arg(2)));
+  if (action == "fds") return list_fds();
+  if (action == "spin") return spin_cpu(std::atol(arg(2)));
+  if (action == "exe-reopen") return exe_reopen(arg(2));
+  if (action == "exe-write") {
+    int fd = ::open(arg(2), O_WRONLY | O_CLOEXEC);
+    return result(fd);
+  }
+  if (action == "statvfs-ro") {
+    struct statvfs st;
+    if (::statvfs(arg(2), &st) != 0) return result(-1);
+    return result(0, (st.f_flag & ST_RDONLY) ? "read-only" : "writable");
+  }
+  if (action == "status") {
+    // The lines of /proc/self/status that say how confined we are.
+    FILE* f = std::fopen("/proc/self/status", "r");
+    if (!f) return result(-1);
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (!std::strncmp(line, "Cap", 3) || !std::strncmp(line, "NoNewPrivs", 10) ||
+          !std::strncmp(line, "Seccomp:", 8) || !std::strncmp(line, "Uid", 3) ||
+          !std::strncmp(line, "Gid", 3) || !std::strncmp(line, "Groups", 6))
+        std::fputs(line, stdout);
+    std::fclose(f);
+    return 0;
+  }
+  std::fprintf(stderr, "osh-probe: unknown action %s\n", action.c_str());
+  return 2;
+}
