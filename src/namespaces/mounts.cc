@@ -363,7 +363,7 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
       throw Error("--bind " + b.source + ":" + b.target + ": destination " + why);
     if (b.target == "/") throw Error("--bind " + b.source + ":/: cannot replace the root");
     std::string source = files::canonical(b.source, "--bind source");
-    binds_.push_back({in_oldroot(source), relative(b.target), b.read_only,
+    binds_.push_back({source, in_oldroot(source), relative(b.target), b.read_only,
                       files::is_directory(source)});
   }
   if (auto why = policy::check_policy_path(spec_.workdir); !why.empty())
@@ -372,19 +372,32 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
   exe_ = in_oldroot(spec_.exe_path);
 }
 
-UniqueFd MountPlan::idmapped_lower(int userns_fd) const {
-  if (spec_.root != RootKind::kDirectory) return {};
-  UniqueFd tree(::open_tree(AT_FDCWD, spec_.rootfs.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-  if (!tree) return {};
-  mount_attr attr{};
-  attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-  attr.userns_fd = static_cast<uint64_t>(userns_fd);
-  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) return {};
-  return tree;
+std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd) const {
+  auto idmapped = [&](const std::string& path, bool recursive, unsigned extra) {
+    unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
+    UniqueFd tree(::open_tree(AT_FDCWD, path.c_str(), flags));
+    if (!tree) return UniqueFd();
+    mount_attr attr{};
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | extra;
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
+    unsigned at = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
+    if (::mount_setattr(tree.get(), "", at, &attr, sizeof attr) != 0) return UniqueFd();
+    return tree;
+  };
+  std::vector<UniqueFd> trees;
+  trees.push_back(spec_.root == RootKind::kDirectory ? idmapped(spec_.rootfs, false, 0) : UniqueFd());
+  for (const Bind& b : binds_) {
+    // Recursive where every submount allows it, else the top mount alone.
+    UniqueFd tree = idmapped(b.host_source, true, b.read_only ? MOUNT_ATTR_RDONLY : 0);
+    if (!tree) tree = idmapped(b.host_source, false, b.read_only ? MOUNT_ATTR_RDONLY : 0);
+    trees.push_back(std::move(tree));
+  }
+  return trees;
 }
 
-bool MountPlan::apply(int lower_fd, bool tty_group, int self_exe_fd, int* init_exe_fd,
+bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int* init_exe_fd,
                       ChildFailure* f) const noexcept {
+  const int lower_fd = tree_fds[0];
   const bool host_root = spec_.root == RootKind::kHost;
 
   // 1. Nothing we mount propagates to the host, and nothing of the host's
@@ -495,10 +508,18 @@ bool MountPlan::apply(int lower_fd, bool tty_group, int self_exe_fd, int* init_e
     if (!make_read_only(root.fd, *p, f)) return false;
 
   // 9. The caller's bind mounts.
-  for (const Bind& b : binds_) {
+  for (size_t i = 0; i < binds_.size(); ++i) {
+    const Bind& b = binds_[i];
     ScopedFd target(open_in_root(root.fd, b.target.c_str(),
                                  b.directory ? Create::kDirectory : Create::kFile, f));
     if (target.fd < 0) return false;
+    const int tree = tree_fds[1 + i];
+    if (tree >= 0) {
+      // Prepared by the parent, attributes and all.
+      if (::move_mount(tree, "", target.fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+        return fail(f, errno, "bind mount on /", b.target.c_str());
+      continue;
+    }
     unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b.read_only ? MOUNT_ATTR_RDONLY : 0);
     if (!bind(AT_FDCWD, b.source.c_str(), target.fd, true, attrs, b.target.c_str(), f)) return false;
   }

@@ -53,25 +53,32 @@ class MountPlan {
   // Validates and renders; throws Error naming the faulty part.
   explicit MountPlan(const FilesystemSpec& spec);
 
-  // Parent side, as root: the root directory as a detached mount whose file
-  // owners are shifted into the sandbox's user namespace (an idmapped mount),
-  // so that root-owned image files belong to root inside. Invalid when the
-  // file system cannot do it (the sandbox then sees them as nobody).
-  UniqueFd idmapped_lower(int userns_fd) const;
+  // How many detached trees the parent may hand over: the root directory,
+  // then one per bind mount.
+  size_t tree_count() const { return 1 + binds_.size(); }
+
+  // Parent side, as root: the root directory and each bind source as
+  // detached mounts whose file owners are shifted into the sandbox's user
+  // namespace (idmapped mounts), so that files keep their owners inside:
+  // root-owned image files belong to root inside, and a host user's files to
+  // the same uid inside. An entry is invalid where the file system cannot do
+  // it; the child then mounts that one itself, and its owners show as nobody.
+  std::vector<UniqueFd> idmapped_trees(int userns_fd) const;
 
   // Child side. Builds the root and pivots into it; afterwards the process's
   // root and cwd are the sandbox's "/" and the host's tree is gone.
-  // lower_fd: an idmapped_lower() mount, or -1. tty_group: gid 5 exists
-  // inside (pty slaves go to it). self_exe_fd: an open fd of this binary;
-  // *init_exe_fd receives a copy of it that nothing in the sandbox can write
-  // (a detached read-only mount, or a sealed memfd).
-  bool apply(int lower_fd, bool tty_group, int self_exe_fd, int* init_exe_fd,
+  // tree_fds: tree_count() entries from idmapped_trees() (or -1 each).
+  // tty_group: gid 5 exists inside (pty slaves go to it). self_exe_fd: an
+  // open fd of this binary; *init_exe_fd receives a copy of it that nothing
+  // in the sandbox can write (a detached read-only mount, or a sealed memfd).
+  bool apply(const int* tree_fds, bool tty_group, int self_exe_fd, int* init_exe_fd,
              ChildFailure* failure) const noexcept;
 
   const FilesystemSpec& spec() const { return spec_; }
 
  private:
   struct Bind {
+    std::string host_source;  // canonical host path
     std::string source;  // "/oldroot/..." as seen from the staging root
     std::string target;  // relative to the new root: "data/x"
     bool read_only;

@@ -40,6 +40,7 @@ struct ChildContext {
   int life_fd;    // read: EOF when the parent is gone
   int socket_fd;  // to the parent: the idmapped root in, the tty master out
   int self_exe_fd;
+  int* tree_fds;  // room for mounts->tree_count() fds from the parent
   int last_cap;
   seccomp::Program seccomp;
   char* const* init_argv;
@@ -202,11 +203,13 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   if (::unshare(CLONE_NEWCGROUP) != 0) fail(&f, errno, "unshare the cgroup namespace"), die();
 
   // The file system.
-  int lower_fd = -1;
-  if (!receive_fd(c.socket_fd, &lower_fd, &f)) die();
+  // The parent's idmapped trees (or none), one message each.
+  for (size_t i = 0; i < c.mounts->tree_count(); ++i)
+    if (!receive_fd(c.socket_fd, &c.tree_fds[i], &f)) die();
   int init_exe_fd = -1;
-  if (!c.mounts->apply(lower_fd, go.tty_group, c.self_exe_fd, &init_exe_fd, &f)) die();
-  if (lower_fd >= 0) ::close(lower_fd);
+  if (!c.mounts->apply(c.tree_fds, go.tty_group, c.self_exe_fd, &init_exe_fd, &f)) die();
+  for (size_t i = 0; i < c.mounts->tree_count(); ++i)
+    if (c.tree_fds[i] >= 0) ::close(c.tree_fds[i]);
   ::close(c.self_exe_fd);
 
   if (::sethostname(spec.hostname.data(), spec.hostname.size()) != 0)
@@ -324,6 +327,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.life_fd = life.read.get();
   ctx.socket_fd = child_socket.get();
   ctx.self_exe_fd = self_exe.get();
+  std::vector<int> tree_fds(mounts.tree_count(), -1);
+  ctx.tree_fds = tree_fds.data();
   ctx.last_cap = caps::last_cap();
   if (spec.seccomp) ctx.seccomp = seccomp::default_program();
   ctx.init_argv = init_argv.data();
@@ -368,13 +373,15 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   try {
     namespaces::apply_id_map(container->pid_, &id_map);
     container->cgroups_.attach(container->pid_);
-    UniqueFd lower;
+    std::vector<UniqueFd> trees;
     if (caller.host_uid == 0) {
       UniqueFd userns(
           ::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-      if (userns) lower = mounts.idmapped_lower(userns.get());
+      if (userns) trees = mounts.idmapped_trees(userns.get());
     }
-    if (!send_fd(parent_socket.get(), lower.get())) throw_errno("send the root to the sandbox");
+    trees.resize(mounts.tree_count());
+    for (const UniqueFd& tree : trees)
+      if (!send_fd(parent_socket.get(), tree.get())) throw_errno("send mounts to the sandbox");
     SyncMessage go = sync_message_for(id_map, spec);
     if (::write(sync.write.get(), &go, sizeof go) != sizeof go) throw_errno("start the sandbox");
   } catch (...) {

@@ -257,6 +257,24 @@ TEST_P(Run, BindMounts) {
   EXPECT_EQ(file.out, "from host\n") << file.err;
 }
 
+TEST_P(Run, BindMountsKeepFileOwners) {
+  // The sandbox user's files in a bind mount belong, on the host, to the
+  // host user it stands for: uid 1000 as root (an idmapped mount), the
+  // caller rootless.
+  uid_t owner = mode() == Mode::kRoot ? 1000 : uid_of(mode());
+  gid_t group = mode() == Mode::kRoot ? 1000 : gid_of(mode());
+  std::string dir = make_dir(mode(), "owned-" + mode_name(mode()), 0755);
+  ASSERT_EQ(::chown(dir.c_str(), owner, group), 0);
+  Result r = sandbox(mode(), {"--bind", dir + ":/sandbox"},
+                     {"sh", "-c", "stat -c '%U %u' /sandbox; echo hi > /sandbox/made"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "sandbox 1000\n");
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/made").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, owner);
+  EXPECT_EQ(st.st_gid, group);
+}
+
 TEST_P(Run, MinimalDevWithoutHostDevices) {
   Result r = sandbox(mode(), {}, {"sh", "-c", "ls /dev | sort | tr '\\n' ' '; echo x > /dev/null && echo null-ok"});
   ASSERT_EQ(r.status, 0) << r.err;
