@@ -200,6 +200,12 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   return spec;
 }
 
+// A repeatable option takes one value per occurrence, so that
+// `run -e A=1 env` runs env.
+CLI::Option* repeatable(CLI::Option* option) {
+  return option->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 void add_run_command(CLI::App& app, Action* action) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* run = app.add_subcommand(
@@ -217,11 +223,11 @@ void add_run_command(CLI::App& app, Action* action) {
                   "'host' for the host's / read-only")
       ->capture_default_str();
   run->add_flag("--read-only", o->read_only, "Make the root read-only (/tmp stays writable)");
-  run->add_option("--bind", o->binds, "Bind-mount a host path: SRC:DST[:ro] (repeatable)");
+  repeatable(run->add_option("--bind", o->binds, "Bind-mount a host path: SRC:DST[:ro] (repeatable)"));
   run->add_option("-w,--workdir", o->workdir, "Working directory inside (created if missing)");
-  run->add_option("-e,--env", o->env,
+  repeatable(run->add_option("-e,--env", o->env,
                   "Set KEY=VALUE, or pass the caller's KEY (repeatable); nothing else of the "
-                  "caller's environment goes in");
+                  "caller's environment goes in"));
   run->add_option("-u,--user", o->user,
                   "UID[:GID] or NAME[:GROUP] inside the sandbox (default 1000:1000, never the "
                   "caller's)");
@@ -230,10 +236,10 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
   run->add_option("--pids", o->pids, "Most processes and threads at once");
   run->add_option("--cpus", o->cpus, "CPU time, in CPUs (1.5 = one and a half)");
-  run->add_option("--rlimit", o->rlimits,
+  repeatable(run->add_option("--rlimit", o->rlimits,
                   "Resource limit NAME=SOFT[:HARD], e.g. nofile=1024 (repeatable; core=0 unless "
-                  "given)");
-  run->add_option("--cap-add", o->cap_add, "Keep a capability, e.g. NET_ADMIN (repeatable)");
+                  "given)"));
+  repeatable(run->add_option("--cap-add", o->cap_add, "Keep a capability, e.g. NET_ADMIN (repeatable)"));
   run->add_option("--seccomp", o->seccomp, "System call filter: default or unconfined")
       ->capture_default_str();
   run->add_option("--policy", o->policy,

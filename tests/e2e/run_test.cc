@@ -181,6 +181,13 @@ TEST_P(Run, EnvironmentIsCleanAndSetByOptions) {
   EXPECT_THAT(r.out, Not(HasSubstr("LANG=")));
 }
 
+TEST_P(Run, RepeatableOptionsTakeOneValueEach) {
+  // Without "--", the first word that is not an option's value is the command.
+  Result r = openshell(mode(), {"run", "--rootfs", rootfs(), "-e", "A=1", "-e", "B=2", "env"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("A=1\nB=2\n"));
+}
+
 TEST_P(Run, WorkdirIsCreatedAndOwnedByTheUser) {
   Result r = sandbox(mode(), {"--workdir", "/work/deep"}, {"sh", "-c", "pwd; touch mine && echo wrote"});
   // Rootless, the image's / belongs to an unmapped host root: no new directories there.
