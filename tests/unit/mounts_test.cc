@@ -1,0 +1,144 @@
+#include "namespaces/mounts.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "base/error.h"
+#include "test_util.h"
+
+namespace openshell::namespaces {
+namespace {
+
+using openshell::testing::TempDir;
+using openshell::testing::write_file;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string error_of(const FilesystemSpec& spec) {
+  try {
+    MountPlan plan(spec);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "MountPlan accepted the spec";
+  return "";
+}
+
+class MountPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(tmp_ / "rootfs");
+    std::filesystem::create_directories(tmp_ / "data");
+  }
+  FilesystemSpec directory_root() const {
+    FilesystemSpec spec;
+    spec.root = RootKind::kDirectory;
+    spec.rootfs = tmp_ / "rootfs";
+    return spec;
+  }
+  static BindSpec bind(const std::string& source, const std::string& target) {
+    BindSpec b;
+    b.source = source;
+    b.target = target;
+    return b;
+  }
+  TempDir tmp_;
+};
+
+TEST_F(MountPlanTest, ValidSpecIsCanonicalised) {
+  std::filesystem::create_symlink(tmp_ / "rootfs", tmp_ / "link");
+  FilesystemSpec spec = directory_root();
+  spec.rootfs = tmp_ / "data/../link/.";
+  spec.binds = {bind(tmp_ / "data", "/data")};
+  spec.workdir = "/work";
+  MountPlan plan(spec);
+  EXPECT_EQ(plan.spec().rootfs, std::filesystem::canonical(tmp_.path()).string() + "/rootfs");
+  EXPECT_EQ(plan.spec().workdir, "/work");
+}
+
+TEST_F(MountPlanTest, HostRootNeedsNoRootfs) {
+  FilesystemSpec spec;
+  spec.root = RootKind::kHost;
+  spec.rootfs = tmp_ / "missing";  // not used for the host root
+  MountPlan plan(spec);
+  EXPECT_EQ(plan.spec().root, RootKind::kHost);
+}
+
+TEST_F(MountPlanTest, MissingRootfs) {
+  FilesystemSpec spec = directory_root();
+  spec.rootfs = tmp_ / "missing";
+  std::string message = error_of(spec);
+  EXPECT_THAT(message, StartsWith("--rootfs " + (tmp_ / "missing") + ": "));
+  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+  spec.rootfs = "";
+  EXPECT_THAT(error_of(spec), StartsWith("--rootfs: no directory given"));
+}
+
+TEST_F(MountPlanTest, RootfsThatIsAFile) {
+  write_file(tmp_ / "file", "");
+  FilesystemSpec spec = directory_root();
+  spec.rootfs = tmp_ / "file";
+  EXPECT_THAT(error_of(spec), HasSubstr("not a directory"));
+  EXPECT_THAT(error_of(spec), StartsWith("--rootfs "));
+}
+
+TEST_F(MountPlanTest, MissingWritableLayer) {
+  FilesystemSpec spec = directory_root();
+  spec.upper_dir = tmp_ / "no-upper";
+  spec.overlay_work_dir = tmp_ / "data";
+  EXPECT_THAT(error_of(spec), StartsWith("writable layer " + (tmp_ / "no-upper")));
+}
+
+TEST_F(MountPlanTest, BindOverTheRoot) {
+  FilesystemSpec spec = directory_root();
+  spec.binds = {bind(tmp_ / "data", "/")};
+  EXPECT_THAT(error_of(spec), HasSubstr("cannot replace the root"));
+}
+
+// BUG: only the exact string "/" is refused; "//" and "/." name the root too
+// and the bind then lands on the new root itself (relative target "" or ".").
+TEST_F(MountPlanTest, BindOverTheRootWhateverItsSpelling) {
+  SKIP_KNOWN_BUG(
+      "in mounts.cc: --bind SRC:// and SRC:/. are accepted as destinations, "
+      "though they name / (the check compares with \"/\" only)");
+  for (const char* root : {"//", "/.", "/./"}) {
+    FilesystemSpec spec = directory_root();
+    spec.binds = {bind(tmp_ / "data", root)};
+    EXPECT_THAT(error_of(spec), HasSubstr("cannot replace the root")) << root;
+  }
+}
+
+TEST_F(MountPlanTest, BindDestinationMustBeAbsoluteWithoutDotDot) {
+  FilesystemSpec spec = directory_root();
+  spec.binds = {bind(tmp_ / "data", "data")};
+  EXPECT_THAT(error_of(spec), StartsWith("--bind " + (tmp_ / "data") +
+                                         ":data: destination must be an absolute path"));
+  spec.binds = {bind(tmp_ / "data", "/a/../etc")};
+  EXPECT_THAT(error_of(spec), HasSubstr("destination must not contain '..'"));
+  spec.binds = {bind(tmp_ / "data", "")};
+  EXPECT_THAT(error_of(spec), HasSubstr("destination must not be empty"));
+}
+
+TEST_F(MountPlanTest, MissingBindSourceIsNamed) {
+  FilesystemSpec spec = directory_root();
+  spec.binds = {bind(tmp_ / "data", "/ok"), bind(tmp_ / "gone", "/gone")};
+  std::string message = error_of(spec);
+  EXPECT_THAT(message, StartsWith("--bind source " + (tmp_ / "gone") + ": "));
+  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+}
+
+TEST_F(MountPlanTest, WorkdirMustBeAbsolute) {
+  FilesystemSpec spec = directory_root();
+  spec.workdir = "work";
+  EXPECT_EQ(error_of(spec), "--workdir work: must be an absolute path");
+  spec.workdir = "/a/../b";
+  EXPECT_EQ(error_of(spec), "--workdir /a/../b: must not contain '..'");
+  spec.workdir = "";
+  EXPECT_EQ(error_of(spec), "--workdir : must not be empty");
+}
+
+}  // namespace
+}  // namespace openshell::namespaces

@@ -1,0 +1,396 @@
+#include "policy/policy.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/error.h"
+#include "test_util.h"
+
+namespace openshell::policy {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+constexpr const char* kExample = R"(version = 1
+
+[filesystem_policy]
+include_workdir = true
+read_only = ["/usr", "/lib", "/etc", "/proc"]
+read_write = ["/sandbox", "/tmp", "/dev/null"]
+
+[landlock]
+compatibility = "best_effort"
+
+[process]
+run_as_user = "sandbox"
+run_as_group = "sandbox"
+
+[network_policies.github]
+endpoints = [
+  { host = "api.github.com", port = 443 },
+  { host = "*.githubusercontent.com", ports = [443] },
+]
+binaries = [ { path = "/usr/bin/git" }, { path = "/usr/bin/curl" } ]
+)";
+
+// The message of the Error that parse() throws, or a test failure.
+std::string parse_error(const std::string& text) {
+  try {
+    parse(text, "policy.toml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "parse() accepted:\n" << text;
+  return "";
+}
+
+TEST(PolicyParse, Example) {
+  Policy p = parse(kExample, "policy.toml");
+  EXPECT_EQ(p.version, 1);
+  EXPECT_TRUE(p.has_filesystem_policy);
+  EXPECT_TRUE(p.filesystem.include_workdir);
+  EXPECT_THAT(p.filesystem.read_only, ElementsAre("/usr", "/lib", "/etc", "/proc"));
+  EXPECT_THAT(p.filesystem.read_write, ElementsAre("/sandbox", "/tmp", "/dev/null"));
+  EXPECT_EQ(p.landlock, LandlockCompatibility::kBestEffort);
+  EXPECT_EQ(p.process.run_as_user, "sandbox");
+  EXPECT_EQ(p.process.run_as_group, "sandbox");
+  ASSERT_EQ(p.network.size(), 1u);
+  const NetworkPolicy& github = p.network[0];
+  EXPECT_EQ(github.name, "github");
+  ASSERT_EQ(github.endpoints.size(), 2u);
+  EXPECT_EQ(github.endpoints[0].host, "api.github.com");
+  EXPECT_THAT(github.endpoints[0].ports, ElementsAre(443));
+  EXPECT_EQ(github.endpoints[1].host, "*.githubusercontent.com");
+  EXPECT_THAT(github.endpoints[1].ports, ElementsAre(443));
+  ASSERT_EQ(github.binaries.size(), 2u);
+  EXPECT_EQ(github.binaries[0].path, "/usr/bin/git");
+  EXPECT_EQ(github.binaries[1].path, "/usr/bin/curl");
+}
+
+TEST(PolicyParse, DefaultsWhenOnlyVersion) {
+  Policy p = parse("version = 1\n", "policy.toml");
+  EXPECT_FALSE(p.has_filesystem_policy);
+  EXPECT_TRUE(p.filesystem.include_workdir);
+  EXPECT_THAT(p.filesystem.read_only, IsEmpty());
+  EXPECT_THAT(p.filesystem.read_write, IsEmpty());
+  EXPECT_EQ(p.landlock, LandlockCompatibility::kBestEffort);
+  EXPECT_FALSE(p.process.run_as_user.has_value());
+  EXPECT_FALSE(p.process.run_as_group.has_value());
+  EXPECT_THAT(p.network, IsEmpty());
+}
+
+TEST(PolicyParse, EmptyFilesystemPolicyStillCounts) {
+  Policy p = parse("version = 1\n[filesystem_policy]\ninclude_workdir = false\n", "p.toml");
+  EXPECT_TRUE(p.has_filesystem_policy);
+  EXPECT_FALSE(p.filesystem.include_workdir);
+}
+
+TEST(PolicyParse, HardRequirementAndNumericIds) {
+  Policy p = parse(R"(version = 1
+[landlock]
+compatibility = "hard_requirement"
+[process]
+run_as_user = 1000
+run_as_group = 100
+)",
+                   "p.toml");
+  EXPECT_EQ(p.landlock, LandlockCompatibility::kHardRequirement);
+  EXPECT_EQ(p.process.run_as_user, "1000");
+  EXPECT_EQ(p.process.run_as_group, "100");
+}
+
+TEST(PolicyParse, EndpointOptionalFields) {
+  Policy p = parse(R"(version = 1
+[network_policies.api]
+endpoints = [ { host = "example.com", port = 80, ports = [8080, 8443], allowed_ips = ["10.0.0.0/8"], protocol = "rest", access = "read-only" } ]
+)",
+                   "p.toml");
+  ASSERT_EQ(p.network.size(), 1u);
+  ASSERT_EQ(p.network[0].endpoints.size(), 1u);
+  const Endpoint& e = p.network[0].endpoints[0];
+  EXPECT_THAT(e.ports, ElementsAre(80, 8080, 8443));
+  EXPECT_THAT(e.allowed_ips, ElementsAre("10.0.0.0/8"));
+  EXPECT_EQ(e.protocol, "rest");
+  EXPECT_EQ(e.access, "read-only");
+}
+
+TEST(PolicyErrors, MissingVersionNamesSourceAndField) {
+  EXPECT_THAT(parse_error("[landlock]\ncompatibility = \"best_effort\"\n"),
+              StartsWith("policy.toml: version: missing"));
+  EXPECT_THAT(parse_error(""), StartsWith("policy.toml: version: missing"));
+}
+
+TEST(PolicyErrors, UnsupportedVersion) {
+  EXPECT_THAT(parse_error("\nversion = 2\n"),
+              StartsWith("policy.toml:2: version: unsupported version"));
+  EXPECT_THAT(parse_error("version = \"1\"\n"),
+              StartsWith("policy.toml:1: version: unsupported version"));
+}
+
+TEST(PolicyErrors, UnknownTopLevelKey) {
+  std::string message = parse_error("version = 1\nnetwork = true\n");
+  EXPECT_THAT(message, StartsWith("policy.toml:2: network: unknown field"));
+  EXPECT_THAT(message, HasSubstr("network_policies"));  // the hint lists the known ones
+}
+
+TEST(PolicyErrors, UnknownKeyInFilesystemPolicy) {
+  EXPECT_THAT(
+      parse_error("version = 1\n[filesystem_policy]\nread_only = []\nwritable = [\"/x\"]\n"),
+      StartsWith("policy.toml:4: filesystem_policy.writable: unknown field"));
+}
+
+TEST(PolicyErrors, FilesystemPolicyMustBeATable) {
+  EXPECT_THAT(parse_error("version = 1\nfilesystem_policy = 5\n"),
+              StartsWith("policy.toml:2: filesystem_policy: must be a table"));
+}
+
+TEST(PolicyErrors, IncludeWorkdirMustBeBoolean) {
+  EXPECT_THAT(
+      parse_error("version = 1\n[filesystem_policy]\ninclude_workdir = \"yes\"\n"),
+      StartsWith("policy.toml:3: filesystem_policy.include_workdir: must be true or false"));
+}
+
+TEST(PolicyErrors, RelativePathNamesTheItemAndItsLine) {
+  EXPECT_THAT(
+      parse_error(R"(version = 1
+[filesystem_policy]
+read_only = [
+  "/usr",
+  "usr/lib",
+]
+)"),
+      StartsWith("policy.toml:5: filesystem_policy.read_only[1]: must be an absolute path"));
+}
+
+TEST(PolicyErrors, DotDotInPath) {
+  EXPECT_THAT(
+      parse_error("version = 1\n[filesystem_policy]\nread_write = [\"/tmp\", \"/a/../etc\"]\n"),
+      StartsWith("policy.toml:3: filesystem_policy.read_write[1]: must not contain '..'"));
+}
+
+TEST(PolicyErrors, PathsMustBeStrings) {
+  EXPECT_THAT(parse_error("version = 1\n[filesystem_policy]\nread_only = [\"/usr\", 5]\n"),
+              StartsWith("policy.toml:3: filesystem_policy.read_only[1]: must be a string"));
+  EXPECT_THAT(
+      parse_error("version = 1\n[filesystem_policy]\nread_only = \"/usr\"\n"),
+      StartsWith("policy.toml:3: filesystem_policy.read_only: must be an array of strings"));
+}
+
+TEST(PolicyErrors, RootIsNeverReadWrite) {
+  EXPECT_THAT(parse_error("version = 1\n[filesystem_policy]\nread_write = [\"/\"]\n"),
+              StartsWith("policy.toml:3: filesystem_policy.read_write[0]: / cannot be read-write"));
+  // Read-only is fine.
+  Policy p = parse("version = 1\n[filesystem_policy]\nread_only = [\"/\"]\n", "p.toml");
+  EXPECT_THAT(p.filesystem.read_only, ElementsAre("/"));
+}
+
+// BUG: the "/ cannot be read-write" rule compares the string with "/" only, so
+// other spellings of the root ("//", "/.", "/tmp/..") pass; Landlock then opens
+// them as / and the whole tree becomes writable. ("/tmp/.." is refused for
+// its "..", but "//" and "/." are not.)
+TEST(PolicyErrors, RootIsNeverReadWriteWhateverItsSpelling) {
+  SKIP_KNOWN_BUG(
+      "in policy.cc: read_write = [\"//\"] or [\"/.\"] is accepted, though it "
+      "names / (the check is a string comparison with \"/\")");
+  for (const char* root : {"//", "/.", "/./"})
+    EXPECT_THAT(parse_error(std::string("version = 1\n[filesystem_policy]\nread_write = [\"") +
+                            root + "\"]\n"),
+                HasSubstr("cannot be read-write"))
+        << root;
+}
+
+TEST(PolicyErrors, BadLandlockCompatibility) {
+  EXPECT_THAT(parse_error("version = 1\n[landlock]\ncompatibility = \"strict\"\n"),
+              StartsWith("policy.toml:3: landlock.compatibility: must be \"best_effort\" or "
+                         "\"hard_requirement\", not \"strict\""));
+  EXPECT_THAT(parse_error("version = 1\n[landlock]\nmode = \"x\"\n"),
+              StartsWith("policy.toml:3: landlock.mode: unknown field"));
+}
+
+TEST(PolicyErrors, RunAsRootIsRefused) {
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = \"root\"\n"),
+              StartsWith("policy.toml:3: process.run_as_user: must not be root"));
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = 0\n"),
+              StartsWith("policy.toml:3: process.run_as_user: must not be root"));
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = \"0\"\n"),
+              StartsWith("policy.toml:3: process.run_as_user: must not be root"));
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = \"a\"\nrun_as_group = \"root\"\n"),
+              StartsWith("policy.toml:4: process.run_as_group: must not be root"));
+}
+
+// BUG: resolve_user() reads "00" as uid 0, but the policy's root check only
+// compares with "root" and "0".
+TEST(PolicyErrors, RunAsRootIsRefusedWithLeadingZeros) {
+  SKIP_KNOWN_BUG("in policy.cc: run_as_user = \"00\" is accepted and resolves to uid 0");
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = \"00\"\n"),
+              HasSubstr("must not be root"));
+}
+
+TEST(PolicyErrors, BadIds) {
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = -1\n"),
+              StartsWith("policy.toml:3: process.run_as_user: is not a valid id"));
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = \"\"\n"),
+              StartsWith("policy.toml:3: process.run_as_user: must not be empty"));
+  EXPECT_THAT(parse_error("version = 1\n[process]\nrun_as_user = true\n"),
+              StartsWith("policy.toml:3: process.run_as_user: must be a string"));
+}
+
+TEST(PolicyErrors, EndpointWithoutPort) {
+  EXPECT_THAT(
+      parse_error(
+          "version = 1\n[network_policies.x]\nendpoints = [ { host = \"example.com\" } ]\n"),
+      StartsWith("policy.toml:3: network_policies.x.endpoints[0]: needs a port or ports"));
+}
+
+TEST(PolicyErrors, EndpointWithoutHost) {
+  EXPECT_THAT(parse_error("version = 1\n[network_policies.x]\nendpoints = [ { port = 443 } ]\n"),
+              StartsWith("policy.toml:3: network_policies.x.endpoints[0]: needs a host"));
+}
+
+TEST(PolicyErrors, PortOutOfRange) {
+  EXPECT_THAT(
+      parse_error("version = 1\n[network_policies.x]\nendpoints = [ { host = \"a.com\", port = "
+                  "70000 } ]\n"),
+      StartsWith(
+          "policy.toml:3: network_policies.x.endpoints[0].port: must be between 1 and 65535"));
+  EXPECT_THAT(
+      parse_error(R"(version = 1
+[network_policies.x]
+endpoints = [
+  { host = "a.com", port = 443 },
+  { host = "b.com", ports = [443, 0] },
+]
+)"),
+      StartsWith("policy.toml:5: network_policies.x.endpoints[1].ports[1]: must be between"));
+  EXPECT_THAT(
+      parse_error("version = 1\n[network_policies.x]\nendpoints = [ { host = \"a.com\", port = "
+                  "\"443\" } ]\n"),
+      StartsWith("policy.toml:3: network_policies.x.endpoints[0].port: must be a port number"));
+}
+
+TEST(PolicyErrors, BadHostPatterns) {
+  auto with_host = [](const std::string& host) {
+    return "version = 1\n[network_policies.x]\nendpoints = [ { host = \"" + host +
+           "\", port = 443 } ]\n";
+  };
+  const std::string field = "policy.toml:3: network_policies.x.endpoints[0].host: ";
+  EXPECT_THAT(parse_error(with_host("*.com")), StartsWith(field + "wildcard must leave"));
+  EXPECT_THAT(parse_error(with_host("a.*.com")), StartsWith(field + "may hold '*' only"));
+  EXPECT_THAT(parse_error(with_host("*")), StartsWith(field + "wildcard must leave"));
+  EXPECT_THAT(parse_error(with_host("")), StartsWith(field + "must not be empty"));
+}
+
+TEST(PolicyErrors, BinaryPathMustBeAbsolute) {
+  EXPECT_THAT(
+      parse_error(R"(version = 1
+[network_policies.x]
+binaries = [
+  { path = "/usr/bin/git" },
+  { path = "bin/curl" },
+]
+)"),
+      StartsWith("policy.toml:5: network_policies.x.binaries[1].path: must be an absolute path"));
+  EXPECT_THAT(parse_error("version = 1\n[network_policies.x]\nbinaries = [ \"/usr/bin/git\" ]\n"),
+              StartsWith("policy.toml:3: network_policies.x.binaries[0]: must be a table"));
+  EXPECT_THAT(parse_error("version = 1\n[network_policies.x]\nbinaries = [ { name = \"git\" } ]\n"),
+              StartsWith("policy.toml:3: network_policies.x.binaries[0].name: unknown field"));
+}
+
+TEST(PolicyErrors, UnknownKeyInNetworkRule) {
+  EXPECT_THAT(parse_error("version = 1\n[network_policies.x]\nhosts = []\n"),
+              StartsWith("policy.toml:3: network_policies.x.hosts: unknown field"));
+}
+
+TEST(PolicyErrors, MalformedTomlHasLineNumber) {
+  EXPECT_THAT(parse_error("version = 1\n\n[filesystem_policy\nread_only = []\n"),
+              StartsWith("policy.toml:3: "));
+  EXPECT_THAT(parse_error("version = 1\nread_only = [\"/usr\"\n"), StartsWith("policy.toml:"));
+  EXPECT_THAT(parse_error("version = = 1\n"), StartsWith("policy.toml:1: "));
+}
+
+TEST(PolicyLoad, MissingFileNamesPath) {
+  openshell::testing::TempDir tmp;
+  std::string path = tmp / "absent.toml";
+  try {
+    load(path);
+    FAIL() << "load() of a missing file did not throw";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), StartsWith("policy " + path + ": "));
+    EXPECT_THAT(e.what(), HasSubstr("No such file or directory"));
+  }
+}
+
+TEST(PolicyLoad, ReadsFileAndUsesPathAsSource) {
+  openshell::testing::TempDir tmp;
+  std::string path = tmp / "p.toml";
+  openshell::testing::write_file(path, kExample);
+  Policy p = load(path);
+  EXPECT_THAT(p.filesystem.read_write, ElementsAre("/sandbox", "/tmp", "/dev/null"));
+
+  openshell::testing::write_file(path, "version = 1\n[process]\nrun_as_user = \"root\"\n");
+  try {
+    load(path);
+    FAIL() << "load() accepted run_as_user = root";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), StartsWith(path + ":3: process.run_as_user: "));
+  }
+}
+
+TEST(DefaultPolicy, Contents) {
+  Policy p = default_policy();
+  EXPECT_EQ(p.version, 1);
+  EXPECT_TRUE(p.has_filesystem_policy);
+  EXPECT_TRUE(p.filesystem.include_workdir);
+  EXPECT_EQ(p.landlock, LandlockCompatibility::kBestEffort);
+  for (const char* dir : {"/usr", "/lib", "/etc", "/proc", "/dev", "/sys"})
+    EXPECT_THAT(p.filesystem.read_only, Contains(dir));
+  for (const char* dir : {"/sandbox", "/tmp", "/dev/null"})
+    EXPECT_THAT(p.filesystem.read_write, Contains(dir));
+  EXPECT_THAT(p.filesystem.read_write, Not(Contains("/")));
+  EXPECT_THAT(p.filesystem.read_write, Not(Contains("/etc")));
+  EXPECT_THAT(p.filesystem.read_write, Not(Contains("/usr")));
+  EXPECT_THAT(p.network, IsEmpty());  // no network by default
+  EXPECT_FALSE(p.process.run_as_user.has_value());
+  for (const auto& path : p.filesystem.read_only) EXPECT_EQ(check_policy_path(path), "") << path;
+  for (const auto& path : p.filesystem.read_write) EXPECT_EQ(check_policy_path(path), "") << path;
+}
+
+TEST(CheckPolicyPath, Reasons) {
+  EXPECT_EQ(check_policy_path("/usr/lib"), "");
+  EXPECT_EQ(check_policy_path("/"), "");
+  EXPECT_EQ(check_policy_path("/a/...b"), "");
+  EXPECT_EQ(check_policy_path(""), "must not be empty");
+  EXPECT_EQ(check_policy_path("usr"), "must be an absolute path");
+  EXPECT_EQ(check_policy_path("./usr"), "must be an absolute path");
+  EXPECT_EQ(check_policy_path("/a/../b"), "must not contain '..'");
+  EXPECT_EQ(check_policy_path("/a/.."), "must not contain '..'");
+  EXPECT_EQ(check_policy_path(std::string_view("/a\0b", 4)), "must not contain NUL");
+}
+
+TEST(CheckHostPattern, Accepts) {
+  for (const char* host : {"api.github.com", "*.githubusercontent.com", "localhost", "Example.COM",
+                           "10.0.0.1", "my-host_1.example.org"})
+    EXPECT_EQ(check_host_pattern(host), "") << host;
+}
+
+TEST(CheckHostPattern, Rejects) {
+  EXPECT_EQ(check_host_pattern(""), "must not be empty");
+  EXPECT_EQ(check_host_pattern(std::string(254, 'a')), "is longer than 253 characters");
+  EXPECT_EQ(check_host_pattern("a..b"), "has an empty label");
+  EXPECT_EQ(check_host_pattern("example.com."), "has an empty label");
+  EXPECT_EQ(check_host_pattern("exa mple.com"), "has an invalid character ' '");
+  EXPECT_EQ(check_host_pattern("a/b.com"), "has an invalid character '/'");
+  EXPECT_EQ(check_host_pattern("a.*.com"), "may hold '*' only in its first label");
+  EXPECT_THAT(check_host_pattern("*.com"), StartsWith("wildcard must leave at least two labels"));
+  EXPECT_THAT(check_host_pattern("*"), StartsWith("wildcard must leave at least two labels"));
+}
+
+}  // namespace
+}  // namespace openshell::policy

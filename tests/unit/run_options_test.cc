@@ -1,0 +1,429 @@
+#include "cli/run_options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "base/error.h"
+#include "runtime/landlock.h"
+#include "test_util.h"
+
+namespace openshell::cli {
+namespace {
+
+using openshell::testing::TempDir;
+using openshell::testing::write_file;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return "";
+}
+
+// Sets an environment variable for the scope of a test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// --- parse_bind --------------------------------------------------------------------
+
+TEST(ParseBind, SourceAndDestination) {
+  namespaces::BindSpec b = parse_bind("data:/work");
+  EXPECT_EQ(b.source, "data");
+  EXPECT_EQ(b.target, "/work");
+  EXPECT_FALSE(b.read_only);
+}
+
+TEST(ParseBind, Modes) {
+  EXPECT_TRUE(parse_bind("/a:/b:ro").read_only);
+  EXPECT_FALSE(parse_bind("/a:/b:rw").read_only);
+}
+
+TEST(ParseBind, BadForms) {
+  EXPECT_THAT(error_of([] { parse_bind("/a"); }), StartsWith("--bind /a: expected SRC:DST"));
+  EXPECT_THAT(error_of([] { parse_bind("/a:/b:ro:x"); }), HasSubstr("expected SRC:DST"));
+  EXPECT_THAT(error_of([] { parse_bind("/a:/b:x"); }),
+              StartsWith("--bind /a:/b:x: the third part must be 'ro' or 'rw'"));
+  EXPECT_THAT(error_of([] { parse_bind("/a:/b:RO"); }), HasSubstr("third part"));
+  EXPECT_THAT(error_of([] { parse_bind(":/b"); }), HasSubstr("empty path"));
+  EXPECT_THAT(error_of([] { parse_bind("/a:"); }), HasSubstr("empty path"));
+  EXPECT_THAT(error_of([] { parse_bind("/a:b"); }),
+              StartsWith("--bind /a:b: the destination must be absolute"));
+}
+
+// --- parse_rlimit ------------------------------------------------------------------
+
+TEST(ParseRlimit, SoftOnlySetsBoth) {
+  runtime::Rlimit r = parse_rlimit("nofile=1024");
+  EXPECT_EQ(r.resource, RLIMIT_NOFILE);
+  EXPECT_EQ(r.soft, 1024u);
+  EXPECT_EQ(r.hard, 1024u);
+}
+
+TEST(ParseRlimit, SoftAndHard) {
+  runtime::Rlimit r = parse_rlimit("nofile=10:20");
+  EXPECT_EQ(r.soft, 10u);
+  EXPECT_EQ(r.hard, 20u);
+  r = parse_rlimit("stack=8388608:unlimited");
+  EXPECT_EQ(r.resource, RLIMIT_STACK);
+  EXPECT_EQ(r.soft, 8388608u);
+  EXPECT_EQ(r.hard, RLIM_INFINITY);
+}
+
+TEST(ParseRlimit, Unlimited) {
+  runtime::Rlimit r = parse_rlimit("core=unlimited");
+  EXPECT_EQ(r.resource, RLIMIT_CORE);
+  EXPECT_EQ(r.soft, RLIM_INFINITY);
+  EXPECT_EQ(r.hard, RLIM_INFINITY);
+}
+
+TEST(ParseRlimit, Errors) {
+  EXPECT_THAT(error_of([] { parse_rlimit("bogus=1"); }),
+              StartsWith("--rlimit bogus=1: unknown limit 'bogus' (one of: as, core,"));
+  EXPECT_THAT(error_of([] { parse_rlimit("NOFILE=1"); }), HasSubstr("unknown limit"));
+  EXPECT_THAT(error_of([] { parse_rlimit("nofile=20:10"); }),
+              StartsWith("--rlimit nofile=20:10: the soft limit is above the hard one"));
+  EXPECT_THAT(error_of([] { parse_rlimit("nofile"); }), HasSubstr("expected NAME=SOFT[:HARD]"));
+  EXPECT_THAT(error_of([] { parse_rlimit("nofile=abc"); }),
+              HasSubstr("'abc' is not a number or 'unlimited'"));
+  EXPECT_THAT(error_of([] { parse_rlimit("nofile="); }), HasSubstr("is not a number"));
+  EXPECT_THAT(error_of([] { parse_rlimit("nofile=10:"); }), HasSubstr("is not a number"));
+  EXPECT_THAT(error_of([] { parse_rlimit("nofile=-1"); }), HasSubstr("is not a number"));
+}
+
+// BUG: the soft > hard check is skipped whenever soft is "unlimited"; setrlimit
+// then fails with EINVAL inside the sandbox instead of a clear error here.
+TEST(ParseRlimit, UnlimitedSoftAboveFiniteHardIsRefused) {
+  SKIP_KNOWN_BUG(
+      "in run_command.cc parse_rlimit: \"nofile=unlimited:10\" is accepted "
+      "(soft RLIM_INFINITY > hard 10)");
+  EXPECT_THAT(error_of([] { parse_rlimit("nofile=unlimited:10"); }),
+              HasSubstr("the soft limit is above the hard one"));
+}
+
+// --- merge_env ---------------------------------------------------------------------
+
+TEST(MergeEnv, OverridesAndAppends) {
+  EXPECT_THAT(merge_env({"A=1", "B=2"}, {"A=9"}), ElementsAre("A=9", "B=2"));
+  EXPECT_THAT(merge_env({"A=1"}, {"C=3", "D="}), ElementsAre("A=1", "C=3", "D="));
+  EXPECT_THAT(merge_env({"A=1"}, {"A=2", "A=3"}), ElementsAre("A=3"));
+  EXPECT_THAT(merge_env({}, {"X=a=b"}), ElementsAre("X=a=b"));
+}
+
+TEST(MergeEnv, KeyIsNotAPrefixMatch) {
+  EXPECT_THAT(merge_env({"AB=1", "A=0"}, {"A=2"}), ElementsAre("AB=1", "A=2"));
+  EXPECT_THAT(merge_env({"AB=1"}, {"A=2"}), ElementsAre("AB=1", "A=2"));
+}
+
+TEST(MergeEnv, PassesTheCallersValue) {
+  ScopedEnv set("OPENSHELL_UNIT_PASS", "from caller");
+  EXPECT_THAT(merge_env({"A=1"}, {"OPENSHELL_UNIT_PASS"}),
+              ElementsAre("A=1", "OPENSHELL_UNIT_PASS=from caller"));
+  EXPECT_THAT(merge_env({"OPENSHELL_UNIT_PASS=old"}, {"OPENSHELL_UNIT_PASS"}),
+              ElementsAre("OPENSHELL_UNIT_PASS=from caller"));
+}
+
+TEST(MergeEnv, SkipsAnUnsetVariable) {
+  ScopedEnv unset("OPENSHELL_UNIT_UNSET", nullptr);
+  EXPECT_THAT(merge_env({"A=1"}, {"OPENSHELL_UNIT_UNSET"}), ElementsAre("A=1"));
+}
+
+TEST(MergeEnv, BadKeysThrow) {
+  EXPECT_THAT(error_of([] { merge_env({}, {"=x"}); }),
+              StartsWith("--env =x: expected KEY=VALUE or KEY"));
+  EXPECT_THAT(error_of([] { merge_env({}, {""}); }), HasSubstr("expected KEY=VALUE"));
+  EXPECT_THAT(error_of([] { merge_env({}, {"A B=1"}); }), HasSubstr("expected KEY=VALUE"));
+  EXPECT_THAT(error_of([] { merge_env({}, {"A\tB"}); }), HasSubstr("expected KEY=VALUE"));
+}
+
+// --- build_spec --------------------------------------------------------------------
+
+RunOptions with_command() {
+  RunOptions o;
+  o.command = {"true"};
+  return o;
+}
+
+TEST(BuildSpec, Defaults) {
+  runtime::ContainerSpec spec = build_spec(with_command());
+  EXPECT_THAT(spec.argv, ElementsAre("true"));
+  EXPECT_EQ(spec.fs.root, namespaces::RootKind::kHost);
+  EXPECT_EQ(spec.fs.workdir, "/");
+  EXPECT_EQ(spec.uid, runtime::kDefaultUid);
+  EXPECT_EQ(spec.gid, runtime::kDefaultGid);
+  EXPECT_EQ(spec.hostname, "sandbox");
+  EXPECT_TRUE(spec.seccomp);
+  EXPECT_EQ(spec.cap_add, 0u);
+  EXPECT_FALSE(spec.limits.any());
+  EXPECT_FALSE(spec.landlock.enabled);  // no policy, no Landlock
+  EXPECT_EQ(spec.cgroup_name, "openshell-run-" + std::to_string(::getpid()));
+  EXPECT_THAT(spec.env, Contains(StartsWith("PATH=/usr/local/sbin:")));
+  EXPECT_THAT(spec.env, Contains("HOME=/"));
+  EXPECT_THAT(spec.env, Contains("HOSTNAME=sandbox"));
+}
+
+TEST(BuildSpec, NoCommandThrows) {
+  EXPECT_THAT(error_of([] { build_spec(RunOptions{}); }), StartsWith("run: no command given"));
+}
+
+TEST(BuildSpec, Memory) {
+  RunOptions o = with_command();
+  o.memory = "64Q";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--memory 64Q: not a size"));
+  o.memory = "1M";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--memory 1M: below the minimum of 4M"));
+  o.memory = "4M";
+  EXPECT_EQ(build_spec(o).limits.memory_bytes, 4u << 20);
+  o.memory = "1.5G";
+  EXPECT_EQ(build_spec(o).limits.memory_bytes, 3ull << 29);
+}
+
+TEST(BuildSpec, Pids) {
+  RunOptions o = with_command();
+  o.pids = "0";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--pids 0: not a positive number"));
+  o.pids = "-5";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--pids -5:"));
+  o.pids = "4194305";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--pids 4194305:"));
+  o.pids = "64";
+  EXPECT_EQ(build_spec(o).limits.pids, 64u);
+}
+
+TEST(BuildSpec, Cpus) {
+  RunOptions o = with_command();
+  for (const char* bad : {"abc", "0", "-1", "5000"}) {
+    o.cpus = bad;
+    EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--cpus " + std::string(bad) + ":"));
+  }
+  o.cpus = "1.5";
+  EXPECT_EQ(build_spec(o).limits.cpus, 1.5);
+}
+
+TEST(BuildSpec, Hostname) {
+  RunOptions o = with_command();
+  o.hostname = "Bad_Name";
+  EXPECT_THAT(error_of([&] { build_spec(o); }),
+              StartsWith("--hostname Bad_Name: must be a DNS label"));
+  o.hostname = "box-1";
+  runtime::ContainerSpec spec = build_spec(o);
+  EXPECT_EQ(spec.hostname, "box-1");
+  EXPECT_THAT(spec.env, Contains("HOSTNAME=box-1"));
+}
+
+TEST(BuildSpec, Seccomp) {
+  RunOptions o = with_command();
+  o.seccomp = "bogus";
+  EXPECT_THAT(error_of([&] { build_spec(o); }),
+              StartsWith("--seccomp bogus: expected 'default' or 'unconfined'"));
+  o.seccomp = "unconfined";
+  EXPECT_FALSE(build_spec(o).seccomp);
+  o.seccomp = "default";
+  EXPECT_TRUE(build_spec(o).seccomp);
+}
+
+TEST(BuildSpec, CoreDumpsOffUnlessGiven) {
+  RunOptions o = with_command();
+  runtime::ContainerSpec spec = build_spec(o);
+  ASSERT_EQ(spec.rlimits.size(), 1u);
+  EXPECT_EQ(spec.rlimits[0].resource, RLIMIT_CORE);
+  EXPECT_EQ(spec.rlimits[0].soft, 0u);
+  EXPECT_EQ(spec.rlimits[0].hard, 0u);
+
+  o.rlimits = {"nofile=64"};
+  spec = build_spec(o);
+  ASSERT_EQ(spec.rlimits.size(), 2u);
+  EXPECT_EQ(spec.rlimits[0].resource, RLIMIT_CORE);
+  EXPECT_EQ(spec.rlimits[1].resource, RLIMIT_NOFILE);
+
+  o.rlimits = {"core=100"};
+  spec = build_spec(o);
+  ASSERT_EQ(spec.rlimits.size(), 1u);
+  EXPECT_EQ(spec.rlimits[0].resource, RLIMIT_CORE);
+  EXPECT_EQ(spec.rlimits[0].soft, 100u);
+
+  o.rlimits = {"nofile=bad"};
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--rlimit nofile=bad"));
+}
+
+TEST(BuildSpec, EnvironmentNeverHoldsTheCallers) {
+  ScopedEnv secret("OPENSHELL_UNIT_SECRET", "hunter2");
+  ScopedEnv home("HOME", "/home/caller");
+  RunOptions o = with_command();
+  runtime::ContainerSpec spec = build_spec(o);
+  for (const auto& entry : spec.env) {
+    EXPECT_THAT(entry, Not(HasSubstr("OPENSHELL_UNIT_SECRET"))) << entry;
+    EXPECT_THAT(entry, Not(HasSubstr("hunter2"))) << entry;
+    EXPECT_NE(entry, "HOME=/home/caller");
+  }
+  EXPECT_EQ(spec.env.size(), 3u);  // PATH, HOME, HOSTNAME
+
+  // Unless asked for by name.
+  o.env = {"OPENSHELL_UNIT_SECRET", "EXTRA=1"};
+  spec = build_spec(o);
+  EXPECT_THAT(spec.env, Contains("OPENSHELL_UNIT_SECRET=hunter2"));
+  EXPECT_THAT(spec.env, Contains("EXTRA=1"));
+}
+
+TEST(BuildSpec, TtyAddsTerm) {
+  ScopedEnv term("TERM", "vt100");
+  RunOptions o = with_command();
+  o.tty = true;
+  runtime::ContainerSpec spec = build_spec(o);
+  EXPECT_TRUE(spec.tty);
+  EXPECT_THAT(spec.env, Contains("TERM=vt100"));
+}
+
+TEST(BuildSpec, UserResolvedInTheRootfs) {
+  TempDir rootfs;
+  write_file(rootfs / "etc/passwd", "sandbox:x:1234:1235::/home/sb:/bin/sh\n");
+  write_file(rootfs / "etc/group", "staff:x:50:\n");
+  RunOptions o = with_command();
+  o.rootfs = rootfs.path();
+  o.user = "sandbox";
+  runtime::ContainerSpec spec = build_spec(o);
+  EXPECT_EQ(spec.fs.root, namespaces::RootKind::kDirectory);
+  EXPECT_EQ(spec.fs.rootfs, rootfs.path());
+  EXPECT_EQ(spec.uid, 1234u);
+  EXPECT_EQ(spec.gid, 1235u);
+  EXPECT_THAT(spec.env, Contains("HOME=/home/sb"));
+
+  o.user = "sandbox:staff";
+  EXPECT_EQ(build_spec(o).gid, 50u);
+  o.user = "nosuch";
+  EXPECT_THAT(error_of([&] { build_spec(o); }),
+              HasSubstr("no such user in " + rootfs.path() + "/etc/passwd"));
+}
+
+TEST(BuildSpec, PolicyRunAsUserUnlessUserGiven) {
+  TempDir tmp;
+  write_file(tmp / "rootfs/etc/passwd",
+             "sandbox:x:1234:1235::/home/sb:/bin/sh\nother:x:2000:2000::/o:/bin/sh\n");
+  write_file(tmp / "rootfs/etc/group", "staff:x:50:\n");
+  write_file(tmp / "policy.toml",
+             "version = 1\n[process]\nrun_as_user = \"sandbox\"\nrun_as_group = \"staff\"\n");
+  RunOptions o = with_command();
+  o.rootfs = tmp / "rootfs";
+  o.policy = tmp / "policy.toml";
+  runtime::ContainerSpec spec = build_spec(o);
+  EXPECT_EQ(spec.uid, 1234u);
+  EXPECT_EQ(spec.gid, 50u);
+  o.user = "other";
+  spec = build_spec(o);
+  EXPECT_EQ(spec.uid, 2000u);
+  EXPECT_EQ(spec.gid, 2000u);
+}
+
+TEST(BuildSpec, BadPolicyFileThrows) {
+  TempDir tmp;
+  RunOptions o = with_command();
+  o.policy = tmp / "absent.toml";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("policy " + (tmp / "absent.toml")));
+}
+
+TEST(BuildSpec, PolicyFilesystemBecomesLandlockRules) {
+  if (runtime::landlock::abi_version() == 0) GTEST_SKIP() << "Landlock is not available";
+  TempDir tmp;
+  write_file(tmp / "policy.toml",
+             "version = 1\n[filesystem_policy]\ninclude_workdir = true\nread_only = [\"/usr\"]\n"
+             "read_write = [\"/tmp\"]\n");
+  RunOptions o = with_command();
+  o.policy = tmp / "policy.toml";
+  o.workdir = "/work";
+  runtime::ContainerSpec spec = build_spec(o);
+  EXPECT_TRUE(spec.landlock.enabled);
+  ASSERT_EQ(spec.landlock.rules.size(), 3u);
+  EXPECT_EQ(spec.landlock.rules[0].path, "/usr");
+  EXPECT_EQ(spec.landlock.rules[0].access, runtime::landlock::read_only_rights());
+  EXPECT_EQ(spec.landlock.rules[1].path, "/tmp");
+  EXPECT_EQ(spec.landlock.rules[2].path, "/work");
+}
+
+// BUG: without --workdir the workdir is "/", and include_workdir (true by
+// default) then adds a read-write Landlock rule for "/": everything becomes
+// writable and read_only means nothing. The policy parser refuses "/" in
+// read_write for exactly this reason.
+TEST(BuildSpec, DefaultWorkdirDoesNotMakeRootWritable) {
+  SKIP_KNOWN_BUG(
+      "in run_command.cc/landlock.cc: with --policy and no --workdir, "
+      "include_workdir adds a read-write Landlock rule for \"/\"");
+  TempDir tmp;
+  write_file(tmp / "policy.toml",
+             "version = 1\n[filesystem_policy]\nread_only = [\"/usr\"]\nread_write = [\"/tmp\"]\n");
+  RunOptions o = with_command();
+  o.policy = tmp / "policy.toml";
+  runtime::ContainerSpec spec = build_spec(o);
+  for (const auto& rule : spec.landlock.rules)
+    EXPECT_FALSE(rule.path == "/" && (rule.access & ~runtime::landlock::read_only_rights()))
+        << "read-write rule for /";
+}
+
+// BUG: the policy refuses run_as_user "root" and "0", but "00" resolves to
+// uid 0 all the same.
+TEST(BuildSpec, PolicyCannotRunAsRoot) {
+  SKIP_KNOWN_BUG(
+      "in policy.cc/run_command.cc: run_as_user = \"00\" runs the sandbox as "
+      "uid 0");
+  TempDir tmp;
+  write_file(tmp / "policy.toml", "version = 1\n[process]\nrun_as_user = \"00\"\n");
+  RunOptions o = with_command();
+  o.policy = tmp / "policy.toml";
+  uint32_t uid = 12345;
+  try {
+    uid = build_spec(o).uid;
+  } catch (const Error&) {
+    return;  // refused: fine
+  }
+  EXPECT_NE(uid, 0u);
+}
+
+TEST(BuildSpec, CapAddAndBinds) {
+  RunOptions o = with_command();
+  o.cap_add = {"NET_ADMIN"};
+  o.binds = {"/src:/dst:ro"};
+  runtime::ContainerSpec spec = build_spec(o);
+  EXPECT_EQ(spec.cap_add, uint64_t{1} << 12);
+  ASSERT_EQ(spec.fs.binds.size(), 1u);
+  EXPECT_EQ(spec.fs.binds[0].target, "/dst");
+  EXPECT_TRUE(spec.fs.binds[0].read_only);
+
+  o.cap_add = {"NOT_A_CAP"};
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--cap-add NOT_A_CAP"));
+  o.cap_add = {};
+  o.binds = {"nodest"};
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--bind nodest"));
+}
+
+}  // namespace
+}  // namespace openshell::cli

@@ -1,0 +1,275 @@
+#include "runtime/seccomp.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/io_uring.h>
+#include <linux/netlink.h>
+#include <linux/seccomp.h>
+#include <net/ethernet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <functional>
+#include <string>
+
+#include "test_util.h"
+
+namespace openshell::runtime::seccomp {
+namespace {
+
+using openshell::testing::ChildReport;
+using openshell::testing::ChildWriter;
+using openshell::testing::run_in_child;
+
+// In a child: no_new_privs, the default filter, then the checks.
+ChildReport run_confined(const std::function<void(ChildWriter&)>& checks) {
+  return run_in_child([&](ChildWriter& out) {
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+      out.say("no_new_privs failed");
+      ::_exit(3);
+    }
+    ChildFailure failure;
+    if (!install(default_program(), &failure)) {
+      out.say(std::string("install failed: ") + failure.message());
+      ::_exit(4);
+    }
+    checks(out);
+  });
+}
+
+// The call failed with exactly this errno.
+void expect_refused(const ChildReport& report, const char* name, int err) {
+  ASSERT_TRUE(report.has(name)) << name << " not reported";
+  EXPECT_EQ(report.at(name).ret, -1) << name << " was not refused";
+  EXPECT_EQ(report.at(name).err, err) << name << ": " << strerror(report.at(name).err);
+}
+
+void expect_allowed(const ChildReport& report, const char* name) {
+  ASSERT_TRUE(report.has(name)) << name << " not reported";
+  EXPECT_GE(report.at(name).ret, 0) << name << ": " << strerror(report.at(name).err);
+}
+
+TEST(SeccompProgram, StartsWithTheArchitectureGuard) {
+  Program program = default_program();
+  ASSERT_NE(program.filter, nullptr);
+  ASSERT_GT(program.length, 6);
+  EXPECT_LE(program.length, BPF_MAXINSNS);
+  // 0: A = seccomp_data.arch
+  EXPECT_EQ(program.filter[0].code, BPF_LD | BPF_W | BPF_ABS);
+  EXPECT_EQ(program.filter[0].k, offsetof(seccomp_data, arch));
+  // 1: compared with the native architecture
+  EXPECT_EQ(program.filter[1].code, BPF_JMP | BPF_JEQ | BPF_K);
+#if defined(__x86_64__)
+  EXPECT_EQ(program.filter[1].k, AUDIT_ARCH_X86_64);
+#elif defined(__aarch64__)
+  EXPECT_EQ(program.filter[1].k, AUDIT_ARCH_AARCH64);
+#endif
+  // 2: A = seccomp_data.nr; 5: numbers above the profile's get ENOSYS.
+  EXPECT_EQ(program.filter[2].code, BPF_LD | BPF_W | BPF_ABS);
+  EXPECT_EQ(program.filter[2].k, offsetof(seccomp_data, nr));
+  EXPECT_EQ(program.filter[5].code, BPF_RET | BPF_K);
+  EXPECT_EQ(program.filter[5].k, static_cast<uint32_t>(SECCOMP_RET_ERRNO | ENOSYS));
+  // The program ends in a return.
+  EXPECT_EQ(BPF_CLASS(program.filter[program.length - 1].code), BPF_RET);
+}
+
+TEST(SeccompInstall, ReportsAFilterTheKernelRefuses) {
+  auto report = run_in_child([](ChildWriter& out) {
+    ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    ChildFailure failure;
+    bool ok = install(Program{default_program().filter, 0}, &failure);
+    out.result("install", ok ? 0 : -1, failure.err);
+    out.say(failure.what);
+  });
+  ASSERT_TRUE(report.exited_cleanly());
+  expect_refused(report, "install", EINVAL);
+  EXPECT_EQ(report.text, "install the seccomp filter\n");
+}
+
+TEST(SeccompDefault, RefusesDangerousCallsWithEperm) {
+  auto report = run_confined([](ChildWriter& out) {
+    // A target that does not exist: unfiltered, this is ENOENT, not a mount.
+    long rc = ::mount("none", "/nonexistent-openshell-unit-test", "tmpfs", 0, nullptr);
+    out.result("mount", rc, errno);
+    rc = ::unshare(CLONE_NEWUSER);
+    out.result("unshare(CLONE_NEWUSER)", rc, errno);
+    rc = ::unshare(CLONE_NEWNET);
+    out.result("unshare(CLONE_NEWNET)", rc, errno);
+    rc = ::syscall(SYS_clone, CLONE_NEWNS | SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (rc == 0) ::_exit(0);
+    out.result("clone(CLONE_NEWNS)", rc, errno);
+    rc = ::syscall(SYS_setns, -1, 0);
+    out.result("setns", rc, errno);
+    rc = ::syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -3 /* session */, 0);
+    out.result("keyctl", rc, errno);
+    rc = ::syscall(SYS_bpf, 0, nullptr, 0);
+    out.result("bpf", rc, errno);
+    rc = ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
+    out.result("ptrace", rc, errno);
+    io_uring_params params{};
+    rc = ::syscall(SYS_io_uring_setup, 1, &params);
+    out.result("io_uring_setup", rc, errno);
+    rc = ::chroot("/");
+    out.result("chroot", rc, errno);
+    rc = ::socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
+    out.result("socket(AF_INET, SOCK_RAW)", rc, errno);
+    rc = ::socket(AF_INET6, SOCK_RAW, IPPROTO_ICMPV6);
+    out.result("socket(AF_INET6, SOCK_RAW)", rc, errno);
+    rc = ::socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+    out.result("socket(AF_PACKET, SOCK_RAW)", rc, errno);
+    rc = ::socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_ALL));
+    out.result("socket(AF_PACKET, SOCK_DGRAM)", rc, errno);
+    rc = ::personality(READ_IMPLIES_EXEC);
+    out.result("personality(READ_IMPLIES_EXEC)", rc, errno);
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  for (const char* name :
+       {"mount", "unshare(CLONE_NEWUSER)", "unshare(CLONE_NEWNET)", "clone(CLONE_NEWNS)", "setns",
+        "keyctl", "bpf", "ptrace", "io_uring_setup", "chroot", "socket(AF_INET, SOCK_RAW)",
+        "socket(AF_INET6, SOCK_RAW)", "socket(AF_PACKET, SOCK_RAW)",
+        "socket(AF_PACKET, SOCK_DGRAM)", "personality(READ_IMPLIES_EXEC)"})
+    expect_refused(report, name, EPERM);
+}
+
+TEST(SeccompDefault, UnknownAndNewerCallsGetEnosys) {
+  auto report = run_confined([](ChildWriter& out) {
+    long rc = ::syscall(1000);
+    out.result("syscall(1000)", rc, errno);
+    // Unfiltered, clone3 with size 0 is EINVAL; glibc falls back to clone on ENOSYS.
+    rc = ::syscall(SYS_clone3, nullptr, 0);
+    out.result("clone3", rc, errno);
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  expect_refused(report, "syscall(1000)", ENOSYS);
+  expect_refused(report, "clone3", ENOSYS);
+}
+
+TEST(SeccompDefault, AllowsOrdinaryCalls) {
+  auto report = run_confined([](ChildWriter& out) {
+    out.result("getppid", ::getppid(), errno);
+    out.result("getpid", ::getpid(), errno);
+    long rc = ::socket(AF_INET, SOCK_STREAM, 0);
+    out.result("socket(AF_INET, SOCK_STREAM)", rc, errno);
+    rc = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    out.result("socket(AF_INET, SOCK_STREAM|flags)", rc, errno);
+    rc = ::socket(AF_INET6, SOCK_DGRAM, 0);
+    out.result("socket(AF_INET6, SOCK_DGRAM)", rc, errno);
+    rc = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    out.result("socket(AF_UNIX, SOCK_SEQPACKET)", rc, errno);
+    rc = ::socket(AF_NETLINK, SOCK_DGRAM, NETLINK_ROUTE);
+    out.result("socket(AF_NETLINK, SOCK_DGRAM)", rc, errno);
+    rc = ::unshare(CLONE_FILES);  // not a namespace flag
+    out.result("unshare(CLONE_FILES)", rc, errno);
+    rc = ::personality(0xffffffff);
+    out.result("personality(query)", rc, errno);
+    pid_t child = ::fork();
+    if (child == 0) ::_exit(7);
+    int status = 0;
+    if (child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status))
+      out.result("fork", WEXITSTATUS(status), 0);
+    else
+      out.result("fork", -1, errno);
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  EXPECT_EQ(report.at("getppid").ret, ::getpid());
+  expect_allowed(report, "getpid");
+  EXPECT_NE(report.at("getpid").ret, ::getpid());
+  for (const char* name :
+       {"socket(AF_INET, SOCK_STREAM)", "socket(AF_INET, SOCK_STREAM|flags)",
+        "socket(AF_INET6, SOCK_DGRAM)", "socket(AF_UNIX, SOCK_SEQPACKET)",
+        "socket(AF_NETLINK, SOCK_DGRAM)", "unshare(CLONE_FILES)", "personality(query)"})
+    expect_allowed(report, name);
+  EXPECT_EQ(report.at("fork").ret, 7) << strerror(report.at("fork").err);
+}
+
+// BUG (tools/seccomp_gen.cc, with libseccomp 2.5): the socket rules compare
+// argument 0 with == AF_NETLINK in one rule and != AF_PACKET in others;
+// libseccomp nests the == test under the != test's "else" branch, where the
+// type checks fall through to the default action first. Netlink is then
+// allowed only for stream, datagram and seqpacket types, and
+// socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE), what ip(8) and most netlink
+// users open, gets EPERM, against the profile's "netlink of any type".
+TEST(SeccompDefault, AllowsNetlinkOfAnyType) {
+  SKIP_KNOWN_BUG(
+      "in tools/seccomp_gen.cc: socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE) gets "
+      "EPERM (libseccomp drops the a0 == AF_NETLINK rule beside the a0 != AF_PACKET "
+      "ones)");
+  auto report = run_confined([](ChildWriter& out) {
+    long rc = ::socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE);
+    out.result("socket(AF_NETLINK, SOCK_RAW)", rc, errno);
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  expect_allowed(report, "socket(AF_NETLINK, SOCK_RAW)");
+}
+
+// A pty pair made before the filter goes in; closed at the end of the test.
+class SeccompTtyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    master_ = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master_ < 0) GTEST_SKIP() << "no pseudo-terminals here: " << strerror(errno);
+    if (::unlockpt(master_) == 0)
+      slave_ = ::ioctl(master_, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (slave_ < 0) GTEST_SKIP() << "cannot open a pty slave: " << strerror(errno);
+  }
+  void TearDown() override {
+    if (slave_ >= 0) ::close(slave_);
+    if (master_ >= 0) ::close(master_);
+  }
+  int master_ = -1;
+  int slave_ = -1;
+};
+
+TEST_F(SeccompTtyTest, AllowsOrdinaryIoctls) {
+  const int slave = slave_;
+  auto report = run_confined([&](ChildWriter& out) {
+    winsize size{};
+    out.result("TIOCGWINSZ", ::ioctl(slave, TIOCGWINSZ, &size), errno);
+    int flags = 1;
+    out.result("FIONBIO", ::ioctl(slave, FIONBIO, &flags), errno);
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  expect_allowed(report, "TIOCGWINSZ");
+  expect_allowed(report, "FIONBIO");
+}
+
+// BUG (tools/seccomp_gen.cc, with libseccomp 2.5): ioctl has an unconditional
+// ALLOW rule and then ERRNO(EACCES) rules for TIOCSTI and TIOCLINUX; libseccomp
+// accepts all three (rc 0) but the unconditional rule swallows the others:
+// the exported program is just "if ($syscall == ioctl) action ALLOW". So
+// TIOCSTI (pushing input into a terminal) is not refused by the filter.
+TEST_F(SeccompTtyTest, RefusesTerminalInputInjection) {
+  SKIP_KNOWN_BUG(
+      "in tools/seccomp_gen.cc: ioctl(TIOCSTI) and ioctl(TIOCLINUX) are allowed; the "
+      "unconditional ioctl ALLOW rule overrides the conditional EACCES rules");
+  const int slave = slave_;
+  auto report = run_confined([&](ChildWriter& out) {
+    char c = 'x';
+    out.result("TIOCSTI", ::ioctl(slave, TIOCSTI, &c), errno);
+    // The kernel reads the command as 32 bits: high bits must not hide it.
+    out.result("TIOCSTI|1<<32", ::syscall(SYS_ioctl, slave, (1UL << 32) | TIOCSTI, &c), errno);
+    out.result("TIOCLINUX", ::ioctl(slave, 0x541C /* TIOCLINUX */, &c), errno);
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  expect_refused(report, "TIOCSTI", EACCES);
+  expect_refused(report, "TIOCSTI|1<<32", EACCES);
+  expect_refused(report, "TIOCLINUX", EACCES);
+}
+
+}  // namespace
+}  // namespace openshell::runtime::seccomp

@@ -1,0 +1,136 @@
+#include "base/text.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace openshell::text {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Eq;
+using ::testing::Optional;
+
+constexpr uint64_t kKiB = uint64_t{1} << 10;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kTiB = uint64_t{1} << 40;
+
+TEST(ParseSize, BinaryUnits) {
+  EXPECT_THAT(parse_size("64M"), Optional(Eq(64 * kMiB)));
+  EXPECT_THAT(parse_size("1.5G"), Optional(Eq(kGiB + kGiB / 2)));
+  EXPECT_THAT(parse_size("512k"), Optional(Eq(512 * kKiB)));
+  EXPECT_THAT(parse_size("2GiB"), Optional(Eq(2 * kGiB)));
+  EXPECT_THAT(parse_size("3KB"), Optional(Eq(3 * kKiB)));
+  EXPECT_THAT(parse_size("1t"), Optional(Eq(kTiB)));
+  EXPECT_THAT(parse_size("8mib"), Optional(Eq(8 * kMiB)));
+}
+
+TEST(ParseSize, BytesWithoutUnitOrWithB) {
+  EXPECT_THAT(parse_size("4096"), Optional(Eq(uint64_t{4096})));
+  EXPECT_THAT(parse_size("1b"), Optional(Eq(uint64_t{1})));
+  EXPECT_THAT(parse_size("1B"), Optional(Eq(uint64_t{1})));
+}
+
+TEST(ParseSize, RejectsMalformed) {
+  for (const char* bad : {"64Q", "", "-1", "1e3", "M", "1.2.3", " 64M", "64M ", "64Mi", "1bb",
+                          "1KiBs", "+1", ".", "0x10"})
+    EXPECT_EQ(parse_size(bad), std::nullopt) << '"' << bad << '"';
+}
+
+TEST(ParseSize, RejectsZeroAndBelowOneByte) {
+  EXPECT_EQ(parse_size("0"), std::nullopt);
+  EXPECT_EQ(parse_size("0M"), std::nullopt);
+  EXPECT_EQ(parse_size("0.5"), std::nullopt);
+}
+
+TEST(ParseSize, RejectsOverflow) {
+  EXPECT_EQ(parse_size("99999999999T"), std::nullopt);
+  EXPECT_EQ(parse_size("16777216T"), std::nullopt);  // exactly 2^64
+  EXPECT_THAT(parse_size("16777215T"), Optional(Eq(16777215 * kTiB)));
+}
+
+TEST(ParseUint, AcceptsDecimal) {
+  EXPECT_THAT(parse_uint("0"), Optional(Eq(uint64_t{0})));
+  EXPECT_THAT(parse_uint("4096"), Optional(Eq(uint64_t{4096})));
+  EXPECT_THAT(parse_uint("18446744073709551615"), Optional(Eq(UINT64_MAX)));
+}
+
+TEST(ParseUint, MaxIsInclusive) {
+  EXPECT_THAT(parse_uint("65535", 65535), Optional(Eq(uint64_t{65535})));
+  EXPECT_EQ(parse_uint("65536", 65535), std::nullopt);
+  EXPECT_EQ(parse_uint("1", 0), std::nullopt);
+}
+
+TEST(ParseUint, RejectsOverflow) {
+  EXPECT_EQ(parse_uint("18446744073709551616"), std::nullopt);
+  EXPECT_EQ(parse_uint("99999999999999999999"), std::nullopt);
+  EXPECT_EQ(parse_uint("123456789012345678901"), std::nullopt);
+}
+
+TEST(ParseUint, RejectsGarbage) {
+  for (const char* bad : {"", "-1", "+1", " 1", "1 ", "12a", "0x1", "1.0", "\xef\xbc\x91"})
+    EXPECT_EQ(parse_uint(bad), std::nullopt) << '"' << bad << '"';
+}
+
+TEST(ParsePositiveDecimal, Accepts) {
+  EXPECT_THAT(parse_positive_decimal("1.5"), Optional(Eq(1.5)));
+  EXPECT_THAT(parse_positive_decimal("2"), Optional(Eq(2.0)));
+  EXPECT_THAT(parse_positive_decimal(".25"), Optional(Eq(0.25)));
+  EXPECT_THAT(parse_positive_decimal("3."), Optional(Eq(3.0)));
+}
+
+TEST(ParsePositiveDecimal, Rejects) {
+  for (const char* bad :
+       {"", "0", "0.0", "-1", "+1", "1e3", "abc", "1.2.3", ".", " 1", "inf", "nan", "1,5"})
+    EXPECT_EQ(parse_positive_decimal(bad), std::nullopt) << '"' << bad << '"';
+}
+
+TEST(Split, KeepsEmptyParts) {
+  EXPECT_THAT(split("a,b,,c", ','), ElementsAre("a", "b", "", "c"));
+  EXPECT_THAT(split(",", ','), ElementsAre("", ""));
+  EXPECT_THAT(split("", ','), ElementsAre(""));
+  EXPECT_THAT(split("abc", ','), ElementsAre("abc"));
+  EXPECT_THAT(split("a:b", ','), ElementsAre("a:b"));
+}
+
+TEST(Trim, RemovesSurroundingWhitespaceOnly) {
+  EXPECT_EQ(trim("  a b \t\r\n"), "a b");
+  EXPECT_EQ(trim("\tx"), "x");
+  EXPECT_EQ(trim("   "), "");
+  EXPECT_EQ(trim(""), "");
+}
+
+TEST(Join, PutsSeparatorBetween) {
+  EXPECT_EQ(join({"a", "b", "c"}, ", "), "a, b, c");
+  EXPECT_EQ(join({"x"}, ","), "x");
+  EXPECT_EQ(join({}, ","), "");
+  EXPECT_EQ(join({"", ""}, "-"), "-");
+}
+
+TEST(IsDnsLabel, Accepts) {
+  for (const char* good : {"sandbox", "a", "a-1", "0abc", "x0-y1"})
+    EXPECT_TRUE(is_dns_label(good)) << good;
+  EXPECT_TRUE(is_dns_label(std::string(63, 'a')));
+}
+
+TEST(IsDnsLabel, Rejects) {
+  for (const char* bad : {"", "-a", "a-", "Bad_Name", "UPPER", "a.b", "a b", "a_b"})
+    EXPECT_FALSE(is_dns_label(bad)) << '"' << bad << '"';
+  EXPECT_FALSE(is_dns_label(std::string(64, 'a')));
+}
+
+TEST(FormatBytes, PicksBinaryUnit) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(1024), "1.0 KiB");
+  EXPECT_EQ(format_bytes(64 * kMiB), "64.0 MiB");
+  EXPECT_EQ(format_bytes(kGiB + kGiB / 2), "1.5 GiB");
+  EXPECT_EQ(format_bytes(kTiB), "1.0 TiB");
+  EXPECT_EQ(format_bytes(2048 * kTiB), "2048.0 TiB");  // no unit above TiB
+}
+
+}  // namespace
+}  // namespace openshell::text

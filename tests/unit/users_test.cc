@@ -1,0 +1,167 @@
+#include "runtime/users.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/error.h"
+#include "test_util.h"
+
+namespace openshell::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kPasswd =
+    "root:x:0:0:root:/root:/bin/bash\n"
+    "# a comment\n"
+    "\n"
+    "daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+    "sandbox:x:1000:1000:Sandbox User:/home/sandbox:/bin/sh\n"
+    "nohome:x:1001:1002:::/bin/sh\n"
+    "short:x:1003\n"
+    "broken:x:abc:1000::/x:/bin/sh\n";
+
+constexpr const char* kGroup =
+    "root:x:0:\n"
+    "staff:x:50:sandbox\n"
+    "sandbox:x:1000:\n"
+    "badgid:x:zz:\n";
+
+ResolvedUser resolve(const std::string& spec) {
+  return resolve_user(spec, kPasswd, kGroup, "/rootfs");
+}
+
+std::string error_of(const std::string& spec) {
+  try {
+    resolve(spec);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "resolve_user accepted " << spec;
+  return "";
+}
+
+TEST(ResolveUser, NumberListedInPasswd) {
+  ResolvedUser u = resolve("1000");
+  EXPECT_EQ(u.uid, 1000u);
+  EXPECT_EQ(u.gid, 1000u);
+  EXPECT_EQ(u.name, "sandbox");
+  EXPECT_EQ(u.home, "/home/sandbox");
+}
+
+TEST(ResolveUser, NumberTakesItsGroupFromPasswd) {
+  ResolvedUser u = resolve("1001");
+  EXPECT_EQ(u.uid, 1001u);
+  EXPECT_EQ(u.gid, 1002u);
+  EXPECT_EQ(u.name, "nohome");
+  EXPECT_EQ(u.home, "/");  // empty home field
+}
+
+TEST(ResolveUser, NumberNotInPasswd) {
+  ResolvedUser u = resolve("4242");
+  EXPECT_EQ(u.uid, 4242u);
+  EXPECT_EQ(u.gid, 4242u);
+  EXPECT_EQ(u.name, "");
+  EXPECT_EQ(u.home, "/");
+}
+
+TEST(ResolveUser, NumberAndGroupNumber) {
+  ResolvedUser u = resolve("1000:1000");
+  EXPECT_EQ(u.uid, 1000u);
+  EXPECT_EQ(u.gid, 1000u);
+  u = resolve("1000:50");
+  EXPECT_EQ(u.uid, 1000u);
+  EXPECT_EQ(u.gid, 50u);
+  EXPECT_EQ(u.home, "/home/sandbox");
+}
+
+TEST(ResolveUser, Name) {
+  ResolvedUser u = resolve("sandbox");
+  EXPECT_EQ(u.uid, 1000u);
+  EXPECT_EQ(u.gid, 1000u);
+  EXPECT_EQ(u.name, "sandbox");
+  EXPECT_EQ(u.home, "/home/sandbox");
+  EXPECT_EQ(resolve("daemon").home, "/usr/sbin");
+}
+
+TEST(ResolveUser, NameAndGroupName) {
+  ResolvedUser u = resolve("sandbox:staff");
+  EXPECT_EQ(u.uid, 1000u);
+  EXPECT_EQ(u.gid, 50u);
+  EXPECT_EQ(u.name, "sandbox");
+}
+
+TEST(ResolveUser, NumberAndGroupName) {
+  ResolvedUser u = resolve("1000:staff");
+  EXPECT_EQ(u.uid, 1000u);
+  EXPECT_EQ(u.gid, 50u);
+  u = resolve("4242:staff");
+  EXPECT_EQ(u.uid, 4242u);
+  EXPECT_EQ(u.gid, 50u);
+}
+
+TEST(ResolveUser, UnknownNameNamesPasswd) {
+  EXPECT_EQ(error_of("nobodyx"), "user nobodyx: no such user in /rootfs/etc/passwd");
+  // A name matches the name field only, not a prefix.
+  EXPECT_THAT(error_of("sand"), HasSubstr("no such user"));
+}
+
+TEST(ResolveUser, UnknownGroupNamesGroupFile) {
+  EXPECT_EQ(error_of("sandbox:wheel"), "group wheel: no such group in /rootfs/etc/group");
+  EXPECT_EQ(error_of("1000:wheel"), "group wheel: no such group in /rootfs/etc/group");
+}
+
+TEST(ResolveUser, EmptyPartsThrow) {
+  EXPECT_THAT(error_of(""), HasSubstr("empty user"));
+  EXPECT_THAT(error_of(":staff"), HasSubstr("empty user"));
+  EXPECT_THAT(error_of("sandbox:"), HasSubstr("empty group"));
+  EXPECT_THAT(error_of(":"), HasSubstr("empty group"));
+}
+
+TEST(ResolveUser, MalformedEntries) {
+  EXPECT_THAT(error_of("broken"), HasSubstr("user broken: malformed passwd entry"));
+  EXPECT_THAT(error_of("short"), HasSubstr("no such user"));  // too few fields: not an entry
+  EXPECT_THAT(error_of("sandbox:badgid"), HasSubstr("group badgid: malformed group entry"));
+}
+
+TEST(ResolveUser, IdAboveTheLargestValidIsNotANumber) {
+  // 4294967295 is (uid_t)-1; it is read as a name, which is not in passwd.
+  EXPECT_THAT(error_of("4294967295"), HasSubstr("no such user"));
+  EXPECT_EQ(resolve("4294967294").uid, 4294967294u);
+}
+
+TEST(ResolveUserInRoot, ReadsTheRootsFiles) {
+  openshell::testing::TempDir root;
+  openshell::testing::write_file(root / "etc/passwd", "app:x:2000:2001::/srv/app:/bin/sh\n");
+  openshell::testing::write_file(root / "etc/group", "ops:x:3000:\n");
+  ResolvedUser u = resolve_user_in_root("app:ops", root.path());
+  EXPECT_EQ(u.uid, 2000u);
+  EXPECT_EQ(u.gid, 3000u);
+  EXPECT_EQ(u.home, "/srv/app");
+  try {
+    resolve_user_in_root("sandbox", root.path());
+    FAIL() << "a user of another root was found";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "user sandbox: no such user in " + root.path() + "/etc/passwd");
+  }
+}
+
+TEST(ResolveUserInRoot, MissingFilesAreEmpty) {
+  openshell::testing::TempDir root;
+  ResolvedUser u = resolve_user_in_root("1234:5678", root.path());
+  EXPECT_EQ(u.uid, 1234u);
+  EXPECT_EQ(u.gid, 5678u);
+  EXPECT_THROW(resolve_user_in_root("app", root.path()), Error);
+}
+
+TEST(ResolveUserInRoot, HostRoot) {
+  ResolvedUser u = resolve_user_in_root("0", "/");
+  EXPECT_EQ(u.uid, 0u);
+  EXPECT_EQ(u.name, "root");  // from the host's /etc/passwd
+}
+
+}  // namespace
+}  // namespace openshell::runtime
