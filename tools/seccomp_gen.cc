@@ -84,19 +84,21 @@ int main(int argc, char** argv) {
   add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(unshare),
       {SCMP_A0(SCMP_CMP_MASKED_EQ, profile::kNamespaceFlags, 0)}, "unshare");
 
-  // socket: netlink of any type; otherwise stream, datagram and seqpacket
-  // only (no raw sockets), and never AF_PACKET.
+  // socket: an allowlist of families. Unix and netlink sockets of any type;
+  // IPv4 and IPv6 as stream, datagram or seqpacket only (no raw sockets);
+  // nothing else (no AF_PACKET, AF_ALG, AF_VSOCK, ...). Only equality tests:
+  // libseccomp 2.5 mis-merges a "not equal" with other tests on an argument.
+  add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), {SCMP_A0(SCMP_CMP_EQ, AF_UNIX)}, "socket");
   add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), {SCMP_A0(SCMP_CMP_EQ, AF_NETLINK)}, "socket");
-  for (scmp_datum_t type : {SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET})
-    add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket),
-        {SCMP_A0(SCMP_CMP_NE, AF_PACKET), SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type)}, "socket");
+  for (scmp_datum_t family : {AF_INET, AF_INET6})
+    for (scmp_datum_t type : {SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET})
+      add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket),
+          {SCMP_A0(SCMP_CMP_EQ, family), SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type)}, "socket");
 
-  // ioctl: anything but pushing input into a terminal (TIOCSTI, TIOCLINUX).
-  // The command is 32 bits wide in the kernel; compare only those bits.
+  // ioctl: allowed here; the guard below refuses TIOCSTI and TIOCLINUX
+  // (libseccomp 2.5 drops a refusal for some arguments next to an
+  // unconditional allow).
   add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), {}, "ioctl");
-  for (unsigned long cmd : {static_cast<unsigned long>(TIOCSTI), 0x541CUL /* TIOCLINUX */})
-    add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(ioctl),
-        {SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, cmd)}, "ioctl");
 
   // personality: only the harmless personas.
   for (uint64_t persona : {0x0ULL, 0x8ULL, 0x20000ULL, 0x20008ULL, 0xffffffffULL})
@@ -112,16 +114,29 @@ int main(int argc, char** argv) {
   if (pread(memfd, program.data(), static_cast<size_t>(size), 0) != size) die("read bpf", -EIO);
   seccomp_release(ctx);
 
-  uint32_t native = seccomp_arch_native();
-  // The guard; L = index of libseccomp's first instruction (6).
+  // The guard, in front of libseccomp's program (L). Jump offsets count from
+  // the next instruction.
+  const uint32_t native = seccomp_arch_native();
+  const int ioctl_nr = seccomp_syscall_resolve_name("ioctl");
+  constexpr uint32_t kTiocsti = TIOCSTI, kTioclinux = 0x541C;
+  constexpr uint32_t kArg1Low = 16 + 8 * 1;  // seccomp_data.args[1], low half (little-endian)
+  enum : uint8_t { kEnosys = 10, kEperm = 11, kLib = 12 };
+  auto to = [](int from, int target) { return static_cast<uint8_t>(target - from - 1); };
   std::vector<sock_filter> guard = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4),                     // 0: A = arch
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, native, 0, 4),         // 1: other arch -> L
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),                     // 2: A = nr
-      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 2, 0),     // 3: x32 -> L
-      BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, static_cast<uint32_t>(max_known), 0, 1),  // 4
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),     // 5: unknown -> ENOSYS
+      /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4),  // A = arch
+      /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, native, 0, to(1, kLib)),
+      /* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),  // A = nr
+      /* 3 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, to(3, kLib), 0),  // x32: libseccomp's
+      /* 4 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, static_cast<uint32_t>(max_known), to(4, kEnosys), 0),
+      /* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(ioctl_nr), 0, to(5, kLib)),
+      /* 6 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, kArg1Low),  // A = the ioctl command
+      /* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kTiocsti, to(7, kEperm), 0),
+      /* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kTioclinux, to(8, kEperm), 0),
+      /* 9 */ BPF_JUMP(BPF_JMP | BPF_JA | BPF_K, to(9, kLib), 0, 0),
+      /* 10 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      /* 11 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
   };
+  if (guard.size() != kLib) die("guard layout", -EINVAL);
   guard.insert(guard.end(), program.begin(), program.end());
   if (guard.size() > BPF_MAXINSNS) die("program too long", -E2BIG);
 

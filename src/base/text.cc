@@ -101,6 +101,16 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   return out;
 }
 
+std::string normalize_path(std::string_view path) {
+  std::string out;
+  for (const auto& part : split(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    out += '/';
+    out += part;
+  }
+  return out.empty() ? "/" : out;
+}
+
 bool is_dns_label(std::string_view text) {
   if (text.empty() || text.size() > 63) return false;
   if (text.front() == '-' || text.back() == '-') return false;

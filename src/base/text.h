@@ -23,6 +23,10 @@ std::vector<std::string> split(std::string_view text, char sep);
 std::string_view trim(std::string_view text);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
+// An absolute path with "//" and "." components removed: "/a//b/./c/" ->
+// "/a/b/c", "//" -> "/". ".." is kept (callers refuse it).
+std::string normalize_path(std::string_view path);
+
 // A DNS label: 1-63 of [a-z0-9-], not starting or ending with '-'.
 bool is_dns_label(std::string_view text);
 

@@ -69,8 +69,12 @@ runtime::Rlimit parse_rlimit(const std::string& text) {
   if (eq == std::string::npos) throw Error("--rlimit " + text + ": expected NAME=SOFT[:HARD]");
   std::string name = text.substr(0, eq), value = text.substr(eq + 1);
   int resource = -1;
+  const char* canonical = "";
   for (const auto& r : kRlimits)
-    if (name == r.name) resource = r.resource;
+    if (name == r.name) {
+      resource = r.resource;
+      canonical = r.name;
+    }
   if (resource < 0) {
     std::string known;
     for (const auto& r : kRlimits) known += (known.empty() ? "" : ", ") + std::string(r.name);
@@ -79,9 +83,9 @@ runtime::Rlimit parse_rlimit(const std::string& text) {
   auto colon = value.find(':');
   rlim_t soft = parse_rlimit_value(value.substr(0, colon), text);
   rlim_t hard = colon == std::string::npos ? soft : parse_rlimit_value(value.substr(colon + 1), text);
-  if (soft != RLIM_INFINITY && (hard == RLIM_INFINITY ? false : soft > hard))
+  if (hard != RLIM_INFINITY && (soft == RLIM_INFINITY || soft > hard))
     throw Error("--rlimit " + text + ": the soft limit is above the hard one");
-  return runtime::Rlimit{resource, soft, hard};
+  return runtime::Rlimit{resource, soft, hard, canonical};
 }
 
 std::vector<std::string> merge_env(std::vector<std::string> base,
@@ -125,7 +129,9 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     root_dir = o.rootfs;
   }
   for (const auto& b : o.binds) spec.fs.binds.push_back(parse_bind(b));
-  spec.fs.workdir = o.workdir.empty() ? "/" : o.workdir;
+  spec.fs.workdir = o.workdir.empty() ? "/" : text::normalize_path(o.workdir);
+  if (!o.workdir.empty() && o.workdir[0] != '/')
+    throw Error("--workdir " + o.workdir + ": must be an absolute path");
 
   // The policy: its filesystem part becomes Landlock rules; run_as_user
   // applies unless --user says otherwise.
@@ -139,12 +145,16 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
 
   // The user.
   std::string user = o.user;
-  if (user.empty() && policy.process.run_as_user) {
-    user = *policy.process.run_as_user;
-    if (policy.process.run_as_group) user += ":" + *policy.process.run_as_group;
+  if (user.empty()) {
+    user = policy.process.run_as_user.value_or(std::to_string(runtime::kDefaultUid));
+    user += ":" + policy.process.run_as_group.value_or(
+                      policy.process.run_as_user ? "" : std::to_string(runtime::kDefaultGid));
+    if (user.back() == ':') user.pop_back();
   }
-  runtime::ResolvedUser resolved{runtime::kDefaultUid, runtime::kDefaultGid, "", "/"};
-  if (!user.empty()) resolved = runtime::resolve_user_in_root(user, root_dir);
+  // The home directory comes from the root's /etc/passwd when it lists the user.
+  runtime::ResolvedUser resolved = runtime::resolve_user_in_root(user, root_dir);
+  if (o.user.empty() && policy.process.run_as_user && resolved.uid == 0)
+    throw Error(o.policy + ": process.run_as_user names root (" + *policy.process.run_as_user + ")");
   spec.uid = resolved.uid;
   spec.gid = resolved.gid;
 
@@ -187,7 +197,7 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     spec.rlimits.push_back(parse_rlimit(r));
     core_given = core_given || spec.rlimits.back().resource == RLIMIT_CORE;
   }
-  if (!core_given) spec.rlimits.insert(spec.rlimits.begin(), runtime::Rlimit{RLIMIT_CORE, 0, 0});
+  if (!core_given) spec.rlimits.insert(spec.rlimits.begin(), runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
 
   // Privilege.
   spec.cap_add = runtime::caps::parse(o.cap_add);

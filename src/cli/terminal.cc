@@ -11,6 +11,7 @@
 #include <cerrno>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/unique_fd.h"
 #include "runtime/container.h"
 
@@ -39,9 +40,17 @@ class RawMode {
   bool active_ = false;
 };
 
-void copy_window_size(int from, int to) {
-  winsize size;
-  if (::ioctl(from, TIOCGWINSZ, &size) == 0) ::ioctl(to, TIOCSWINSZ, &size);
+// The caller's window size, from whichever of its stdio is a terminal; 24x80
+// when none is.
+void copy_window_size(int to) {
+  winsize size{};
+  for (int fd : {STDOUT_FILENO, STDIN_FILENO, STDERR_FILENO})
+    if (::ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_row && size.ws_col) {
+      ::ioctl(to, TIOCSWINSZ, &size);
+      return;
+    }
+  size = winsize{24, 80, 0, 0};
+  ::ioctl(to, TIOCSWINSZ, &size);
 }
 
 bool write_all(int fd, const char* data, size_t size) {
@@ -91,7 +100,7 @@ int attach(runtime::Container& container) {
   const bool tty = master >= 0;
   RawMode raw(tty ? STDIN_FILENO : -1);
   if (tty) {
-    copy_window_size(STDOUT_FILENO, master);
+    copy_window_size(master);
     ::fcntl(master, F_SETFL, ::fcntl(master, F_GETFL) | O_NONBLOCK);
   }
 
@@ -111,7 +120,7 @@ int attach(runtime::Container& container) {
       signalfd_siginfo info;
       while (::read(signals.get(), &info, sizeof info) == sizeof info) {
         if (info.ssi_signo == SIGWINCH) {
-          if (tty) copy_window_size(STDOUT_FILENO, master);
+          if (tty) copy_window_size(master);
         } else {
           container.signal(static_cast<int>(info.ssi_signo));
         }
@@ -140,6 +149,9 @@ int attach(runtime::Container& container) {
   }
   ::sigaction(SIGPIPE, &saved_pipe, nullptr);
   ::sigprocmask(SIG_SETMASK, &saved, nullptr);
+  if (int kills = container.oom_kills(); kills > 0)
+    log::warn("the sandbox ran out of memory: the kernel killed " + std::to_string(kills) +
+              (kills == 1 ? " process" : " processes") + " at the --memory limit");
   return status;
 }
 

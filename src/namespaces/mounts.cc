@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/text.h"
 #include "policy/policy.h"
 
 namespace openshell::namespaces {
@@ -361,19 +363,22 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
   for (const auto& b : spec_.binds) {
     if (auto why = policy::check_policy_path(b.target); !why.empty())
       throw Error("--bind " + b.source + ":" + b.target + ": destination " + why);
-    if (b.target == "/") throw Error("--bind " + b.source + ":/: cannot replace the root");
+    if (text::normalize_path(b.target) == "/")
+      throw Error("--bind " + b.source + ":" + b.target + ": cannot replace the root");
     std::string source = files::canonical(b.source, "--bind source");
-    binds_.push_back({source, in_oldroot(source), relative(b.target), b.read_only,
+    binds_.push_back({source, in_oldroot(source), relative(text::normalize_path(b.target)), b.read_only,
                       files::is_directory(source)});
   }
   if (auto why = policy::check_policy_path(spec_.workdir); !why.empty())
     throw Error("--workdir " + spec_.workdir + ": " + why);
+  spec_.workdir = text::normalize_path(spec_.workdir);
   workdir_ = relative(spec_.workdir);
   exe_ = in_oldroot(spec_.exe_path);
 }
 
-std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd) const {
-  auto idmapped = [&](const std::string& path, bool recursive, unsigned extra) {
+std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid,
+                                                 uint32_t gid) const {
+  auto idmapped = [&userns_fd](const std::string& path, bool recursive, unsigned extra) {
     unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
     UniqueFd tree(::open_tree(AT_FDCWD, path.c_str(), flags));
     if (!tree) return UniqueFd();
@@ -386,7 +391,21 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd) const {
   };
   std::vector<UniqueFd> trees;
   trees.push_back(spec_.root == RootKind::kDirectory ? idmapped(spec_.rootfs, false, 0) : UniqueFd());
+  const auto sandbox_uid = map.host_uid(uid);
+  const auto sandbox_gid = map.host_gid(gid);
+  std::map<std::pair<uid_t, gid_t>, UniqueFd> owner_namespaces;
   for (const Bind& b : binds_) {
+    struct stat st;
+    if (!sandbox_uid || !sandbox_gid || ::stat(b.host_source.c_str(), &st) != 0 || st.st_uid == 0 ||
+        st.st_gid == 0) {
+      trees.emplace_back();
+      continue;
+    }
+    // The owner's ids read as the sandbox user's kernel ids; nothing else maps.
+    auto& owner_ns = owner_namespaces[{st.st_uid, st.st_gid}];
+    if (!owner_ns)
+      owner_ns = make_user_namespace({{st.st_uid, *sandbox_uid, 1}}, {{st.st_gid, *sandbox_gid, 1}});
+    userns_fd = owner_ns.get();
     // Recursive where every submount allows it, else the top mount alone.
     UniqueFd tree = idmapped(b.host_source, true, b.read_only ? MOUNT_ATTR_RDONLY : 0);
     if (!tree) tree = idmapped(b.host_source, false, b.read_only ? MOUNT_ATTR_RDONLY : 0);

@@ -15,6 +15,7 @@
 
 #include "base/child_failure.h"
 #include "base/unique_fd.h"
+#include "namespaces/userns.h"
 
 namespace openshell::namespaces {
 
@@ -57,13 +58,18 @@ class MountPlan {
   // then one per bind mount.
   size_t tree_count() const { return 1 + binds_.size(); }
 
-  // Parent side, as root: the root directory and each bind source as
-  // detached mounts whose file owners are shifted into the sandbox's user
-  // namespace (idmapped mounts), so that files keep their owners inside:
-  // root-owned image files belong to root inside, and a host user's files to
-  // the same uid inside. An entry is invalid where the file system cannot do
-  // it; the child then mounts that one itself, and its owners show as nobody.
-  std::vector<UniqueFd> idmapped_trees(int userns_fd) const;
+  // Parent side, as root: detached idmapped mounts for the child to attach.
+  //  - The root directory, shifted into the sandbox's user namespace: the
+  //    image's files keep their owners inside (root's belong to root inside).
+  //    Writes go to the overlay's upper layer, never to the directory.
+  //  - Each bind source not owned by root: its owner becomes the sandbox
+  //    user (uid/gid inside) and no other id is mapped, so what the sandbox
+  //    writes there belongs to that owner on the host, and never to root.
+  // An entry is invalid where the file system cannot do it (or the source
+  // belongs to root); the child then mounts it plainly and its owners show
+  // as nobody inside.
+  std::vector<UniqueFd> idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid,
+                                       uint32_t gid) const;
 
   // Child side. Builds the root and pivots into it; afterwards the process's
   // root and cwd are the sandbox's "/" and the host's tree is gone.

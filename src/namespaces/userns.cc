@@ -1,6 +1,9 @@
 #include "namespaces/userns.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -184,6 +187,43 @@ IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t
     }
   }
   return plan_id_map(caller, target_uid, target_gid, subuid, subgid, helpers);
+}
+
+UniqueFd make_user_namespace(const std::vector<IdRange>& uid, const std::vector<IdRange>& gid) {
+  // A child in a new user namespace holds it while we write its maps and
+  // open it; then it goes.
+  Pipe hold = Pipe::create();
+  clone_args args{};
+  args.flags = CLONE_NEWUSER;
+  args.exit_signal = SIGCHLD;
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) throw_errno("clone3 (user namespace for an idmapped mount)");
+  if (pid == 0) {
+    ::close(hold.write.get());  // our copy: EOF must come from the parent's
+    char byte;
+    while (::read(hold.read.get(), &byte, 1) < 0 && errno == EINTR) {
+    }
+    ::_exit(0);
+  }
+  auto reap = [&]() {
+    hold.write.reset();
+    int status;
+    while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
+    }
+  };
+  UniqueFd ns;
+  try {
+    std::string base = "/proc/" + std::to_string(pid) + "/";
+    files::write(base + "uid_map", render(uid));
+    files::write(base + "gid_map", render(gid));
+    ns.reset(::open((base + "ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns) throw_errno("open " + base + "ns/user");
+  } catch (...) {
+    reap();
+    throw;
+  }
+  reap();
+  return ns;
 }
 
 void apply_id_map(pid_t pid, IdMap* map) {

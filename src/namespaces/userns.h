@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/unique_fd.h"
+
 namespace openshell::namespaces {
 
 inline constexpr uint32_t kRootRangeStart = 0x70000000;  // 1879048192
@@ -72,6 +74,10 @@ IdMap plan_id_map(const Identity& caller, uint32_t target_uid, uint32_t target_g
 IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid);
 
 Identity current_identity();
+
+// A user namespace that holds only the given maps, for idmapped mounts (as
+// root). Returns its fd; throws Error.
+UniqueFd make_user_namespace(const std::vector<IdRange>& uid, const std::vector<IdRange>& gid);
 
 // Writes the map of process pid (which must be waiting in its new user
 // namespace). A helper that fails falls back to a single-id map with a

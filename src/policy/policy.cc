@@ -94,9 +94,10 @@ class Parser {
       for (auto& [item, path] : string_array(*node, field)) {
         std::string item_field = field + "[" + std::to_string(i++) + "]";
         if (auto why = check_policy_path(path); !why.empty()) fail(item, item_field, why);
-        if (list == &fs.read_write && path == "/")
+        std::string normal = text::normalize_path(path);
+        if (list == &fs.read_write && normal == "/")
           fail(item, item_field, "/ cannot be read-write; name the directories that need writing");
-        list->push_back(path);
+        list->push_back(normal);
       }
     }
   }
@@ -129,6 +130,8 @@ class Parser {
         value = std::to_string(id);
       } else {
         value = string(*node, field);
+        // A number in a string is that number ("00" is 0).
+        if (auto id = text::parse_uint(value, 0xFFFFFFFE)) value = std::to_string(*id);
       }
       if (value.empty()) fail(node, field, "must not be empty");
       if (value == "root" || value == "0") fail(node, field, "must not be root");

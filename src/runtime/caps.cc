@@ -42,8 +42,15 @@ Set parse(const std::vector<std::string>& names) {
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     cap_value_t value;
-    if (cap_from_name(lower.c_str(), &value) != 0 || value < 0 || value > last_cap())
-      throw Error("--cap-add " + name + ": unknown capability");
+    bool known = lower.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string::npos &&
+                 cap_from_name(lower.c_str(), &value) == 0 && value >= 0 && value <= last_cap();
+    if (known) {
+      // libcap matches a prefix ("net_admin2" reads as net_admin): insist on the whole name.
+      char* canonical = cap_to_name(value);
+      known = canonical && lower == canonical;
+      cap_free(canonical);
+    }
+    if (!known) throw Error("--cap-add " + name + ": unknown capability");
     set |= Set{1} << value;
   }
   return set;

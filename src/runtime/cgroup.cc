@@ -44,6 +44,16 @@ std::string unescape_mountinfo(std::string_view field) {
   return out;
 }
 
+// Our path relative to a mount that shows the hierarchy from `root`.
+std::string below_root(const std::string& path, const std::string& root) {
+  if (root == "/" || root.empty()) return path;
+  if (path == root) return "/";
+  if (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+      path[root.size()] == '/')
+    return path.substr(root.size());
+  return path;
+}
+
 std::string join_path(const std::string& mount, const std::string& path) {
   if (path == "/" || path.empty()) return mount;
   return mount + path;
@@ -84,9 +94,7 @@ CgroupLayout CgroupLayout::parse(std::string_view proc_self_cgroup, std::string_
       auto it = paths.find("");
       if (it == paths.end() || layout.unified) continue;
       // The mount shows the hierarchy from `root`; our path is relative to the top.
-      std::string path = it->second;
-      if (root != "/" && path.rfind(root, 0) == 0) path = path.substr(root.size());
-      layout.unified = Hierarchy{join_path(mountpoint, path)};
+      layout.unified = Hierarchy{join_path(mountpoint, below_root(it->second, root))};
     } else if (fstype == "cgroup") {
       for (const auto& option : text::split(fields[dash + 3], ',')) {
         if (option == "rw" || option == "ro" || option.find('=') != std::string::npos) continue;
@@ -94,9 +102,7 @@ CgroupLayout CgroupLayout::parse(std::string_view proc_self_cgroup, std::string_
         for (const auto& [controllers, path] : paths) {
           for (const auto& c : text::split(controllers, ','))
             if (c == option && !layout.controllers.count(option)) {
-              std::string rel = path;
-              if (root != "/" && rel.rfind(root, 0) == 0) rel = rel.substr(root.size());
-              layout.controllers[option] = Hierarchy{join_path(mountpoint, rel)};
+              layout.controllers[option] = Hierarchy{join_path(mountpoint, below_root(path, root))};
             }
         }
       }
@@ -115,6 +121,8 @@ CgroupSet& CgroupSet::operator=(CgroupSet&& other) noexcept {
     remove();
     dirs_ = std::move(other.dirs_);
     v1_dirs_ = std::move(other.v1_dirs_);
+    memory_dir_ = std::move(other.memory_dir_);
+    memory_v2_ = other.memory_v2_;
     unified_fd_ = std::move(other.unified_fd_);
   }
   return *this;
@@ -178,6 +186,8 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
 
   auto write_limits = [&](const std::string& dir, const std::string& controller, bool v2) {
     if (controller == "memory") {
+      set.memory_dir_ = dir;
+      set.memory_v2_ = v2;
       std::string bytes = std::to_string(*limits.memory_bytes);
       files::write(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"), bytes);
       // Swap must not let the sandbox step around the limit; these knobs are
@@ -230,6 +240,19 @@ void CgroupSet::attach(pid_t pid) const {
   for (const auto& dir : v1_dirs_) files::write(dir + "/cgroup.procs", std::to_string(pid));
 }
 
+int CgroupSet::oom_kills() const {
+  if (memory_dir_.empty()) return 0;
+  // v2: memory.events; v1: memory.oom_control. Both hold "oom_kill N".
+  auto text = files::try_read(memory_dir_ + (memory_v2_ ? "/memory.events" : "/memory.oom_control"));
+  if (!text) return 0;
+  for (const auto& line : text::split(*text, '\n')) {
+    auto fields = text::split(text::trim(line), ' ');
+    if (fields.size() == 2 && fields[0] == "oom_kill")
+      return static_cast<int>(text::parse_uint(fields[1], INT32_MAX).value_or(0));
+  }
+  return 0;
+}
+
 void CgroupSet::remove() noexcept {
   // Tasks of a sandbox that just ended may still be leaving the cgroup.
   for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) {
@@ -245,6 +268,7 @@ void CgroupSet::remove() noexcept {
   }
   dirs_.clear();
   v1_dirs_.clear();
+  memory_dir_.clear();
   unified_fd_.reset();
 }
 

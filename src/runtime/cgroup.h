@@ -54,6 +54,8 @@ class CgroupSet {
   int unified_fd() const { return unified_fd_.get(); }
   // Moves pid into the v1 cgroups (v2 is joined at clone time).
   void attach(pid_t pid) const;
+  // How many processes the kernel's OOM killer ended at the memory limit.
+  int oom_kills() const;
   // Removes the cgroups, waiting briefly for exiting tasks. Idempotent.
   void remove() noexcept;
 
@@ -63,6 +65,8 @@ class CgroupSet {
  private:
   std::vector<std::string> dirs_;     // every directory made, v2 first
   std::vector<std::string> v1_dirs_;  // those to attach by pid
+  std::string memory_dir_;            // the one holding the memory limit (v1 or v2)
+  bool memory_v2_ = false;
   UniqueFd unified_fd_;
 };
 

@@ -219,7 +219,7 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   // Resource limits (core dumps off unless asked for).
   for (const Rlimit& r : spec.rlimits) {
     rlimit value{r.soft, r.hard};
-    if (::setrlimit(r.resource, &value) != 0) fail(&f, errno, "setrlimit"), die();
+    if (::setrlimit(r.resource, &value) != 0) fail(&f, errno, "--rlimit", r.name), die();
   }
 
   // Capabilities out of the bounding set, then the sandbox's ids.
@@ -377,7 +377,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     if (caller.host_uid == 0) {
       UniqueFd userns(
           ::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-      if (userns) trees = mounts.idmapped_trees(userns.get());
+      if (userns) trees = mounts.idmapped_trees(userns.get(), id_map, spec.uid, spec.gid);
     }
     trees.resize(mounts.tree_count());
     for (const UniqueFd& tree : trees)
@@ -454,6 +454,7 @@ int Container::finish(const siginfo_t& info) {
   else
     status_ = 128 + info.si_status;
   lifeline_.reset();
+  oom_kills_ = cgroups_.oom_kills();
   cgroups_.remove();
   return status_;
 }

@@ -40,6 +40,8 @@ class Container {
   int wait();
   // Non-blocking: the status if the container has ended.
   bool poll_exit(int* status);
+  // Processes the kernel killed at the memory limit (known once ended).
+  int oom_kills() const { return oom_kills_; }
 
  private:
   Container() = default;
@@ -53,6 +55,7 @@ class Container {
   namespaces::IdMap id_map_;
   bool reaped_ = false;
   int status_ = 0;
+  int oom_kills_ = 0;
 };
 
 // The init's entry point: `openshell __init ...` as exec'd by the runtime.

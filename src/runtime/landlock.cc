@@ -102,7 +102,8 @@ Plan plan(const policy::Policy& policy, const std::string& workdir, int abi) {
     plan.rules.push_back({path, read_only_rights() & plan.handled_fs});
   for (const auto& path : policy.filesystem.read_write)
     plan.rules.push_back({path, plan.handled_fs});
-  if (policy.filesystem.include_workdir && !workdir.empty())
+  // The working directory, unless it is / (which would undo the policy).
+  if (policy.filesystem.include_workdir && !workdir.empty() && workdir != "/")
     plan.rules.push_back({workdir, plan.handled_fs});
   return plan;
 }
@@ -149,7 +150,7 @@ bool apply(const Plan& plan, int extra_exec_fd, char* skipped, size_t skipped_si
   if (extra_exec_fd >= 0) {
     // The sealed init image; a memfd cannot carry a rule and needs none.
     int err = add(extra_exec_fd, kExecute | kReadFile);
-    if (err && err != EBADF && err != EINVAL) {
+    if (err && err != EBADF && err != EBADFD && err != EINVAL) {
       ::close(ruleset);
       return child::fail(f, err, "landlock_add_rule", "(init image)");
     }

@@ -20,6 +20,7 @@ struct Rlimit {
   int resource;  // RLIMIT_*
   rlim_t soft;
   rlim_t hard;
+  const char* name = "";  // "nofile", for messages
 };
 
 inline constexpr uint32_t kDefaultUid = 1000;

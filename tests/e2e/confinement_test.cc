@@ -219,6 +219,17 @@ read_write = ["/tmp", "/dev/null"]
   ExpectDenied({"read", "/root"}, "EACCES", run);
 }
 
+TEST_P(Confinement, LandlockPolicyWithoutWorkdirKeepsRootReadOnly) {
+  // include_workdir defaults to true, and the default workdir is /: that must
+  // not turn into a read-write rule for the whole root.
+  std::string policy = write_file(scratch() + "/wd-" + mode_name(mode()) + ".toml", R"(version = 1
+[filesystem_policy]
+read_only = ["/bin", "/usr", "/etc", "/proc", "/dev", "/home"]
+read_write = ["/tmp"]
+)");
+  ExpectDenied({"write", "/home/sandbox/x"}, "EACCES", {"--policy", policy});
+}
+
 TEST_P(Confinement, LandlockHardRequirementRefusesMissingPaths) {
   std::string hard = write_file(scratch() + "/hard-" + mode_name(mode()) + ".toml", R"(version = 1
 [filesystem_policy]

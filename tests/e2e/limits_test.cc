@@ -28,6 +28,7 @@ TEST_P(Limits, MemoryLimitKillsWhatGrowsPastIt) {
     GTEST_SKIP() << "memory limit not enforceable for this user here: " << r.err;
   }
   EXPECT_EQ(r.status, 137) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ran out of memory"));
   // Under the limit, the same program is fine.
   Result small = sandbox(mode(), {"--memory", "64M"}, {"osh-probe", "alloc", "16"});
   EXPECT_EQ(small.status, 0) << small.out << small.err;

@@ -147,6 +147,13 @@ TEST_P(Run, OnlyLoopbackNetwork) {
   EXPECT_EQ(r.out, "    lo\nlo\n");
 }
 
+TEST_P(Run, NetlinkToolsWork) {
+  // ip(8) speaks netlink over a raw netlink socket, which the filter allows.
+  Result r = sandbox(mode(), {}, {"ip", "-o", "link"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(": lo: <LOOPBACK,UP"));
+}
+
 TEST_P(Run, HostnameDefaultsAndOption) {
   EXPECT_EQ(sandbox(mode(), {}, {"hostname"}).out, "sandbox\n");
   EXPECT_EQ(sandbox(mode(), {"--hostname", "agent-7"}, {"hostname"}).out, "agent-7\n");
@@ -280,6 +287,22 @@ TEST_P(Run, BindMountsKeepFileOwners) {
   ASSERT_EQ(::stat((dir + "/made").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, owner);
   EXPECT_EQ(st.st_gid, group);
+}
+
+TEST_P(Run, BindsNeverActAsHostRoot) {
+  // A root-owned directory anyone may write: whatever the sandbox does there,
+  // even as root inside, nothing it leaves belongs to the host's root.
+  std::string dir = scratch() + "/rootowned-" + mode_name(mode());
+  ::mkdir(dir.c_str(), 0777);
+  ::chmod(dir.c_str(), 0777);
+  ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+  Result r = sandbox(mode(), {"--user", "0", "--bind", dir + ":/b"},
+                     {"sh", "-c", "touch /b/x && chmod 4755 /b/x; ls -ln /b"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/x").c_str(), &st), 0) << r.out << r.err;
+  EXPECT_NE(st.st_uid, 0u);
+  EXPECT_NE(st.st_gid, 0u);
 }
 
 TEST_P(Run, MinimalDevWithoutHostDevices) {

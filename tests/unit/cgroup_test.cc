@@ -157,14 +157,11 @@ TEST(CgroupLayoutParse, FirstMountOfAHierarchyWins) {
   EXPECT_EQ(layout.controllers.at("pids").dir, "/sys/fs/cgroup/pids");
 }
 
-// BUG: the mount's root is stripped from our path as a string prefix, with no
+// Regression (fixed): the mount's root is stripped from our path as a string prefix, with no
 // check that it ends at a path component: root "/docker/abc" and path
 // "/docker/abcdef/x" give "/sys/fs/cgroupdef/x", a directory that is not in
 // the hierarchy at all.
 TEST(CgroupLayoutParse, MountRootIsAPathPrefixNotAStringPrefix) {
-  SKIP_KNOWN_BUG(
-      "in cgroup.cc: mount root \"/docker/abc\" is stripped from "
-      "\"/docker/abcdef/x\", giving /sys/fs/cgroupdef/x");
   CgroupLayout layout = CgroupLayout::parse(
       "0::/docker/abcdef/x\n", "50 40 0:30 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
   if (layout.unified) {

@@ -188,7 +188,7 @@ class LandlockApplyTest : public ::testing::Test {
 
   static void try_open(ChildWriter& out, const char* name, const std::string& path, int flags) {
     int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-    out.result(name, fd, errno);
+    RECORD(out, name, fd);
     if (fd >= 0) ::close(fd);
   }
 
@@ -205,21 +205,21 @@ TEST_F(LandlockApplyTest, EnforcesReadOnlyAndReadWrite) {
     try_open(out, "read ro", dir + "/ro/existing.txt", O_RDONLY);
     try_open(out, "write ro", dir + "/ro/existing.txt", O_WRONLY);
     try_open(out, "create in ro", dir + "/ro/new.txt", O_WRONLY | O_CREAT);
-    out.result("mkdir in ro", ::mkdir((dir + "/ro/sub").c_str(), 0755), errno);
-    out.result("truncate ro", ::truncate((dir + "/ro/existing.txt").c_str(), 0), errno);
+    RECORD(out, "mkdir in ro", ::mkdir((dir + "/ro/sub").c_str(), 0755));
+    RECORD(out, "truncate ro", ::truncate((dir + "/ro/existing.txt").c_str(), 0));
     int fd = ::open((dir + "/rw/new.txt").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    out.result("create in rw", fd, errno);
+    RECORD(out, "create in rw", fd);
     if (fd >= 0) {
-      out.result("write in rw", ::write(fd, "x", 1), errno);
+      RECORD(out, "write in rw", ::write(fd, "x", 1));
       ::close(fd);
     }
-    out.result("mkdir in rw", ::mkdir((dir + "/rw/sub").c_str(), 0755), errno);
-    out.result("unlink in rw", ::unlink((dir + "/rw/keep.txt").c_str()), errno);
+    RECORD(out, "mkdir in rw", ::mkdir((dir + "/rw/sub").c_str(), 0755));
+    RECORD(out, "unlink in rw", ::unlink((dir + "/rw/keep.txt").c_str()));
     try_open(out, "write allowed file", dir + "/files/allowed.txt", O_WRONLY);
     try_open(out, "write sibling file", dir + "/files/other.txt", O_WRONLY);
     try_open(out, "read sibling file", dir + "/files/other.txt", O_RDONLY);
     try_open(out, "read outside", dir + "/outside/secret.txt", O_RDONLY);
-    out.result("signal parent", ::kill(::getppid(), 0), errno);
+    RECORD(out, "signal parent", ::kill(::getppid(), 0));
   });
   ASSERT_TRUE(report.exited_cleanly()) << report.text;
   ASSERT_EQ(report.at("apply").ret, 0) << report.text;
@@ -281,7 +281,7 @@ TEST_F(LandlockApplyTest, DisabledPlanRestrictsNothing) {
   EXPECT_GE(report.at("create outside").ret, 0);
 }
 
-// BUG (landlock.cc apply): the init image may be a sealed memfd (mounts.cc
+// Regression (landlock.cc apply, fixed): the init image may be a sealed memfd (mounts.cc
 // seal_self() falls back to one when a detached mount of the binary cannot be
 // made), and apply() means to ignore it ("a memfd cannot carry a rule and
 // needs none"), but it tolerates only EBADF and EINVAL from
@@ -290,9 +290,6 @@ TEST_F(LandlockApplyTest, DisabledPlanRestrictsNothing) {
 // "landlock_add_rule (init image): File descriptor in bad state", and a
 // sandbox with a filesystem policy cannot start on that path.
 TEST_F(LandlockApplyTest, MemfdInitImageIsAccepted) {
-  SKIP_KNOWN_BUG(
-      "in landlock.cc: apply() with a memfd as extra_exec_fd fails with EBADFD "
-      "(only EBADF and EINVAL are tolerated)");
   Plan p = plan(fs_policy({tmp_ / "ro"}, {}, false), "", abi_);
   int memfd = ::memfd_create("openshell-unit", MFD_CLOEXEC);
   ASSERT_GE(memfd, 0);

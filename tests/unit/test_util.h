@@ -20,14 +20,6 @@
 #include <string>
 #include <system_error>
 
-// A test that shows a known bug in src/ is skipped with the bug named, so
-// that the suite passes; with OPENSHELL_UNIT_RUN_BUGS=1 in the environment it
-// runs, and fails until the bug is fixed.
-#define SKIP_KNOWN_BUG(what)                                                      \
-  do {                                                                            \
-    if (!std::getenv("OPENSHELL_UNIT_RUN_BUGS")) GTEST_SKIP() << "BUG: " << what; \
-  } while (0)
-
 namespace openshell::testing {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents.
@@ -104,6 +96,15 @@ struct ChildReport {
 
 // The child side's reporting; one write(2) per record so that nothing is
 // buffered across the child's exit.
+// Records a call's result and its errno, read in that order (as arguments of
+// one call, their order of evaluation would be unspecified).
+#define RECORD(writer, name, expr)      \
+  do {                                  \
+    long record_rc_ = (expr);           \
+    int record_errno_ = errno;          \
+    (writer).result((name), record_rc_, record_errno_); \
+  } while (0)
+
 class ChildWriter {
  public:
   explicit ChildWriter(int fd) : fd_(fd) {}
