@@ -95,6 +95,10 @@ int main(int argc, char** argv) {
       add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket),
           {SCMP_A0(SCMP_CMP_EQ, family), SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type)}, "socket");
 
+  // socketpair: Unix sockets only (other families that pair, like TIPC, are
+  // no business of a sandbox).
+  add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), {SCMP_A0(SCMP_CMP_EQ, AF_UNIX)}, "socketpair");
+
   // ioctl: allowed here; the guard below refuses TIOCSTI and TIOCLINUX
   // (libseccomp 2.5 drops a refusal for some arguments next to an
   // unconditional allow).

@@ -154,7 +154,11 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   // The home directory comes from the root's /etc/passwd when it lists the user.
   runtime::ResolvedUser resolved = runtime::resolve_user_in_root(user, root_dir);
   if (o.user.empty() && policy.process.run_as_user && resolved.uid == 0)
-    throw Error(o.policy + ": process.run_as_user names root (" + *policy.process.run_as_user + ")");
+    throw Error(o.policy + ": process.run_as_user: " + *policy.process.run_as_user +
+                " is root in the sandbox's /etc/passwd");
+  if (o.user.empty() && policy.process.run_as_group && resolved.gid == 0)
+    throw Error(o.policy + ": process.run_as_group: " + *policy.process.run_as_group +
+                " is root's group in the sandbox's /etc/group");
   spec.uid = resolved.uid;
   spec.gid = resolved.gid;
 

@@ -48,7 +48,7 @@ const Syscall kAllowed[] = {
   {"setgroups"}, {"setitimer"}, {"setpgid"}, {"setpriority"}, {"setregid"}, {"setresgid"},
   {"setresuid"}, {"setreuid"}, {"setrlimit"}, {"setsid"}, {"setsockopt"}, {"setuid"},
   {"setxattr"}, {"shmat"}, {"shmctl"}, {"shmdt"}, {"shmget"}, {"shutdown"}, {"sigaltstack"},
-  {"signalfd"}, {"signalfd4"}, {"socketpair"}, {"splice"}, {"stat"}, {"statfs"}, {"statx"},
+  {"signalfd"}, {"signalfd4"}, {"splice"}, {"stat"}, {"statfs"}, {"statx"},
   {"symlink"}, {"symlinkat"}, {"sync"}, {"sync_file_range"}, {"syncfs"}, {"sysinfo"},
   {"tee"}, {"tgkill"}, {"time"}, {"timer_create"}, {"timer_delete"}, {"timer_getoverrun"},
   {"timer_gettime"}, {"timer_settime"}, {"timerfd_create"}, {"timerfd_gettime"},
@@ -88,7 +88,7 @@ const Syscall kRefused[] = {
   {"lsm_get_self_attr", 459}, {"lsm_set_self_attr", 460}, {"lsm_list_modules", 461},
   {"tuxcall"}, {"security"}, {"afs_syscall"}, {"putpmsg"}, {"getpmsg"},
   // Allowed with conditions (see the generator): listed so they are known.
-  {"clone"}, {"unshare"}, {"socket"}, {"ioctl"}, {"personality"},
+  {"clone"}, {"unshare"}, {"socket"}, {"socketpair"}, {"ioctl"}, {"personality"},
 };
 const int kRefusedCount = sizeof kRefused / sizeof kRefused[0];
 

@@ -9,14 +9,18 @@ namespace openshell::runtime {
 namespace {
 
 // passwd: name:x:uid:gid:gecos:home:shell; group: name:x:gid:members.
+// A name matches the name field; a number matches the id field numerically
+// ("01000" is 1000).
 std::optional<std::vector<std::string>> find_entry(std::string_view text, std::string_view key,
                                                    size_t id_field, size_t min_fields) {
+  auto number = text::parse_uint(key, 0xFFFFFFFE);
   for (const auto& raw : text::split(text, '\n')) {
     auto line = text::trim(raw);
     if (line.empty() || line[0] == '#') continue;
     auto fields = text::split(line, ':');
     if (fields.size() < min_fields) continue;
-    if (fields[0] == key || fields[id_field] == key) return fields;
+    if (number ? text::parse_uint(fields[id_field], 0xFFFFFFFE) == number : fields[0] == key)
+      return fields;
   }
   return std::nullopt;
 }
@@ -38,13 +42,13 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
   if (auto number = text::parse_uint(user_part, 0xFFFFFFFE)) {
     user.uid = static_cast<uint32_t>(*number);
     user.gid = user.uid;
-    if (entry && (*entry)[2] == user_part) {
+    if (entry) {
       user.name = (*entry)[0];
       user.gid = static_cast<uint32_t>(text::parse_uint((*entry)[3], 0xFFFFFFFE).value_or(user.uid));
       user.home = (*entry)[5].empty() ? "/" : (*entry)[5];
     }
   } else {
-    if (!entry || (*entry)[0] != user_part)
+    if (!entry)
       throw Error("user " + std::string(user_part) + ": no such user in " + where + "/etc/passwd");
     auto uid = text::parse_uint((*entry)[2], 0xFFFFFFFE);
     auto gid = text::parse_uint((*entry)[3], 0xFFFFFFFE);
@@ -57,7 +61,7 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
       user.gid = static_cast<uint32_t>(*number);
     } else {
       auto g = find_entry(group, group_part, 2, 3);
-      if (!g || (*g)[0] != group_part)
+      if (!g)
         throw Error("group " + std::string(group_part) + ": no such group in " + where + "/etc/group");
       auto gid = text::parse_uint((*g)[2], 0xFFFFFFFE);
       if (!gid) throw Error("group " + std::string(group_part) + ": malformed group entry");

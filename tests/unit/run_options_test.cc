@@ -412,6 +412,22 @@ TEST(BuildSpec, PolicyCannotRunAsRoot) {
   EXPECT_NE(uid, 0u);
 }
 
+TEST(BuildSpec, PolicyCannotRunAsARootAlias) {
+  // Names whose ids are 0 in the sandbox's files are root too.
+  TempDir tmp;
+  ::mkdir((tmp / "etc").c_str(), 0755);
+  write_file(tmp / "etc/passwd", "toor:x:0:0::/root:/bin/sh\nsandbox:x:1000:1000::/home/sandbox:/bin/sh\n");
+  write_file(tmp / "etc/group", "wheel:x:0:\nsandbox:x:1000:\n");
+  write_file(tmp / "user.toml", "version = 1\n[process]\nrun_as_user = \"toor\"\n");
+  write_file(tmp / "group.toml", "version = 1\n[process]\nrun_as_user = \"sandbox\"\nrun_as_group = \"wheel\"\n");
+  RunOptions o = with_command();
+  o.rootfs = tmp.path();
+  o.policy = tmp / "user.toml";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), HasSubstr("run_as_user: toor is root"));
+  o.policy = tmp / "group.toml";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), HasSubstr("run_as_group: wheel is root's group"));
+}
+
 TEST(BuildSpec, CapAddAndBinds) {
   RunOptions o = with_command();
   o.cap_add = {"NET_ADMIN"};

@@ -163,6 +163,19 @@ TEST(SeccompDefault, UnknownAndNewerCallsGetEnosys) {
   expect_refused(report, "clone3", ENOSYS);
 }
 
+TEST(SeccompDefault, SocketpairOnlyForUnixSockets) {
+  auto report = run_confined([](ChildWriter& out) {
+    int sv[2];
+    RECORD(out, "socketpair(AF_UNIX)", ::socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    RECORD(out, "socketpair(AF_VSOCK)", ::socketpair(40 /* AF_VSOCK */, SOCK_STREAM, 0, sv));
+    RECORD(out, "socketpair(AF_TIPC)", ::socketpair(30 /* AF_TIPC */, SOCK_STREAM, 0, sv));
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  expect_allowed(report, "socketpair(AF_UNIX)");
+  expect_refused(report, "socketpair(AF_VSOCK)", EPERM);
+  expect_refused(report, "socketpair(AF_TIPC)", EPERM);
+}
+
 TEST(SeccompDefault, AllowsOrdinaryCalls) {
   auto report = run_confined([](ChildWriter& out) {
     RECORD(out, "getppid", ::getppid());

@@ -59,6 +59,13 @@ TEST(ResolveUser, NumberTakesItsGroupFromPasswd) {
   EXPECT_EQ(u.home, "/");  // empty home field
 }
 
+TEST(ResolveUser, NumbersCompareAsNumbers) {
+  // "01000" is uid 1000, listed in passwd with its name and home.
+  ResolvedUser u = resolve("01000");
+  EXPECT_EQ(u.uid, 1000u);
+  EXPECT_EQ(u.name, "sandbox");
+}
+
 TEST(ResolveUser, NumberNotInPasswd) {
   ResolvedUser u = resolve("4242");
   EXPECT_EQ(u.uid, 4242u);
