@@ -1,0 +1,35 @@
+// Where openshell keeps its state and sockets.
+//
+// OPENSHELL_HOME, when set, relocates everything: state in $OPENSHELL_HOME,
+// sockets in $OPENSHELL_HOME/run. Otherwise, as root: /var/lib/openshell and
+// /run/openshell; rootless: $XDG_STATE_HOME/openshell (~/.local/state) and
+// $XDG_RUNTIME_DIR/openshell (else /tmp/openshell-<uid>, mode 0700).
+#pragma once
+
+#include <string>
+
+namespace openshell {
+
+struct Paths {
+  std::string state_dir;
+  std::string run_dir;
+
+  // Resolves from the environment (see above).
+  static Paths resolve();
+
+  // Creates the directories (mode 0700) and checks that a pre-existing
+  // runtime directory belongs to us and is private. Throws Error.
+  void ensure() const;
+
+  std::string db() const { return state_dir + "/gateway.db"; }
+  std::string lock() const { return state_dir + "/gateway.lock"; }
+  std::string gateway_log() const { return state_dir + "/gateway.log"; }
+  std::string key() const { return state_dir + "/keys/gateway.key"; }
+  std::string sandboxes() const { return state_dir + "/sandboxes"; }
+  std::string sandbox(const std::string& id) const { return sandboxes() + "/" + id; }
+  std::string launch_file(const std::string& id) const { return sandbox(id) + "/launch.cred"; }
+  std::string socket() const { return run_dir + "/gateway.sock"; }
+  std::string supervisor_socket(const std::string& id) const { return run_dir + "/s/" + id + ".sock"; }
+};
+
+}  // namespace openshell

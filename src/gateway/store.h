@@ -1,0 +1,109 @@
+// The gateway's durable state: SQLite in WAL mode, every change one
+// transaction, written before the gateway acts on it. A gateway killed at
+// any instant finds on restart either the state before a change or after it,
+// never half of one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+
+struct sqlite3;
+
+namespace openshell::gateway {
+
+enum class Phase {
+  kProvisioning,  // created, the supervisor's session not yet reporting
+  kReady,         // running, session connected
+  kCompleted,     // the main process exited 0
+  kError,         // it exited non-zero, or something failed (see conditions)
+  kStopping,
+  kStopped,
+  kStarting,
+  kDeleting,
+};
+
+std::string_view phase_name(Phase phase);  // "Provisioning", ...
+std::optional<Phase> parse_phase(std::string_view name);
+
+struct Condition {
+  std::string type;     // "Ready"
+  std::string status;   // "True", "False", "Unknown"
+  std::string reason;   // "MainProcessFailed"
+  std::string message;
+  int64_t last_transition_ms = 0;  // milliseconds since the epoch
+  bool operator==(const Condition&) const = default;
+};
+
+struct SandboxRecord {
+  std::string id;    // 12 hex digits
+  std::string name;  // a DNS label, unique
+  Phase phase = Phase::kProvisioning;
+  int64_t generation = 0;  // bumped by every launch
+  std::optional<int> exit_code;
+  std::vector<Condition> conditions;
+  std::string spec;  // the sandbox spec, a JSON object as text
+  std::map<std::string, std::string> labels;
+  // The supervisor of the current generation: pid and start time (clock
+  // ticks since boot, from /proc/PID/stat) so a reused pid is not mistaken.
+  int64_t supervisor_pid = 0;
+  uint64_t supervisor_start = 0;
+  // What the gateway is carrying out, recorded before it acts: "" (nothing),
+  // "launch", "stop", "delete".
+  std::string intent;
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+  bool operator==(const SandboxRecord&) const = default;
+};
+
+struct Event {
+  int64_t seq = 0;
+  std::string sandbox_id;
+  int64_t time_ms = 0;
+  std::string type;     // "Phase", "Warning", ...
+  std::string message;
+};
+
+class NameTaken : public Error {
+ public:
+  explicit NameTaken(const std::string& name) : Error("sandbox name '" + name + "' is taken") {}
+};
+
+class Store {
+ public:
+  // Opens or creates the database (mode 0600), WAL mode, synchronous=FULL,
+  // and the schema (versioned in meta). Throws Error naming the file.
+  static std::unique_ptr<Store> open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Each call is one transaction; on any failure (a full disk included) it
+  // throws Error with SQLite's reason and nothing changes.
+  void insert(const SandboxRecord& record);  // NameTaken when the name exists
+  void update(const SandboxRecord& record);  // by id; Error if there is none
+  void remove(const std::string& id);        // and its events
+  std::optional<SandboxRecord> find_by_name(std::string_view name) const;
+  std::optional<SandboxRecord> find_by_id(std::string_view id) const;
+  std::vector<SandboxRecord> list() const;  // oldest first
+
+  // A bounded history per sandbox (the oldest beyond 1000 are dropped).
+  void append_event(const std::string& sandbox_id, const std::string& type,
+                    const std::string& message, int64_t time_ms);
+  std::vector<Event> events(const std::string& sandbox_id, size_t limit) const;
+
+  std::optional<std::string> meta(const std::string& key) const;
+  void set_meta(const std::string& key, const std::string& value);
+
+ private:
+  explicit Store(sqlite3* db);
+  sqlite3* db_;
+};
+
+}  // namespace openshell::gateway

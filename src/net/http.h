@@ -1,0 +1,146 @@
+// HTTP/1.1 and WebSocket over Unix sockets: the gateway's API server, the
+// command line's client, and the streams (logs, exec stdio, watch, the
+// supervisor's session). Implemented with Boost.Beast in http.cc, the only
+// translation unit that includes Beast.
+//
+// Everything asynchronous runs on one asio::io_context, single-threaded:
+// handlers are called from it and may call back into these objects freely.
+#pragma once
+
+#include <sys/types.h>
+
+#include <utility>  // before Asio with GCC 12 in C++20
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/error.h"
+
+namespace openshell::net {
+
+namespace asio = boost::asio;
+
+struct Request {
+  std::string method;  // "GET"
+  std::string target;  // "/v1/sandboxes/x?follow=1"
+  std::string path;    // "/v1/sandboxes/x" (percent-decoded)
+  std::map<std::string, std::string> query;    // percent-decoded
+  std::map<std::string, std::string> headers;  // names in lower case
+  std::string body;
+  bool websocket = false;  // a WebSocket upgrade request
+  std::string raw;         // the request exactly as received (for a handover)
+};
+
+struct Response {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// One WebSocket connection (either side). Messages are text (JSON) or binary
+// (stdio bytes). Sends are queued and go out in order.
+class WebSocket {
+ public:
+  using MessageHandler = std::function<void(std::string data, bool binary)>;
+  using CloseHandler = std::function<void(const std::string& reason)>;
+
+  virtual ~WebSocket() = default;
+  // Starts reading; on_close runs once, when the peer closes or on an error.
+  virtual void start(MessageHandler on_message, CloseHandler on_close) = 0;
+  virtual void send(std::string data, bool binary) = 0;
+  // Closes after the queued messages are sent.
+  virtual void close(const std::string& reason = {}) = 0;
+  // Bytes queued but not yet written (for back-pressure).
+  virtual size_t queued_bytes() const = 0;
+  virtual PeerCredentials peer() const = 0;
+
+  // Client: connects to socket_path and upgrades at target. done gets the
+  // socket, or nullptr and the reason.
+  static void connect(asio::io_context& io, const std::string& socket_path,
+                      const std::string& target,
+                      std::function<void(std::shared_ptr<WebSocket>, std::string error)> done);
+
+  // Server: a connection handed over by another process (the fd and the
+  // upgrade request it had read); completes the handshake. Returns nullptr
+  // and sets *error when the request is not a valid upgrade.
+  static std::shared_ptr<WebSocket> accept_handed_over(asio::io_context& io, int fd,
+                                                       const std::string& raw_request,
+                                                       std::string* error);
+};
+
+// One request being answered by the server.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual const Request& request() const = 0;
+  virtual PeerCredentials peer() const = 0;
+  // Answers (exactly once, possibly later, from any handler on the loop).
+  virtual void respond(Response response) = 0;
+  // Accepts a WebSocket upgrade on this connection.
+  virtual std::shared_ptr<WebSocket> upgrade() = 0;
+  // Gives up the connection: returns its fd (the caller owns it) with nothing
+  // written to it; the server forgets it. For handing it to another process.
+  virtual int release() = 0;
+};
+
+class Server {
+ public:
+  using Handler = std::function<void(std::shared_ptr<Exchange>)>;
+  Server(asio::io_context& io, Handler handler);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Listens on a Unix socket (a stale socket file is replaced) with the given
+  // file mode. Throws Error.
+  void listen(const std::string& socket_path, unsigned mode);
+  // Stops accepting; open connections finish their exchange.
+  void close();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// Why a client could not connect: errno ENOENT or ECONNREFUSED mean nothing
+// listens there.
+class ConnectError : public Error {
+ public:
+  ConnectError(const std::string& message, int err) : Error(message), err_(err) {}
+  int err() const { return err_; }
+
+ private:
+  int err_;
+};
+
+// Synchronous client for the command line: one connection, keep-alive.
+class Client {
+ public:
+  explicit Client(const std::string& socket_path);  // throws ConnectError
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Throws Error when the connection fails; an HTTP error status is a
+  // Response like any other.
+  Response request(const std::string& method, const std::string& target,
+                   const std::string& body = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "a b/c" -> "a%20b%2Fc", for path segments and query values.
+std::string percent_encode(std::string_view text);
+
+}  // namespace openshell::net
