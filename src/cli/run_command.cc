@@ -263,6 +263,7 @@ void add_run_command(CLI::App& app, Action* action) {
   run->callback([options, action]() {
     *action = [options]() {
       runtime::ContainerSpec spec = build_spec(*options);
+      if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto container = runtime::Container::start(spec);
       return attach(*container);
     };

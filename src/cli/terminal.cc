@@ -40,16 +40,9 @@ class RawMode {
   bool active_ = false;
 };
 
-// The caller's window size, from whichever of its stdio is a terminal; 24x80
-// when none is.
 void copy_window_size(int to) {
   winsize size{};
-  for (int fd : {STDOUT_FILENO, STDIN_FILENO, STDERR_FILENO})
-    if (::ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_row && size.ws_col) {
-      ::ioctl(to, TIOCSWINSZ, &size);
-      return;
-    }
-  size = winsize{24, 80, 0, 0};
+  terminal_size(&size.ws_row, &size.ws_col);
   ::ioctl(to, TIOCSWINSZ, &size);
 }
 
@@ -81,6 +74,18 @@ bool pump(int from, int to) {
 }
 
 }  // namespace
+
+void terminal_size(unsigned short* rows, unsigned short* cols) {
+  winsize size{};
+  for (int fd : {STDOUT_FILENO, STDIN_FILENO, STDERR_FILENO})
+    if (::ioctl(fd, TIOCGWINSZ, &size) == 0 && size.ws_row && size.ws_col) {
+      *rows = size.ws_row;
+      *cols = size.ws_col;
+      return;
+    }
+  *rows = 24;
+  *cols = 80;
+}
 
 int attach(runtime::Container& container) {
   static const int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};

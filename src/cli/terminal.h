@@ -8,6 +8,10 @@ class Container;
 
 namespace openshell::cli {
 
+// The caller's terminal size, from whichever of its stdio is a terminal;
+// 24x80 when none is.
+void terminal_size(unsigned short* rows, unsigned short* cols);
+
 // Relays until the container ends; returns its exit status.
 int attach(runtime::Container& container);
 

@@ -1,5 +1,6 @@
 #include "namespaces/mounts.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/mman.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <map>
 
 #include "base/error.h"
@@ -296,6 +298,58 @@ bool build_dev(int root, bool tty_group, ChildFailure* f) {
   return set_attrs(dev_mount.fd, MOUNT_ATTR_RDONLY, false, "/dev", f);
 }
 
+// The host's / seen through a tmpfs: every top-level entry read-only (a
+// recursive bind, a symlink copied, a file bound), except the kernel's file
+// systems and /tmp and /run, which the sandbox gets fresh. The tmpfs lets the
+// sandbox have mount points the host lacks (/sandbox).
+bool mirror_host_root(int root, ChildFailure* f) {
+  ScopedFd old(::open("/oldroot", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (old.fd < 0) return fail(f, errno, "open", "/oldroot");
+  struct Dirent64 {
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[];
+  };
+  alignas(8) char buf[8192];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, old.fd, buf, sizeof buf);
+    if (n < 0) return fail(f, errno, "read the host's /");
+    if (n == 0) return true;
+    for (long pos = 0; pos < n;) {
+      auto* e = reinterpret_cast<Dirent64*>(buf + pos);
+      pos += e->reclen;
+      const char* name = e->name;
+      static const char* const kFresh[] = {".", "..", "proc", "dev", "sys", "tmp", "run"};
+      bool skip = false;
+      for (const char* fresh : kFresh) skip = skip || std::strcmp(name, fresh) == 0;
+      if (skip) continue;
+      unsigned char type = e->type;
+      if (type == DT_UNKNOWN) {
+        struct stat st;
+        if (::fstatat(old.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+      }
+      const unsigned ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+      if (type == DT_LNK) {
+        char target[4096];
+        ssize_t len = ::readlinkat(old.fd, name, target, sizeof target - 1);
+        if (len < 0) continue;
+        target[len] = '\0';
+        if (::symlinkat(target, root, name) != 0) return fail(f, errno, "symlink /", name);
+      } else if (type == DT_DIR || type == DT_REG) {
+        if (type == DT_DIR ? ::mkdirat(root, name, 0755) != 0
+                           : ::mknodat(root, name, S_IFREG | 0644, 0) != 0)
+          return fail(f, errno, "create mount point /", name);
+        ScopedFd target(::openat(root, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+        if (target.fd < 0) return fail(f, errno, "open mount point /", name);
+        if (!bind(old.fd, name, target.fd, type == DT_DIR, ro, name, f)) return false;
+      }
+    }
+  }
+}
+
 // A copy of this binary that nothing can write: a detached read-only mount of
 // the file (cheap: shares the page cache), else a sealed memfd.
 int seal_self(const char* exe_path, int self_exe_fd, ChildFailure* f) {
@@ -442,13 +496,15 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   }
 
   // 3. The root.
+  ScopedFd host_root_mount;
   {
     ScopedFd newroot(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (newroot.fd < 0) return fail(f, errno, "open", "/newroot");
     if (host_root) {
-      if (!bind(AT_FDCWD, "/oldroot", newroot.fd, true,
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "", f))
-        return false;
+      Option opts[] = {{"mode", "0755"}};
+      host_root_mount = mount_fs("tmpfs", opts, 1, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, newroot.fd,
+                                 "", f);
+      if (host_root_mount.fd < 0) return false;
     } else {
       Option opts[] = {{"lowerdir+", lower},
                        {"upperdir", upper_.c_str()},
@@ -472,6 +528,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   }
   ScopedFd root(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (root.fd < 0) return fail(f, errno, "open", "/newroot");
+  if (host_root && !mirror_host_root(root.fd, f)) return false;
 
   // 4. A fresh /proc, mounted while the host's is still visible (the kernel
   //    allows a new proc only where a full one is already in view).
@@ -511,7 +568,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     const char* dirs[] = {"tmp", host_root ? "run" : nullptr};
     for (const char* dir : dirs) {
       if (!dir) continue;
-      ScopedFd target(open_in_root(root.fd, dir, host_root ? Create::kNo : Create::kDirectory, f));
+      ScopedFd target(open_in_root(root.fd, dir, Create::kDirectory, f));
       if (target.fd < 0) return false;
       Option opts[] = {{"mode", dir[0] == 't' ? "1777" : "0755"}};
       ScopedFd mnt(mount_fs("tmpfs", opts, 1, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, target.fd, dir,
@@ -546,8 +603,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   // 10. The working directory exists before the root may turn read-only.
   {
     bool created = false;
-    ScopedFd wd(open_in_root(root.fd, workdir_.c_str(),
-                             host_root ? Create::kNo : Create::kDirectory, f, &created));
+    ScopedFd wd(open_in_root(root.fd, workdir_.c_str(), Create::kDirectory, f, &created));
     if (wd.fd < 0) {
       child::copy(f->what, sizeof f->what, "--workdir");
       child::copy(f->detail, sizeof f->detail, spec_.workdir.c_str());
@@ -563,7 +619,9 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   if (*init_exe_fd < 0) return false;
 
   // 12. A read-only root.
-  if (spec_.read_only && !host_root) {
+  if (host_root) {
+    if (!set_attrs(host_root_mount.fd, MOUNT_ATTR_RDONLY, false, "/", f)) return false;
+  } else if (spec_.read_only) {
     ScopedFd mnt(::open_tree(root.fd, "", AT_EMPTY_PATH | OPEN_TREE_CLOEXEC));
     if (mnt.fd < 0 || !set_attrs(mnt.fd, MOUNT_ATTR_RDONLY, false, "/", f)) {
       if (mnt.fd < 0) fail(f, errno, "open_tree", "/");

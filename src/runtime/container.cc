@@ -39,6 +39,7 @@ struct ChildContext {
   int report_fd;  // write: ChildFailure records; EOF once the main process runs
   int life_fd;    // read: EOF when the parent is gone
   int socket_fd;  // to the parent: the idmapped root in, the tty master out
+  int control_fd;  // the init's end of the control channel
   int self_exe_fd;
   int* tree_fds;  // room for mounts->tree_count() fds from the parent
   int last_cap;
@@ -47,7 +48,7 @@ struct ChildContext {
   char* const* envp;
   char* tty_fd_arg;  // written by the child: the slave's fd number
   size_t tty_fd_arg_size;
-  int keep_fds[8];
+  int keep_fds[12];
   int keep_count;
 };
 
@@ -82,8 +83,8 @@ void format_int(char* out, size_t size, int value) {
 }
 
 void close_other_fds(const int* keep, int count) {
-  int sorted[8];
-  for (int i = 0; i < count && i < 8; ++i) {
+  int sorted[12];
+  for (int i = 0; i < count && i < 12; ++i) {
     int j = i;
     for (; j > 0 && sorted[j - 1] > keep[i]; --j) sorted[j] = sorted[j - 1];
     sorted[j] = keep[i];
@@ -154,6 +155,9 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   if (::ioctl(master, TIOCSPTLCK, &unlock) != 0) return fail(f, errno, "unlock the pty");
   int slave = ::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY);
   if (slave < 0) return fail(f, errno, "open the pty's slave");
+  // The size is right before the command starts (it may ask at once).
+  winsize size{c.spec->tty_rows, c.spec->tty_cols, 0, 0};
+  ::ioctl(slave, TIOCSWINSZ, &size);
   if (!send_fd(c.socket_fd, master)) return fail(f, errno, "send the pty to the parent");
   ::close(master);
   format_int(c.tty_fd_arg, c.tty_fd_arg_size, slave);
@@ -252,7 +256,9 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   // Last: the filter also covers what the steps above needed.
   if (c.seccomp.length && !seccomp::install(c.seccomp, &f)) die();
 
-  if (!clear_cloexec(c.report_fd, &f) || !clear_cloexec(c.life_fd, &f)) die();
+  if (!clear_cloexec(c.report_fd, &f) || !clear_cloexec(c.life_fd, &f) ||
+      !clear_cloexec(c.control_fd, &f))
+    die();
   ::syscall(SYS_execveat, init_exe_fd, "", c.init_argv, c.envp, AT_EMPTY_PATH);
   fail(&f, errno, "exec the sandbox init");
   report_and_exit(c.report_fd, &f);
@@ -269,7 +275,6 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 }  // namespace
 
 std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
-  if (spec.argv.empty()) throw Error("no command to run");
   const double t_begin = log::elapsed_ms();
   std::unique_ptr<Container> container(new Container());
 
@@ -302,17 +307,20 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0)
     throw_errno("socketpair");
   UniqueFd parent_socket(sockets[0]), child_socket(sockets[1]);
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0)
+    throw_errno("socketpair");
+  UniqueFd control(sockets[0]), init_control(sockets[1]);
   UniqueFd self_exe(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
   if (!self_exe) throw_errno("open /proc/self/exe");
 
-  // The init's command line: openshell-init __init REPORT LIFE TTY -- ARGV...
+  // The init's command line: openshell-init __init REPORT LIFE TTY CONTROL -- ARGV...
   char tty_fd_arg[16] = "-1";
-  std::vector<std::string> init_args = {"openshell-init", "__init",
-                                        std::to_string(report.write.get()),
-                                        std::to_string(life.read.get())};
-  std::vector<std::string> argv_strings = init_args;
-  argv_strings.push_back("");  // the tty slot, pointed at tty_fd_arg below
-  argv_strings.push_back("--");
+  std::vector<std::string> argv_strings = {"openshell-init", "__init",
+                                           std::to_string(report.write.get()),
+                                           std::to_string(life.read.get()),
+                                           "",  // the tty slot, pointed at tty_fd_arg below
+                                           std::to_string(init_control.get()),
+                                           "--"};
   argv_strings.insert(argv_strings.end(), spec.argv.begin(), spec.argv.end());
   std::vector<char*> init_argv = c_strings(argv_strings);
   init_argv[4] = tty_fd_arg;
@@ -326,6 +334,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.report_fd = report.write.get();
   ctx.life_fd = life.read.get();
   ctx.socket_fd = child_socket.get();
+  ctx.control_fd = init_control.get();
   ctx.self_exe_fd = self_exe.get();
   std::vector<int> tree_fds(mounts.tree_count(), -1);
   ctx.tree_fds = tree_fds.data();
@@ -335,9 +344,10 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.envp = envp.data();
   ctx.tty_fd_arg = tty_fd_arg;
   ctx.tty_fd_arg_size = sizeof tty_fd_arg;
-  int keep[] = {ctx.sync_fd, ctx.report_fd, ctx.life_fd, ctx.socket_fd, ctx.self_exe_fd, 0, 1, 2};
+  int keep[] = {ctx.sync_fd,     ctx.report_fd, ctx.life_fd, ctx.socket_fd,
+                ctx.control_fd,  ctx.self_exe_fd, 0, 1, 2};
   std::copy(std::begin(keep), std::end(keep), ctx.keep_fds);
-  ctx.keep_count = 8;
+  ctx.keep_count = static_cast<int>(std::size(keep));
 
   int pidfd = -1;
   clone_args args{};
@@ -357,6 +367,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   container->pid_ = static_cast<pid_t>(pid);
   container->pidfd_.reset(pidfd);
   container->lifeline_ = std::move(life.write);
+  container->control_ = std::move(control);
+  init_control.reset();
   sync.read.reset();
   report.write.reset();
   life.read.reset();

@@ -31,6 +31,9 @@ class Container {
   int pidfd() const { return pidfd_.get(); }
   // The pseudo-terminal's master side (spec.tty), else -1.
   int tty_master() const { return tty_master_.get(); }
+  // The control channel to the init (runtime/init_protocol.h): exec more
+  // processes in the sandbox, and hear of their exits.
+  int control_fd() const { return control_.get(); }
   const namespaces::IdMap& id_map() const { return id_map_; }
 
   // Delivers a signal to the init, which passes it to the main process.
@@ -51,6 +54,7 @@ class Container {
   UniqueFd pidfd_;
   UniqueFd tty_master_;
   UniqueFd lifeline_;  // closing it tells the init its owner is gone
+  UniqueFd control_;
   CgroupSet cgroups_;
   namespaces::IdMap id_map_;
   bool reaped_ = false;

@@ -1,7 +1,8 @@
-// PID 1 of a sandbox: runs the main process, passes signals to it, reaps
-// orphans, and exits with the main process's status. It runs from a sealed
-// image of this binary (see MountPlan::apply), already confined like
-// everything else in the sandbox.
+// PID 1 of a sandbox: runs the main process (or, without one, just waits),
+// starts the processes its owner asks for over the control channel, passes
+// signals on, reaps orphans, and exits with the main process's status. It
+// runs from a sealed image of this binary (see MountPlan::apply), already
+// confined like everything else in the sandbox.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,10 +15,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "base/child_failure.h"
 #include "base/error.h"
 #include "runtime/container.h"
+#include "runtime/init_protocol.h"
 
 namespace openshell::runtime {
 
@@ -44,106 +47,273 @@ int encode_status(int status) {
   return exit_code::kFailure;
 }
 
-// The main process: a fresh process image with default signal handling.
-[[noreturn]] void exec_main(char** argv, int report_fd, int tty_fd) {
+int exec_failure_code(int err) {
+  return err == ENOENT || err == ENOTDIR ? exit_code::kNotFound : exit_code::kCannotExecute;
+}
+
+// In a freshly forked child: default signal handling, stdio set up, then exec.
+// On failure writes the errno to error_fd and exits.
+[[noreturn]] void exec_child(char* const* argv, char* const* envp, int tty_fd, const int* stdio,
+                             const char* workdir, int error_fd, int report_fd) {
   sigset_t none;
   sigemptyset(&none);
   for (int sig = 1; sig < NSIG; ++sig)
     if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  int err = 0;
   if (tty_fd >= 0) {
     // Its own session, with the pty as controlling terminal and stdio.
-    if (::setsid() < 0 || ::ioctl(tty_fd, TIOCSCTTY, 0) != 0) {
-      report(report_fd, errno, "set the controlling terminal", nullptr, exit_code::kFailure);
-      ::_exit(exit_code::kFailure);
-    }
-    for (int i = 0; i < 3; ++i) ::dup2(tty_fd, i);
+    if (::setsid() < 0 || ::ioctl(tty_fd, TIOCSCTTY, 0) != 0) err = errno;
+    for (int i = 0; i < 3 && !err; ++i)
+      if (::dup2(tty_fd, i) < 0) err = errno;
     if (tty_fd > 2) ::close(tty_fd);
   } else {
     // Its own process group: signals go to the whole job.
     ::setpgid(0, 0);
+    for (int i = 0; i < 3 && stdio && !err; ++i)
+      if (stdio[i] >= 0 && stdio[i] != i && ::dup2(stdio[i], i) < 0) err = errno;
   }
-  // Everything beyond stdio closes on exec, the report pipe included: its
-  // EOF tells the parent the command runs.
+  if (!err && workdir && ::chdir(workdir) != 0) err = errno;
+  if (err) {
+    int code = exit_code::kFailure;
+    if (error_fd >= 0) {
+      int message[2] = {err, code};
+      ssize_t ignored = ::write(error_fd, message, sizeof message);
+      (void)ignored;
+    }
+    report(report_fd, err, "set up the process", nullptr, code);
+    ::_exit(code);
+  }
+  // Everything beyond stdio closes on exec, the error channels included.
   ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-  ::execvp(argv[0], argv);
-  int err = errno;
-  int code = err == ENOENT || err == ENOTDIR ? exit_code::kNotFound : exit_code::kCannotExecute;
+  if (envp)
+    ::execvpe(argv[0], argv, envp);
+  else
+    ::execvp(argv[0], argv);
+  err = errno;
+  int code = exec_failure_code(err);
+  if (error_fd >= 0) {
+    int message[2] = {err, code};
+    ssize_t ignored = ::write(error_fd, message, sizeof message);
+    (void)ignored;
+  }
   report(report_fd, err, "cannot run", argv[0], code);
   ::_exit(code);
 }
 
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+class Init {
+ public:
+  Init(int report_fd, int life_fd, int tty_fd, int control_fd)
+      : report_fd_(report_fd), life_fd_(life_fd), tty_fd_(tty_fd), control_fd_(control_fd) {}
+
+  int run(char** command) {
+    // Nothing in the sandbox may open /proc/1/mem, /proc/1/exe and the like.
+    ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    for (int fd : {report_fd_, life_fd_, tty_fd_, control_fd_})
+      if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+
+    // Every signal is read from a signalfd; for PID 1 a blocked signal from
+    // the parent namespace is queued, where an unhandled one would be dropped.
+    sigset_t all;
+    sigfillset(&all);
+    ::sigprocmask(SIG_BLOCK, &all, nullptr);
+    signals_ = ::signalfd(-1, &all, SFD_CLOEXEC);
+    if (signals_ < 0) {
+      report(report_fd_, errno, "signalfd", nullptr, exit_code::kFailure);
+      return exit_code::kFailure;
+    }
+
+    if (command[0]) {
+      main_pid_ = ::fork();
+      if (main_pid_ < 0) {
+        report(report_fd_, errno, "fork the main process", nullptr, exit_code::kFailure);
+        return exit_code::kFailure;
+      }
+      if (main_pid_ == 0) exec_child(command, nullptr, tty_fd_, nullptr, nullptr, -1, report_fd_);
+    }
+    // The report pipe's last copy goes with the main process's exec: its EOF
+    // tells the owner that the sandbox runs.
+    if (report_fd_ >= 0) ::close(report_fd_);
+    if (tty_fd_ >= 0) ::close(tty_fd_);
+    return loop();
+  }
+
+ private:
+  int loop() {
+    pollfd fds[3] = {{signals_, POLLIN, 0}, {life_fd_, POLLIN, 0}, {control_fd_, POLLIN, 0}};
+    for (;;) {
+      if (::poll(fds, 3, -1) < 0) {
+        if (errno == EINTR) continue;
+        return exit_code::kFailure;
+      }
+      if (life_fd_ >= 0 && fds[1].revents) {
+        // The owner is gone: so is the sandbox.
+        ::kill(-1, SIGKILL);
+        return 128 + SIGKILL;
+      }
+      if (control_fd_ >= 0 && fds[2].revents) {
+        if (!serve_control()) {
+          // The owner closed its end: it can no longer hear us.
+          fds[2].fd = -1;
+          control_fd_ = -1;
+        }
+      }
+      if (fds[0].revents & POLLIN) {
+        int status;
+        if (handle_signal(&status)) return status;
+      }
+    }
+  }
+
+  // Returns true (with *status) when the sandbox must end.
+  bool handle_signal(int* status) {
+    signalfd_siginfo info;
+    if (::read(signals_, &info, sizeof info) != sizeof info) return false;
+    int sig = static_cast<int>(info.ssi_signo);
+    if (sig != SIGCHLD) {
+      if (main_pid_ > 0) {
+        if (::kill(-main_pid_, sig) != 0) ::kill(main_pid_, sig);
+        return false;
+      }
+      // No main process: a stop request ends the sandbox.
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+        *status = 128 + sig;
+        return true;
+      }
+      return false;
+    }
+    for (;;) {
+      int wstatus;
+      pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
+      if (pid <= 0) break;
+      // The sandbox lives as long as its main process; the kernel ends the
+      // rest when PID 1 exits.
+      if (pid == main_pid_) {
+        *status = encode_status(wstatus);
+        return true;
+      }
+      auto it = execs_.find(pid);
+      if (it != execs_.end()) {
+        send(make_message({"exited", std::to_string(it->second), std::to_string(encode_status(wstatus))}));
+        execs_.erase(it);
+      }
+    }
+    return false;
+  }
+
+  void send(const std::string& packet, const int* fds = nullptr, int count = 0) {
+    if (control_fd_ >= 0) send_packet(control_fd_, packet, fds, count);
+  }
+
+  // One request from the owner; false when the channel is closed.
+  bool serve_control() {
+    std::string packet;
+    int fds[3];
+    long n = receive_packet(control_fd_, &packet, fds);
+    if (n == 0 || n == -ECONNRESET) return false;
+    if (n < 0) return n == -EAGAIN || n == -EINTR || n == -EMSGSIZE;
+    InitMessage message = parse_message(packet);
+    if (message.kind == InitMessage::Kind::kExec) {
+      if (auto request = decode_exec(message))
+        start(*request, fds);
+      else
+        send(make_message({"failed", "0", std::to_string(exit_code::kFailure), "0", "bad request"}));
+    } else if (message.kind == InitMessage::Kind::kKill && message.fields.size() == 2) {
+      uint64_t id = std::strtoull(message.fields[0].c_str(), nullptr, 10);
+      int sig = std::atoi(message.fields[1].c_str());
+      for (const auto& [pid, exec_id] : execs_)
+        if (exec_id == id && ::kill(-pid, sig) != 0) ::kill(pid, sig);
+    }
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+    return true;
+  }
+
+  void start(ExecRequest& request, const int* stdio) {
+    const std::string id = std::to_string(request.id);
+    auto fail = [&](int err, int code, const char* what) {
+      send(make_message({"failed", id, std::to_string(code), std::to_string(err), what}));
+    };
+    int master = -1, slave = -1;
+    if (request.tty) {
+      // A pty from the sandbox's own devpts; the master goes to the owner.
+      master = ::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+      int unlock = 0;
+      if (master < 0 || ::ioctl(master, TIOCSPTLCK, &unlock) != 0 ||
+          (slave = ::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+        int err = errno;
+        if (master >= 0) ::close(master);
+        return fail(err, exit_code::kFailure, "open a pseudo-terminal");
+      }
+      winsize size{request.rows, request.cols, 0, 0};
+      ::ioctl(master, TIOCSWINSZ, &size);
+    }
+    int error_pipe[2];
+    if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
+      int err = errno;
+      if (master >= 0) ::close(master), ::close(slave);
+      return fail(err, exit_code::kFailure, "pipe");
+    }
+    std::vector<char*> argv = c_strings(request.argv);
+    std::vector<char*> envp = c_strings(request.env);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(error_pipe[0]);
+      exec_child(argv.data(), envp.data(), slave, stdio, request.workdir.c_str(), error_pipe[1], -1);
+    }
+    ::close(error_pipe[1]);
+    if (slave >= 0) ::close(slave);
+    if (pid < 0) {
+      int err = errno;
+      ::close(error_pipe[0]);
+      if (master >= 0) ::close(master);
+      return fail(err, exit_code::kFailure, "fork");
+    }
+    // The child's exec closes the pipe; a failure writes errno and code.
+    int message[2] = {0, 0};
+    ssize_t n;
+    do n = ::read(error_pipe[0], message, sizeof message);
+    while (n < 0 && errno == EINTR);
+    ::close(error_pipe[0]);
+    if (n == sizeof message) {
+      if (master >= 0) ::close(master);
+      // Reaped by the SIGCHLD loop; it is not reported as an exec.
+      return fail(message[0], message[1], "exec");
+    }
+    execs_[pid] = request.id;
+    send(make_message({"started", id, std::to_string(pid)}), master >= 0 ? &master : nullptr,
+         master >= 0 ? 1 : 0);
+    if (master >= 0) ::close(master);
+  }
+
+  int report_fd_, life_fd_, tty_fd_, control_fd_;
+  int signals_ = -1;
+  pid_t main_pid_ = -1;
+  std::map<pid_t, uint64_t> execs_;  // processes started for the owner
+};
+
 }  // namespace
 
 int init_main(int argc, char** argv) {
-  // openshell-init __init REPORT LIFE TTY -- ARGV...
-  if (argc < 7 || std::strcmp(argv[5], "--") != 0) {
+  // openshell-init __init REPORT LIFE TTY CONTROL -- [ARGV...]
+  if (argc < 7 || std::strcmp(argv[6], "--") != 0) {
     static const char usage[] = "openshell: __init is internal to the runtime\n";
     ssize_t ignored = ::write(2, usage, sizeof usage - 1);
     (void)ignored;
     return exit_code::kFailure;
   }
-  int report_fd = parse_fd(argv[2]);
-  int life_fd = parse_fd(argv[3]);
-  int tty_fd = parse_fd(argv[4]);
-  if (report_fd < -1 || life_fd < -1 || tty_fd < -1) return exit_code::kFailure;
-  char** command = argv + 6;
-
-  // Nothing in the sandbox may open /proc/1/mem, /proc/1/exe and the like.
-  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  for (int fd : {report_fd, life_fd, tty_fd})
-    if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-
-  // Every signal is read from a signalfd; for PID 1 a blocked signal from
-  // the parent namespace is queued, where an unhandled one would be dropped.
-  sigset_t all;
-  sigfillset(&all);
-  ::sigprocmask(SIG_BLOCK, &all, nullptr);
-  int signals = ::signalfd(-1, &all, SFD_CLOEXEC);
-  if (signals < 0) {
-    report(report_fd, errno, "signalfd", nullptr, exit_code::kFailure);
-    return exit_code::kFailure;
-  }
-
-  pid_t main_pid = ::fork();
-  if (main_pid < 0) {
-    report(report_fd, errno, "fork the main process", nullptr, exit_code::kFailure);
-    return exit_code::kFailure;
-  }
-  if (main_pid == 0) exec_main(command, report_fd, tty_fd);
-  if (report_fd >= 0) ::close(report_fd);
-  if (tty_fd >= 0) ::close(tty_fd);
-
-  pollfd fds[2] = {{signals, POLLIN, 0}, {life_fd, POLLIN, 0}};
-  const nfds_t nfds = life_fd >= 0 ? 2 : 1;
-  for (;;) {
-    if (::poll(fds, nfds, -1) < 0) {
-      if (errno == EINTR) continue;
-      return exit_code::kFailure;
-    }
-    if (nfds > 1 && fds[1].revents) {
-      // The owner is gone: so is the sandbox.
-      ::kill(-1, SIGKILL);
-      return 128 + SIGKILL;
-    }
-    if (!(fds[0].revents & POLLIN)) continue;
-    signalfd_siginfo info;
-    if (::read(signals, &info, sizeof info) != sizeof info) continue;
-    int sig = static_cast<int>(info.ssi_signo);
-    if (sig != SIGCHLD) {
-      if (::kill(-main_pid, sig) != 0) ::kill(main_pid, sig);
-      continue;
-    }
-    for (;;) {
-      int status;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      // The sandbox lives as long as its main process; the kernel ends the
-      // rest when PID 1 exits.
-      if (pid == main_pid) return encode_status(status);
-    }
-  }
+  int fds[4];
+  for (int i = 0; i < 4; ++i)
+    if ((fds[i] = parse_fd(argv[2 + i])) < -1) return exit_code::kFailure;
+  return Init(fds[0], fds[1], fds[2], fds[3]).run(argv + 7);
 }
 
 }  // namespace openshell::runtime

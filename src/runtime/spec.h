@@ -35,6 +35,8 @@ struct ContainerSpec {
   uint32_t gid = kDefaultGid;
   std::vector<uint32_t> supplementary_gids;
   bool tty = false;  // a pseudo-terminal from the sandbox's own devpts
+  unsigned short tty_rows = 24;  // its size from the start
+  unsigned short tty_cols = 80;
   Limits limits;
   std::vector<Rlimit> rlimits;  // core dumps are off unless a core limit is given here
   caps::Set cap_add = 0;

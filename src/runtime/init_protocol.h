@@ -1,0 +1,59 @@
+// The control channel between a container's owner (the supervisor) and its
+// init: a SOCK_SEQPACKET socket, one message per packet. Through it the owner
+// asks the init to start more processes in the sandbox (exec), confined
+// exactly like the main process because the init forks them; the init
+// answers and reports their exits.
+//
+// A message is a list of strings, each ended by a NUL; the first is its kind.
+// File descriptors travel beside it (SCM_RIGHTS).
+//
+//   owner -> init
+//     exec ID TTY ROWS COLS WORKDIR ARGC ARG... ENVC ENV...
+//          fds: stdin, stdout, stderr (when TTY is "0")
+//     kill ID SIGNAL
+//   init -> owner
+//     started ID PID          fds: the pty master (when TTY is "1")
+//     failed ID EXIT_CODE ERRNO WHAT
+//     exited ID STATUS        STATUS: the exit code, or 128+N for signal N
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace openshell::runtime {
+
+struct ExecRequest {
+  uint64_t id = 0;
+  bool tty = false;
+  uint16_t rows = 24;
+  uint16_t cols = 80;
+  std::string workdir = "/";
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // the whole environment ("K=V")
+};
+
+struct InitMessage {
+  enum class Kind { kStarted, kFailed, kExited, kExec, kKill, kUnknown };
+  Kind kind = Kind::kUnknown;
+  std::vector<std::string> fields;  // after the kind
+};
+
+inline constexpr size_t kMaxControlMessage = 256 * 1024;
+
+std::string encode_exec(const ExecRequest& request);
+std::optional<ExecRequest> decode_exec(const InitMessage& message);
+
+// Splits a packet into its strings; kUnknown when malformed.
+InitMessage parse_message(std::string_view packet);
+std::string make_message(const std::vector<std::string>& parts);
+
+// Sends a packet with up to three fds; returns 0 or the errno.
+int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count);
+// Receives a packet and up to three fds (close-on-exec); returns the packet
+// size, 0 at end of stream, or -errno. Fds not sent are -1.
+long receive_packet(int socket_fd, std::string* packet, int fds[3]);
+
+}  // namespace openshell::runtime
