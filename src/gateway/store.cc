@@ -1,0 +1,517 @@
+#include "gateway/store.h"
+
+// <utility> first, before nlohmann-json with GCC 12; kept out of sorting.
+// clang-format off
+#include <utility>
+#include <nlohmann/json.hpp>
+// clang-format on
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <limits>
+
+#include "base/unique_fd.h"
+
+namespace openshell::gateway {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kSchemaVersion = 1;
+constexpr int64_t kMaxEventsPerSandbox = 1000;
+constexpr int kBusyTimeoutMs = 5000;
+
+constexpr std::string_view kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS sandboxes (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  phase TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  exit_code INTEGER NULL,
+  conditions TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  labels TEXT NOT NULL,
+  supervisor_pid INTEGER NOT NULL,
+  supervisor_start INTEGER NOT NULL,
+  intent TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  sandbox_id TEXT NOT NULL,
+  time_ms INTEGER NOT NULL,
+  type TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_sandbox ON events (sandbox_id, seq);
+)sql";
+
+constexpr const char* kSandboxColumns =
+    "id, name, phase, generation, exit_code, conditions, spec, labels, supervisor_pid, "
+    "supervisor_start, intent, created_ms, updated_ms";
+
+struct PhaseName {
+  Phase phase;
+  std::string_view name;
+};
+constexpr PhaseName kPhaseNames[] = {
+    {Phase::kProvisioning, "Provisioning"}, {Phase::kReady, "Ready"},
+    {Phase::kCompleted, "Completed"},       {Phase::kError, "Error"},
+    {Phase::kStopping, "Stopping"},         {Phase::kStopped, "Stopped"},
+    {Phase::kStarting, "Starting"},         {Phase::kDeleting, "Deleting"},
+};
+
+// The file as SQLite knows it (its full path), for error messages.
+std::string db_path(sqlite3* db) {
+  const char* name = sqlite3_db_filename(db, "main");
+  return name && *name ? name : "gateway.db";
+}
+
+// A failed SQLite call: "PATH: SQLite's message", and the extended result
+// code so that callers can tell a taken name from other failures.
+class SqliteError : public Error {
+ public:
+  SqliteError(sqlite3* db, int code)
+      : Error(db_path(db) + ": " + reason_of(db, code)),
+        code_(code),
+        reason_(reason_of(db, code)) {}
+  int code() const { return code_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  static std::string reason_of(sqlite3* db, int code) {
+    // sqlite3_errmsg describes the most recent failure on this connection;
+    // fall back on the code's generic text when it has been overwritten.
+    if (sqlite3_extended_errcode(db) == code) return sqlite3_errmsg(db);
+    return sqlite3_errstr(code);
+  }
+  int code_;
+  std::string reason_;
+};
+
+[[noreturn]] void fail(sqlite3* db, int code) { throw SqliteError(db, code); }
+
+// A prepared statement, finalized on scope exit. Parameters are numbered
+// from 1, columns from 0, as in SQLite's API.
+class Statement {
+ public:
+  Statement(sqlite3* db, std::string_view sql) : db_(db) {
+    int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr);
+    if (rc != SQLITE_OK) fail(db_, sqlite3_extended_errcode(db_));
+  }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  ~Statement() { sqlite3_finalize(stmt_); }
+
+  Statement& bind(int index, std::string_view text) {
+    // A null pointer would bind NULL, not an empty text.
+    const char* data = text.data() ? text.data() : "";
+    return check(
+        sqlite3_bind_text64(stmt_, index, data, text.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+  }
+  Statement& bind(int index, int64_t value) {
+    return check(sqlite3_bind_int64(stmt_, index, value));
+  }
+  Statement& bind_null(int index) { return check(sqlite3_bind_null(stmt_, index)); }
+
+  // True when a row is ready, false when the statement is done.
+  bool step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    fail(db_, sqlite3_extended_errcode(db_));
+  }
+  // Runs a statement that returns no rows.
+  void run() {
+    while (step()) {
+    }
+  }
+
+  bool is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
+  int64_t int64(int column) const { return sqlite3_column_int64(stmt_, column); }
+  std::string text(int column) const {
+    const auto* data = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
+    int size = sqlite3_column_bytes(stmt_, column);
+    return data ? std::string(data, static_cast<size_t>(size)) : std::string();
+  }
+
+ private:
+  Statement& check(int rc) {
+    if (rc != SQLITE_OK) fail(db_, rc);
+    return *this;
+  }
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+void execute(sqlite3* db, std::string_view sql) { Statement(db, sql).run(); }
+
+// Runs several statements without parameters (the schema).
+void execute_script(sqlite3* db, std::string_view sql) {
+  std::string script(sql);
+  int rc = sqlite3_exec(db, script.c_str(), nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) fail(db, sqlite3_extended_errcode(db));
+}
+
+// BEGIN IMMEDIATE now; ROLLBACK on scope exit unless committed. SQLite may
+// already have rolled back after some failures (a full disk among them), so
+// it is asked whether a transaction is still open.
+class Transaction {
+ public:
+  explicit Transaction(sqlite3* db) : db_(db) { execute(db_, "BEGIN IMMEDIATE"); }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction() {
+    if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void commit() { execute(db_, "COMMIT"); }
+
+ private:
+  sqlite3* db_;
+};
+
+// Runs body as one transaction; a failure of SQLite's becomes
+// Error("PATH: WHAT: reason") and leaves the database as it was.
+template <typename Body>
+void write_transaction(sqlite3* db, const std::string& what, Body&& body) {
+  try {
+    Transaction transaction(db);
+    body();
+    transaction.commit();
+  } catch (const SqliteError& e) {
+    throw Error(db_path(db) + ": " + what + ": " + e.reason());
+  }
+}
+
+std::string conditions_to_json(const std::vector<Condition>& conditions) {
+  json array = json::array();
+  for (const Condition& c : conditions)
+    array.push_back({{"type", c.type},
+                     {"status", c.status},
+                     {"reason", c.reason},
+                     {"message", c.message},
+                     {"last_transition_ms", c.last_transition_ms}});
+  return array.dump();
+}
+
+std::vector<Condition> conditions_from_json(const std::string& text) {
+  json array = json::parse(text);
+  if (!array.is_array()) throw Error("not a JSON array");
+  std::vector<Condition> conditions;
+  for (const json& item : array) {
+    Condition c;
+    c.type = item.at("type").get<std::string>();
+    c.status = item.at("status").get<std::string>();
+    c.reason = item.at("reason").get<std::string>();
+    c.message = item.at("message").get<std::string>();
+    c.last_transition_ms = item.at("last_transition_ms").get<int64_t>();
+    conditions.push_back(std::move(c));
+  }
+  return conditions;
+}
+
+std::string labels_to_json(const std::map<std::string, std::string>& labels) {
+  return json(labels).dump();
+}
+
+std::map<std::string, std::string> labels_from_json(const std::string& text) {
+  json object = json::parse(text);
+  if (!object.is_object()) throw Error("not a JSON object");
+  return object.get<std::map<std::string, std::string>>();
+}
+
+// Binds the record's columns as ?1..?13 in kSandboxColumns' order.
+void bind_record(sqlite3* db, Statement& statement, const SandboxRecord& record) {
+  std::string conditions, labels;
+  try {
+    conditions = conditions_to_json(record.conditions);
+    labels = labels_to_json(record.labels);
+  } catch (const json::exception& e) {
+    // Strings that are not UTF-8 cannot be written as JSON.
+    throw Error(db_path(db) + ": sandbox '" + record.name + "': " + e.what());
+  }
+  statement.bind(1, record.id).bind(2, record.name).bind(3, phase_name(record.phase));
+  statement.bind(4, record.generation);
+  if (record.exit_code)
+    statement.bind(5, int64_t{*record.exit_code});
+  else
+    statement.bind_null(5);
+  statement.bind(6, conditions).bind(7, record.spec).bind(8, labels);
+  statement.bind(9, record.supervisor_pid);
+  // Stored as the same 64 bits, so that every value comes back unchanged.
+  statement.bind(10, static_cast<int64_t>(record.supervisor_start));
+  statement.bind(11, record.intent).bind(12, record.created_ms).bind(13, record.updated_ms);
+}
+
+// The row the statement is on, its columns in kSandboxColumns' order.
+SandboxRecord read_record(sqlite3* db, const Statement& row) {
+  SandboxRecord record;
+  record.id = row.text(0);
+  record.name = row.text(1);
+  auto bad_row = [&](const std::string& what) {
+    return Error(db_path(db) + ": sandbox '" + record.name + "' (" + record.id + "): " + what);
+  };
+  std::string phase = row.text(2);
+  std::optional<Phase> parsed = parse_phase(phase);
+  // A phase written by a newer openshell: acting on a guess could undo what
+  // that version did, so refuse.
+  if (!parsed) throw bad_row("unknown phase '" + phase + "'");
+  record.phase = *parsed;
+  record.generation = row.int64(3);
+  if (!row.is_null(4)) {
+    int64_t exit_code = row.int64(4);
+    if (exit_code < std::numeric_limits<int>::min() || exit_code > std::numeric_limits<int>::max())
+      throw bad_row("exit code " + std::to_string(exit_code) + " out of range");
+    record.exit_code = static_cast<int>(exit_code);
+  }
+  try {
+    record.conditions = conditions_from_json(row.text(5));
+  } catch (const std::exception& e) {
+    throw bad_row(std::string("conditions: ") + e.what());
+  }
+  record.spec = row.text(6);
+  try {
+    record.labels = labels_from_json(row.text(7));
+  } catch (const std::exception& e) {
+    throw bad_row(std::string("labels: ") + e.what());
+  }
+  record.supervisor_pid = row.int64(8);
+  record.supervisor_start = static_cast<uint64_t>(row.int64(9));
+  record.intent = row.text(10);
+  record.created_ms = row.int64(11);
+  record.updated_ms = row.int64(12);
+  return record;
+}
+
+std::optional<SandboxRecord> find_one(sqlite3* db, const char* column, std::string_view value) {
+  Statement statement(
+      db, std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE " + column + " = ?1");
+  statement.bind(1, value);
+  if (!statement.step()) return std::nullopt;
+  return read_record(db, statement);
+}
+
+// Creates the file with mode 0600 if it is missing, and narrows the mode of
+// one that others may read; SQLite gives its -wal and -shm files the
+// database's mode. An existing file is never opened here: closing a
+// descriptor of it would drop the POSIX locks that SQLite connections of
+// this process hold on it.
+void create_private_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) throw_errno("stat " + path);
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (fd || errno != EEXIST) {
+      if (!fd) throw_errno("create " + path);
+      return;
+    }
+    if (::stat(path.c_str(), &st) != 0) throw_errno("stat " + path);  // created meanwhile
+  }
+  if ((st.st_mode & 0077) != 0 && ::chmod(path.c_str(), 0600) != 0) throw_errno("chmod " + path);
+}
+
+// Reads and checks the schema version inside the open transaction; nullopt
+// for a new database.
+std::optional<int64_t> schema_version(sqlite3* db) {
+  Statement statement(db, "SELECT value FROM meta WHERE key = 'schema_version'");
+  if (!statement.step()) return std::nullopt;
+  std::string text = statement.text(0);
+  int64_t version = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), version);
+  if (ec != std::errc() || end != text.data() + text.size() || version < 1)
+    throw Error(db_path(db) + ": schema version '" + text + "' is not understood");
+  if (version > kSchemaVersion)
+    throw Error(db_path(db) + ": schema version " + text +
+                " is newer than this openshell understands");
+  return version;
+}
+
+void set_up(sqlite3* db) {
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  {
+    Statement statement(db, "PRAGMA journal_mode=WAL");
+    std::string mode = statement.step() ? statement.text(0) : "";
+    if (mode != "wal")
+      throw Error(db_path(db) + ": cannot use write-ahead logging (journal mode is '" + mode +
+                  "')");
+  }
+  execute(db, "PRAGMA synchronous=FULL");
+  execute(db, "PRAGMA foreign_keys=ON");
+
+  Transaction transaction(db);
+  execute(db, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+  // Checked before anything else is created: a newer schema is not ours to touch.
+  std::optional<int64_t> version = schema_version(db);
+  execute_script(db, kSchema);
+  if (!version) {
+    Statement statement(db, "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)");
+    statement.bind(1, std::to_string(kSchemaVersion)).run();
+  }
+  transaction.commit();
+}
+
+struct CloseDb {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+
+}  // namespace
+
+std::string_view phase_name(Phase phase) {
+  for (const PhaseName& entry : kPhaseNames)
+    if (entry.phase == phase) return entry.name;
+  return "Unknown";
+}
+
+std::optional<Phase> parse_phase(std::string_view name) {
+  for (const PhaseName& entry : kPhaseNames)
+    if (entry.name == name) return entry.phase;
+  return std::nullopt;
+}
+
+std::unique_ptr<Store> Store::open(const std::string& path) {
+  create_private_file(path);
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  std::unique_ptr<sqlite3, CloseDb> db(raw);
+  if (rc != SQLITE_OK) {
+    if (!db) throw Error(path + ": " + sqlite3_errstr(rc));
+    throw Error(path + ": " + sqlite3_errmsg(db.get()));
+  }
+  try {
+    set_up(db.get());
+  } catch (const SqliteError& e) {
+    throw Error(path + ": " + e.reason());
+  }
+  return std::unique_ptr<Store>(new Store(db.release()));
+}
+
+Store::Store(sqlite3* db) : db_(db) {}
+
+Store::~Store() { sqlite3_close_v2(db_); }
+
+void Store::insert(const SandboxRecord& record) {
+  write_transaction(db_, "insert sandbox '" + record.name + "'", [&] {
+    Statement statement(db_,
+                        std::string("INSERT INTO sandboxes (") + kSandboxColumns +
+                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+    bind_record(db_, statement, record);
+    try {
+      statement.run();
+    } catch (const SqliteError& e) {
+      // The name is the only UNIQUE column; a taken id is a primary key's
+      // failure and stays a plain error.
+      if (e.code() == SQLITE_CONSTRAINT_UNIQUE) throw NameTaken(record.name);
+      throw;
+    }
+  });
+}
+
+void Store::update(const SandboxRecord& record) {
+  write_transaction(db_, "update sandbox '" + record.name + "' (" + record.id + ")", [&] {
+    Statement statement(db_,
+                        "UPDATE sandboxes SET name = ?2, phase = ?3, generation = ?4, "
+                        "exit_code = ?5, conditions = ?6, spec = ?7, labels = ?8, "
+                        "supervisor_pid = ?9, supervisor_start = ?10, intent = ?11, "
+                        "created_ms = ?12, updated_ms = ?13 WHERE id = ?1");
+    bind_record(db_, statement, record);
+    try {
+      statement.run();
+    } catch (const SqliteError& e) {
+      if (e.code() == SQLITE_CONSTRAINT_UNIQUE) throw NameTaken(record.name);
+      throw;
+    }
+    if (sqlite3_changes(db_) == 0)
+      throw Error(db_path(db_) + ": update sandbox '" + record.name + "': no sandbox has id " +
+                  record.id);
+  });
+}
+
+void Store::remove(const std::string& id) {
+  write_transaction(db_, "remove sandbox " + id, [&] {
+    Statement(db_, "DELETE FROM events WHERE sandbox_id = ?1").bind(1, id).run();
+    Statement(db_, "DELETE FROM sandboxes WHERE id = ?1").bind(1, id).run();
+  });
+}
+
+std::optional<SandboxRecord> Store::find_by_name(std::string_view name) const {
+  return find_one(db_, "name", name);
+}
+
+std::optional<SandboxRecord> Store::find_by_id(std::string_view id) const {
+  return find_one(db_, "id", id);
+}
+
+std::vector<SandboxRecord> Store::list() const {
+  Statement statement(
+      db_, std::string("SELECT ") + kSandboxColumns + " FROM sandboxes ORDER BY created_ms, id");
+  std::vector<SandboxRecord> records;
+  while (statement.step()) records.push_back(read_record(db_, statement));
+  return records;
+}
+
+void Store::append_event(const std::string& sandbox_id, const std::string& type,
+                         const std::string& message, int64_t time_ms) {
+  write_transaction(db_, "append event for sandbox " + sandbox_id, [&] {
+    Statement(db_,
+              "INSERT INTO events (sandbox_id, time_ms, type, message) VALUES (?1, ?2, ?3, ?4)")
+        .bind(1, sandbox_id)
+        .bind(2, time_ms)
+        .bind(3, type)
+        .bind(4, message)
+        .run();
+    // Everything older than the newest kMaxEventsPerSandbox goes.
+    Statement(db_,
+              "DELETE FROM events WHERE sandbox_id = ?1 AND seq < (SELECT seq FROM events "
+              "WHERE sandbox_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)")
+        .bind(1, sandbox_id)
+        .bind(2, kMaxEventsPerSandbox - 1)
+        .run();
+  });
+}
+
+std::vector<Event> Store::events(const std::string& sandbox_id, size_t limit) const {
+  // The newest `limit`, returned oldest first.
+  Statement statement(db_,
+                      "SELECT seq, sandbox_id, time_ms, type, message FROM (SELECT * FROM events "
+                      "WHERE sandbox_id = ?1 ORDER BY seq DESC LIMIT ?2) ORDER BY seq");
+  auto max_limit = static_cast<size_t>(std::numeric_limits<int64_t>::max());
+  statement.bind(1, sandbox_id).bind(2, static_cast<int64_t>(std::min(limit, max_limit)));
+  std::vector<Event> events;
+  while (statement.step()) {
+    Event event;
+    event.seq = statement.int64(0);
+    event.sandbox_id = statement.text(1);
+    event.time_ms = statement.int64(2);
+    event.type = statement.text(3);
+    event.message = statement.text(4);
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
+std::optional<std::string> Store::meta(const std::string& key) const {
+  Statement statement(db_, "SELECT value FROM meta WHERE key = ?1");
+  statement.bind(1, key);
+  if (!statement.step()) return std::nullopt;
+  return statement.text(0);
+}
+
+void Store::set_meta(const std::string& key, const std::string& value) {
+  write_transaction(db_, "set meta " + key, [&] {
+    Statement(db_,
+              "INSERT INTO meta (key, value) VALUES (?1, ?2) "
+              "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        .bind(1, key)
+        .bind(2, value)
+        .run();
+  });
+}
+
+}  // namespace openshell::gateway
