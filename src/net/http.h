@@ -7,15 +7,19 @@
 // handlers are called from it and may call back into these objects freely.
 #pragma once
 
-#include <sys/types.h>
-
+// clang-format off
 #include <utility>  // before Asio with GCC 12 in C++20
+// clang-format on
+
+#include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "base/error.h"
 
@@ -27,8 +31,11 @@ struct Request {
   std::string method;  // "GET"
   std::string target;  // "/v1/sandboxes/x?follow=1"
   std::string path;    // "/v1/sandboxes/x" (percent-decoded)
-  std::map<std::string, std::string> query;    // percent-decoded
-  std::map<std::string, std::string> headers;  // names in lower case
+  // The path's non-empty segments, each percent-decoded: {"v1", "sandboxes", "x"}.
+  // Unlike path, a segment keeps an encoded "/" ("a%2Fb" is one segment "a/b").
+  std::vector<std::string> segments;
+  std::map<std::string, std::string> query;    // percent-decoded ("+" stays "+"); last one wins
+  std::map<std::string, std::string> headers;  // names in lower case; repeats joined with ", "
   std::string body;
   bool websocket = false;  // a WebSocket upgrade request
   std::string raw;         // the request exactly as received (for a handover)
@@ -55,23 +62,34 @@ class WebSocket {
 
   virtual ~WebSocket() = default;
   // Starts reading; on_close runs once, when the peer closes or on an error.
+  // Its reason: after a close handshake, the close frame's reason (the one
+  // given to close() when this side closed), or "closed" when it was empty;
+  // after a failure, what failed ("End of file" when the peer vanished).
+  // After on_close, the handlers are released (breaking reference cycles).
   virtual void start(MessageHandler on_message, CloseHandler on_close) = 0;
+  // Ignored once close() was called or the socket has closed.
   virtual void send(std::string data, bool binary) = 0;
-  // Closes after the queued messages are sent.
+  // Closes after the queued messages are sent (the handshake is bounded by a
+  // 30 s timeout). The reason is cut to 123 bytes.
   virtual void close(const std::string& reason = {}) = 0;
   // Bytes queued but not yet written (for back-pressure).
   virtual size_t queued_bytes() const = 0;
   virtual PeerCredentials peer() const = 0;
 
   // Client: connects to socket_path and upgrades at target. done gets the
-  // socket, or nullptr and the reason.
+  // socket, or nullptr and the reason; when the server answers the upgrade
+  // with an HTTP error, the reason holds its status and body:
+  // "WebSocket upgrade at /v1/x refused: 403 {\"error\":\"...\"}".
+  // done is always called later, from the loop, never from within connect.
   static void connect(asio::io_context& io, const std::string& socket_path,
                       const std::string& target,
                       std::function<void(std::shared_ptr<WebSocket>, std::string error)> done);
 
   // Server: a connection handed over by another process (the fd and the
   // upgrade request it had read); completes the handshake. Returns nullptr
-  // and sets *error when the request is not a valid upgrade.
+  // and sets *error when the request is not a valid upgrade. Takes ownership
+  // of fd (closed on failure too). The returned socket can be used at once:
+  // sends wait for the handshake; a failed handshake ends in on_close.
   static std::shared_ptr<WebSocket> accept_handed_over(asio::io_context& io, int fd,
                                                        const std::string& raw_request,
                                                        std::string* error);
@@ -84,11 +102,16 @@ class Exchange {
   virtual const Request& request() const = 0;
   virtual PeerCredentials peer() const = 0;
   // Answers (exactly once, possibly later, from any handler on the loop).
+  // An exchange dropped unanswered closes its connection; one whose handler
+  // threw is answered 500. A second answer is ignored (and logged).
   virtual void respond(Response response) = 0;
-  // Accepts a WebSocket upgrade on this connection.
+  // Accepts a WebSocket upgrade on this connection. Throws Error when the
+  // exchange was already answered or handed over.
   virtual std::shared_ptr<WebSocket> upgrade() = 0;
   // Gives up the connection: returns its fd (the caller owns it) with nothing
   // written to it; the server forgets it. For handing it to another process.
+  // The fd is close-on-exec and non-blocking. Throws Error (and keeps the
+  // connection) when bytes beyond the request were already read from it.
   virtual int release() = 0;
 };
 
@@ -101,9 +124,12 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   // Listens on a Unix socket (a stale socket file is replaced) with the given
-  // file mode. Throws Error.
+  // file mode. Throws Error, also when the path is not a socket or a server
+  // still listens on it.
   void listen(const std::string& socket_path, unsigned mode);
-  // Stops accepting; open connections finish their exchange.
+  // Stops accepting and removes the socket file; open connections finish
+  // their exchange, then close. The destructor also closes open connections
+  // (but not exchanges handed over or upgraded).
   void close();
 
  private:
@@ -130,8 +156,9 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Throws Error when the connection fails; an HTTP error status is a
-  // Response like any other.
+  // Throws Error when the connection fails ("the gateway closed the
+  // connection"); an HTTP error status is a Response like any other. When the
+  // server had closed the connection after the last response, this reconnects.
   Response request(const std::string& method, const std::string& target,
                    const std::string& body = {});
 
