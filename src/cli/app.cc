@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
 
   Action action;
   add_run_command(app, &action);
+  add_sandbox_commands(app, &action);
+  add_gateway_commands(app, &action);
 
   if (argc == 1) {
     std::fputs(app.help().c_str(), stdout);

@@ -15,4 +15,10 @@ using Action = std::function<int()>;
 // `openshell run`: a one-shot sandbox, no daemon.
 void add_run_command(CLI::App& app, Action* action);
 
+// `openshell sandbox ...` and `openshell logs`.
+void add_sandbox_commands(CLI::App& app, Action* action);
+
+// `openshell gateway ...` (and the supervisor's hidden entry).
+void add_gateway_commands(CLI::App& app, Action* action);
+
 }  // namespace openshell::cli

@@ -406,13 +406,8 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
       if (c == ':' || c == '\\' || c == ',') lower_escaped_ += '\\';
       lower_escaped_ += c;
     }
-    if (spec_.upper_dir.empty()) {
-      upper_ = "/upper";
-      work_ = "/work";
-    } else {
-      upper_ = in_oldroot(files::canonical(spec_.upper_dir, "writable layer"));
-      work_ = in_oldroot(files::canonical(spec_.overlay_work_dir, "overlay work dir"));
-    }
+    if (!spec_.layer_dir.empty())
+      layer_ = in_oldroot(files::canonical(spec_.layer_dir, "writable layer"));
   }
   for (const auto& b : spec_.binds) {
     if (auto why = policy::check_policy_path(b.target); !why.empty())
@@ -445,6 +440,10 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
   };
   std::vector<UniqueFd> trees;
   trees.push_back(spec_.root == RootKind::kDirectory ? idmapped(spec_.rootfs, false, 0) : UniqueFd());
+  UniqueFd layer;
+  if (!spec_.layer_dir.empty())
+    layer.reset(::open_tree(AT_FDCWD, spec_.layer_dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  trees.push_back(std::move(layer));
   const auto sandbox_uid = map.host_uid(uid);
   const auto sandbox_gid = map.host_gid(gid);
   std::map<std::pair<uid_t, gid_t>, UniqueFd> owner_namespaces;
@@ -494,6 +493,22 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       return fail(f, errno, "attach the idmapped root at", "/lower");
     lower = "/lower";
   }
+  // The writable layer: in memory, or the sandbox's own (handed over as a
+  // mount, or reached through the host's tree).
+  char upper[4200] = "/upper", work[4200] = "/work";
+  if (!layer_.empty()) {
+    const char* layer = layer_.c_str();
+    if (tree_fds[1] >= 0) {
+      if (::mkdir("/layer", 0755) != 0 ||
+          ::move_mount(tree_fds[1], "", AT_FDCWD, "/layer", MOVE_MOUNT_F_EMPTY_PATH) != 0)
+        return fail(f, errno, "attach the writable layer at", "/layer");
+      layer = "/layer";
+    }
+    child::copy(upper, sizeof upper, layer);
+    child::append(upper, sizeof upper, "/upper");
+    child::copy(work, sizeof work, layer);
+    child::append(work, sizeof work, "/work");
+  }
 
   // 3. The root.
   ScopedFd host_root_mount;
@@ -507,8 +522,8 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       if (host_root_mount.fd < 0) return false;
     } else {
       Option opts[] = {{"lowerdir+", lower},
-                       {"upperdir", upper_.c_str()},
-                       {"workdir", work_.c_str()},
+                       {"upperdir", upper},
+                       {"workdir", work},
                        {"userxattr", nullptr}};
       const unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
       ScopedFd mnt(mount_fs("overlay", opts, 4, attrs, newroot.fd, "", f));
@@ -519,7 +534,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       }
       if (mnt.fd < 0) {
         // A read-only root needs no writable layer: a plain bind serves.
-        if (!spec_.read_only || !spec_.upper_dir.empty()) return false;
+        if (!spec_.read_only || !layer_.empty()) return false;
         if (!bind(AT_FDCWD, lower, newroot.fd, true,
                   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "", f))
           return false;
@@ -589,7 +604,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     ScopedFd target(open_in_root(root.fd, b.target.c_str(),
                                  b.directory ? Create::kDirectory : Create::kFile, f));
     if (target.fd < 0) return false;
-    const int tree = tree_fds[1 + i];
+    const int tree = tree_fds[2 + i];
     if (tree >= 0) {
       // Prepared by the parent, attributes and all.
       if (::move_mount(tree, "", target.fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)

@@ -34,8 +34,9 @@ struct FilesystemSpec {
   RootKind root = RootKind::kHost;
   std::string rootfs;          // host directory for kDirectory
   bool read_only = false;      // kDirectory: the root itself read-only (private /tmp)
-  std::string upper_dir;       // persistent writable layer; empty: a throw-away one in memory
-  std::string overlay_work_dir;  // overlayfs work dir beside upper_dir (same file system)
+  // A persistent writable layer: a directory holding upper/ and work/ (one
+  // file system, as overlayfs wants); empty: a throw-away layer in memory.
+  std::string layer_dir;
   std::vector<BindSpec> binds;
   std::string workdir = "/";   // created when missing and the root is writable
   uint32_t workdir_uid = 0;    // owner (inside ids) of a workdir created here
@@ -55,13 +56,15 @@ class MountPlan {
   explicit MountPlan(const FilesystemSpec& spec);
 
   // How many detached trees the parent may hand over: the root directory,
-  // then one per bind mount.
-  size_t tree_count() const { return 1 + binds_.size(); }
+  // the persistent layer, then one per bind mount.
+  size_t tree_count() const { return 2 + binds_.size(); }
 
   // Parent side, as root: detached idmapped mounts for the child to attach.
   //  - The root directory, shifted into the sandbox's user namespace: the
   //    image's files keep their owners inside (root's belong to root inside).
   //    Writes go to the overlay's upper layer, never to the directory.
+  //  - The persistent layer directory as it is (the sandbox's ids own it,
+  //    but they may not walk the host's path to it).
   //  - Each bind source not owned by root: its owner becomes the sandbox
   //    user (uid/gid inside) and no other id is mapped, so what the sandbox
   //    writes there belongs to that owner on the host, and never to root.
@@ -94,8 +97,7 @@ class MountPlan {
   FilesystemSpec spec_;
   std::string lower_;      // "/oldroot/<rootfs>"
   std::string lower_escaped_;  // the same for the "lowerdir" option of kernels before 6.8
-  std::string upper_;      // "/oldroot/<upper>" or "/upper" (throw-away)
-  std::string work_;
+  std::string layer_;      // "/oldroot/<layer_dir>" or "" (throw-away)
   std::string exe_;        // "/oldroot/<exe>"
   std::string workdir_;    // relative to the new root
   std::vector<Bind> binds_;

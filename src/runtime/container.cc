@@ -245,7 +245,7 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
 
   char skipped[512] = {};
   if (!landlock::apply(spec.landlock, init_exe_fd, skipped, sizeof skipped, &f)) die();
-  if (skipped[0]) {
+  if (skipped[0] && spec.landlock.warn_missing) {
     ChildFailure warning;
     child::copy(warning.what, sizeof warning.what, "landlock: policy paths not in the sandbox:");
     child::copy(warning.detail, sizeof warning.detail, skipped);
@@ -344,8 +344,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.envp = envp.data();
   ctx.tty_fd_arg = tty_fd_arg;
   ctx.tty_fd_arg_size = sizeof tty_fd_arg;
-  int keep[] = {ctx.sync_fd,     ctx.report_fd, ctx.life_fd, ctx.socket_fd,
-                ctx.control_fd,  ctx.self_exe_fd, 0, 1, 2};
+  int keep[] = {ctx.sync_fd,    ctx.report_fd,   ctx.life_fd, ctx.socket_fd, ctx.control_fd,
+                ctx.self_exe_fd, 0, 1, 2};
   std::copy(std::begin(keep), std::end(keep), ctx.keep_fds);
   ctx.keep_count = static_cast<int>(std::size(keep));
 

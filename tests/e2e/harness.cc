@@ -319,6 +319,40 @@ std::string file_contents(const std::string& path) {
   return ss.str();
 }
 
+std::string file_contents_of_dir(const std::string& dir) {
+  std::string out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+    out += (out.empty() ? "" : " ") + std::string(e->d_name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::string command_of(const std::string& pid) {
+  std::string cmd = file_contents("/proc/" + pid + "/cmdline");
+  for (char& c : cmd)
+    if (c == '\0') c = ' ';
+  return cmd;
+}
+
+std::string environment_of(const std::string& pid) { return file_contents("/proc/" + pid + "/environ"); }
+
+std::vector<std::string> processes_matching(const std::string& text) {
+  std::vector<std::string> out;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return out;
+  std::string self = std::to_string(::getpid());
+  while (dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || self == e->d_name) continue;
+    if (command_of(e->d_name).find(text) != std::string::npos) out.push_back(e->d_name);
+  }
+  ::closedir(proc);
+  return out;
+}
+
 std::vector<std::string> leftover_mounts() {
   std::vector<std::string> out;
   std::ifstream in("/proc/self/mountinfo");

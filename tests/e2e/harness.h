@@ -62,8 +62,16 @@ std::vector<std::string> leftover_mounts();
 std::vector<std::string> leftover_cgroups();
 std::vector<std::string> leftover_processes();
 
-// SHA-256-free content fingerprint of a file (its bytes).
+// A file's bytes ("" when it cannot be read).
 std::string file_contents(const std::string& path);
+// The names in a directory, space separated ("" when empty or missing).
+std::string file_contents_of_dir(const std::string& dir);
+
+// Processes whose command line holds the text; their command lines and
+// environments (NULs as in /proc, so search for "KEY=VALUE\0").
+std::vector<std::string> processes_matching(const std::string& text);
+std::string command_of(const std::string& pid);
+std::string environment_of(const std::string& pid);
 
 // The test suites take the mode as their parameter.
 // After every test: nothing of a sandbox is left on the host.

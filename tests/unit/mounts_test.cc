@@ -87,9 +87,8 @@ TEST_F(MountPlanTest, RootfsThatIsAFile) {
 
 TEST_F(MountPlanTest, MissingWritableLayer) {
   FilesystemSpec spec = directory_root();
-  spec.upper_dir = tmp_ / "no-upper";
-  spec.overlay_work_dir = tmp_ / "data";
-  EXPECT_THAT(error_of(spec), StartsWith("writable layer " + (tmp_ / "no-upper")));
+  spec.layer_dir = tmp_ / "no-layer";
+  EXPECT_THAT(error_of(spec), StartsWith("writable layer " + (tmp_ / "no-layer")));
 }
 
 TEST_F(MountPlanTest, BindOverTheRoot) {

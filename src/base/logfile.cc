@@ -1,0 +1,142 @@
+#include "base/logfile.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "base/text.h"
+
+namespace openshell::logfile {
+
+namespace {
+
+constexpr size_t kMaxLine = 16 * 1024;  // longer lines are split into P records
+
+bool write_all(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::string format_time(int64_t time_ns) {
+  time_t seconds = static_cast<time_t>(time_ns / 1000000000);
+  tm utc;
+  gmtime_r(&seconds, &utc);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", utc.tm_year + 1900,
+                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+                static_cast<long long>(time_ns % 1000000000));
+  return buf;
+}
+
+std::string format(const Record& r) {
+  std::string line = format_time(r.time_ns);
+  line += ' ';
+  line += r.stream;
+  line += r.partial ? " P " : " F ";
+  line += r.text;
+  line += '\n';
+  return line;
+}
+
+std::optional<Record> parse(std::string_view line) {
+  // TIME STREAM TAG TEXT
+  size_t a = line.find(' ');
+  if (a == std::string_view::npos) return std::nullopt;
+  size_t b = line.find(' ', a + 1);
+  if (b == std::string_view::npos) return std::nullopt;
+  std::string_view time = line.substr(0, a), stream = line.substr(a + 1, b - a - 1);
+  if (line.size() < b + 2 || (stream != "stdout" && stream != "stderr")) return std::nullopt;
+  char tag = line[b + 1];
+  if (tag != 'F' && tag != 'P') return std::nullopt;
+  Record r;
+  r.stream = std::string(stream);
+  r.partial = tag == 'P';
+  r.text = line.size() > b + 3 ? std::string(line.substr(b + 3)) : std::string();
+  tm utc{};
+  int year, month, day, hour, minute, second;
+  long long nanos = 0;
+  std::string time_text(time);
+  if (std::sscanf(time_text.c_str(), "%d-%d-%dT%d:%d:%d.%lldZ", &year, &month, &day, &hour,
+                  &minute, &second, &nanos) < 6)
+    return std::nullopt;
+  utc.tm_year = year - 1900;
+  utc.tm_mon = month - 1;
+  utc.tm_mday = day;
+  utc.tm_hour = hour;
+  utc.tm_min = minute;
+  utc.tm_sec = second;
+  r.time_ns = static_cast<int64_t>(timegm(&utc)) * 1000000000 + nanos;
+  return r;
+}
+
+Writer::Writer(std::string path, uint64_t max_bytes) : path_(std::move(path)), max_bytes_(max_bytes) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  struct stat st;
+  if (fd_ >= 0 && ::fstat(fd_, &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
+}
+
+Writer::~Writer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Writer::append(const Record& record) {
+  if (fd_ < 0) return;
+  std::string line = format(record);
+  if (size_ + line.size() > max_bytes_) {
+    // Keep one older file; the newest lines always land.
+    std::string old = path_ + ".1";
+    ::rename(path_.c_str(), old.c_str());
+    ::close(fd_);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0600);
+    size_ = 0;
+    if (fd_ < 0) return;
+  }
+  if (write_all(fd_, line)) size_ += line.size();
+}
+
+void Writer::write(const std::string& stream, std::string_view bytes, int64_t time_ns) {
+  std::string& pending = stream == "stderr" ? pending_err_ : pending_out_;
+  pending.append(bytes);
+  size_t start = 0;
+  for (;;) {
+    size_t nl = pending.find('\n', start);
+    if (nl == std::string::npos) break;
+    append(Record{time_ns, stream, false, pending.substr(start, nl - start)});
+    start = nl + 1;
+  }
+  pending.erase(0, start);
+  while (pending.size() >= kMaxLine) {
+    append(Record{time_ns, stream, true, pending.substr(0, kMaxLine)});
+    pending.erase(0, kMaxLine);
+  }
+}
+
+void Writer::flush_partial(const std::string& stream, int64_t time_ns) {
+  std::string& pending = stream == "stderr" ? pending_err_ : pending_out_;
+  if (pending.empty()) return;
+  // A last line without its newline.
+  append(Record{time_ns, stream, true, pending});
+  pending.clear();
+}
+
+}  // namespace openshell::logfile

@@ -1,0 +1,52 @@
+// A sandbox's persisted log, one record per line in the CRI log format that
+// Kubernetes uses:
+//
+//   2026-11-29T19:51:23.123456789Z stdout F hello
+//
+// time, stream (stdout or stderr), tag (F for a full line, P for a part of a
+// longer one) and the text. The supervisor writes it; the gateway reads it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace openshell::logfile {
+
+struct Record {
+  int64_t time_ns = 0;  // since the epoch
+  std::string stream;   // "stdout" or "stderr"
+  bool partial = false;
+  std::string text;     // without the newline
+};
+
+std::string format_time(int64_t time_ns);  // RFC 3339, nanoseconds, UTC
+std::string format(const Record& record);  // one line, with its newline
+std::optional<Record> parse(std::string_view line);  // line without its newline
+
+// Appends a stream's bytes as records: complete lines at once, a partial line
+// once it is long or the stream ends.
+class Writer {
+ public:
+  explicit Writer(std::string path, uint64_t max_bytes = 16 << 20);
+  ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  void write(const std::string& stream, std::string_view bytes, int64_t time_ns);
+  void flush_partial(const std::string& stream, int64_t time_ns);  // at end of stream
+  const std::string& path() const { return path_; }
+
+ private:
+  void append(const Record& record);
+  std::string path_;
+  uint64_t max_bytes_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string pending_out_, pending_err_;
+};
+
+int64_t now_ns();
+
+}  // namespace openshell::logfile

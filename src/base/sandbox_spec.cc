@@ -1,0 +1,73 @@
+#include "base/sandbox_spec.h"
+
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/text.h"
+#include "policy/policy.h"
+
+namespace openshell {
+
+using nlohmann::json;
+
+std::string check_label(const std::string& key, const std::string& value) {
+  if (key.empty() || key.size() > 63) return "key must be 1-63 characters";
+  for (char c : key)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '-' || c == '_' || c == '.' || c == '/'))
+      return std::string("key has an invalid character '") + c + "'";
+  if (value.size() > 253) return "value is longer than 253 characters";
+  for (char c : value)
+    if (static_cast<unsigned char>(c) < 0x20) return "value has a control character";
+  return {};
+}
+
+void SandboxSpec::validate() const {
+  if (from != "host" && (from.empty() || from[0] != '/'))
+    throw Error("--from " + from + ": must be 'host' or an absolute directory");
+  for (const auto& e : env) {
+    auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) throw Error("--env " + e + ": expected KEY=VALUE");
+  }
+  if (cpus && (*cpus <= 0 || *cpus > 4096)) throw Error("--cpu: must be between 0 and 4096");
+  if (memory_bytes && *memory_bytes < (4u << 20)) throw Error("--memory: below the minimum of 4M");
+  if (pids && *pids < 1) throw Error("--pids: must be positive");
+  for (const auto& [k, v] : labels)
+    if (auto why = check_label(k, v); !why.empty()) throw Error("--label " + k + "=" + v + ": " + why);
+  if (!policy.empty()) policy::parse(policy, policy_source.empty() ? "policy" : policy_source);
+}
+
+std::string SandboxSpec::to_json() const {
+  json j = {{"from", from}, {"command", command}, {"env", env},    {"labels", labels},
+            {"no_keep", no_keep}, {"policy", policy}, {"policy_source", policy_source}};
+  if (cpus) j["cpus"] = *cpus;
+  if (memory_bytes) j["memory_bytes"] = *memory_bytes;
+  if (pids) j["pids"] = *pids;
+  return j.dump();
+}
+
+SandboxSpec SandboxSpec::from_json(const std::string& text) {
+  SandboxSpec s;
+  try {
+    json j = json::parse(text);
+    if (!j.is_object()) throw Error("sandbox spec: not a JSON object");
+    s.from = j.value("from", std::string("host"));
+    s.command = j.value("command", std::vector<std::string>{});
+    s.env = j.value("env", std::vector<std::string>{});
+    s.labels = j.value("labels", std::map<std::string, std::string>{});
+    s.no_keep = j.value("no_keep", false);
+    s.policy = j.value("policy", std::string());
+    s.policy_source = j.value("policy_source", std::string());
+    if (j.contains("cpus") && !j["cpus"].is_null()) s.cpus = j["cpus"].get<double>();
+    if (j.contains("memory_bytes") && !j["memory_bytes"].is_null())
+      s.memory_bytes = j["memory_bytes"].get<uint64_t>();
+    if (j.contains("pids") && !j["pids"].is_null()) s.pids = j["pids"].get<uint64_t>();
+  } catch (const json::exception& e) {
+    throw Error(std::string("sandbox spec: ") + e.what());
+  }
+  return s;
+}
+
+}  // namespace openshell

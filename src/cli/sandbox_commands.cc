@@ -1,0 +1,463 @@
+// openshell sandbox create|get|list|start|stop|delete|exec|logs, openshell
+// logs, openshell gateway run|status|stop, and the supervisor's entry.
+#include <unistd.h>
+
+#include <utility>  // before CLI11 with GCC 12
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/log.h"
+#include "base/sandbox_spec.h"
+#include "base/text.h"
+#include "cli/commands.h"
+#include "cli/gateway_client.h"
+#include "cli/streams.h"
+#include "gateway/gateway.h"
+#include "net/http.h"
+#include "supervisor/supervisor.h"
+
+namespace openshell::cli {
+
+using nlohmann::json;
+
+namespace {
+
+CLI::Option* repeatable(CLI::Option* option) {
+  return option->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+CLI::Option* add_output(CLI::App* app, std::string* output) {
+  return app->add_option("-o,--output", *output, "Output format: table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+}
+
+std::string target(const std::string& name, const std::string& action = "") {
+  return "/v1/sandboxes/" + net::percent_encode(name) + (action.empty() ? "" : "/" + action);
+}
+
+std::string age(const std::string& rfc3339) {
+  // "2026-11-29T19:51:23.123Z" -> "5s", "3m", "2h", "4d".
+  tm t{};
+  if (!strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &t)) return "?";
+  time_t then = timegm(&t);
+  long s = static_cast<long>(std::time(nullptr) - then);
+  if (s < 0) s = 0;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  if (s < 172800) return std::to_string(s / 3600) + "h";
+  return std::to_string(s / 86400) + "d";
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (widths.size() <= i) widths.push_back(0);
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+std::string command_text(const json& sandbox) {
+  std::vector<std::string> words = sandbox.value("command", std::vector<std::string>{});
+  return words.empty() ? "-" : text::join(words, " ");
+}
+
+std::string exit_text(const json& sandbox) {
+  return sandbox.contains("exit_code") ? std::to_string(sandbox["exit_code"].get<int>()) : "-";
+}
+
+void print_sandboxes(const json& list, const std::string& output) {
+  if (output == "json") {
+    std::printf("%s\n", list.dump(2).c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {{"NAME", "PHASE", "GEN", "EXIT", "AGE", "FROM", "COMMAND"}};
+  for (const auto& s : list)
+    rows.push_back({s.value("name", ""), s.value("phase", ""), std::to_string(s.value("generation", 0)),
+                    exit_text(s), age(s.value("created_at", "")), s.value("from", ""), command_text(s)});
+  print_table(rows);
+}
+
+// The reason shown for a sandbox in Error.
+std::string why(const json& sandbox) {
+  for (const auto& c : sandbox.value("conditions", json::array()))
+    if (c.value("type", "") == "Ready" && c.value("status", "") == "False") {
+      std::string reason = c.value("reason", ""), message = c.value("message", "");
+      return reason + (message.empty() ? "" : ": " + message);
+    }
+  return "";
+}
+
+void print_sandbox(const json& s, const std::string& output) {
+  if (output == "json") {
+    std::printf("%s\n", s.dump(2).c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"Name:", s.value("name", "")},
+      {"Id:", s.value("id", "")},
+      {"Phase:", s.value("phase", "")},
+      {"Generation:", std::to_string(s.value("generation", 0))},
+      {"Exit code:", exit_text(s)},
+      {"From:", s.value("from", "")},
+      {"Command:", command_text(s)},
+      {"Created:", s.value("created_at", "")}};
+  std::string labels;
+  for (const auto& [k, v] : s.value("labels", json::object()).items())
+    labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
+  if (!labels.empty()) rows.push_back({"Labels:", labels});
+  print_table(rows);
+  std::printf("Conditions:\n");
+  for (const auto& c : s.value("conditions", json::array()))
+    std::printf("  %s=%s %s %s (%s)\n", c.value("type", "").c_str(), c.value("status", "").c_str(),
+                c.value("reason", "").c_str(), c.value("message", "").c_str(),
+                c.value("last_transition_time", "").c_str());
+}
+
+// A finished sandbox's main process status as this command's exit status.
+int exit_status_of(const json& sandbox) {
+  if (sandbox.contains("exit_code")) return sandbox["exit_code"].get<int>();
+  return sandbox.value("phase", "") == "Error" ? exit_code::kFailure : 0;
+}
+
+void check_name(const std::string& name) {
+  if (!text::is_dns_label(name))
+    throw Error("sandbox name '" + name +
+                "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or ending "
+                "with '-')");
+}
+
+struct CreateOptions {
+  std::string name, from = "host", policy, cpu, memory, pids, output = "table";
+  std::vector<std::string> env, labels, command;
+  bool no_keep = false, detach = false;
+  bool name_given = false;  // --name, even an empty one
+};
+
+int create(const CreateOptions& o) {
+  SandboxSpec spec;
+  spec.from = o.from;
+  if (spec.from != "host") spec.from = files::canonical(spec.from, "--from");
+  spec.command = o.command;
+  spec.env = o.env;
+  if (!o.cpu.empty()) {
+    auto cpus = text::parse_positive_decimal(o.cpu);
+    if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
+    spec.cpus = cpus;
+  }
+  if (!o.memory.empty()) {
+    auto bytes = text::parse_size(o.memory);
+    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
+    spec.memory_bytes = bytes;
+  }
+  if (!o.pids.empty()) {
+    auto pids = text::parse_uint(o.pids, 4194304);
+    if (!pids || *pids < 1) throw Error("--pids " + o.pids + ": not a positive number");
+    spec.pids = pids;
+  }
+  for (const auto& label : o.labels) {
+    auto eq = label.find('=');
+    if (eq == std::string::npos) throw Error("--label " + label + ": expected KEY=VALUE");
+    spec.labels[label.substr(0, eq)] = label.substr(eq + 1);
+  }
+  if (!o.policy.empty()) {
+    if (int err = files::read_into(o.policy, &spec.policy)) throw_errno("--policy " + o.policy, err);
+    spec.policy_source = o.policy;
+  }
+  spec.no_keep = o.no_keep;
+  if (o.name_given) check_name(o.name);
+  spec.validate();  // bad input stops here, before the gateway
+
+  GatewayClient client;
+  json body = {{"spec", json::parse(spec.to_json())}};
+  if (!o.name.empty()) body["name"] = o.name;
+  json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
+  const std::string name = sandbox.value("name", "");
+
+  if (!o.command.empty() && !o.detach) {
+    // Show the main process's output and end with its status.
+    LogEnd end = follow_logs(client.paths(), name, LogOptions{});
+    if (end.exit_code) return *end.exit_code;
+    if (end.phase == "Stopped") return 128 + 15;
+    return exit_code::kFailure;
+  }
+  if (sandbox.value("phase", "") == "Error") {
+    log::error("sandbox '" + name + "' failed: " + why(sandbox));
+    return exit_status_of(sandbox);
+  }
+  if (o.output == "json")
+    print_sandbox(sandbox, "json");
+  else
+    std::printf("%s\n", name.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_sandbox_commands(CLI::App& app, Action* action) {
+  CLI::App* sandbox = app.add_subcommand("sandbox", "Create and manage long-lived sandboxes (through the gateway)");
+  sandbox->require_subcommand(1);
+
+  // create
+  {
+    auto o = std::make_shared<CreateOptions>();
+    CLI::App* c = sandbox->add_subcommand("create", "Create a sandbox and start its main process");
+    c->positionals_at_end();
+    CLI::Option* name_option = c->add_option("--name", o->name, "Its name, a DNS label (default: generated)");
+    c->add_option("--from", o->from, "Its root: a directory, or 'host' for the host's / read-only")
+        ->capture_default_str();
+    c->add_option("--policy", o->policy, "Policy file (TOML)");
+    repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
+    c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
+    c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
+    c->add_option("--pids", o->pids, "Most processes and threads at once");
+    repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
+    c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
+    c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
+    add_output(c, &o->output);
+    c->add_option("command", o->command, "The main process (default: none; the sandbox idles)");
+    c->footer(
+        "With a command and without --detach, create shows the main process's output and exits "
+        "with its status.\nExamples:\n  openshell sandbox create --name demo -- echo hello\n"
+        "  openshell sandbox create --name agent --from ./rootfs --memory 1G\nSee "
+        "openshell-sandbox(1).");
+    c->callback([o, action, name_option] {
+      o->name_given = name_option->count() > 0;
+      *action = [o] { return create(*o); };
+    });
+  }
+
+  // get
+  {
+    auto name = std::make_shared<std::string>();
+    auto output = std::make_shared<std::string>("table");
+    CLI::App* c = sandbox->add_subcommand("get", "Show a sandbox");
+    c->add_option("name", *name, "The sandbox")->required();
+    add_output(c, output.get());
+    c->callback([name, output, action] {
+      *action = [name, output] {
+        GatewayClient client;
+        print_sandbox(client.call("GET", target(*name)), *output);
+        return 0;
+      };
+    });
+  }
+
+  // list
+  {
+    auto output = std::make_shared<std::string>("table");
+    auto selector = std::make_shared<std::string>();
+    CLI::App* c = sandbox->add_subcommand("list", "List the sandboxes");
+    c->alias("ls");
+    c->add_option("--selector,-l", *selector, "Only those with label KEY=VALUE (or KEY)");
+    add_output(c, output.get());
+    c->callback([output, selector, action] {
+      *action = [output, selector] {
+        GatewayClient client;
+        std::string path = "/v1/sandboxes";
+        if (!selector->empty()) path += "?selector=" + net::percent_encode(*selector);
+        print_sandboxes(client.call("GET", path)["sandboxes"], *output);
+        return 0;
+      };
+    });
+  }
+
+  // start / stop
+  for (const char* verb : {"start", "stop"}) {
+    auto name = std::make_shared<std::string>();
+    auto output = std::make_shared<std::string>("table");
+    std::string what = std::string(verb) == "start"
+                           ? "Start a sandbox again (from Stopped, Completed or Error) and wait until it runs"
+                           : "Stop a sandbox's processes, keeping its workspace, and wait until they are gone";
+    CLI::App* c = sandbox->add_subcommand(verb, what);
+    c->add_option("name", *name, "The sandbox")->required();
+    add_output(c, output.get());
+    std::string v = verb;
+    c->callback([name, output, action, v] {
+      *action = [name, output, v] {
+        GatewayClient client;
+        json s = client.call("POST", target(*name, v));
+        if (*output == "json") {
+          print_sandbox(s, "json");
+        } else {
+          std::printf("%s: %s\n", s.value("name", "").c_str(), s.value("phase", "").c_str());
+        }
+        if (v == "start" && s.value("phase", "") == "Error") {
+          log::error("sandbox '" + *name + "' failed: " + why(s));
+          return exit_status_of(s);
+        }
+        return 0;
+      };
+    });
+  }
+
+  // delete
+  {
+    auto names = std::make_shared<std::vector<std::string>>();
+    auto all = std::make_shared<bool>(false);
+    CLI::App* c = sandbox->add_subcommand("delete", "Delete sandboxes: their processes, files and state");
+    c->alias("rm");
+    c->add_option("names", *names, "The sandboxes");
+    c->add_flag("--all", *all, "Every sandbox");
+    c->callback([names, all, action] {
+      *action = [names, all] {
+        if (*all == !names->empty()) throw Error("sandbox delete: give names or --all (not both)");
+        GatewayClient client;
+        std::vector<std::string> targets = *names;
+        if (*all) {
+          json list = client.call("GET", "/v1/sandboxes");
+          for (const auto& s : list["sandboxes"]) targets.push_back(s.value("name", ""));
+        }
+        int status = 0;
+        for (const auto& n : targets) {
+          try {
+            client.call("DELETE", target(n));
+            std::printf("%s\n", n.c_str());
+          } catch (const Error& e) {
+            log::error(e.what());
+            status = exit_code::kFailure;
+          }
+        }
+        return status;
+      };
+    });
+  }
+
+  // exec
+  {
+    auto name = std::make_shared<std::string>();
+    auto o = std::make_shared<ExecOptions>();
+    CLI::App* c = sandbox->add_subcommand("exec", "Run a command in a running sandbox");
+    c->positionals_at_end();
+    c->add_option("name", *name, "The sandbox")->required();
+    c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
+    repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
+    c->add_option("-w,--workdir", o->workdir, "Its working directory (default /sandbox)");
+    c->add_option("--timeout", o->timeout_s, "Kill it after this many seconds (exit status 124)");
+    c->add_option("command", o->argv, "The command and its arguments")->required();
+    c->footer("The exit status is the command's own.\nExample: openshell sandbox exec demo -- ls -l");
+    c->callback([name, o, action] {
+      // After the name, CLI11 keeps a "--" as a word of the command.
+      if (!o->argv.empty() && o->argv.front() == "--") o->argv.erase(o->argv.begin());
+      if (o->argv.empty()) throw CLI::ValidationError("command", "no command given");
+      *action = [name, o] {
+        GatewayClient client;
+        json s = client.call("GET", target(*name));
+        if (s.value("phase", "") != "Ready")
+          throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (exec needs a Ready sandbox; see 'openshell sandbox start')");
+        return exec(client.paths(), *name, *o);
+      };
+    });
+  }
+
+  // logs (also `openshell logs`)
+  auto add_logs = [action](CLI::App* parent, const char* help) {
+    auto name = std::make_shared<std::string>();
+    auto lines = std::make_shared<std::string>("all");
+    auto follow = std::make_shared<bool>(false);
+    auto timestamps = std::make_shared<bool>(false);
+    CLI::App* c = parent->add_subcommand("logs", help);
+    c->add_option("name", *name, "The sandbox")->required();
+    c->add_option("-n,--tail", *lines, "Only the last N lines (default all)");
+    c->add_flag("-f,--follow", *follow, "Keep printing as the main process writes, until it ends");
+    c->add_flag("--timestamps", *timestamps, "Prefix each line with its time");
+    c->callback([=] {
+      *action = [=] {
+        if (*lines != "all" && !text::parse_uint(*lines))
+          throw Error("--tail " + *lines + ": not a number");
+        GatewayClient client;
+        if (*follow) {
+          follow_logs(client.paths(), *name, LogOptions{*lines, *timestamps});
+          return 0;
+        }
+        std::string path = target(*name, "logs");
+        if (*lines != "all") path += "?tail=" + *lines;
+        std::string carry;
+        print_records(client.call_text("GET", path), *timestamps, &carry);
+        return 0;
+      };
+    });
+  };
+  add_logs(sandbox, "Print a sandbox's main process output");
+  add_logs(&app, "Print a sandbox's main process output (same as 'sandbox logs')");
+}
+
+void add_gateway_commands(CLI::App& app, Action* action) {
+  CLI::App* gateway = app.add_subcommand("gateway", "The local control plane that keeps the sandboxes");
+  gateway->require_subcommand(1);
+  gateway->add_subcommand("run", "Run the gateway in the foreground (the CLI starts one when needed)")
+      ->callback([action] { *action = [] { return gateway::run(); }; });
+
+  auto output = std::make_shared<std::string>("table");
+  CLI::App* status = gateway->add_subcommand("status", "Say whether the gateway runs, and where");
+  add_output(status, output.get());
+  status->callback([output, action] {
+    *action = [output] {
+      json info;
+      try {
+        GatewayClient client(false);
+        info = client.call("GET", "/v1/gateway");
+      } catch (const Error& e) {
+        if (*output == "json")
+          std::printf("%s\n", json{{"running", false}, {"error", e.what()}}.dump(2).c_str());
+        else
+          std::printf("gateway: not running (%s)\n", e.what());
+        return 1;
+      }
+      info["running"] = true;
+      if (*output == "json") {
+        std::printf("%s\n", info.dump(2).c_str());
+      } else {
+        std::printf("gateway: running (pid %d, version %s)\n", info.value("pid", 0),
+                    info.value("version", "").c_str());
+        std::printf("socket: %s\nstate: %s\nsandboxes: %d\nsince: %s\n",
+                    info.value("socket", "").c_str(), info.value("state_dir", "").c_str(),
+                    info.value("sandboxes", 0), info.value("started_at", "").c_str());
+      }
+      return 0;
+    };
+  });
+
+  gateway->add_subcommand("stop", "Stop the gateway (sandboxes keep running)")->callback([action] {
+    *action = [] {
+      int pid = 0;
+      try {
+        GatewayClient client(false);
+        pid = client.call("GET", "/v1/gateway").value("pid", 0);
+        client.call("POST", "/v1/gateway/stop");
+      } catch (const Error& e) {
+        std::printf("gateway: not running\n");
+        return 0;
+      }
+      // Wait until it is gone.
+      for (int i = 0; i < 1000 && pid > 0 && ::kill(pid, 0) == 0; ++i) ::usleep(5000);
+      std::printf("gateway: stopped\n");
+      return 0;
+    };
+  });
+
+  // The supervisor: started by the gateway, not by people.
+  auto launch = std::make_shared<std::string>();
+  CLI::App* sup = app.add_subcommand("supervisor", "");
+  sup->group("");  // hidden
+  sup->add_option("--launch", *launch, "The launch file")->required();
+  sup->callback([launch, action] { *action = [launch] { return supervisor::main(*launch); }; });
+}
+
+}  // namespace openshell::cli

@@ -1,0 +1,231 @@
+#include "cli/streams.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <utility>  // before Asio with GCC 12 in C++20
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "base/error.h"
+#include "base/logfile.h"
+#include "base/text.h"
+#include "cli/terminal.h"
+#include "net/http.h"
+
+namespace openshell::cli {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // a closed pipe: nothing more to do
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const Paths& paths,
+                                        const std::string& target) {
+  std::shared_ptr<net::WebSocket> result;
+  std::string error;
+  bool done = false;
+  net::WebSocket::connect(io, paths.socket(), target,
+                          [&](std::shared_ptr<net::WebSocket> ws, std::string why) {
+                            result = std::move(ws);
+                            error = std::move(why);
+                            done = true;
+                          });
+  while (!done && io.run_one()) {
+  }
+  if (!result) throw Error("connect to the gateway: " + error);
+  return result;
+}
+
+// Puts a terminal in raw mode and restores it on destruction.
+class RawMode {
+ public:
+  explicit RawMode(int fd) : fd_(fd) {
+    if (!::isatty(fd) || ::tcgetattr(fd, &saved_) != 0) return;
+    termios raw = saved_;
+    ::cfmakeraw(&raw);
+    if (::tcsetattr(fd, TCSANOW, &raw) == 0) active_ = true;
+  }
+  ~RawMode() {
+    if (active_) ::tcsetattr(fd_, TCSANOW, &saved_);
+  }
+
+ private:
+  int fd_;
+  termios saved_{};
+  bool active_ = false;
+};
+
+}  // namespace
+
+size_t print_records(const std::string& text, bool timestamps, std::string* carry) {
+  carry->append(text);
+  size_t count = 0, start = 0;
+  for (;;) {
+    size_t nl = carry->find('\n', start);
+    if (nl == std::string::npos) break;
+    auto record = logfile::parse(std::string_view(*carry).substr(start, nl - start));
+    start = nl + 1;
+    if (!record) continue;
+    std::string out = timestamps ? logfile::format_time(record->time_ns) + " " : "";
+    out += record->text;
+    if (!record->partial) out += '\n';
+    write_all(record->stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, out);
+    ++count;
+  }
+  carry->erase(0, start);
+  return count;
+}
+
+LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions& options) {
+  asio::io_context io;
+  std::string target = "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1";
+  if (options.tail != "all") target += "&tail=" + options.tail;
+  auto ws = connect(io, paths, target);
+  LogEnd end;
+  std::string carry;
+  bool ended = false;
+  std::string closed_why;
+  ws->start(
+      [&](std::string data, bool binary) {
+        if (binary) {
+          print_records(data, options.timestamps, &carry);
+          return;
+        }
+        json m = json::parse(data, nullptr, false);
+        if (m.is_object() && m.value("type", "") == "end") {
+          ended = true;
+          end.phase = m.value("phase", "");
+          if (m.contains("exit_code")) end.exit_code = m["exit_code"].get<int>();
+        }
+      },
+      [&](const std::string& why) {
+        closed_why = why;
+        io.stop();
+      });
+  io.run();
+  if (!ended) throw Error("the log stream ended early" + (closed_why.empty() ? "" : ": " + closed_why));
+  return end;
+}
+
+int exec(const Paths& paths, const std::string& name, const ExecOptions& options) {
+  asio::io_context io;
+  auto ws = connect(io, paths, "/v1/sandboxes/" + net::percent_encode(name) + "/exec");
+  const bool tty = options.tty;
+  unsigned short rows = 24, cols = 80;
+  if (tty) terminal_size(&rows, &cols);
+  json start = {{"type", "start"}, {"argv", options.argv}, {"env", options.env},
+                {"tty", tty},      {"rows", rows},           {"cols", cols}};
+  if (!options.workdir.empty()) start["workdir"] = options.workdir;
+  ws->send(start.dump(), false);
+
+  std::optional<int> status;
+  std::string error;
+  int error_code = 0;
+  RawMode raw(tty ? STDIN_FILENO : -1);
+
+  // Input: pollable stdin streams as it comes; a regular file is sent whole.
+  asio::posix::stream_descriptor input(io);
+  struct stat st;
+  bool pollable = ::fstat(STDIN_FILENO, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  if (pollable) {
+    int fd = ::dup(STDIN_FILENO);
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    input.assign(fd);
+  } else {
+    std::string all;
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(STDIN_FILENO, buf, sizeof buf)) > 0) all.append(buf, static_cast<size_t>(n));
+    if (!all.empty()) ws->send(all, true);
+    ws->send(json{{"type", "eof"}}.dump(), false);
+  }
+  std::array<char, 32768> in_buf;
+  std::function<void()> read_input = [&]() {
+    input.async_read_some(asio::buffer(in_buf), [&](const boost::system::error_code& ec, size_t n) {
+      if (ec) {
+        ws->send(json{{"type", "eof"}}.dump(), false);
+        return;
+      }
+      ws->send(std::string(in_buf.data(), n), true);
+      read_input();
+    });
+  };
+  if (pollable) read_input();
+
+  // Signals: a terminal's go through the pty; otherwise they are passed on.
+  asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  signals.add(SIGWINCH);
+  signals.add(SIGQUIT);
+  std::function<void()> wait_signal = [&]() {
+    signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      if (sig == SIGWINCH) {
+        if (tty) {
+          unsigned short r, c;
+          terminal_size(&r, &c);
+          ws->send(json{{"type", "resize"}, {"rows", r}, {"cols", c}}.dump(), false);
+        }
+      } else {
+        ws->send(json{{"type", "signal"}, {"signal", sig}}.dump(), false);
+      }
+      wait_signal();
+    });
+  };
+  wait_signal();
+
+  asio::steady_timer timeout(io);
+  bool timed_out = false;
+  if (options.timeout_s > 0) {
+    timeout.expires_after(std::chrono::seconds(options.timeout_s));
+    timeout.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      timed_out = true;
+      ws->send(json{{"type", "signal"}, {"signal", SIGKILL}}.dump(), false);
+    });
+  }
+
+  ws->start(
+      [&](std::string data, bool binary) {
+        if (binary) {
+          if (data.empty()) return;
+          write_all(data[0] == 2 ? STDERR_FILENO : STDOUT_FILENO, std::string_view(data).substr(1));
+          return;
+        }
+        json m = json::parse(data, nullptr, false);
+        if (!m.is_object()) return;
+        std::string type = m.value("type", "");
+        if (type == "exit") status = m.value("code", 0);
+        if (type == "error") {
+          error = m.value("message", "exec failed");
+          error_code = m.value("code", 125);
+        }
+      },
+      [&](const std::string&) { io.stop(); });
+  io.run();
+  if (!error.empty()) throw Error(error, error_code ? error_code : 125);
+  if (timed_out) throw Error("exec: timed out after " + std::to_string(options.timeout_s) + " s", 124);
+  if (!status) throw Error("the exec stream ended before the command did");
+  return *status;
+}
+
+}  // namespace openshell::cli

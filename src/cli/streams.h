@@ -1,0 +1,41 @@
+// The command line's streams: a sandbox's log as it grows, and exec's stdio.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/paths.h"
+
+namespace openshell::cli {
+
+struct LogOptions {
+  std::string tail = "all";  // a number of records, or "all"
+  bool timestamps = false;
+};
+
+struct LogEnd {
+  std::string phase;              // the sandbox's phase at the end
+  std::optional<int> exit_code;   // the main process's, once it exited
+};
+
+// Prints the log's records (stdout records to stdout, stderr to stderr) and
+// follows it until the sandbox's main process has ended. Throws Error.
+LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions& options);
+
+// Prints records from a log's text (CRI lines); returns how many.
+size_t print_records(const std::string& text, bool timestamps, std::string* carry);
+
+struct ExecOptions {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string workdir;  // empty: the sandbox's
+  bool tty = false;
+  int timeout_s = 0;     // 0: none
+};
+
+// Runs a command in a Ready sandbox with stdin, stdout and stderr passed
+// through; returns its exit status (126/127 when it cannot run). Throws Error.
+int exec(const Paths& paths, const std::string& name, const ExecOptions& options);
+
+}  // namespace openshell::cli

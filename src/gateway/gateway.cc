@@ -1,0 +1,982 @@
+#include "gateway/gateway.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <utility>  // before Asio with GCC 12 in C++20
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "auth/launch.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "base/log.h"
+#include "base/logfile.h"
+#include "base/paths.h"
+#include "base/sandbox_spec.h"
+#include "base/text.h"
+#include "gateway/store.h"
+#include "namespaces/userns.h"
+#include "net/http.h"
+#include "runtime/cleanup.h"
+#include "runtime/init_protocol.h"
+
+extern char** environ;
+
+namespace openshell::gateway {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kStopGraceMs = 10000;
+constexpr auto kWaitTimeout = std::chrono::seconds(60);
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string rfc3339(int64_t ms) { return logfile::format_time(ms * 1000000).substr(0, 23) + "Z"; }
+
+// ---- processes --------------------------------------------------------------
+
+// Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
+// 0 when it does not exist.
+uint64_t start_time(pid_t pid) {
+  auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return 0;
+  size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return 0;
+  auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
+  // After ") ": field 3 (state) is index 0, so field 22 is index 19.
+  if (fields.size() < 20) return 0;
+  return text::parse_uint(fields[19]).value_or(0);
+}
+
+bool alive(int64_t pid, uint64_t started) {
+  return pid > 0 && started != 0 && start_time(static_cast<pid_t>(pid)) == started;
+}
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+json error_body(const std::string& code, const std::string& message) {
+  return json{{"error", {{"code", code}, {"message", message}}}};
+}
+
+net::Response error_response(int status, const std::string& code, const std::string& message) {
+  return net::Response{status, error_body(code, message).dump() + "\n", "application/json"};
+}
+
+net::Response json_response(int status, const json& body) {
+  return net::Response{status, body.dump() + "\n", "application/json"};
+}
+
+// An error the API answers with a status and a code.
+struct ApiError : Error {
+  int status;
+  std::string code;
+  ApiError(int s, std::string c, const std::string& message)
+      : Error(message), status(s), code(std::move(c)) {}
+};
+
+bool finished(Phase phase) {
+  return phase == Phase::kCompleted || phase == Phase::kError || phase == Phase::kStopped;
+}
+
+// ---- the gateway ------------------------------------------------------------
+
+class Gateway {
+ public:
+  Gateway(asio::io_context& io, Paths paths)
+      : io_(io), paths_(std::move(paths)), signals_(io, SIGTERM, SIGINT),
+        server_(io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); }) {}
+
+  void start();
+
+ private:
+  struct Waiter {
+    std::function<bool(const SandboxRecord*)> done;  // nullptr record: the sandbox is gone
+    std::function<void(const SandboxRecord*)> callback;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+
+  struct Supervised {
+    int64_t pid = 0;
+    std::shared_ptr<asio::posix::stream_descriptor> pidfd;
+    std::shared_ptr<net::WebSocket> session;
+    int64_t generation = 0;
+    bool final_status = false;  // the supervisor reported the end
+  };
+
+  // API
+  void handle(std::shared_ptr<net::Exchange> exchange);
+  void route(const std::shared_ptr<net::Exchange>& exchange);
+  json view(const SandboxRecord& record) const;
+  SandboxRecord find(const std::string& name) const;
+
+  void create(const std::shared_ptr<net::Exchange>& exchange);
+  void start_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void stop_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void delete_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void session(const std::shared_ptr<net::Exchange>& exchange);
+  void watch(const std::shared_ptr<net::Exchange>& exchange);
+
+  // Lifecycle
+  void save(SandboxRecord& record);
+  void set_phase(SandboxRecord& record, Phase phase, const std::string& reason = "",
+                 const std::string& message = "");
+  void launch(SandboxRecord& record);
+  void watch_supervisor(const std::string& id, int64_t pid, int64_t generation);
+  void supervisor_exited(const std::string& id, int64_t generation);
+  void apply_final(SandboxRecord& record, const json& status);
+  void on_session_message(const std::string& id, std::shared_ptr<net::WebSocket> ws,
+                          const std::string& data);
+  void request_stop(SandboxRecord& record);
+  void finish_delete(const std::string& id);
+  void cleanup_host(const SandboxRecord& record);
+  void reconcile();
+  void wait_for(const std::string& id, std::function<bool(const SandboxRecord*)> done,
+                std::function<void(const SandboxRecord*)> callback);
+  void notify(const std::string& id);
+  void shutdown();
+
+  asio::io_context& io_;
+  Paths paths_;
+  asio::signal_set signals_;
+  net::Server server_;
+  std::unique_ptr<Store> store_;
+  std::optional<auth::SigningKey> key_;
+  std::string gateway_id_;
+  int64_t started_ms_ = now_ms();
+  UniqueFd lock_;
+  std::map<std::string, Supervised> supervised_;  // by sandbox id
+  std::map<std::string, std::vector<Waiter>> waiters_;
+  std::vector<std::weak_ptr<net::WebSocket>> watchers_;
+};
+
+void Gateway::start() {
+  paths_.ensure();
+  // One gateway per state directory.
+  lock_.reset(::open(paths_.lock().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock_) throw_errno("open " + paths_.lock());
+  if (::flock(lock_.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) throw Error("another gateway is running for " + paths_.state_dir);
+    throw_errno("lock " + paths_.lock());
+  }
+  store_ = Store::open(paths_.db());
+  key_.emplace(auth::SigningKey::load_or_create(paths_.key()));
+  gateway_id_ = key_->id();
+  store_->set_meta("gateway_id", gateway_id_);
+  reconcile();
+  server_.listen(paths_.socket(), 0600);
+  signals_.async_wait([this](const boost::system::error_code& ec, int) {
+    if (!ec) shutdown();
+  });
+  log::error("gateway " + gateway_id_ + " serving on " + paths_.socket() + " (pid " +
+             std::to_string(::getpid()) + ")");
+}
+
+void Gateway::shutdown() {
+  // Supervisors keep running; they reconnect to the next gateway.
+  server_.close();
+  for (auto& [id, s] : supervised_) {
+    if (s.session) s.session->close("gateway stopping");
+    if (s.pidfd) s.pidfd->cancel();
+  }
+  for (auto& [id, list] : waiters_)
+    for (auto& w : list)
+      if (w.timer) w.timer->cancel();
+  signals_.cancel();
+  asio::post(io_, [this] { io_.stop(); });
+}
+
+// ---- state ------------------------------------------------------------------
+
+void Gateway::save(SandboxRecord& record) {
+  record.updated_ms = now_ms();
+  store_->update(record);
+  notify(record.id);
+}
+
+void Gateway::set_phase(SandboxRecord& record, Phase phase, const std::string& reason,
+                        const std::string& message) {
+  const int64_t now = now_ms();
+  auto condition = [&](const std::string& type, const std::string& status, const std::string& why,
+                       const std::string& text) {
+    for (auto& c : record.conditions)
+      if (c.type == type) {
+        if (c.status != status || c.reason != why || c.message != text)
+          c = Condition{type, status, why, text, c.status != status ? now : c.last_transition_ms};
+        return;
+      }
+    record.conditions.push_back(Condition{type, status, why, text, now});
+  };
+  record.phase = phase;
+  switch (phase) {
+    case Phase::kReady: condition("Ready", "True", "SupervisorConnected", ""); break;
+    case Phase::kProvisioning:
+    case Phase::kStarting:
+      condition("Ready", "False", reason.empty() ? "SupervisorNotConnected" : reason, message);
+      break;
+    default: condition("Ready", "False", reason, message); break;
+  }
+  store_->append_event(record.id, "Phase",
+                       std::string(phase_name(phase)) + (reason.empty() ? "" : " (" + reason + ")") +
+                           (message.empty() ? "" : ": " + message),
+                       now);
+  save(record);
+}
+
+json Gateway::view(const SandboxRecord& r) const {
+  json conditions = json::array();
+  for (const auto& c : r.conditions)
+    conditions.push_back({{"type", c.type},
+                          {"status", c.status},
+                          {"reason", c.reason},
+                          {"message", c.message},
+                          {"last_transition_time", rfc3339(c.last_transition_ms)}});
+  SandboxSpec spec = SandboxSpec::from_json(r.spec);
+  json j = {{"name", r.name},
+            {"id", r.id},
+            {"phase", std::string(phase_name(r.phase))},
+            {"generation", r.generation},
+            {"conditions", conditions},
+            {"created_at", rfc3339(r.created_ms)},
+            {"labels", r.labels},
+            {"from", spec.from},
+            {"command", spec.command}};
+  if (r.exit_code) j["exit_code"] = *r.exit_code;
+  return j;
+}
+
+SandboxRecord Gateway::find(const std::string& name) const {
+  auto record = store_->find_by_name(name);
+  if (!record) throw ApiError(404, "not_found", "no sandbox named '" + name + "'");
+  return *record;
+}
+
+void Gateway::wait_for(const std::string& id, std::function<bool(const SandboxRecord*)> done,
+                       std::function<void(const SandboxRecord*)> callback) {
+  auto current = store_->find_by_id(id);
+  if (done(current ? &*current : nullptr)) return callback(current ? &*current : nullptr);
+  Waiter waiter{std::move(done), std::move(callback), std::make_shared<asio::steady_timer>(io_)};
+  waiter.timer->expires_after(kWaitTimeout);
+  auto timer = waiter.timer;
+  waiter.timer->async_wait([this, id, timer](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto& list = waiters_[id];
+    for (auto it = list.begin(); it != list.end(); ++it)
+      if (it->timer == timer) {
+        auto cb = std::move(it->callback);
+        list.erase(it);
+        auto record = store_->find_by_id(id);
+        cb(record ? &*record : nullptr);  // the callback sees the state as it is
+        return;
+      }
+  });
+  waiters_[id].push_back(std::move(waiter));
+}
+
+void Gateway::notify(const std::string& id) {
+  auto record = store_->find_by_id(id);
+  // Watchers first: they see every change.
+  json event = record ? json{{"type", "phase"}, {"sandbox", view(*record)}}
+                      : json{{"type", "deleted"}, {"id", id}};
+  std::string text = event.dump();
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (auto ws = it->lock()) {
+      ws->send(text, false);
+      ++it;
+    } else {
+      it = watchers_.erase(it);
+    }
+  }
+  auto found = waiters_.find(id);
+  if (found == waiters_.end()) return;
+  std::vector<Waiter> ready;
+  auto& list = found->second;
+  for (auto it = list.begin(); it != list.end();) {
+    if (it->done(record ? &*record : nullptr)) {
+      ready.push_back(std::move(*it));
+      it = list.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (list.empty()) waiters_.erase(found);
+  for (auto& w : ready) {
+    w.timer->cancel();
+    w.callback(record ? &*record : nullptr);
+  }
+}
+
+// ---- launching --------------------------------------------------------------
+
+// Mints the launch file for the record's generation and starts a supervisor.
+void Gateway::launch(SandboxRecord& record) {
+  const std::string dir = paths_.sandbox(record.id);
+  auth::LaunchSpec spec;
+  spec.sandbox_id = record.id;
+  spec.sandbox_name = record.name;
+  spec.generation = record.generation;
+  spec.nonce = auth::random_hex(32);
+  spec.auth_epoch = 1;
+  spec.issued_at = now_ms() / 1000;
+  spec.policy_revision = 1;
+  spec.gateway_id = gateway_id_;
+  spec.gateway_socket = paths_.socket();
+  spec.spec = record.spec;
+  const std::string file = paths_.launch_file(record.id);
+  auth::write_file_atomically(file, auth::encode(spec, *key_));
+
+  // A supervisor of its own session, in nobody's process group, its output
+  // in the sandbox's log directory.
+  // This very binary, even if a newer one replaced it on disk since.
+  std::string self = "/proc/self/exe";
+  std::vector<std::string> args = {"openshell", "supervisor", "--launch", file};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME"})
+    if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::string log_path = dir + "/logs/supervisor.log";
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid;
+  int err = ::posix_spawn(&pid, self.c_str(), &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (err) throw_errno("start the supervisor", err);
+  record.supervisor_pid = pid;
+  record.supervisor_start = start_time(pid);
+  save(record);
+  watch_supervisor(record.id, pid, record.generation);
+}
+
+void Gateway::watch_supervisor(const std::string& id, int64_t pid, int64_t generation) {
+  int fd = pidfd_open(static_cast<pid_t>(pid));
+  Supervised& s = supervised_[id];
+  if (s.pidfd) s.pidfd->cancel();
+  s.pid = pid;
+  s.generation = generation;
+  s.final_status = false;
+  if (fd < 0) {
+    // Already gone.
+    asio::post(io_, [this, id, generation] { supervisor_exited(id, generation); });
+    return;
+  }
+  auto desc = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
+  s.pidfd = desc;
+  desc->async_wait(asio::posix::descriptor_base::wait_read,
+                   [this, id, generation, pid, desc](const boost::system::error_code& ec) {
+                     if (ec) return;
+                     // Reap it if it is our child (it is not after a gateway restart).
+                     int status;
+                     ::waitpid(static_cast<pid_t>(pid), &status, WNOHANG);
+                     supervisor_exited(id, generation);
+                   });
+}
+
+void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
+  auto it = supervised_.find(id);
+  bool reported = it != supervised_.end() && it->second.final_status;
+  if (it != supervised_.end() && it->second.generation == generation) supervised_.erase(it);
+  auto record = store_->find_by_id(id);
+  if (!record || record->generation != generation) return;
+  if (record->intent == "delete") return finish_delete(id);
+  record->supervisor_pid = 0;
+  record->supervisor_start = 0;
+  cleanup_host(*record);
+  if (reported && finished(record->phase)) {
+    save(*record);
+    return;
+  }
+  if (record->intent == "stop" || record->phase == Phase::kStopping) {
+    record->intent = "";
+    set_phase(*record, Phase::kStopped, "Stopped");
+    return;
+  }
+  // It ended without telling us: its exit file may say why.
+  std::string text;
+  if (files::read_into(paths_.sandbox(id) + "/exit.json", &text) == 0) {
+    json status = json::parse(text, nullptr, false);
+    if (status.is_object() && status.value("generation", int64_t{-1}) == generation) {
+      apply_final(*record, status);
+      return;
+    }
+  }
+  if (finished(record->phase)) {
+    save(*record);
+    return;
+  }
+  record->intent = "";
+  set_phase(*record, Phase::kError, "SupervisorLost", "the sandbox's supervisor is gone");
+}
+
+void Gateway::apply_final(SandboxRecord& record, const json& status) {
+  std::string state = status.value("state", "");
+  record.intent = "";
+  if (state == "stopped") {
+    set_phase(record, Phase::kStopped, "Stopped");
+    return;
+  }
+  int code = status.value("exit_code", 0);
+  record.exit_code = code;
+  std::string reason = status.value("reason", code == 0 ? "MainProcessCompleted" : "MainProcessFailed");
+  std::string message = status.value("message", "");
+  set_phase(record, code == 0 ? Phase::kCompleted : Phase::kError, reason, message);
+  SandboxSpec spec = SandboxSpec::from_json(record.spec);
+  if (spec.no_keep) {
+    // Delete it once its supervisor is gone.
+    record.intent = "delete";
+    set_phase(record, Phase::kDeleting, "NoKeep");
+    if (!supervised_.count(record.id)) finish_delete(record.id);
+  }
+}
+
+// What a sandbox leaves on the host once its supervisor is gone.
+void Gateway::cleanup_host(const SandboxRecord& record) {
+  runtime::remove_cgroups("openshell-" + record.id);
+  ::unlink(paths_.supervisor_socket(record.id).c_str());
+}
+
+void Gateway::request_stop(SandboxRecord& record) {
+  auto it = supervised_.find(record.id);
+  if (it != supervised_.end() && it->second.session) {
+    it->second.session->send(json{{"type", "stop"}, {"grace_ms", kStopGraceMs}}.dump(), false);
+    return;
+  }
+  // No session: the supervisor stops the sandbox on SIGTERM as well.
+  if (alive(record.supervisor_pid, record.supervisor_start))
+    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGTERM);
+  else
+    asio::post(io_, [this, id = record.id, g = record.generation] { supervisor_exited(id, g); });
+}
+
+void Gateway::finish_delete(const std::string& id) {
+  auto record = store_->find_by_id(id);
+  if (!record) return;
+  if (alive(record->supervisor_pid, record->supervisor_start)) {
+    // Killing the supervisor ends its sandbox: its init's lifeline closes.
+    ::kill(static_cast<pid_t>(record->supervisor_pid), SIGKILL);
+    if (!supervised_.count(id)) watch_supervisor(id, record->supervisor_pid, record->generation);
+    return;  // finish_delete runs again when it is gone
+  }
+  cleanup_host(*record);
+  try {
+    runtime::remove_tree(paths_.sandbox(id));
+  } catch (const Error& e) {
+    log::error(e.what());
+  }
+  store_->remove(id);
+  supervised_.erase(id);
+  notify(id);
+}
+
+// After a restart: every sandbox settles in a consistent phase, and what was
+// under way is finished.
+void Gateway::reconcile() {
+  for (SandboxRecord record : store_->list()) {
+    if (record.intent == "delete" || record.phase == Phase::kDeleting) {
+      record.intent = "delete";
+      finish_delete(record.id);
+      continue;
+    }
+    if (alive(record.supervisor_pid, record.supervisor_start)) {
+      // It reconnects on its own; until then the sandbox keeps its phase.
+      watch_supervisor(record.id, record.supervisor_pid, record.generation);
+      if (record.intent == "stop") request_stop(record);
+      continue;
+    }
+    if (record.intent == "launch" && record.supervisor_pid == 0) {
+      // The launch was recorded but never carried out: carry it out.
+      try {
+        launch(record);
+      } catch (const Error& e) {
+        record.intent = "";
+        set_phase(record, Phase::kError, "LaunchFailed", e.what());
+      }
+      continue;
+    }
+    if (record.supervisor_pid != 0 || !finished(record.phase))
+      supervisor_exited(record.id, record.generation);
+  }
+}
+
+// ---- supervisor sessions ----------------------------------------------------
+
+void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
+  auto ws = exchange->upgrade();
+  auto sandbox_id = std::make_shared<std::string>();
+  ws->start(
+      [this, ws, sandbox_id](std::string data, bool) {
+        json m = json::parse(data, nullptr, false);
+        if (!m.is_object()) return;
+        if (m.value("type", "") != "hello") {
+          if (!sandbox_id->empty()) on_session_message(*sandbox_id, ws, data);
+          return;
+        }
+        std::string bytes = m.value("launch", "");
+        auth::LaunchSpec launch;
+        try {
+          launch = auth::decode_verified(bytes, *key_);
+        } catch (const auth::LaunchFileError& e) {
+          // Whose is it? Only the supervisor we started may fail its sandbox.
+          std::string claimed;
+          try {
+            claimed = auth::decode(bytes).sandbox_id;
+          } catch (const Error&) {
+          }
+          if (auto record = store_->find_by_id(claimed);
+              record && record->supervisor_pid == ws->peer().pid && !finished(record->phase) &&
+              record->phase != Phase::kDeleting) {
+            record->intent = "";
+            set_phase(*record, Phase::kError, "LaunchFileInvalid", e.what());
+          }
+          ws->send(json{{"type", "rejected"}, {"message", e.what()}}.dump(), false);
+          ws->close();
+          return;
+        }
+        auto record = store_->find_by_id(launch.sandbox_id);
+        if (!record || record->phase == Phase::kDeleting) {
+          ws->send(json{{"type", "rejected"}, {"message", "no such sandbox"}}.dump(), false);
+          ws->close();
+          return;
+        }
+        if (launch.generation != record->generation) {
+          ws->send(json{{"type", "superseded"},
+                        {"message", "launch generation " + std::to_string(launch.generation) +
+                                        " is superseded by generation " +
+                                        std::to_string(record->generation)}}
+                       .dump(),
+                   false);
+          ws->close();
+          return;
+        }
+        *sandbox_id = launch.sandbox_id;
+        Supervised& s = supervised_[launch.sandbox_id];
+        if (s.session && s.session != ws) s.session->close("superseded by a new session");
+        s.session = ws;
+        if (!s.pidfd) {
+          // A supervisor we did not start (this gateway restarted): learn it.
+          record->supervisor_pid = ws->peer().pid;
+          record->supervisor_start = start_time(ws->peer().pid);
+          save(*record);
+          watch_supervisor(record->id, record->supervisor_pid, record->generation);
+          supervised_[launch.sandbox_id].session = ws;
+        }
+        ws->send(json{{"type", "welcome"}}.dump(), false);
+      },
+      [this, ws, sandbox_id](const std::string&) {
+        auto it = supervised_.find(*sandbox_id);
+        if (it != supervised_.end() && it->second.session == ws) it->second.session.reset();
+      });
+}
+
+void Gateway::on_session_message(const std::string& id, std::shared_ptr<net::WebSocket> ws,
+                                 const std::string& data) {
+  json m = json::parse(data, nullptr, false);
+  auto record = store_->find_by_id(id);
+  if (!record || m.value("type", "") != "status") return;
+  if (m.value("generation", int64_t{-1}) != record->generation) return;
+  std::string state = m.value("state", "");
+  if (state == "running") {
+    if (record->phase == Phase::kProvisioning || record->phase == Phase::kStarting) {
+      record->intent = "";
+      set_phase(*record, Phase::kReady);
+    }
+    return;
+  }
+  auto it = supervised_.find(id);
+  if (it != supervised_.end()) it->second.final_status = true;
+  if (record->intent == "delete") return;
+  apply_final(*record, m);
+  (void)ws;
+}
+
+// ---- the API ----------------------------------------------------------------
+
+void Gateway::handle(std::shared_ptr<net::Exchange> exchange) {
+  try {
+    route(exchange);
+  } catch (const ApiError& e) {
+    exchange->respond(error_response(e.status, e.code, e.what()));
+  } catch (const NameTaken& e) {
+    exchange->respond(error_response(409, "name_taken", e.what()));
+  } catch (const Error& e) {
+    exchange->respond(error_response(500, "internal", e.what()));
+  } catch (const std::exception& e) {
+    exchange->respond(error_response(400, "bad_request", e.what()));
+  }
+}
+
+void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
+  const net::Request& req = exchange->request();
+  auto parts = text::split(req.path, '/');  // "", "v1", ...
+  if (parts.size() < 2 || parts[1] != "v1")
+    throw ApiError(404, "not_found", "no such API path: " + req.path);
+  std::vector<std::string> p(parts.begin() + 2, parts.end());
+  const std::string& m = req.method;
+
+  if (p == std::vector<std::string>{"health"} && m == "GET")
+    return exchange->respond(json_response(200, {{"status", "ok"}, {"version", OPENSHELL_VERSION}}));
+  if (p == std::vector<std::string>{"gateway"} && m == "GET")
+    return exchange->respond(json_response(
+        200, {{"version", OPENSHELL_VERSION},
+              {"pid", ::getpid()},
+              {"gateway_id", gateway_id_},
+              {"started_at", rfc3339(started_ms_)},
+              {"state_dir", paths_.state_dir},
+              {"socket", paths_.socket()},
+              {"sandboxes", store_->list().size()}}));
+  if (p == std::vector<std::string>{"gateway", "stop"} && m == "POST") {
+    exchange->respond(json_response(202, {{"stopping", true}}));
+    asio::post(io_, [this] { shutdown(); });
+    return;
+  }
+  if (p == std::vector<std::string>{"supervisor", "session"} && req.websocket) return session(exchange);
+  if (p == std::vector<std::string>{"watch"} && req.websocket) return watch(exchange);
+  if (!p.empty() && p[0] == "sandboxes") {
+    if (p.size() == 1 && m == "GET") {
+      json list = json::array();
+      std::string selector = req.query.count("selector") ? req.query.at("selector") : "";
+      std::string key = selector.substr(0, selector.find('='));
+      std::string value = selector.find('=') == std::string::npos ? "" : selector.substr(selector.find('=') + 1);
+      for (const auto& r : store_->list()) {
+        if (!selector.empty()) {
+          auto it = r.labels.find(key);
+          if (it == r.labels.end() || (selector.find('=') != std::string::npos && it->second != value))
+            continue;
+        }
+        list.push_back(view(r));
+      }
+      return exchange->respond(json_response(200, {{"sandboxes", list}}));
+    }
+    if (p.size() == 1 && m == "POST") return create(exchange);
+    if (p.size() >= 2) {
+      const std::string& name = p[1];
+      if (p.size() == 2 && m == "GET") return exchange->respond(json_response(200, view(find(name))));
+      if (p.size() == 2 && m == "DELETE") return delete_sandbox(exchange, name);
+      if (p.size() == 3 && p[2] == "start" && m == "POST") return start_sandbox(exchange, name);
+      if (p.size() == 3 && p[2] == "stop" && m == "POST") return stop_sandbox(exchange, name);
+      if (p.size() == 3 && p[2] == "wait" && m == "GET") return wait_exit(exchange, name);
+      if (p.size() == 3 && p[2] == "logs" && m == "GET") return logs(exchange, name);
+      if (p.size() == 3 && p[2] == "exec" && req.websocket) return exec(exchange, name);
+    }
+  }
+  throw ApiError(404, "not_found", "no such API path: " + m + " " + req.path);
+}
+
+void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
+  const net::Request& req = exchange->request();
+  json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object()) throw ApiError(400, "bad_request", "the body must be a JSON object");
+  std::string name = body.value("name", "");
+  SandboxSpec spec;
+  try {
+    spec = SandboxSpec::from_json(body.contains("spec") ? body["spec"].dump() : "{}");
+    spec.validate();
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_spec", e.what());
+  }
+  std::string id = auth::random_hex(6);
+  if (name.empty()) name = "sandbox-" + id.substr(0, 6);
+  if (!text::is_dns_label(name))
+    throw ApiError(400, "invalid_name",
+                   "sandbox name '" + name +
+                       "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or "
+                       "ending with '-')");
+  if (spec.from != "host" && !files::is_directory(spec.from))
+    throw ApiError(400, "invalid_spec", "--from " + spec.from + ": not a directory");
+
+  SandboxRecord record;
+  record.id = id;
+  record.name = name;
+  record.phase = Phase::kProvisioning;
+  record.generation = 1;
+  record.spec = spec.to_json();
+  record.labels = spec.labels;
+  record.intent = "launch";
+  record.created_ms = record.updated_ms = now_ms();
+  record.conditions.push_back(Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
+  store_->insert(record);  // the intent is on disk before anything is done
+
+  // The sandbox's directory: launch file, logs, and its writable layer.
+  const std::string dir = paths_.sandbox(id);
+  try {
+    std::vector<std::string> subdirs = {"", "/logs"};
+    if (spec.from == "host")
+      subdirs.push_back("/workspace");
+    else
+      subdirs.insert(subdirs.end(), {"/layer", "/layer/upper", "/layer/work"});
+    // The upper layer's mode is the sandbox root's: 0755.
+    for (const auto& sub : subdirs)
+      if (::mkdir((dir + sub).c_str(), sub == "/layer/upper" ? 0755 : 0700) != 0 && errno != EEXIST)
+        throw_errno("create " + dir + sub);
+    // As root the sandbox runs as unprivileged ids: its layer and workspace
+    // are theirs.
+    if (::geteuid() == 0) {
+      namespaces::IdMap map = namespaces::plan_id_map_for_host(namespaces::current_identity(), 0, 0);
+      auto own = [&](const std::string& path, uint32_t inside_uid, uint32_t inside_gid) {
+        if (::chown(path.c_str(), map.host_uid(inside_uid).value_or(0),
+                    map.host_gid(inside_gid).value_or(0)) != 0)
+          throw_errno("chown " + path);
+      };
+      if (spec.from == "host") {
+        own(dir + "/workspace", 1000, 1000);
+      } else {
+        for (const char* sub : {"/layer", "/layer/upper", "/layer/work"}) own(dir + sub, 0, 0);
+      }
+    }
+    launch(record);
+  } catch (const Error& e) {
+    record.intent = "";
+    set_phase(record, Phase::kError, "LaunchFailed", e.what());
+  }
+  std::string wait = req.query.count("wait") ? req.query.at("wait") : "ready";
+  if (wait == "none") return exchange->respond(json_response(201, view(record)));
+  wait_for(id,
+           [](const SandboxRecord* r) {
+             return !r || (r->phase != Phase::kProvisioning && r->phase != Phase::kStarting);
+           },
+           [this, exchange](const SandboxRecord* r) {
+             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+             exchange->respond(json_response(201, view(*r)));
+           });
+}
+
+void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  if (!finished(record.phase))
+    throw ApiError(409, "wrong_phase", "sandbox '" + name + "' is " +
+                                           std::string(phase_name(record.phase)) +
+                                           " (start works from Stopped, Completed or Error)");
+  // A supervisor of an older generation must be gone before the new one.
+  if (alive(record.supervisor_pid, record.supervisor_start)) {
+    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGKILL);
+    record.supervisor_pid = 0;
+  }
+  supervised_.erase(record.id);
+  record.generation += 1;
+  record.exit_code.reset();
+  record.intent = "launch";
+  record.supervisor_pid = 0;
+  record.supervisor_start = 0;
+  set_phase(record, Phase::kStarting);  // on disk before the launch
+  ::unlink((paths_.sandbox(record.id) + "/exit.json").c_str());
+  try {
+    launch(record);
+  } catch (const Error& e) {
+    record.intent = "";
+    set_phase(record, Phase::kError, "LaunchFailed", e.what());
+  }
+  wait_for(record.id,
+           [](const SandboxRecord* r) {
+             return !r || (r->phase != Phase::kStarting && r->phase != Phase::kProvisioning);
+           },
+           [this, exchange](const SandboxRecord* r) {
+             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+             exchange->respond(json_response(200, view(*r)));
+           });
+}
+
+void Gateway::stop_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  if (record.phase != Phase::kReady && record.phase != Phase::kProvisioning &&
+      record.phase != Phase::kStarting && record.phase != Phase::kStopping)
+    throw ApiError(409, "wrong_phase", "sandbox '" + name + "' is " +
+                                           std::string(phase_name(record.phase)) +
+                                           " (stop works on a running sandbox)");
+  if (record.phase != Phase::kStopping) {
+    record.intent = "stop";
+    set_phase(record, Phase::kStopping, "StopRequested");
+    request_stop(record);
+  }
+  wait_for(record.id,
+           [](const SandboxRecord* r) { return !r || r->phase != Phase::kStopping; },
+           [this, exchange](const SandboxRecord* r) {
+             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+             exchange->respond(json_response(200, view(*r)));
+           });
+}
+
+void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  std::string id = record.id;
+  if (record.phase != Phase::kDeleting) {
+    record.intent = "delete";
+    set_phase(record, Phase::kDeleting, "DeleteRequested");
+  }
+  wait_for(id, [](const SandboxRecord* r) { return !r; },
+           [exchange, name](const SandboxRecord* r) {
+             if (r) return exchange->respond(error_response(504, "timeout", "deleting '" + name + "' takes too long"));
+             exchange->respond(json_response(200, {{"deleted", name}}));
+           });
+  finish_delete(id);
+}
+
+void Gateway::wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  wait_for(record.id,
+           [](const SandboxRecord* r) { return !r || finished(r->phase); },
+           [this, exchange](const SandboxRecord* r) {
+             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+             exchange->respond(json_response(200, view(*r)));
+           });
+}
+
+// Log records as they are in the file; with follow, a WebSocket that stays
+// open until the main process has ended and its output is all sent.
+void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  const net::Request& req = exchange->request();
+  SandboxRecord record = find(name);
+  std::string path = paths_.sandbox(record.id) + "/logs/main.log";
+  size_t tail = text::parse_uint(req.query.count("tail") ? req.query.at("tail") : "", 1u << 30)
+                    .value_or(static_cast<size_t>(-1));
+  std::string content;
+  files::read_into(path, &content);
+  // The last `tail` records.
+  size_t start = content.size();
+  size_t count = 0;
+  while (start > 0 && count < tail) {
+    size_t nl = content.rfind('\n', start - 2 < content.size() ? start - 2 : std::string::npos);
+    start = nl == std::string::npos ? 0 : nl + 1;
+    ++count;
+    if (nl == std::string::npos) break;
+  }
+  std::string initial = content.substr(start);
+  if (!req.websocket) return exchange->respond(net::Response{200, initial, "text/plain"});
+
+  auto ws = exchange->upgrade();
+  ws->start([](std::string, bool) {}, [](const std::string&) {});
+  if (!initial.empty()) ws->send(initial, true);
+  // Follow: poll the file (cheap, and it works across the supervisor's
+  // rotation); end once the sandbox is finished and nothing more is written.
+  struct Follow {
+    UniqueFd fd;
+    off_t offset;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+  auto follow = std::make_shared<Follow>(
+      Follow{UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), static_cast<off_t>(content.size()),
+             std::make_shared<asio::steady_timer>(io_)});
+  std::string id = record.id;
+  auto poll = std::make_shared<std::function<void()>>();
+  *poll = [this, ws, follow, id, path, poll]() {
+    if (!follow->fd) follow->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    std::string more;
+    if (follow->fd) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::pread(follow->fd.get(), buf, sizeof buf, follow->offset)) > 0) {
+        more.append(buf, static_cast<size_t>(n));
+        follow->offset += n;
+      }
+    }
+    if (!more.empty()) ws->send(more, true);
+    auto record = store_->find_by_id(id);
+    bool over = !record || finished(record->phase) || record->phase == Phase::kDeleting;
+    // The supervisor writes the last output before it reports the end.
+    if (over && more.empty()) {
+      json end = {{"type", "end"}};
+      if (record) {
+        end["phase"] = std::string(phase_name(record->phase));
+        if (record->exit_code) end["exit_code"] = *record->exit_code;
+      }
+      ws->send(end.dump(), false);
+      ws->close();
+      *poll = nullptr;  // break the cycle
+      return;
+    }
+    follow->timer->expires_after(std::chrono::milliseconds(more.empty() ? 10 : 0));
+    follow->timer->async_wait([poll](const boost::system::error_code& ec) {
+      if (!ec && *poll) (*poll)();
+    });
+  };
+  (*poll)();
+}
+
+// exec: the connection goes to the sandbox's supervisor as it is (before the
+// WebSocket handshake), so the gateway stays out of the data path.
+void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  if (record.phase != Phase::kReady)
+    throw ApiError(409, "wrong_phase", "sandbox '" + name + "' is " +
+                                           std::string(phase_name(record.phase)) +
+                                           " (exec needs a Ready sandbox)");
+  std::string socket_path = paths_.supervisor_socket(record.id);
+  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+  if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw ApiError(503, "unavailable",
+                   errno_message("the supervisor of '" + name + "' does not answer", errno));
+  std::string raw = exchange->request().raw;
+  int fd = exchange->release();
+  int err = runtime::send_packet(sock.get(), runtime::make_message({"handoff", raw}), &fd, 1);
+  ::close(fd);
+  if (err) log::error(errno_message("hand exec over to the supervisor of " + name, err));
+}
+
+void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
+  auto ws = exchange->upgrade();
+  ws->start([](std::string, bool) {}, [](const std::string&) {});
+  watchers_.push_back(ws);
+}
+
+}  // namespace
+
+int run() {
+  try {
+    asio::io_context io;
+    Gateway gateway(io, Paths::resolve());
+    gateway.start();
+    io.run();
+    return 0;
+  } catch (const std::exception& e) {
+    log::error(std::string("gateway: ") + e.what());
+    return exit_code::kFailure;
+  }
+}
+
+}  // namespace openshell::gateway

@@ -1,0 +1,123 @@
+#include "runtime/cleanup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/unique_fd.h"
+#include "namespaces/userns.h"
+#include "runtime/cgroup.h"
+
+namespace openshell::runtime {
+
+namespace {
+
+// Removes the entries of dirfd and returns 0, or the first errno.
+int remove_contents(int dirfd) {
+  int first_error = 0;
+  DIR* dir = ::fdopendir(dirfd);
+  if (!dir) {
+    ::close(dirfd);
+    return errno;
+  }
+  while (dirent* e = ::readdir(dir)) {
+    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st;
+      is_dir = ::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (is_dir) {
+      int sub = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) {
+        if (!first_error) first_error = errno;
+        continue;
+      }
+      ::fchmod(sub, 0700);  // a read-only directory left by the sandbox
+      int err = remove_contents(sub);
+      if (err && !first_error) first_error = err;
+    }
+    if (::unlinkat(::dirfd(dir), e->d_name, is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT &&
+        !first_error)
+      first_error = errno;
+  }
+  ::closedir(dir);
+  return first_error;
+}
+
+int remove_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return 0;
+    if (errno == ENOTDIR || errno == ELOOP) return ::unlink(path.c_str()) == 0 ? 0 : errno;
+    return errno;
+  }
+  int err = remove_contents(fd);
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT && !err) err = errno;
+  return err;
+}
+
+// As root of a user namespace that maps the caller's subordinate ids: files
+// the sandbox made as other ids are ours there.
+int remove_in_user_namespace(const std::string& path) {
+  namespaces::Identity me = namespaces::current_identity();
+  namespaces::IdMap map = namespaces::plan_id_map_for_host(me, 0, 0);
+  if (map.is_single()) return EPERM;  // nothing more to gain
+  Pipe go = Pipe::create();
+  clone_args args{};
+  args.flags = CLONE_NEWUSER;
+  args.exit_signal = SIGCHLD;
+  long pid = ::syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) return errno;
+  if (pid == 0) {
+    ::close(go.write.get());
+    char byte;
+    if (::read(go.read.get(), &byte, 1) != 1) ::_exit(1);
+    ::_exit(remove_path(path) == 0 ? 0 : 1);
+  }
+  go.read.reset();
+  int result = 0;
+  try {
+    namespaces::apply_id_map(static_cast<pid_t>(pid), &map);
+    if (::write(go.write.get(), "g", 1) != 1) result = errno;
+  } catch (const Error&) {
+    result = EPERM;
+  }
+  go.write.reset();
+  int status = 0;
+  while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
+  }
+  if (result) return result;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : EACCES;
+}
+
+}  // namespace
+
+void remove_cgroups(const std::string& name) noexcept {
+  try {
+    CgroupLayout layout = CgroupLayout::discover();
+    std::vector<std::string> dirs;
+    if (layout.unified) dirs.push_back(layout.unified->dir + "/" + name);
+    for (const auto& [controller, hierarchy] : layout.controllers)
+      dirs.push_back(hierarchy.dir + "/" + name);
+    for (const auto& dir : dirs) ::rmdir(dir.c_str());
+  } catch (...) {
+  }
+}
+
+void remove_tree(const std::string& path) {
+  int err = remove_path(path);
+  if (err == EACCES || err == EPERM) err = remove_in_user_namespace(path);
+  if (err) throw_errno("remove " + path, err);
+}
+
+}  // namespace openshell::runtime
