@@ -1,5 +1,7 @@
 // openshell sandbox create|get|list|start|stop|delete|exec|logs, openshell
 // logs, openshell gateway run|status|stop, and the supervisor's entry.
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <utility>  // before CLI11 with GCC 12
@@ -130,6 +132,18 @@ void print_sandbox(const json& s, const std::string& output) {
                 c.value("last_transition_time", "").c_str());
 }
 
+// Whether the sandbox could not be launched at all (not: its main process
+// ended, which is a result like any other).
+bool launch_failed(const json& sandbox) {
+  if (sandbox.value("phase", "") != "Error") return false;
+  for (const auto& c : sandbox.value("conditions", json::array()))
+    if (c.value("type", "") == "Ready") {
+      std::string reason = c.value("reason", "");
+      return reason != "MainProcessFailed" && reason != "MainProcessCompleted";
+    }
+  return true;
+}
+
 // A finished sandbox's main process status as this command's exit status.
 int exit_status_of(const json& sandbox) {
   if (sandbox.contains("exit_code")) return sandbox["exit_code"].get<int>();
@@ -197,8 +211,8 @@ int create(const CreateOptions& o) {
     if (end.phase == "Stopped") return 128 + 15;
     return exit_code::kFailure;
   }
-  if (sandbox.value("phase", "") == "Error") {
-    log::error("sandbox '" + name + "' failed: " + why(sandbox));
+  if (launch_failed(sandbox)) {
+    log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
     return exit_status_of(sandbox);
   }
   if (o.output == "json")
@@ -298,9 +312,11 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         } else {
           std::printf("%s: %s\n", s.value("name", "").c_str(), s.value("phase", "").c_str());
         }
-        if (v == "start" && s.value("phase", "") == "Error") {
-          log::error("sandbox '" + *name + "' failed: " + why(s));
-          return exit_status_of(s);
+        // The start failed only if the launch did; a main process that
+        // ended at once is the sandbox's business (see its phase).
+        if (v == "start" && launch_failed(s)) {
+          log::error("sandbox '" + *name + "' failed to start: " + why(s));
+          return exit_code::kFailure;
         }
         return 0;
       };
@@ -343,8 +359,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
   {
     auto name = std::make_shared<std::string>();
     auto o = std::make_shared<ExecOptions>();
+    // Options may follow the name; the command follows "--".
     CLI::App* c = sandbox->add_subcommand("exec", "Run a command in a running sandbox");
-    c->positionals_at_end();
     c->add_option("name", *name, "The sandbox")->required();
     c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
     repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
@@ -445,8 +461,13 @@ void add_gateway_commands(CLI::App& app, Action* action) {
         std::printf("gateway: not running\n");
         return 0;
       }
-      // Wait until it is gone.
-      for (int i = 0; i < 1000 && pid > 0 && ::kill(pid, 0) == 0; ++i) ::usleep(5000);
+      // Wait until it has exited (a pidfd says so even before it is reaped).
+      int fd = pid > 0 ? static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)) : -1;
+      if (fd >= 0) {
+        pollfd p{fd, POLLIN, 0};
+        ::poll(&p, 1, 10000);
+        ::close(fd);
+      }
       std::printf("gateway: stopped\n");
       return 0;
     };

@@ -126,6 +126,8 @@ class Gateway {
     std::shared_ptr<net::WebSocket> session;
     int64_t generation = 0;
     bool final_status = false;  // the supervisor reported the end
+    int64_t init_pid = 0;       // the sandbox's PID 1, as the supervisor reported it
+    uint64_t init_start = 0;
   };
 
   // API
@@ -151,6 +153,9 @@ class Gateway {
   void launch(SandboxRecord& record);
   void watch_supervisor(const std::string& id, int64_t pid, int64_t generation);
   void supervisor_exited(const std::string& id, int64_t generation);
+  // Runs `then` once the sandbox's own processes are gone too (its init dies
+  // with its supervisor, a moment later).
+  void after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then);
   void apply_final(SandboxRecord& record, const json& status);
   void on_session_message(const std::string& id, std::shared_ptr<net::WebSocket> ws,
                           const std::string& data);
@@ -175,6 +180,9 @@ class Gateway {
   std::map<std::string, Supervised> supervised_;  // by sandbox id
   std::map<std::string, std::vector<Waiter>> waiters_;
   std::vector<std::weak_ptr<net::WebSocket>> watchers_;
+  // The last view of recently deleted sandboxes (--no-keep ones vanish while
+  // their creator still waits for the exit status).
+  std::map<std::string, json> gone_;
 };
 
 void Gateway::start() {
@@ -416,8 +424,24 @@ void Gateway::watch_supervisor(const std::string& id, int64_t pid, int64_t gener
                    });
 }
 
+void Gateway::after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then) {
+  if (!alive(init_pid, init_start)) return then();
+  int fd = pidfd_open(static_cast<pid_t>(init_pid));
+  if (fd < 0) return then();
+  auto desc = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
+  desc->async_wait(asio::posix::descriptor_base::wait_read,
+                   [desc, then](const boost::system::error_code&) { then(); });
+}
+
 void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
   auto it = supervised_.find(id);
+  if (it != supervised_.end() && it->second.generation == generation && it->second.init_pid) {
+    // First let the sandbox's processes finish dying.
+    int64_t pid = it->second.init_pid;
+    uint64_t start = it->second.init_start;
+    it->second.init_pid = 0;
+    return after_sandbox_gone(pid, start, [this, id, generation] { supervisor_exited(id, generation); });
+  }
   bool reported = it != supervised_.end() && it->second.final_status;
   if (it != supervised_.end() && it->second.generation == generation) supervised_.erase(it);
   auto record = store_->find_by_id(id);
@@ -501,12 +525,21 @@ void Gateway::finish_delete(const std::string& id) {
     if (!supervised_.count(id)) watch_supervisor(id, record->supervisor_pid, record->generation);
     return;  // finish_delete runs again when it is gone
   }
+  auto sup = supervised_.find(id);
+  if (sup != supervised_.end() && sup->second.init_pid) {
+    int64_t pid = sup->second.init_pid;
+    uint64_t start = sup->second.init_start;
+    sup->second.init_pid = 0;
+    return after_sandbox_gone(pid, start, [this, id] { finish_delete(id); });
+  }
   cleanup_host(*record);
   try {
     runtime::remove_tree(paths_.sandbox(id));
   } catch (const Error& e) {
     log::error(e.what());
   }
+  if (gone_.size() > 256) gone_.erase(gone_.begin());
+  gone_[id] = view(*record);
   store_->remove(id);
   supervised_.erase(id);
   notify(id);
@@ -620,6 +653,11 @@ void Gateway::on_session_message(const std::string& id, std::shared_ptr<net::Web
   if (m.value("generation", int64_t{-1}) != record->generation) return;
   std::string state = m.value("state", "");
   if (state == "running") {
+    auto s = supervised_.find(id);
+    if (s != supervised_.end() && m.contains("init_pid")) {
+      s->second.init_pid = m.value("init_pid", int64_t{0});
+      s->second.init_start = start_time(static_cast<pid_t>(s->second.init_pid));
+    }
     if (record->phase == Phase::kProvisioning || record->phase == Phase::kStarting) {
       record->intent = "";
       set_phase(*record, Phase::kReady);
@@ -747,11 +785,13 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
     if (spec.from == "host")
       subdirs.push_back("/workspace");
     else
-      subdirs.insert(subdirs.end(), {"/layer", "/layer/upper", "/layer/work"});
-    // The upper layer's mode is the sandbox root's: 0755.
-    for (const auto& sub : subdirs)
-      if (::mkdir((dir + sub).c_str(), sub == "/layer/upper" ? 0755 : 0700) != 0 && errno != EEXIST)
-        throw_errno("create " + dir + sub);
+      subdirs.insert(subdirs.end(), {"/layer", "/layer/upper", "/layer/work", "/layer/upper/sandbox"});
+    // The upper layer's root reads as the sandbox's /: 0755. Its /sandbox,
+    // the workspace, belongs to the sandbox user whatever the image says.
+    for (const auto& sub : subdirs) {
+      mode_t mode = sub == "/layer/upper" || sub == "/layer/upper/sandbox" ? 0755 : 0700;
+      if (::mkdir((dir + sub).c_str(), mode) != 0 && errno != EEXIST) throw_errno("create " + dir + sub);
+    }
     // As root the sandbox runs as unprivileged ids: its layer and workspace
     // are theirs.
     if (::geteuid() == 0) {
@@ -765,6 +805,7 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
         own(dir + "/workspace", 1000, 1000);
       } else {
         for (const char* sub : {"/layer", "/layer/upper", "/layer/work"}) own(dir + sub, 0, 0);
+        own(dir + "/layer/upper/sandbox", 1000, 1000);
       }
     }
     launch(record);
@@ -778,9 +819,11 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
            [](const SandboxRecord* r) {
              return !r || (r->phase != Phase::kProvisioning && r->phase != Phase::kStarting);
            },
-           [this, exchange](const SandboxRecord* r) {
-             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
-             exchange->respond(json_response(201, view(*r)));
+           [this, exchange, id](const SandboxRecord* r) {
+             if (r) return exchange->respond(json_response(201, view(*r)));
+             auto last = gone_.find(id);
+             if (last != gone_.end()) return exchange->respond(json_response(201, last->second));
+             exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
            });
 }
 
@@ -921,6 +964,9 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
       if (record) {
         end["phase"] = std::string(phase_name(record->phase));
         if (record->exit_code) end["exit_code"] = *record->exit_code;
+      } else if (auto last = gone_.find(id); last != gone_.end()) {
+        end["phase"] = last->second.value("phase", "");
+        if (last->second.contains("exit_code")) end["exit_code"] = last->second["exit_code"];
       }
       ws->send(end.dump(), false);
       ws->close();

@@ -37,12 +37,13 @@ int remove_contents(int dirfd) {
       is_dir = ::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
     }
     if (is_dir) {
+      // A directory left unreadable (overlayfs's work/work is mode 000).
+      ::fchmodat(::dirfd(dir), e->d_name, 0700, 0);
       int sub = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub < 0) {
         if (!first_error) first_error = errno;
         continue;
       }
-      ::fchmod(sub, 0700);  // a read-only directory left by the sandbox
       int err = remove_contents(sub);
       if (err && !first_error) first_error = err;
     }
@@ -109,7 +110,12 @@ void remove_cgroups(const std::string& name) noexcept {
     if (layout.unified) dirs.push_back(layout.unified->dir + "/" + name);
     for (const auto& [controller, hierarchy] : layout.controllers)
       dirs.push_back(hierarchy.dir + "/" + name);
-    for (const auto& dir : dirs) ::rmdir(dir.c_str());
+    // Tasks that just died may still be leaving: retry briefly.
+    for (const auto& dir : dirs)
+      for (int attempt = 0; attempt < 50; ++attempt) {
+        if (::rmdir(dir.c_str()) == 0 || errno != EBUSY) break;
+        ::usleep(2000);
+      }
   } catch (...) {
   }
 }

@@ -139,6 +139,7 @@ class Supervisor {
   std::string reason_, message_;
   int streams_open_ = 0;
   bool final_sent_ = false;
+  bool refused_ = false;  // the gateway refused our launch file
   bool exit_reported_ = false;
   int result_ = 0;
 };
@@ -432,6 +433,7 @@ void Supervisor::container_ended(int status) {
 }
 
 void Supervisor::write_exit_file() {
+  if (refused_) return;
   json record = {{"generation", launch_.generation},
                  {"state", stopped_ ? "stopped" : "exited"},
                  {"exit_code", exit_code_},
@@ -577,6 +579,7 @@ void Supervisor::connect_session() {
         ws->start([this](std::string data, bool) { on_session_message(data); },
                   [this, weak](const std::string&) {
                     if (session_ == weak.lock()) session_.reset();
+                    if (refused_) return;
                     if (state_ != State::kEnded) {
                       connect_session();
                     } else if (final_sent_) {
@@ -602,15 +605,12 @@ void Supervisor::on_session_message(const std::string& data) {
     session_welcome_ = true;
     report_status();
   } else if (type == "superseded" || type == "rejected") {
-    // Another launch of this sandbox is current, or ours is not valid: end.
+    // Another launch of this sandbox is current, or ours is not valid: end,
+    // claiming nothing (the gateway has recorded why).
     log::error("the gateway refused this supervisor: " + m.value("message", type));
     result_ = exit_code::kFailure;
-    if (state_ == State::kEnded) {
-      io_.stop();
-      return;
-    }
-    stopped_ = true;
-    if (container_) container_->signal(SIGKILL);
+    refused_ = true;
+    io_.stop();
   } else if (type == "stop") {
     stop(m.value("grace_ms", kDefaultGraceMs));
   }
@@ -629,6 +629,8 @@ void Supervisor::report_status() {
     session_->close();
   } else {
     status["state"] = "running";
+    // The gateway waits for it to be gone before it removes the sandbox.
+    status["init_pid"] = container_ ? container_->pid() : 0;
     session_->send(status.dump(), false);
   }
 }
