@@ -6,6 +6,7 @@
 // $XDG_RUNTIME_DIR/openshell (else /tmp/openshell-<uid>, mode 0700).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace openshell {
@@ -29,7 +30,10 @@ struct Paths {
   std::string sandbox(const std::string& id) const { return sandboxes() + "/" + id; }
   std::string launch_file(const std::string& id) const { return sandbox(id) + "/launch.cred"; }
   std::string socket() const { return run_dir + "/gateway.sock"; }
-  std::string supervisor_socket(const std::string& id) const { return run_dir + "/s/" + id + ".sock"; }
+  // One per launch: an older generation's supervisor never touches a newer one's.
+  std::string supervisor_socket(const std::string& id, int64_t generation) const {
+    return run_dir + "/s/" + id + "." + std::to_string(generation) + ".sock";
+  }
 };
 
 }  // namespace openshell

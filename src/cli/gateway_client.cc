@@ -1,6 +1,7 @@
 #include "cli/gateway_client.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "base/unique_fd.h"
 #include "net/http.h"
 
 namespace openshell::cli {
@@ -42,32 +44,55 @@ std::string last_line(const std::string& path) {
 
 void start_gateway_in_background(const Paths& paths) {
   paths.ensure();
+  Pipe ready = Pipe::create();
   pid_t pid = ::fork();
   if (pid < 0) throw_errno("fork");
   if (pid == 0) {
     // A daemon: its own session, no terminal, output to the gateway's log;
-    // the middle child exits so the gateway is nobody's child.
+    // the middle child exits so the gateway is nobody's child. It says on
+    // fd 3 whether it started.
     ::setsid();
     if (::fork() != 0) ::_exit(0);
     int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     int log = ::open(paths.gateway_log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (null >= 0) ::dup2(null, 0);
     if (log >= 0) ::dup2(log, 1), ::dup2(log, 2);
-    ::close_range(3, ~0U, 0);
-    ::execl("/proc/self/exe", "openshell", "gateway", "run", static_cast<char*>(nullptr));
+    ::dup2(ready.write.get(), 3);
+    ::close_range(4, ~0U, 0);
+    ::execl("/proc/self/exe", "openshell", "gateway", "run", "--ready-fd", "3",
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  ready.write.reset();
   int status;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  // Wait for it to listen (another gateway starting at the same time is as good).
-  for (int i = 0; i < 2000; ++i) {
-    int err = 0;
-    if (try_connect(paths, &err)) return;
-    timespec pause{0, 5000000};
-    ::nanosleep(&pause, nullptr);
+  // Its answer: "ok", or why it could not start.
+  std::string answer;
+  pollfd p{ready.read.get(), POLLIN, 0};
+  long deadline_ms = 10000;
+  while (deadline_ms > 0 && ::poll(&p, 1, 100) >= 0) {
+    char buf[512];
+    ssize_t n = ::read(ready.read.get(), buf, sizeof buf);
+    if (n > 0) {
+      answer.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) break;
+    deadline_ms -= 100;
   }
-  std::string why = last_line(paths.gateway_log());
+  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
+  if (answer == "ok") return;
+  // Another gateway starting at the same time is as good as ours.
+  if (answer.find("another gateway is running") != std::string::npos) {
+    for (int i = 0; i < 2000; ++i) {
+      int err = 0;
+      if (try_connect(paths, &err)) return;
+      timespec pause{0, 5000000};
+      ::nanosleep(&pause, nullptr);
+    }
+  }
+  std::string why = answer.rfind("error: ", 0) == 0 ? answer.substr(7) : last_line(paths.gateway_log());
   throw Error("the gateway did not start" + (why.empty() ? "" : ": " + why) + " (see " +
               paths.gateway_log() + ")");
 }

@@ -417,8 +417,10 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
 void add_gateway_commands(CLI::App& app, Action* action) {
   CLI::App* gateway = app.add_subcommand("gateway", "The local control plane that keeps the sandboxes");
   gateway->require_subcommand(1);
-  gateway->add_subcommand("run", "Run the gateway in the foreground (the CLI starts one when needed)")
-      ->callback([action] { *action = [] { return gateway::run(); }; });
+  auto ready_fd = std::make_shared<int>(-1);
+  CLI::App* run = gateway->add_subcommand("run", "Run the gateway in the foreground (the CLI starts one when needed)");
+  run->add_option("--ready-fd", *ready_fd, "")->group("");  // for the CLI's auto-start
+  run->callback([action, ready_fd] { *action = [ready_fd] { return gateway::run(*ready_fd); }; });
 
   auto output = std::make_shared<std::string>("table");
   CLI::App* status = gateway->add_subcommand("status", "Say whether the gateway runs, and where");

@@ -500,7 +500,7 @@ void Gateway::apply_final(SandboxRecord& record, const json& status) {
 // What a sandbox leaves on the host once its supervisor is gone.
 void Gateway::cleanup_host(const SandboxRecord& record) {
   runtime::remove_cgroups("openshell-" + record.id);
-  ::unlink(paths_.supervisor_socket(record.id).c_str());
+  ::unlink(paths_.supervisor_socket(record.id, record.generation).c_str());
 }
 
 void Gateway::request_stop(SandboxRecord& record) {
@@ -989,7 +989,7 @@ void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::st
     throw ApiError(409, "wrong_phase", "sandbox '" + name + "' is " +
                                            std::string(phase_name(record.phase)) +
                                            " (exec needs a Ready sandbox)");
-  std::string socket_path = paths_.supervisor_socket(record.id);
+  std::string socket_path = paths_.supervisor_socket(record.id, record.generation);
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -1012,15 +1012,25 @@ void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
 
 }  // namespace
 
-int run() {
+int run(int ready_fd) {
+  auto tell = [&](const std::string& message) {
+    if (ready_fd < 0) return;
+    std::string line = message + "\n";
+    ssize_t ignored = ::write(ready_fd, line.data(), line.size());
+    (void)ignored;
+    ::close(ready_fd);
+    ready_fd = -1;
+  };
   try {
     asio::io_context io;
     Gateway gateway(io, Paths::resolve());
     gateway.start();
+    tell("ok");
     io.run();
     return 0;
   } catch (const std::exception& e) {
     log::error(std::string("gateway: ") + e.what());
+    tell(std::string("error: ") + e.what());
     return exit_code::kFailure;
   }
 }

@@ -8,6 +8,8 @@
 namespace openshell::gateway {
 
 // `openshell gateway run`: serves until stopped; returns the exit status.
-int run();
+// ready_fd (or -1): gets "ok" once the gateway listens, or "error: why" when
+// it cannot start; then it is closed. (The command line waits on it.)
+int run(int ready_fd = -1);
 
 }  // namespace openshell::gateway

@@ -340,12 +340,13 @@ void Supervisor::load() {
 
 int Supervisor::run() {
   load();
-  socket_path_ = paths_.supervisor_socket(launch_.sandbox_id);
+  socket_path_ = paths_.supervisor_socket(launch_.sandbox_id, launch_.generation);
   listen_for_exec();
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) stop(kDefaultGraceMs);
   });
-  start_container();
+  // The sandbox starts once the gateway has accepted our launch file: a
+  // superseded launch never runs anything.
   connect_session();
   io_.run();
   ::unlink(socket_path_.c_str());
@@ -603,6 +604,7 @@ void Supervisor::on_session_message(const std::string& data) {
   std::string type = m.value("type", "");
   if (type == "welcome") {
     session_welcome_ = true;
+    if (!container_ && state_ == State::kRunning) start_container();
     report_status();
   } else if (type == "superseded" || type == "rejected") {
     // Another launch of this sandbox is current, or ours is not valid: end,
@@ -641,6 +643,15 @@ void Supervisor::stop(int grace_ms) {
     return;
   }
   if (state_ == State::kStopping) return;
+  if (!container_) {
+    // Stopped before it ever started.
+    stopped_ = true;
+    state_ = State::kEnded;
+    reason_ = "Stopped";
+    write_exit_file();
+    finish_soon();
+    return;
+  }
   state_ = State::kStopping;
   stopped_ = true;
   container_->signal(SIGTERM);

@@ -242,6 +242,77 @@ TEST_P(Sandbox, BadInputGetsOneClearLine) {
   EXPECT_THAT(again.err, HasSubstr("is Stopped"));
 }
 
+TEST_P(Sandbox, GatewayThatWillNotStartSaysWhy) {
+  // A state file that is not a database.
+  write_file(home_ + "/gateway.db", "not a database\n", 0600);
+  ASSERT_EQ(::chown((home_ + "/gateway.db").c_str(), uid_of(mode()), gid_of(mode())), 0);
+  Options o;
+  o.timeout_s = 8;  // it must fail fast, not wait for a gateway that never comes
+  Result r = os({"sandbox", "list"}, o);
+  EXPECT_EQ(r.status, 125);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the gateway did not start"));
+  EXPECT_THAT(r.err, HasSubstr("not a database"));
+  ::unlink((home_ + "/gateway.db").c_str());
+  // A home that cannot be made.
+  Options bad;
+  bad.env.push_back("OPENSHELL_HOME=/proc/openshell-e2e");
+  Result b = openshell(mode(), {"sandbox", "list"}, bad);
+  EXPECT_EQ(b.status, 125);
+  EXPECT_THAT(b.err, HasSubstr("/proc/openshell-e2e"));
+}
+
+TEST_P(Sandbox, FullDiskLosesNothing) {
+  if (mode() != Mode::kRoot) GTEST_SKIP() << "needs root to mount a small file system for the state";
+  // The state directory on a 2 MiB tmpfs that fills up.
+  std::string mounted = home_ + "-small";
+  ::mkdir(mounted.c_str(), 0700);
+  ASSERT_EQ(::system(("mount -t tmpfs -o size=2m,mode=0700 tmpfs " + mounted).c_str()), 0);
+  std::string saved_home = home_;
+  home_ = mounted;
+  ASSERT_EQ(os({"sandbox", "create", "--name", "before", "--from", rootfs(), "--", "echo", "hi"}).status, 0);
+  // Fill the disk.
+  ::system(("dd if=/dev/zero of=" + mounted + "/filler bs=64k >/dev/null 2>&1").c_str());
+  Result full = os({"sandbox", "create", "--name", "after", "--from", rootfs(), "--", "true"});
+  EXPECT_NE(full.status, 0);
+  EXPECT_EQ(std::count(full.err.begin(), full.err.end(), '\n'), 1) << full.err;
+  EXPECT_THAT(full.err, testing::AnyOf(HasSubstr("full"), HasSubstr("No space left")));
+  // What was there is intact; what failed is absent or an Error, never half made.
+  EXPECT_EQ(phase("before"), "Completed");
+  EXPECT_EQ(os({"logs", "before"}).out, "hi\n");
+  std::string after = phase("after");
+  EXPECT_THAT(after, testing::AnyOf("", "Error")) << after;
+  // With room again, things work.
+  ::unlink((mounted + "/filler").c_str());
+  os({"sandbox", "delete", "after"});
+  EXPECT_EQ(os({"sandbox", "create", "--name", "later", "--from", rootfs(), "--", "true"}).status, 0);
+  os({"sandbox", "delete", "--all"});
+  os({"gateway", "stop"});
+  for (int i = 0; i < 200 && !gateway_processes().empty(); ++i) ::usleep(10000);
+  home_ = saved_home;
+  EXPECT_EQ(::system(("umount " + mounted).c_str()), 0);
+  ::rmdir(mounted.c_str());
+}
+
+TEST_P(Sandbox, OlderGenerationIsSuperseded) {
+  ASSERT_EQ(os({"sandbox", "create", "--name", "gen", "--from", rootfs()}).status, 0);
+  std::string dir = sandbox_dir("gen");
+  std::string old_file = dir + "/launch-gen1.cred";
+  write_file(old_file, file_contents(dir + "/launch.cred"), 0600);
+  ASSERT_EQ(::chown(old_file.c_str(), uid_of(mode()), gid_of(mode())), 0);
+  ASSERT_EQ(os({"sandbox", "stop", "gen"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "start", "gen"}).status, 0);
+  ASSERT_EQ(field("gen", "generation"), "2");
+  // A supervisor presenting generation 1 is told so and ends; generation 2 runs on.
+  Result old = os({"supervisor", "--launch", old_file});
+  EXPECT_EQ(old.status, 125) << old.err;
+  EXPECT_THAT(old.err, HasSubstr("superseded"));
+  ::unlink(old_file.c_str());
+  EXPECT_EQ(phase("gen"), "Ready");
+  EXPECT_EQ(os({"sandbox", "exec", "gen", "--", "true"}).status, 0);
+}
+
 TEST_P(Sandbox, GatewayRestartKeepsSandboxesRunning) {
   ASSERT_EQ(os({"sandbox", "create", "--name", "keep", "--from", rootfs()}).status, 0);
   ASSERT_EQ(os({"sandbox", "exec", "keep", "--", "sh", "-c", "echo before > /sandbox/f"}).status, 0);
