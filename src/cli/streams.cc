@@ -56,25 +56,6 @@ std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const Paths& paths
   return result;
 }
 
-// Puts a terminal in raw mode and restores it on destruction.
-class RawMode {
- public:
-  explicit RawMode(int fd) : fd_(fd) {
-    if (!::isatty(fd) || ::tcgetattr(fd, &saved_) != 0) return;
-    termios raw = saved_;
-    ::cfmakeraw(&raw);
-    if (::tcsetattr(fd, TCSANOW, &raw) == 0) active_ = true;
-  }
-  ~RawMode() {
-    if (active_) ::tcsetattr(fd_, TCSANOW, &saved_);
-  }
-
- private:
-  int fd_;
-  termios saved_{};
-  bool active_ = false;
-};
-
 }  // namespace
 
 size_t print_records(const std::string& text, bool timestamps, std::string* carry) {

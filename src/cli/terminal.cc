@@ -19,27 +19,6 @@ namespace openshell::cli {
 
 namespace {
 
-// Puts a terminal in raw mode and restores it on destruction.
-class RawMode {
- public:
-  explicit RawMode(int fd) : fd_(fd) {
-    if (!::isatty(fd) || ::tcgetattr(fd, &saved_) != 0) return;
-    termios raw = saved_;
-    ::cfmakeraw(&raw);
-    if (::tcsetattr(fd, TCSANOW, &raw) == 0) active_ = true;
-  }
-  ~RawMode() {
-    if (active_) ::tcsetattr(fd_, TCSANOW, &saved_);
-  }
-  RawMode(const RawMode&) = delete;
-  RawMode& operator=(const RawMode&) = delete;
-
- private:
-  int fd_;
-  termios saved_{};
-  bool active_ = false;
-};
-
 void copy_window_size(int to) {
   winsize size{};
   terminal_size(&size.ws_row, &size.ws_col);
@@ -74,6 +53,17 @@ bool pump(int from, int to) {
 }
 
 }  // namespace
+
+RawMode::RawMode(int fd) : fd_(fd) {
+  if (fd < 0 || !::isatty(fd) || ::tcgetattr(fd, &saved_) != 0) return;
+  termios raw = saved_;
+  ::cfmakeraw(&raw);
+  if (::tcsetattr(fd, TCSANOW, &raw) == 0) active_ = true;
+}
+
+RawMode::~RawMode() {
+  if (active_) ::tcsetattr(fd_, TCSANOW, &saved_);
+}
 
 void terminal_size(unsigned short* rows, unsigned short* cols) {
   winsize size{};

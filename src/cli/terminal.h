@@ -6,7 +6,23 @@ namespace openshell::runtime {
 class Container;
 }
 
+#include <termios.h>
+
 namespace openshell::cli {
+
+// Puts a terminal in raw mode (if fd is one) and restores it on destruction.
+class RawMode {
+ public:
+  explicit RawMode(int fd);
+  ~RawMode();
+  RawMode(const RawMode&) = delete;
+  RawMode& operator=(const RawMode&) = delete;
+
+ private:
+  int fd_;
+  termios saved_{};
+  bool active_ = false;
+};
 
 // The caller's terminal size, from whichever of its stdio is a terminal;
 // 24x80 when none is.

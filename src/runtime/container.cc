@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "namespaces/network.h"
+#include "runtime/init_protocol.h"
 #include "runtime/seccomp.h"
 
 namespace openshell::runtime {
@@ -120,25 +121,7 @@ bool receive_fd(int socket_fd, int* fd_out, ChildFailure* f) {
 }
 
 bool send_fd(int socket_fd, int fd) {
-  char tag = fd >= 0 ? 'F' : 'N';
-  iovec iov{&tag, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
-  }
-  ssize_t n;
-  do n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  return n == 1;
+  return send_packet(socket_fd, fd >= 0 ? "F" : "N", &fd, fd >= 0 ? 1 : 0) == 0;
 }
 
 bool clear_cloexec(int fd, ChildFailure* f) {
