@@ -14,7 +14,10 @@
 // A command's arguments end at the next argument that is exactly "--name", or
 // at the end of the line. In any argument the literal text "{n}" becomes the
 // run's index (unique across all runs and commands), for tools that need a
-// fresh name per run (e.g. a container id).
+// fresh name per run (e.g. a container id), and "{r}" the round's index
+// (warm-up rounds included), the same for every command of a round: with
+// --order fixed, the commands of a round can be the steps of one lifecycle
+// (create {r}, use {r}, delete {r}).
 //
 // Peak RSS is ru_maxrss from wait4: the largest resident set of the reaped
 // process or of any descendant it waited for itself (the largest single
@@ -93,7 +96,8 @@ constexpr const char* kUsage =
     "  --json         print JSON instead of a markdown table\n"
     "\n"
     "A command ends at the next \"--name\" argument. \"{n}\" in an argument is\n"
-    "replaced by the run's index, unique across all runs.\n";
+    "replaced by the run's index, unique across all runs; \"{r}\" by the round's\n"
+    "index, the same for all commands of a round.\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::fprintf(stderr, "spawn_bench: %s\n\n%s", why.c_str(), kUsage);
@@ -194,14 +198,16 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::string substitute(const std::string& arg, long index) {
+// "{n}" -> index, "{r}" -> round.
+std::string substitute(const std::string& arg, long index, long round) {
   std::string out;
   size_t pos = 0;
   while (true) {
-    size_t hit = arg.find("{n}", pos);
+    size_t n = arg.find("{n}", pos), r = arg.find("{r}", pos);
+    size_t hit = std::min(n, r);
     out.append(arg, pos, hit == std::string::npos ? std::string::npos : hit - pos);
     if (hit == std::string::npos) return out;
-    out += std::to_string(index);
+    out += std::to_string(hit == n ? index : round);
     pos = hit + 3;
   }
 }
@@ -493,7 +499,7 @@ int main(int argc, char** argv) {
       const Command& cmd = o.commands[c];
       std::vector<std::string> args;
       args.reserve(cmd.argv.size());
-      for (const auto& a : cmd.argv) args.push_back(substitute(a, index));
+      for (const auto& a : cmd.argv) args.push_back(substitute(a, index, round));
       ++index;
 
       Sample s{};
@@ -504,7 +510,7 @@ int main(int argc, char** argv) {
                      cmd.name.c_str(), round, describe_status(status).c_str(),
                      quoted(args).c_str());
         std::vector<std::string> again;
-        for (const auto& a : cmd.argv) again.push_back(substitute(a, index));
+        for (const auto& a : cmd.argv) again.push_back(substitute(a, index, round));
         std::fprintf(stderr, "spawn_bench: running it once more with stderr shown:\n  %s\n",
                      quoted(again).c_str());
         std::fflush(stderr);
