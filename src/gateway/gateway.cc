@@ -183,6 +183,8 @@ class Gateway {
   // The last view of recently deleted sandboxes (--no-keep ones vanish while
   // their creator still waits for the exit status).
   std::map<std::string, json> gone_;
+  // Log followers by sandbox id: woken by a phase change, not only by their timer.
+  std::map<std::string, std::vector<std::weak_ptr<std::function<void()>>>> followers_;
 };
 
 void Gateway::start() {
@@ -321,6 +323,14 @@ void Gateway::notify(const std::string& id) {
     } else {
       it = watchers_.erase(it);
     }
+  }
+  if (auto f = followers_.find(id); f != followers_.end()) {
+    for (auto& weak : f->second)
+      if (auto poll = weak.lock()) asio::post(io_, [poll] {
+          if (*poll) (*poll)();
+        });
+    std::erase_if(f->second, [](const auto& weak) { return weak.expired(); });
+    if (f->second.empty()) followers_.erase(f);
   }
   auto found = waiters_.find(id);
   if (found == waiters_.end()) return;
@@ -973,11 +983,13 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
       *poll = nullptr;  // break the cycle
       return;
     }
+    // Re-arming cancels the wait a wake-up by notify() overtook.
     follow->timer->expires_after(std::chrono::milliseconds(more.empty() ? 10 : 0));
     follow->timer->async_wait([poll](const boost::system::error_code& ec) {
       if (!ec && *poll) (*poll)();
     });
   };
+  followers_[id].push_back(poll);
   (*poll)();
 }
 

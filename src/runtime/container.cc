@@ -62,10 +62,16 @@ struct SyncMessage {
   bool tty_group;  // gid 5 is mapped
 };
 
-SyncMessage sync_message_for(const namespaces::IdMap& map, const ContainerSpec& spec) {
-  const bool single = map.method == namespaces::IdMap::Method::kDirect && map.is_single();
-  return SyncMessage{single ? spec.uid : 0, single ? spec.gid : 0, !map.deny_setgroups,
-                     map.host_gid(5).has_value()};
+// The setup runs as the inside ids the caller's own ids map to (rootless:
+// what it makes on the host stays the caller's), else as root inside.
+SyncMessage sync_message_for(const namespaces::IdMap& map) {
+  auto inside = [](const std::vector<namespaces::IdRange>& ranges, uint32_t host) -> uint32_t {
+    for (const auto& r : ranges)
+      if (host >= r.outside && host - r.outside < r.count) return r.inside + (host - r.outside);
+    return 0;
+  };
+  return SyncMessage{inside(map.uid, ::geteuid()), inside(map.gid, ::getegid()),
+                     !map.deny_setgroups, map.host_gid(5).has_value()};
 }
 
 void format_int(char* out, size_t size, int value) {
@@ -377,7 +383,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     trees.resize(mounts.tree_count());
     for (const UniqueFd& tree : trees)
       if (!send_fd(parent_socket.get(), tree.get())) throw_errno("send mounts to the sandbox");
-    SyncMessage go = sync_message_for(id_map, spec);
+    SyncMessage go = sync_message_for(id_map);
     if (::write(sync.write.get(), &go, sizeof go) != sizeof go) throw_errno("start the sandbox");
   } catch (...) {
     abandon();

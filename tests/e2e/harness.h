@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -74,19 +75,36 @@ std::string command_of(const std::string& pid);
 std::string environment_of(const std::string& pid);
 
 // The test suites take the mode as their parameter.
-// After every test: nothing of a sandbox is left on the host.
+// After every test: nothing of a sandbox is left on the host (counting only
+// what appeared during the test: other sandboxes on the machine are not ours).
 class ModeTest : public testing::TestWithParam<Mode> {
  protected:
   Mode mode() const { return GetParam(); }
   void SetUp() override {
     if (binary().empty()) GTEST_SKIP() << "e2e tests need root (to create the test users)";
+    mounts_before_ = leftover_mounts();
+    cgroups_before_ = leftover_cgroups();
+    processes_before_ = leftover_processes();
   }
   void TearDown() override {
     if (binary().empty()) return;
-    EXPECT_EQ(leftover_mounts(), std::vector<std::string>{}) << "mounts left behind";
-    EXPECT_EQ(leftover_cgroups(), std::vector<std::string>{}) << "cgroups left behind";
-    EXPECT_EQ(leftover_processes(), std::vector<std::string>{}) << "processes left behind";
+    EXPECT_EQ(new_since(leftover_mounts(), mounts_before_), std::vector<std::string>{})
+        << "mounts left behind";
+    EXPECT_EQ(new_since(leftover_cgroups(), cgroups_before_), std::vector<std::string>{})
+        << "cgroups left behind";
+    EXPECT_EQ(new_since(leftover_processes(), processes_before_), std::vector<std::string>{})
+        << "processes left behind";
   }
+  static std::vector<std::string> new_since(std::vector<std::string> now,
+                                            const std::vector<std::string>& before) {
+    std::erase_if(now, [&](const std::string& x) {
+      return std::find(before.begin(), before.end(), x) != before.end();
+    });
+    return now;
+  }
+
+ protected:
+  std::vector<std::string> mounts_before_, cgroups_before_, processes_before_;
 };
 
 std::string param_name(const testing::TestParamInfo<Mode>& info);

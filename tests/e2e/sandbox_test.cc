@@ -374,8 +374,8 @@ TEST_P(Sandbox, DeleteLeavesNothing) {
   Result r = os({"sandbox", "delete", "del"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(::access(dir.c_str(), F_OK), -1);
-  EXPECT_EQ(leftover_processes(), std::vector<std::string>{});
-  EXPECT_EQ(leftover_cgroups(), std::vector<std::string>{});
+  EXPECT_EQ(new_since(leftover_processes(), processes_before_), std::vector<std::string>{});
+  EXPECT_EQ(new_since(leftover_cgroups(), cgroups_before_), std::vector<std::string>{});
   // Its supervisor socket too.
   EXPECT_EQ(file_contents_of_dir(home_ + "/run/s"), "");
 }
