@@ -76,8 +76,14 @@ int main(int argc, char** argv) {
       log::error(std::string("unknown command '") + argv[1] + "' (see 'openshell --help')");
       return exit_code::kFailure;
     }
+    // The deepest command given: "openshell sandbox exec".
     std::string where = "openshell";
-    for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
+    for (const CLI::App* at = &app;;) {
+      auto subs = at->get_subcommands();
+      if (subs.empty()) break;
+      at = subs.front();
+      where += " " + at->get_name();
+    }
     log::error(describe_parse_error(e) + " (see '" + where + " --help')");
     return exit_code::kFailure;
   }

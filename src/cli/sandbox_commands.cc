@@ -9,7 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 
@@ -121,7 +123,8 @@ void print_sandbox(const json& s, const std::string& output) {
       {"Command:", command_text(s)},
       {"Created:", s.value("created_at", "")}};
   std::string labels;
-  for (const auto& [k, v] : s.value("labels", json::object()).items())
+  const json label_map = s.value("labels", json::object());
+  for (const auto& [k, v] : label_map.items())
     labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
   if (!labels.empty()) rows.push_back({"Labels:", labels});
   print_table(rows);
@@ -204,16 +207,16 @@ int create(const CreateOptions& o) {
   json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
   const std::string name = sandbox.value("name", "");
 
+  if (launch_failed(sandbox)) {
+    log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
+    return exit_status_of(sandbox);
+  }
   if (!o.command.empty() && !o.detach) {
     // Show the main process's output and end with its status.
     LogEnd end = follow_logs(client.paths(), name, LogOptions{});
     if (end.exit_code) return *end.exit_code;
     if (end.phase == "Stopped") return 128 + 15;
     return exit_code::kFailure;
-  }
-  if (launch_failed(sandbox)) {
-    log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
-    return exit_status_of(sandbox);
   }
   if (o.output == "json")
     print_sandbox(sandbox, "json");
@@ -372,6 +375,20 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
       // After the name, CLI11 keeps a "--" as a word of the command.
       if (!o->argv.empty() && o->argv.front() == "--") o->argv.erase(o->argv.begin());
       if (o->argv.empty()) throw CLI::ValidationError("command", "no command given");
+      // -e KEY passes the caller's value (as `run` does); a terminal gets TERM.
+      std::vector<std::string> env;
+      for (const auto& entry : o->env) {
+        if (entry.find('=') != std::string::npos) {
+          env.push_back(entry);
+        } else if (const char* value = std::getenv(entry.c_str())) {
+          env.push_back(entry + "=" + value);
+        }
+      }
+      if (o->tty && std::none_of(env.begin(), env.end(), [](const std::string& e) { return e.rfind("TERM=", 0) == 0; })) {
+        const char* term = std::getenv("TERM");
+        env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
+      }
+      o->env = env;
       *action = [name, o] {
         GatewayClient client;
         json s = client.call("GET", target(*name));

@@ -625,6 +625,16 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
           ws->close();
           return;
         }
+        if (finished(record->phase)) {
+          // Its run is over (stopped, or its supervisor was given up for lost).
+          ws->send(json{{"type", "rejected"},
+                        {"message", "sandbox '" + record->name + "' is " +
+                                        std::string(phase_name(record->phase))}}
+                       .dump(),
+                   false);
+          ws->close();
+          return;
+        }
         if (launch.generation != record->generation) {
           ws->send(json{{"type", "superseded"},
                         {"message", "launch generation " + std::to_string(launch.generation) +
@@ -926,6 +936,8 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
   size_t tail = text::parse_uint(req.query.count("tail") ? req.query.at("tail") : "", 1u << 30)
                     .value_or(static_cast<size_t>(-1));
   std::string content;
+  files::read_into(path + ".1", &content);  // the older part, if the log rotated
+  size_t older = content.size();
   files::read_into(path, &content);
   // The last `tail` records.
   size_t start = content.size();
@@ -950,19 +962,31 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
     std::shared_ptr<asio::steady_timer> timer;
   };
   auto follow = std::make_shared<Follow>(
-      Follow{UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), static_cast<off_t>(content.size()),
-             std::make_shared<asio::steady_timer>(io_)});
+      Follow{UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)),
+             static_cast<off_t>(content.size() - older), std::make_shared<asio::steady_timer>(io_)});
   std::string id = record.id;
   auto poll = std::make_shared<std::function<void()>>();
   *poll = [this, ws, follow, id, path, poll]() {
     if (!follow->fd) follow->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     std::string more;
-    if (follow->fd) {
+    auto drain = [&]() {
       char buf[65536];
       ssize_t n;
       while ((n = ::pread(follow->fd.get(), buf, sizeof buf, follow->offset)) > 0) {
         more.append(buf, static_cast<size_t>(n));
         follow->offset += n;
+      }
+    };
+    if (follow->fd) {
+      drain();
+      // The supervisor rotated the log: finish the old file, go on with the new.
+      struct stat open_st, path_st;
+      if (::fstat(follow->fd.get(), &open_st) == 0 && ::stat(path.c_str(), &path_st) == 0 &&
+          (open_st.st_ino != path_st.st_ino || open_st.st_dev != path_st.st_dev)) {
+        drain();
+        follow->fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        follow->offset = 0;
+        if (follow->fd) drain();
       }
     }
     if (!more.empty()) ws->send(more, true);

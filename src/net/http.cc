@@ -83,8 +83,10 @@ std::string json_string(std::string_view text) {
   return out + "\"";
 }
 
-std::string error_body(std::string_view message) {
-  return "{\"error\":" + json_string(message) + "}";
+// The API's error shape: {"error": {"code": ..., "message": ...}}.
+std::string error_body(std::string_view code, std::string_view message) {
+  return "{\"error\":{\"code\":" + json_string(code) + ",\"message\":" + json_string(message) +
+         "}}";
 }
 
 int hex_value(char c) {
@@ -717,7 +719,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     response->result(bhttp::status::bad_request);
     response->set(bhttp::field::server, "openshell");
     response->set(bhttp::field::content_type, "application/json");
-    response->body() = error_body("bad request: " + why);
+    response->body() = error_body("bad_request", "bad request: " + why);
     state_ = State::writing;
     write(std::move(response), false);
   }
@@ -799,7 +801,8 @@ std::shared_ptr<Exchange> Connection::make_exchange(Request request) {
 
 void Connection::fail_exchange(Exchange& exchange, const std::string& what) {
   auto& impl = static_cast<ExchangeImpl&>(exchange);
-  if (!impl.answered()) impl.respond(Response{500, error_body("internal error: " + what)});
+  if (!impl.answered())
+    impl.respond(Response{500, error_body("internal", "internal error: " + what)});
 }
 
 void ServerState::accept_next() {

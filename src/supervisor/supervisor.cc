@@ -113,6 +113,7 @@ class Supervisor {
   void write_exit_file();
   void finish_soon();
   void maybe_exit();
+  void fail_start(int code, const std::string& why);
 
   asio::io_context& io_;
   std::string launch_file_;
@@ -131,6 +132,7 @@ class Supervisor {
   std::map<uint64_t, std::shared_ptr<ExecSession>> execs_;
   uint64_t next_exec_ = 1;
   std::string socket_path_;
+  std::string spec_error_;  // why the spec cannot become a container
 
   // What happened to the main process.
   enum class State { kRunning, kStopping, kEnded } state_ = State::kRunning;
@@ -333,9 +335,25 @@ void Supervisor::load() {
   std::string bytes;
   if (int err = files::read_into(launch_file_, &bytes)) throw_errno("read " + launch_file_, err);
   launch_ = auth::decode(bytes);
-  spec_ = SandboxSpec::from_json(launch_.spec);
-  container_spec_ = container_spec_for(spec_, launch_.sandbox_id, launch_.sandbox_name, paths_);
   log_ = std::make_unique<logfile::Writer>(paths_.sandbox(launch_.sandbox_id) + "/logs/main.log");
+  // A spec that cannot become a container (an unknown user, say) is a
+  // failed start to report, not a supervisor that vanishes.
+  try {
+    spec_ = SandboxSpec::from_json(launch_.spec);
+    container_spec_ = container_spec_for(spec_, launch_.sandbox_id, launch_.sandbox_name, paths_);
+  } catch (const Error& e) {
+    spec_error_ = e.what();
+  }
+}
+
+void Supervisor::fail_start(int code, const std::string& why) {
+  state_ = State::kEnded;
+  exit_code_ = code;
+  reason_ = code == exit_code::kFailure ? "StartFailed" : "MainProcessFailed";
+  message_ = why;
+  log_->write("stderr", "openshell: " + why + "\n", logfile::now_ns());
+  write_exit_file();
+  finish_soon();
 }
 
 int Supervisor::run() {
@@ -366,13 +384,7 @@ void Supervisor::start_container() {
   } catch (const Error& e) {
     ::close(out[0]), ::close(out[1]), ::close(err[0]), ::close(err[1]);
     // The main process could not start: that is its exit.
-    state_ = State::kEnded;
-    exit_code_ = e.exit_code();
-    reason_ = exit_code_ == exit_code::kFailure ? "StartFailed" : "MainProcessFailed";
-    message_ = e.what();
-    log_->write("stderr", std::string("openshell: ") + e.what() + "\n", logfile::now_ns());
-    write_exit_file();
-    finish_soon();
+    fail_start(e.exit_code(), e.what());
     return;
   }
   ::close(out[1]);
@@ -604,7 +616,12 @@ void Supervisor::on_session_message(const std::string& data) {
   std::string type = m.value("type", "");
   if (type == "welcome") {
     session_welcome_ = true;
-    if (!container_ && state_ == State::kRunning) start_container();
+    if (!container_ && state_ == State::kRunning) {
+      if (spec_error_.empty())
+        start_container();
+      else
+        fail_start(exit_code::kFailure, spec_error_);
+    }
     report_status();
   } else if (type == "superseded" || type == "rejected") {
     // Another launch of this sandbox is current, or ours is not valid: end,
