@@ -192,6 +192,10 @@ TEST_P(Sandbox, ListGetJsonAndLabels) {
   Result json = os({"sandbox", "list", "-o", "json", "--selector", "team=y"});
   EXPECT_THAT(json.out, HasSubstr("\"name\": \"b2\""));
   EXPECT_THAT(json.out, Not(HasSubstr("\"name\": \"a1\"")));
+  Result table_get = os({"sandbox", "get", "a1"});
+  EXPECT_EQ(table_get.status, 0) << table_get.err;
+  EXPECT_THAT(table_get.out, HasSubstr("Labels:"));
+  EXPECT_THAT(table_get.out, HasSubstr("team=x"));
   Result get = os({"sandbox", "get", "a1", "-o", "json"});
   for (const char* key : {"\"name\"", "\"id\"", "\"phase\"", "\"generation\"", "\"exit_code\"",
                           "\"conditions\"", "\"created_at\""})
@@ -236,6 +240,14 @@ TEST_P(Sandbox, BadInputGetsOneClearLine) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << testing::PrintToString(c.args) << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.says)) << testing::PrintToString(c.args);
   }
+  // A spec that cannot run says why, on create and in the sandbox's conditions.
+  std::string bad_policy = write_file(home_ + "/nouser.toml", "version = 1\n[process]\nrun_as_user = \"nosuchuser\"\n");
+  ::chown(bad_policy.c_str(), uid_of(mode()), gid_of(mode()));
+  Result nouser = os({"sandbox", "create", "--name", "nouser", "--policy", bad_policy, "--from", rootfs(), "--", "true"});
+  EXPECT_EQ(nouser.status, 125);
+  EXPECT_THAT(nouser.err, HasSubstr("failed to start"));
+  EXPECT_THAT(nouser.err, HasSubstr("no such user"));
+  EXPECT_THAT(os({"sandbox", "get", "nouser", "-o", "json"}).out, HasSubstr("StartFailed"));
   EXPECT_EQ(os({"sandbox", "stop", "busy"}).status, 0);
   Result again = os({"sandbox", "stop", "busy"});
   EXPECT_NE(again.status, 0);
