@@ -1,9 +1,12 @@
 #include "policy/policy.h"
 
+// clang-format off
 #include <utility>  // before toml++: it uses std::exchange
 
 #include <toml++/toml.h>
+// clang-format on
 
+#include <cstdio>
 #include <set>
 #include <sstream>
 
@@ -268,6 +271,112 @@ Policy load(const std::string& path) {
   std::string text;
   if (int err = files::read_into(path, &text)) throw_errno("policy " + path, err);
   return parse(text, path);
+}
+
+namespace {
+
+// A TOML basic string: quotes, backslashes and control characters escaped.
+std::string toml_string(std::string_view text) {
+  constexpr std::string_view kPlain = "\"\\\b\t\n\f\r";
+  constexpr std::string_view kEscaped = "\"\\btnfr";
+  std::string out = "\"";
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (size_t i = kPlain.find(c); i != std::string_view::npos) {
+      out += '\\';
+      out += kEscaped[i];
+    } else if (byte < 0x20 || byte == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04X", byte);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// A key bare where TOML allows it, else quoted.
+std::string toml_key(std::string_view key) {
+  bool bare = !key.empty();
+  for (char c : key)
+    bare = bare && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-');
+  return bare ? std::string(key) : toml_string(key);
+}
+
+// `key = ["a", "b"]` on one line when it fits in 100 columns, else one item a line.
+std::string string_array(std::string_view key, const std::vector<std::string>& items) {
+  std::string line = std::string(key) + " = [";
+  for (size_t i = 0; i < items.size(); ++i) line += (i ? ", " : "") + toml_string(items[i]);
+  line += "]\n";
+  if (line.size() <= 101) return line;
+  std::string lines = std::string(key) + " = [\n";
+  for (const auto& item : items) lines += "  " + toml_string(item) + ",\n";
+  return lines + "]\n";
+}
+
+std::string endpoint_table(const Endpoint& endpoint) {
+  std::string out = "{ host = " + toml_string(endpoint.host);
+  if (endpoint.ports.size() == 1) {
+    out += ", port = " + std::to_string(endpoint.ports[0]);
+  } else if (!endpoint.ports.empty()) {
+    out += ", ports = [";
+    for (size_t i = 0; i < endpoint.ports.size(); ++i)
+      out += (i ? ", " : "") + std::to_string(endpoint.ports[i]);
+    out += "]";
+  }
+  if (!endpoint.allowed_ips.empty()) {
+    out += ", allowed_ips = [";
+    for (size_t i = 0; i < endpoint.allowed_ips.size(); ++i)
+      out += (i ? ", " : "") + toml_string(endpoint.allowed_ips[i]);
+    out += "]";
+  }
+  if (!endpoint.protocol.empty()) out += ", protocol = " + toml_string(endpoint.protocol);
+  if (!endpoint.access.empty()) out += ", access = " + toml_string(endpoint.access);
+  return out + " }";
+}
+
+}  // namespace
+
+std::string to_toml(const Policy& policy) {
+  std::string out = "version = " + std::to_string(policy.version) + "\n";
+  if (policy.has_filesystem_policy) {
+    const FilesystemPolicy& fs = policy.filesystem;
+    out += "\n[filesystem_policy]\n";
+    out += std::string("include_workdir = ") + (fs.include_workdir ? "true" : "false") + "\n";
+    out += string_array("read_only", fs.read_only);
+    out += string_array("read_write", fs.read_write);
+  }
+  out += "\n[landlock]\ncompatibility = ";
+  out += policy.landlock == LandlockCompatibility::kHardRequirement ? "\"hard_requirement\"\n"
+                                                                    : "\"best_effort\"\n";
+  if (policy.process.run_as_user || policy.process.run_as_group) {
+    out += "\n[process]\n";
+    if (policy.process.run_as_user)
+      out += "run_as_user = " + toml_string(*policy.process.run_as_user) + "\n";
+    if (policy.process.run_as_group)
+      out += "run_as_group = " + toml_string(*policy.process.run_as_group) + "\n";
+  }
+  std::set<std::string> names;
+  for (const NetworkPolicy& rule : policy.network) {
+    if (!names.insert(rule.name).second)
+      throw Error("network_policies." + rule.name + ": the name is given twice");
+    out += "\n[network_policies." + toml_key(rule.name) + "]\n";
+    if (!rule.endpoints.empty()) {
+      out += "endpoints = [\n";
+      for (const Endpoint& endpoint : rule.endpoints)
+        out += "  " + endpoint_table(endpoint) + ",\n";
+      out += "]\n";
+    }
+    if (!rule.binaries.empty()) {
+      out += "binaries = [\n";
+      for (const Binary& binary : rule.binaries)
+        out += "  { path = " + toml_string(binary.path) + " },\n";
+      out += "]\n";
+    }
+  }
+  return out;
 }
 
 Policy default_policy() {

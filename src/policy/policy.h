@@ -20,11 +20,13 @@ struct FilesystemPolicy {
   bool include_workdir = true;
   std::vector<std::string> read_only;
   std::vector<std::string> read_write;
+  bool operator==(const FilesystemPolicy&) const = default;
 };
 
 struct ProcessPolicy {
   std::optional<std::string> run_as_user;   // a name in the image, or a uid; never root
   std::optional<std::string> run_as_group;
+  bool operator==(const ProcessPolicy&) const = default;
 };
 
 struct Endpoint {
@@ -33,16 +35,19 @@ struct Endpoint {
   std::vector<std::string> allowed_ips;  // CIDRs a resolved address may fall in
   std::string protocol;                  // optional, e.g. "rest"
   std::string access;                    // optional, e.g. "read-only"
+  bool operator==(const Endpoint&) const = default;
 };
 
 struct Binary {
   std::string path;  // absolute path or glob
+  bool operator==(const Binary&) const = default;
 };
 
 struct NetworkPolicy {
   std::string name;
   std::vector<Endpoint> endpoints;
   std::vector<Binary> binaries;
+  bool operator==(const NetworkPolicy&) const = default;
 };
 
 struct Policy {
@@ -52,6 +57,7 @@ struct Policy {
   LandlockCompatibility landlock = LandlockCompatibility::kBestEffort;
   ProcessPolicy process;
   std::vector<NetworkPolicy> network;
+  bool operator==(const Policy&) const = default;
 };
 
 // Parses and validates. Throws Error whose message names the source, the line
@@ -60,6 +66,14 @@ Policy parse(std::string_view text, const std::string& source_name);
 
 // Reads and parses a file; a missing file is an Error naming it.
 Policy load(const std::string& path);
+
+// The policy as a TOML document in the layout of the design's example
+// (endpoints and binaries as inline tables, one a line). A policy that
+// parse() returned comes back equal from parse(to_toml(policy)). Network
+// policies are written in the given order, but parse() returns them sorted
+// by name (TOML tables keep no order); a name given twice is an Error.
+// No other validation: what parse() would refuse, it refuses on reading.
+std::string to_toml(const Policy& policy);
 
 // The default for sandboxes: no network; system directories read-only; the
 // workspace, /tmp and /dev/null writable.

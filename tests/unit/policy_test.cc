@@ -388,5 +388,147 @@ TEST(CheckHostPattern, Rejects) {
   EXPECT_THAT(check_host_pattern("*"), StartsWith("wildcard must leave at least two labels"));
 }
 
+// parse(to_toml(policy)), with the text in the failure message.
+Policy round_trip(const Policy& policy) {
+  std::string text = to_toml(policy);
+  try {
+    return parse(text, "written.toml");
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what() << "\n" << text;
+    return {};
+  }
+}
+
+TEST(PolicyToToml, DesignExampleInItsOwnLayout) {
+  Policy p = parse(kExample, "policy.toml");
+  EXPECT_EQ(to_toml(p), R"(version = 1
+
+[filesystem_policy]
+include_workdir = true
+read_only = ["/usr", "/lib", "/etc", "/proc"]
+read_write = ["/sandbox", "/tmp", "/dev/null"]
+
+[landlock]
+compatibility = "best_effort"
+
+[process]
+run_as_user = "sandbox"
+run_as_group = "sandbox"
+
+[network_policies.github]
+endpoints = [
+  { host = "api.github.com", port = 443 },
+  { host = "*.githubusercontent.com", port = 443 },
+]
+binaries = [
+  { path = "/usr/bin/git" },
+  { path = "/usr/bin/curl" },
+]
+)");
+  Policy back = round_trip(p);
+  EXPECT_EQ(back, p);
+  ASSERT_EQ(back.network.size(), 1u);
+  EXPECT_EQ(back.network[0].binaries.size(), 2u);
+}
+
+TEST(PolicyToToml, EmptyPolicy) {
+  Policy empty;
+  std::string text = to_toml(empty);
+  EXPECT_THAT(text, StartsWith("version = 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("filesystem_policy")));
+  EXPECT_THAT(text, Not(HasSubstr("[process]")));
+  EXPECT_THAT(text, Not(HasSubstr("network_policies")));
+  Policy back = round_trip(empty);
+  EXPECT_EQ(back, empty);
+  EXPECT_FALSE(back.has_filesystem_policy);
+}
+
+TEST(PolicyToToml, DefaultPolicy) {
+  Policy p = default_policy();
+  EXPECT_EQ(round_trip(p), p);
+}
+
+TEST(PolicyToToml, EveryField) {
+  Policy p;
+  p.has_filesystem_policy = true;
+  p.filesystem.include_workdir = false;
+  // Long enough to be written one path a line.
+  for (int i = 0; i < 12; ++i) p.filesystem.read_only.push_back("/opt/tool-" + std::to_string(i));
+  p.filesystem.read_write = {};
+  p.landlock = LandlockCompatibility::kHardRequirement;
+  p.process.run_as_user = "1000";
+  p.process.run_as_group = "staff";
+  NetworkPolicy api;
+  api.name = "api";
+  api.endpoints.push_back(
+      {"example.com", {80, 8080, 8443}, {"10.0.0.0/8", "fd00::/8"}, "rest", "read-only"});
+  api.endpoints.push_back({"*.example.org", {443}, {}, "", ""});
+  api.endpoints.push_back({"10.1.2.3", {22}, {"10.1.2.3/32"}, "", "full"});
+  api.binaries = {{"/usr/bin/python3*"}, {"/usr/bin/curl"}};
+  NetworkPolicy bare;  // no endpoints, no binaries
+  bare.name = "bare";
+  p.network = {api, bare};
+
+  std::string text = to_toml(p);
+  EXPECT_THAT(text, HasSubstr("read_only = [\n  \"/opt/tool-0\",\n"));
+  EXPECT_THAT(text, HasSubstr("read_write = []\n"));
+  EXPECT_THAT(text, HasSubstr("compatibility = \"hard_requirement\"\n"));
+  EXPECT_THAT(text, HasSubstr("ports = [80, 8080, 8443]"));
+  Policy back = round_trip(p);
+  EXPECT_EQ(back, p);
+  ASSERT_EQ(back.network.size(), 2u);
+  EXPECT_EQ(back.network[0].endpoints[0].access, "read-only");
+  EXPECT_EQ(back.network[1].name, "bare");
+}
+
+TEST(PolicyToToml, OnlyAGroup) {
+  Policy p;
+  p.process.run_as_group = "100";
+  Policy back = round_trip(p);
+  EXPECT_EQ(back, p);
+  EXPECT_FALSE(back.process.run_as_user.has_value());
+}
+
+TEST(PolicyToToml, StringsAndNamesAreQuoted) {
+  Policy p;
+  p.has_filesystem_policy = true;
+  p.filesystem.read_only = {"/tmp/a \"b\" \\c", "/donn\u00e9es", "/tab\there"};
+  NetworkPolicy odd;
+  odd.name = "my policy.v2 \"x\"";
+  odd.endpoints.push_back({"api.example.com", {443}, {}, "line\nbreak\x01", "a\\b"});
+  p.network = {odd};
+  Policy back = round_trip(p);
+  EXPECT_EQ(back, p);
+  ASSERT_EQ(back.network.size(), 1u);
+  EXPECT_EQ(back.network[0].name, "my policy.v2 \"x\"");
+  EXPECT_EQ(back.network[0].endpoints[0].protocol, "line\nbreak\x01");
+}
+
+TEST(PolicyToToml, FilesystemLeftOutWhenNotGiven) {
+  Policy p;
+  p.has_filesystem_policy = false;
+  p.filesystem.read_only = {"/ignored"};
+  EXPECT_THAT(to_toml(p), Not(HasSubstr("/ignored")));
+  EXPECT_THAT(round_trip(p).filesystem.read_only, IsEmpty());
+}
+
+TEST(PolicyToToml, NetworkPoliciesComeBackSortedByName) {
+  Policy p;
+  p.network = {{"zeta", {{"z.example.com", {443}, {}, "", ""}}, {}},
+               {"alpha", {{"a.example.com", {443}, {}, "", ""}}, {}}};
+  std::string text = to_toml(p);
+  EXPECT_LT(text.find("[network_policies.zeta]"), text.find("[network_policies.alpha]"));
+  Policy back = round_trip(p);
+  ASSERT_EQ(back.network.size(), 2u);
+  EXPECT_EQ(back.network[0].name, "alpha");
+  EXPECT_EQ(back.network[1].name, "zeta");
+}
+
+TEST(PolicyToToml, DuplicateNameIsAnError) {
+  Policy p;
+  p.network = {{"web", {}, {}}, {"web", {}, {}}};
+  EXPECT_THROW(to_toml(p), Error);
+}
+
 }  // namespace
 }  // namespace openshell::policy

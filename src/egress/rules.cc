@@ -1,0 +1,374 @@
+#include "egress/rules.h"
+
+#include <arpa/inet.h>
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "base/error.h"
+#include "base/text.h"
+
+namespace openshell::egress {
+
+namespace {
+
+int bits_of(int family) { return family == AF_INET ? 32 : 128; }
+
+Address v4_from(const uint8_t* four) {
+  Address address;
+  address.family = AF_INET;
+  std::memcpy(address.bytes, four, 4);
+  return address;
+}
+
+// ::ffff:a.b.c.d: what a dual-stack socket sends to a.b.c.d.
+bool is_v4_mapped(const Address& address) {
+  if (address.family != AF_INET6) return false;
+  for (int i = 0; i < 10; ++i)
+    if (address.bytes[i] != 0) return false;
+  return address.bytes[10] == 0xff && address.bytes[11] == 0xff;
+}
+
+Address unmapped(const Address& address) {
+  return is_v4_mapped(address) ? v4_from(address.bytes + 12) : address;
+}
+
+// Whether the first `prefix` bits of a and b agree.
+bool same_prefix(const uint8_t* a, const uint8_t* b, int prefix) {
+  int whole = prefix / 8;
+  if (std::memcmp(a, b, whole) != 0) return false;
+  int rest = prefix % 8;
+  if (rest == 0) return true;
+  auto mask = static_cast<uint8_t>(0xff << (8 - rest));
+  return (a[whole] & mask) == (b[whole] & mask);
+}
+
+struct SpecialRange {
+  Cidr cidr;
+  const char* reason;
+};
+
+std::vector<SpecialRange> ranges(std::initializer_list<std::pair<const char*, const char*>> list) {
+  std::vector<SpecialRange> out;
+  for (auto [text, reason] : list) out.push_back({*Cidr::parse(text), reason});
+  return out;
+}
+
+// Checked in order: the narrower range first where they nest.
+const std::vector<SpecialRange>& special_v4() {
+  static const std::vector<SpecialRange> table = ranges({
+      {"0.0.0.0/8", "unspecified"},  // Linux connects 0.0.0.0 to the local host
+      {"10.0.0.0/8", "private"},
+      {"100.64.0.0/10", "carrier-grade NAT"},
+      {"127.0.0.0/8", "loopback"},
+      {"169.254.0.0/16", "link-local (cloud metadata)"},
+      {"172.16.0.0/12", "private"},
+      {"192.0.0.0/24", "reserved"},  // IETF protocol assignments
+      {"192.0.2.0/24", "reserved for documentation"},
+      {"192.168.0.0/16", "private"},
+      {"198.18.0.0/15", "reserved for benchmarking"},
+      {"198.51.100.0/24", "reserved for documentation"},
+      {"203.0.113.0/24", "reserved for documentation"},
+      {"224.0.0.0/4", "multicast"},
+      {"255.255.255.255/32", "broadcast"},
+      {"240.0.0.0/4", "reserved"},
+  });
+  return table;
+}
+
+// IPv6 forms that carry an IPv4 address (mapped, NAT64, 6to4) are judged by
+// that address before this table is consulted; what is outside both this
+// table and 2000::/3 is reserved.
+const std::vector<SpecialRange>& special_v6() {
+  static const std::vector<SpecialRange> table = ranges({
+      {"::/128", "unspecified"},
+      {"::1/128", "loopback"},
+      {"::/96", "reserved"},          // IPv4-compatible, deprecated
+      {"64:ff9b:1::/48", "private"},  // local-use NAT64
+      {"100::/64", "reserved"},       // discard-only
+      {"2001:db8::/32", "reserved for documentation"},
+      {"fc00::/7", "private"},
+      {"fe80::/10", "link-local"},
+      {"fec0::/10", "private"},  // site-local, deprecated
+      {"ff00::/8", "multicast"},
+  });
+  return table;
+}
+
+const Cidr& nat64_prefix() {
+  static const Cidr cidr = *Cidr::parse("64:ff9b::/96");
+  return cidr;
+}
+
+const Cidr& six_to_four_prefix() {
+  static const Cidr cidr = *Cidr::parse("2002::/16");
+  return cidr;
+}
+
+const Cidr& global_unicast() {
+  static const Cidr cidr = *Cidr::parse("2000::/3");
+  return cidr;
+}
+
+std::string lower_without_trailing_dot(std::string_view text) {
+  if (!text.empty() && text.back() == '.') text.remove_suffix(1);
+  std::string out(text);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+// A label against a pattern label in which each '*' stands for one or more
+// characters. Dynamic programming, so a pattern full of stars stays cheap.
+bool label_matches(std::string_view pattern, std::string_view label) {
+  // row[j]: whether the pattern so far matches label[0, j).
+  std::vector<char> row(label.size() + 1, 0), next(label.size() + 1, 0);
+  row[0] = 1;
+  for (char p : pattern) {
+    next[0] = 0;
+    for (size_t j = 1; j <= label.size(); ++j) {
+      if (p == '*')
+        next[j] = row[j - 1] || next[j - 1];  // the star starts here or goes on
+      else
+        next[j] = row[j - 1] && label[j - 1] == p;
+    }
+    std::swap(row, next);
+  }
+  return row[label.size()];
+}
+
+// "host:port", with brackets around an IPv6 literal.
+std::string host_port(std::string_view host, uint16_t port) {
+  std::string out(host);
+  if (out.find(':') != std::string::npos && out.front() != '[') out = "[" + out + "]";
+  return out + ":" + std::to_string(port);
+}
+
+Decision check_one(const std::string& rule, const std::vector<Cidr>& allowed_ips,
+                   const Address& address) {
+  Decision decision;
+  if (!allowed_ips.empty()) {
+    for (const Cidr& cidr : allowed_ips) {
+      if (cidr.contains(address)) {
+        decision.allowed = true;
+        decision.rule = rule;
+        return decision;
+      }
+    }
+    decision.reason = address.to_string() + " is not in the endpoint's allowed_ips";
+    return decision;
+  }
+  std::string why = special_address_reason(address);
+  if (!why.empty()) {
+    decision.reason = address.to_string() + " is " + why + " (SSRF guard)";
+    return decision;
+  }
+  decision.allowed = true;
+  decision.rule = rule;
+  return decision;
+}
+
+}  // namespace
+
+// inet_pton's forms only: IPv4 as exactly four decimal parts 0-255 without
+// leading zeros (so "010.1.1.1", "0x7f.1", "1.2.3" and "2130706433" are not
+// addresses), IPv6 as RFC 4291 text, optionally in brackets; no zone ids.
+std::optional<Address> Address::parse(std::string_view text) {
+  if (text.find('\0') != std::string_view::npos || text.size() > 64) return std::nullopt;
+  bool bracketed = text.size() >= 2 && text.front() == '[' && text.back() == ']';
+  if (bracketed) text = text.substr(1, text.size() - 2);
+  std::string copy(text);
+  Address address;
+  if (!bracketed && ::inet_pton(AF_INET, copy.c_str(), address.bytes) == 1) {
+    address.family = AF_INET;
+    return address;
+  }
+  if (::inet_pton(AF_INET6, copy.c_str(), address.bytes) == 1) {
+    address.family = AF_INET6;
+    return address;
+  }
+  return std::nullopt;
+}
+
+std::string Address::to_string() const {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (!::inet_ntop(family, bytes, text, sizeof text)) return "?";
+  return text;
+}
+
+bool Address::operator==(const Address& other) const {
+  return family == other.family && std::memcmp(bytes, other.bytes, bits_of(family) / 8) == 0;
+}
+
+// Host bits are accepted and cleared: "10.1.2.3/8" is 10.0.0.0/8.
+std::optional<Cidr> Cidr::parse(std::string_view text) {
+  size_t slash = text.find('/');
+  auto address = Address::parse(text.substr(0, slash));
+  if (!address) return std::nullopt;
+  Cidr cidr;
+  cidr.base = *address;
+  int bits = bits_of(address->family);
+  cidr.prefix = bits;
+  if (slash != std::string_view::npos) {
+    auto prefix = text::parse_uint(text.substr(slash + 1), bits);
+    if (!prefix) return std::nullopt;
+    cidr.prefix = static_cast<int>(*prefix);
+  }
+  for (int bit = cidr.prefix; bit < bits; ++bit)
+    cidr.base.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
+  return cidr;
+}
+
+// An IPv4-mapped address is its IPv4 address, and an IPv4-mapped CIDR of
+// /96 or longer is the IPv4 CIDR it spells; other IPv6 CIDRs (::/0 too)
+// never contain IPv4 addresses.
+bool Cidr::contains(const Address& address) const {
+  Address base_address = base;
+  int bits = prefix;
+  if (is_v4_mapped(base) && prefix >= 96) {
+    base_address = unmapped(base);
+    bits = prefix - 96;
+  }
+  Address candidate = unmapped(address);
+  if (candidate.family != base_address.family) return false;
+  if (bits < 0 || bits > bits_of(candidate.family)) return false;
+  return same_prefix(base_address.bytes, candidate.bytes, bits);
+}
+
+std::string special_address_reason(const Address& address) {
+  if (address.family == AF_INET) {
+    for (const auto& range : special_v4())
+      if (range.cidr.contains(address)) return range.reason;
+    return "";
+  }
+  if (is_v4_mapped(address) || nat64_prefix().contains(address))
+    return special_address_reason(v4_from(address.bytes + 12));
+  if (six_to_four_prefix().contains(address))
+    return special_address_reason(v4_from(address.bytes + 2));
+  for (const auto& range : special_v6())
+    if (range.cidr.contains(address)) return range.reason;
+  // Only 2000::/3 is allocated for global unicast.
+  return global_unicast().contains(address) ? "" : "reserved";
+}
+
+bool host_matches(std::string_view pattern_text, std::string_view host_text) {
+  std::string pattern = lower_without_trailing_dot(pattern_text);
+  std::string host = lower_without_trailing_dot(host_text);
+  if (pattern.empty() || host.empty()) return false;
+  // An IP literal matches only the same address, never a wildcard.
+  auto host_address = Address::parse(host);
+  auto pattern_address = Address::parse(pattern);
+  if (host_address || pattern_address)
+    return host_address && pattern_address && *host_address == *pattern_address;
+  if (host.find('*') != std::string::npos) return false;
+  auto pattern_labels = text::split(pattern, '.');
+  auto host_labels = text::split(host, '.');
+  if (pattern_labels.size() != host_labels.size()) return false;
+  for (size_t i = 0; i < host_labels.size(); ++i) {
+    if (pattern_labels[i].empty() || host_labels[i].empty()) return false;
+    if (i == 0) {
+      if (!label_matches(pattern_labels[0], host_labels[0])) return false;
+    } else if (pattern_labels[i] != host_labels[i]) {
+      return false;  // a '*' past the first label matches nothing
+    }
+  }
+  return true;
+}
+
+NetworkRules NetworkRules::compile(const policy::Policy& policy, const PathResolver& resolve) {
+  NetworkRules compiled;
+  for (const auto& network : policy.network) {
+    Rule rule;
+    rule.name = network.name;
+    for (size_t i = 0; i < network.endpoints.size(); ++i) {
+      const auto& source = network.endpoints[i];
+      Endpoint endpoint;
+      endpoint.host = source.host;
+      endpoint.ports = source.ports;
+      for (size_t j = 0; j < source.allowed_ips.size(); ++j) {
+        auto cidr = Cidr::parse(source.allowed_ips[j]);
+        if (!cidr)
+          throw Error("network_policies." + network.name + ".endpoints[" + std::to_string(i) +
+                      "].allowed_ips[" + std::to_string(j) + "]: \"" + source.allowed_ips[j] +
+                      "\" is not an address or CIDR (like 10.0.0.0/8 or fd00::/8)");
+        endpoint.allowed_ips.push_back(*cidr);
+      }
+      rule.endpoints.push_back(std::move(endpoint));
+    }
+    for (const auto& binary : network.binaries) {
+      // A glob names no one file to resolve; it is compared as written.
+      bool glob = binary.path.find_first_of("*?[") != std::string::npos;
+      std::string resolved = glob || !resolve ? binary.path : resolve(binary.path);
+      rule.binaries.push_back(resolved.empty() ? binary.path : resolved);
+      rule.binaries_as_written.push_back(binary.path);
+    }
+    compiled.rules_.push_back(std::move(rule));
+  }
+  return compiled;
+}
+
+Decision NetworkRules::check(std::string_view binary, std::string_view host, uint16_t port,
+                             Match* match) const {
+  Decision decision;
+  Match found;
+  std::vector<std::string> only_for;  // binaries of rules that allow host:port, but not the caller
+  const std::string caller(binary);
+  for (const Rule& rule : rules_) {
+    bool caller_ok = rule.binaries.empty();
+    for (const auto& pattern : rule.binaries)
+      caller_ok = caller_ok || (!caller.empty() &&
+                                ::fnmatch(pattern.c_str(), caller.c_str(), FNM_PATHNAME) == 0);
+    for (const Endpoint& endpoint : rule.endpoints) {
+      if (std::find(endpoint.ports.begin(), endpoint.ports.end(), port) == endpoint.ports.end())
+        continue;
+      if (!host_matches(endpoint.host, host)) continue;
+      if (!caller_ok) {
+        for (const auto& path : rule.binaries_as_written)
+          if (std::find(only_for.begin(), only_for.end(), path) == only_for.end())
+            only_for.push_back(path);
+        continue;
+      }
+      if (!decision.allowed) {
+        decision.allowed = true;
+        decision.rule = rule.name;
+        found.rule = rule.name;
+        found.allowed_ips = endpoint.allowed_ips;
+      } else {
+        found.also.push_back({rule.name, endpoint.allowed_ips});
+      }
+    }
+  }
+  if (decision.allowed) {
+    if (match) *match = std::move(found);
+    return decision;
+  }
+  if (only_for.empty()) {
+    decision.reason = "no rule allows " + host_port(host, port);
+  } else {
+    decision.reason = host_port(host, port) + " is allowed only for " + text::join(only_for, ", ") +
+                      ", not for " +
+                      (caller.empty() ? "a program whose executable is unknown" : caller);
+  }
+  return decision;
+}
+
+Decision NetworkRules::check_address(const Match& match, const Address& address) const {
+  Decision first = check_one(match.rule, match.allowed_ips, address);
+  if (first.allowed) return first;
+  for (const auto& other : match.also) {
+    Decision decision = check_one(other.rule, other.allowed_ips, address);
+    if (decision.allowed) return decision;
+  }
+  return first;
+}
+
+bool NetworkRules::knows_host(std::string_view host) const {
+  for (const Rule& rule : rules_)
+    for (const Endpoint& endpoint : rule.endpoints)
+      if (host_matches(endpoint.host, host)) return true;
+  return false;
+}
+
+}  // namespace openshell::egress

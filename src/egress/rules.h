@@ -1,0 +1,127 @@
+// The network part of a policy, compiled for the egress proxy: which
+// (binary, host, port) may connect, and to which addresses.
+//
+//  - Deny by default: a connection is allowed only by an endpoint of some
+//    network policy whose binaries (if it names any) include the caller.
+//  - Hosts: exact ("api.github.com", case-insensitive, a trailing dot
+//    ignored) or a wildcard in the leading label ("*.example.com" matches
+//    "a.example.com" but not "example.com" nor "a.b.example.com"; "api-*.x.com"
+//    matches "api-1.x.com"). An IP literal as host matches only that literal.
+//  - Binaries: absolute paths or globs (fnmatch, FNM_PATHNAME), compared with
+//    the caller's executable after resolving symlinks in the policy's paths
+//    inside the sandbox's root, so /usr/bin/python3 matches python3.11.
+//  - Addresses (SSRF guard): after DNS resolution an address that is
+//    loopback, link-local (169.254.0.0/16 and fe80::/10, so the cloud
+//    metadata service too), private (10/8, 172.16/12, 192.168/16, fc00::/7),
+//    CGNAT (100.64/10), unspecified (0.0.0.0, ::), multicast, broadcast, or
+//    an IPv4-mapped form of these, is refused unless the endpoint's
+//    allowed_ips (CIDRs) cover it; when allowed_ips is given, only covered
+//    addresses are allowed at all.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "policy/policy.h"
+
+namespace openshell::egress {
+
+// An IPv4 or IPv6 address (IPv4 kept as v4, not mapped).
+struct Address {
+  int family = AF_INET;  // AF_INET or AF_INET6
+  uint8_t bytes[16] = {};
+  // inet_pton's forms: IPv4 only as four decimal parts without leading zeros
+  // ("010.1.1.1", "1.2.3", "2130706433" are not addresses); IPv6 bare or in
+  // brackets, without a zone id.
+  static std::optional<Address> parse(std::string_view text);  // "1.2.3.4", "::1", "[::1]"
+  std::string to_string() const;
+  bool operator==(const Address& other) const;
+};
+
+struct Cidr {
+  Address base;
+  int prefix = 0;
+  // Host bits are accepted and cleared ("10.1.2.3/8" is 10.0.0.0/8).
+  static std::optional<Cidr> parse(std::string_view text);  // "10.0.0.0/8", "::1/128", "1.2.3.4"
+  // An IPv4-mapped address (::ffff:a.b.c.d) counts as its IPv4 address; an
+  // IPv6 CIDR other than an IPv4-mapped one of /96 or longer contains no
+  // IPv4 address (so "::/0" does not open IPv4).
+  bool contains(const Address& address) const;
+};
+
+// Loopback, link-local, private, CGNAT, unspecified, multicast, broadcast...
+// (see above); the reason ("private", "loopback", ...) or "" when public.
+// IPv6 forms that carry an IPv4 address (::ffff:0:0/96, NAT64 64:ff9b::/96,
+// 6to4 2002::/16) are judged by that IPv4 address; IPv6 outside 2000::/3
+// (global unicast) is "reserved" unless a narrower reason applies.
+std::string special_address_reason(const Address& address);
+
+// host pattern matching as described above.
+bool host_matches(std::string_view pattern, std::string_view host);
+
+struct Decision {
+  bool allowed = false;
+  std::string rule;    // "github" (the network policy's name) when allowed
+  std::string reason;  // why not, when refused: one short phrase
+};
+
+// One endpoint a connection matched, for the address check after DNS.
+struct Match {
+  std::string rule;
+  std::vector<Cidr> allowed_ips;
+  // Further endpoints (of this rule or others) that allow the same
+  // connection: the address check tries them in turn, so an endpoint with
+  // narrow allowed_ips never hides another that allows the address.
+  struct Other {
+    std::string rule;
+    std::vector<Cidr> allowed_ips;
+  };
+  std::vector<Other> also;
+};
+
+class NetworkRules {
+ public:
+  // Resolves a binary path of the policy to what the caller's executable
+  // would read (symlinks followed inside the sandbox's root). Given by the
+  // caller; identity (no resolution) when empty.
+  using PathResolver = std::function<std::string(const std::string& path)>;
+
+  NetworkRules() = default;  // denies everything
+  // Throws Error for an allowed_ips entry that is not a CIDR.
+  static NetworkRules compile(const policy::Policy& policy, const PathResolver& resolve = {});
+
+  // Before DNS: may `binary` (an absolute path, or "" when unknown) connect
+  // to host:port? On success *match holds what the address check needs.
+  // An unknown binary matches only rules that name no binaries. Globs in
+  // the policy's binaries are not resolved, only plain paths are.
+  Decision check(std::string_view binary, std::string_view host, uint16_t port, Match* match) const;
+  // After DNS: may this address be dialled for that match?
+  Decision check_address(const Match& match, const Address& address) const;
+
+  // Whether any endpoint names this host (for the DNS stub: names of allowed
+  // hosts resolve, nothing else does).
+  bool knows_host(std::string_view host) const;
+  bool empty() const { return rules_.empty(); }
+
+ private:
+  struct Endpoint {
+    std::string host;
+    std::vector<uint16_t> ports;
+    std::vector<Cidr> allowed_ips;
+  };
+  struct Rule {
+    std::string name;
+    std::vector<Endpoint> endpoints;
+    std::vector<std::string> binaries;             // resolved; empty: any binary
+    std::vector<std::string> binaries_as_written;  // for reasons
+  };
+  std::vector<Rule> rules_;
+};
+
+}  // namespace openshell::egress

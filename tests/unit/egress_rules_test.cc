@@ -1,0 +1,634 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "egress/rules.h"
+#include "policy/policy.h"
+
+namespace openshell::egress {
+namespace {
+
+using ::testing::HasSubstr;
+
+Address addr(const char* text) {
+  auto address = Address::parse(text);
+  EXPECT_TRUE(address.has_value()) << text;
+  return address.value_or(Address{});
+}
+
+Cidr cidr(const char* text) {
+  auto parsed = Cidr::parse(text);
+  EXPECT_TRUE(parsed.has_value()) << text;
+  return parsed.value_or(Cidr{});
+}
+
+NetworkRules rules_from(const std::string& toml, const NetworkRules::PathResolver& resolve = {}) {
+  return NetworkRules::compile(policy::parse("version = 1\n" + toml, "test.toml"), resolve);
+}
+
+// The design's example.
+constexpr const char* kGithub = R"(
+[network_policies.github]
+endpoints = [ { host = "api.github.com", port = 443 },
+              { host = "*.githubusercontent.com", ports = [443] } ]
+binaries  = [ { path = "/usr/bin/git" }, { path = "/usr/bin/curl" } ]
+)";
+
+// ---- Address ---------------------------------------------------------------
+
+TEST(AddressParse, IPv4) {
+  auto a = Address::parse("1.2.3.4");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->family, AF_INET);
+  EXPECT_EQ(a->bytes[0], 1);
+  EXPECT_EQ(a->bytes[3], 4);
+  EXPECT_EQ(a->to_string(), "1.2.3.4");
+  EXPECT_EQ(addr("0.0.0.0").to_string(), "0.0.0.0");
+  EXPECT_EQ(addr("255.255.255.255").to_string(), "255.255.255.255");
+}
+
+TEST(AddressParse, IPv6BareAndBracketed) {
+  auto a = Address::parse("::1");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->family, AF_INET6);
+  EXPECT_EQ(a->bytes[15], 1);
+  EXPECT_EQ(a->to_string(), "::1");
+  EXPECT_EQ(addr("[::1]"), addr("::1"));
+  EXPECT_EQ(addr("2001:0DB8:0:0::1").to_string(), "2001:db8::1");
+  EXPECT_EQ(addr("::ffff:127.0.0.1").to_string(), "::ffff:127.0.0.1");
+  EXPECT_EQ(addr("::ffff:127.0.0.1").family, AF_INET6);  // kept as written, not unmapped
+}
+
+TEST(AddressParse, RefusesWhatIsNotAnAddress) {
+  for (const char* text :
+       {"",          "1.2.3",        "1.2.3.4.5",   "256.1.1.1",  "1.2.3.-4",
+        "010.1.1.1", "01.2.3.4",     "0x7f.0.0.1",  "0x7f000001", "2130706433",
+        "1.2.3.4 ",  " 1.2.3.4",     "[1.2.3.4]",   "[::1",       "::1]",
+        "[]",        "fe80::1%eth0", "example.com", "::g",        "1:2:3:4:5:6:7:8:9",
+        "1.2.3.4/32"})
+    EXPECT_FALSE(Address::parse(text).has_value()) << text;
+  // An embedded NUL must not cut the text short.
+  EXPECT_FALSE(Address::parse(std::string_view("1.2.3.4\0evil", 12)).has_value());
+}
+
+TEST(AddressParse, Equality) {
+  EXPECT_EQ(addr("::1"), addr("0:0:0:0:0:0:0:1"));
+  EXPECT_FALSE(addr("1.2.3.4") == addr("1.2.3.5"));
+  EXPECT_FALSE(addr("1.2.3.4") == addr("::ffff:1.2.3.4"));  // families differ
+  EXPECT_FALSE(addr("::1") == addr("::2"));
+}
+
+// ---- Cidr ------------------------------------------------------------------
+
+TEST(CidrParse, Forms) {
+  Cidr c = cidr("10.0.0.0/8");
+  EXPECT_EQ(c.base, addr("10.0.0.0"));
+  EXPECT_EQ(c.prefix, 8);
+  EXPECT_EQ(cidr("1.2.3.4").prefix, 32);
+  EXPECT_EQ(cidr("::1").prefix, 128);
+  EXPECT_EQ(cidr("fd00::/8").prefix, 8);
+  EXPECT_EQ(cidr("0.0.0.0/0").prefix, 0);
+  EXPECT_EQ(cidr("::/128").prefix, 128);
+  EXPECT_EQ(cidr("[::1]/128").base, addr("::1"));
+}
+
+TEST(CidrParse, HostBitsAreCleared) {
+  Cidr c = cidr("10.1.2.3/8");
+  EXPECT_EQ(c.base, addr("10.0.0.0"));
+  EXPECT_EQ(cidr("172.31.255.255/12").base, addr("172.16.0.0"));
+  EXPECT_EQ(cidr("fd12:3456::1/16").base, addr("fd12::"));
+  EXPECT_EQ(cidr("192.168.1.255/31").base, addr("192.168.1.254"));
+}
+
+TEST(CidrParse, Refuses) {
+  for (const char* text : {"10.0.0.0/33", "::/129", "10.0.0.0/", "/8", "10.0.0.0/-1", "10.0.0.0/+8",
+                           "10.0.0.0/8/8", "10.0.0.0/ 8", "10.0.0.0/x", "example.com/8", "10.0.0/8",
+                           "", "10.0.0.0/99999999999999999999999"})
+    EXPECT_FALSE(Cidr::parse(text).has_value()) << text;
+}
+
+TEST(CidrContains, IPv4PrefixEdges) {
+  Cidr ten = cidr("10.0.0.0/8");
+  EXPECT_TRUE(ten.contains(addr("10.0.0.0")));
+  EXPECT_TRUE(ten.contains(addr("10.255.255.255")));
+  EXPECT_FALSE(ten.contains(addr("9.255.255.255")));
+  EXPECT_FALSE(ten.contains(addr("11.0.0.0")));
+
+  Cidr cgnat = cidr("100.64.0.0/10");  // not on a byte boundary
+  EXPECT_TRUE(cgnat.contains(addr("100.64.0.0")));
+  EXPECT_TRUE(cgnat.contains(addr("100.127.255.255")));
+  EXPECT_FALSE(cgnat.contains(addr("100.63.255.255")));
+  EXPECT_FALSE(cgnat.contains(addr("100.128.0.0")));
+
+  Cidr one = cidr("192.0.2.7");
+  EXPECT_TRUE(one.contains(addr("192.0.2.7")));
+  EXPECT_FALSE(one.contains(addr("192.0.2.6")));
+  EXPECT_FALSE(one.contains(addr("192.0.2.8")));
+
+  Cidr all = cidr("0.0.0.0/0");
+  EXPECT_TRUE(all.contains(addr("0.0.0.0")));
+  EXPECT_TRUE(all.contains(addr("255.255.255.255")));
+  EXPECT_FALSE(all.contains(addr("::1")));
+}
+
+TEST(CidrContains, IPv6PrefixEdges) {
+  Cidr ula = cidr("fc00::/7");
+  EXPECT_TRUE(ula.contains(addr("fc00::")));
+  EXPECT_TRUE(ula.contains(addr("fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")));
+  EXPECT_FALSE(ula.contains(addr("fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")));
+  EXPECT_FALSE(ula.contains(addr("fe00::")));
+
+  Cidr pair = cidr("2001:db8::/127");
+  EXPECT_TRUE(pair.contains(addr("2001:db8::")));
+  EXPECT_TRUE(pair.contains(addr("2001:db8::1")));
+  EXPECT_FALSE(pair.contains(addr("2001:db8::2")));
+
+  // IPv6 CIDRs hold no IPv4 addresses, even ::/0 or one with the same bytes.
+  EXPECT_FALSE(cidr("::/0").contains(addr("1.2.3.4")));
+  EXPECT_FALSE(cidr("::/0").contains(addr("::ffff:1.2.3.4")));
+  EXPECT_TRUE(cidr("::/0").contains(addr("2001:db8::1")));
+  EXPECT_FALSE(cidr("a00::/8").contains(addr("10.0.0.1")));
+}
+
+TEST(CidrContains, IPv4MappedCountsAsIPv4) {
+  Cidr ten = cidr("10.0.0.0/8");
+  EXPECT_TRUE(ten.contains(addr("::ffff:10.1.2.3")));
+  EXPECT_FALSE(ten.contains(addr("::ffff:11.1.2.3")));
+  EXPECT_FALSE(ten.contains(addr("::10.1.2.3")));        // IPv4-compatible is not mapped
+  EXPECT_FALSE(ten.contains(addr("64:ff9b::a01:203")));  // nor is NAT64
+
+  Cidr mapped = cidr("::ffff:10.0.0.0/104");
+  EXPECT_TRUE(mapped.contains(addr("10.1.2.3")));
+  EXPECT_TRUE(mapped.contains(addr("::ffff:10.1.2.3")));
+  EXPECT_FALSE(mapped.contains(addr("11.0.0.1")));
+}
+
+// ---- special_address_reason ------------------------------------------------
+
+struct Case {
+  const char* address;
+  const char* reason;
+};
+
+void expect_reasons(std::initializer_list<Case> cases) {
+  for (const auto& c : cases)
+    EXPECT_EQ(special_address_reason(addr(c.address)), c.reason) << c.address;
+}
+
+TEST(AddressSpecial, IPv4RangesAndTheirEdges) {
+  expect_reasons({
+      {"0.0.0.0", "unspecified"},
+      {"0.255.255.255", "unspecified"},
+      {"1.0.0.0", ""},
+      {"9.255.255.255", ""},
+      {"10.0.0.0", "private"},
+      {"10.255.255.255", "private"},
+      {"11.0.0.0", ""},
+      {"100.63.255.255", ""},
+      {"100.64.0.0", "carrier-grade NAT"},
+      {"100.127.255.255", "carrier-grade NAT"},
+      {"100.128.0.0", ""},
+      {"126.255.255.255", ""},
+      {"127.0.0.0", "loopback"},
+      {"127.0.0.1", "loopback"},
+      {"127.255.255.255", "loopback"},
+      {"128.0.0.0", ""},
+      {"169.253.255.255", ""},
+      {"169.254.0.0", "link-local (cloud metadata)"},
+      {"169.254.169.254", "link-local (cloud metadata)"},
+      {"169.254.255.255", "link-local (cloud metadata)"},
+      {"169.255.0.0", ""},
+      {"172.15.255.255", ""},
+      {"172.16.0.0", "private"},
+      {"172.31.255.255", "private"},
+      {"172.32.0.0", ""},
+      {"191.255.255.255", ""},
+      {"192.0.0.0", "reserved"},
+      {"192.0.0.255", "reserved"},
+      {"192.0.1.0", ""},
+      {"192.0.2.1", "reserved for documentation"},
+      {"198.51.100.1", "reserved for documentation"},
+      {"203.0.113.1", "reserved for documentation"},
+      {"192.167.255.255", ""},
+      {"192.168.0.0", "private"},
+      {"192.168.255.255", "private"},
+      {"192.169.0.0", ""},
+      {"198.17.255.255", ""},
+      {"198.18.0.0", "reserved for benchmarking"},
+      {"198.19.255.255", "reserved for benchmarking"},
+      {"198.20.0.0", ""},
+      {"223.255.255.255", ""},
+      {"224.0.0.0", "multicast"},
+      {"239.255.255.255", "multicast"},
+      {"240.0.0.0", "reserved"},
+      {"255.255.255.254", "reserved"},
+      {"255.255.255.255", "broadcast"},
+  });
+}
+
+TEST(AddressSpecial, PublicIPv4) {
+  expect_reasons({{"8.8.8.8", ""}, {"1.1.1.1", ""}, {"140.82.112.3", ""}, {"93.184.216.34", ""}});
+}
+
+TEST(AddressSpecial, IPv6Ranges) {
+  expect_reasons({
+      {"::", "unspecified"},
+      {"::1", "loopback"},
+      {"::2", "reserved"},
+      {"::127.0.0.1", "reserved"},  // IPv4-compatible (deprecated)
+      {"100::1", "reserved"},
+      {"2001:db8::1", "reserved for documentation"},
+      {"fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"},
+      {"fc00::", "private"},
+      {"fd00:ec2::254", "private"},
+      {"fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "private"},
+      {"fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"},
+      {"fe80::", "link-local"},
+      {"fe80::1", "link-local"},
+      {"febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "link-local"},
+      {"fec0::1", "private"},
+      {"ff00::", "multicast"},
+      {"ff02::1", "multicast"},
+      {"64:ff9b:1::1", "private"},
+      {"1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "reserved"},
+      {"4000::", "reserved"},
+  });
+}
+
+TEST(AddressSpecial, PublicIPv6) {
+  expect_reasons({{"2001:4860:4860::8888", ""},
+                  {"2606:4700:4700::1111", ""},
+                  {"2000::", ""},
+                  {"3fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", ""}});
+}
+
+TEST(AddressSpecial, IPv6CarryingIPv4IsJudgedByTheIPv4) {
+  expect_reasons({
+      {"::ffff:127.0.0.1", "loopback"},
+      {"::ffff:169.254.169.254", "link-local (cloud metadata)"},
+      {"::ffff:10.0.0.1", "private"},
+      {"::ffff:0.0.0.0", "unspecified"},
+      {"::ffff:8.8.8.8", ""},
+      {"64:ff9b::7f00:1", "loopback"},
+      {"64:ff9b::a9fe:a9fe", "link-local (cloud metadata)"},
+      {"64:ff9b::c0a8:101", "private"},
+      {"64:ff9b::808:808", ""},
+      {"2002:7f00:1::", "loopback"},  // 6to4 of 127.0.0.1
+      {"2002:a00:1::1", "private"},
+      {"2002:808:808::1", ""},
+  });
+}
+
+// ---- host_matches ----------------------------------------------------------
+
+TEST(HostMatches, Exact) {
+  EXPECT_TRUE(host_matches("api.github.com", "api.github.com"));
+  EXPECT_FALSE(host_matches("api.github.com", "github.com"));
+  EXPECT_FALSE(host_matches("api.github.com", "xapi.github.com"));
+  EXPECT_FALSE(host_matches("api.github.com", "api.github.com.evil.com"));
+  EXPECT_FALSE(host_matches("api.github.com", "api.github.co"));
+  EXPECT_FALSE(host_matches("api.github.com", "api.github"));
+  EXPECT_FALSE(host_matches("api.github", "api.github.com"));
+  EXPECT_FALSE(host_matches("api.github.com", ""));
+  EXPECT_FALSE(host_matches("", ""));
+  EXPECT_TRUE(host_matches("localhost", "localhost"));
+}
+
+TEST(HostMatches, CaseAndTrailingDot) {
+  EXPECT_TRUE(host_matches("API.GitHub.com", "api.github.COM"));
+  EXPECT_TRUE(host_matches("api.github.com", "api.github.com."));
+  EXPECT_TRUE(host_matches("*.example.com", "A.Example.Com."));
+  EXPECT_FALSE(host_matches("api.github.com", "api.github.com.."));
+  EXPECT_FALSE(host_matches("api.github.com", "api..github.com"));
+  EXPECT_FALSE(host_matches("api.github.com", "."));
+}
+
+TEST(HostMatches, WildcardInFirstLabel) {
+  EXPECT_TRUE(host_matches("*.example.com", "a.example.com"));
+  EXPECT_TRUE(host_matches("*.example.com", "raw-objects-1.example.com"));
+  EXPECT_FALSE(host_matches("*.example.com", "example.com"));
+  EXPECT_FALSE(host_matches("*.example.com", ".example.com"));
+  EXPECT_FALSE(host_matches("*.example.com", "a.b.example.com"));
+  EXPECT_FALSE(host_matches("*.example.com", "a.example.org"));
+  EXPECT_FALSE(host_matches("*.example.com", "a.example"));
+  EXPECT_FALSE(host_matches("*.example.com", "a.example.com.evil.com"));
+  EXPECT_FALSE(host_matches("*.example.com", "*.example.com"));  // a host holds no '*'
+}
+
+TEST(HostMatches, PartialWildcard) {
+  EXPECT_TRUE(host_matches("api-*.x.com", "api-1.x.com"));
+  EXPECT_TRUE(host_matches("api-*.x.com", "API-eu-west.x.com"));
+  EXPECT_FALSE(host_matches("api-*.x.com", "api-.x.com"));  // '*' is one or more characters
+  EXPECT_FALSE(host_matches("api-*.x.com", "api.x.com"));
+  EXPECT_FALSE(host_matches("api-*.x.com", "xapi-1.x.com"));
+  EXPECT_FALSE(host_matches("api-*.x.com", "api-1.y.x.com"));
+  EXPECT_TRUE(host_matches("*-api.x.com", "eu-api.x.com"));
+  EXPECT_FALSE(host_matches("*-api.x.com", "eu-api2.x.com"));
+  EXPECT_TRUE(host_matches("a*b.x.com", "axb.x.com"));
+  EXPECT_TRUE(host_matches("a*b.x.com", "abbb.x.com"));
+  EXPECT_FALSE(host_matches("a*b.x.com", "ab.x.com"));
+  EXPECT_TRUE(host_matches("*-*.x.com", "a-b.x.com"));
+  EXPECT_FALSE(host_matches("*-*.x.com", "a-.x.com"));
+}
+
+TEST(HostMatches, StarPastTheFirstLabelNeverMatches) {
+  EXPECT_FALSE(host_matches("a.*.com", "a.b.com"));
+  EXPECT_FALSE(host_matches("*.*.com", "a.b.com"));
+  EXPECT_FALSE(host_matches("api.*", "api.com"));
+  EXPECT_FALSE(host_matches("a.*.com", "a.*.com"));
+}
+
+TEST(HostMatches, ManyStarsStayCheap) {
+  std::string label(63, 'a');
+  EXPECT_FALSE(host_matches("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b.x.com", label + ".x.com"));
+  EXPECT_TRUE(host_matches("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a.x.com", label + ".x.com"));
+}
+
+TEST(HostMatches, IPLiteralsMatchOnlyThemselves) {
+  EXPECT_TRUE(host_matches("10.0.0.1", "10.0.0.1"));
+  EXPECT_FALSE(host_matches("10.0.0.1", "10.0.0.2"));
+  EXPECT_FALSE(host_matches("*.0.0.1", "10.0.0.1"));
+  EXPECT_FALSE(host_matches("10.0.0.1", "10.0.0.1.example.com"));
+  EXPECT_TRUE(host_matches("::1", "[::1]"));
+  EXPECT_TRUE(host_matches("::1", "0:0::1"));
+  EXPECT_FALSE(host_matches("::1", "::2"));
+  EXPECT_FALSE(host_matches("10.0.0.1", "::ffff:10.0.0.1"));
+}
+
+// ---- NetworkRules::check ---------------------------------------------------
+
+TEST(RulesCheck, DenyByDefault) {
+  NetworkRules none;
+  EXPECT_TRUE(none.empty());
+  Decision d = none.check("/usr/bin/curl", "example.com", 443, nullptr);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, "no rule allows example.com:443");
+
+  NetworkRules defaults = NetworkRules::compile(policy::default_policy());
+  EXPECT_TRUE(defaults.empty());
+  EXPECT_FALSE(defaults.check("/usr/bin/curl", "api.github.com", 443, nullptr).allowed);
+  EXPECT_FALSE(defaults.knows_host("api.github.com"));
+}
+
+TEST(RulesCheck, HostsAndPorts) {
+  NetworkRules rules = rules_from(R"(
+[network_policies.web]
+endpoints = [ { host = "example.com", ports = [80, 8080] },
+              { host = "*.cdn.example.com", port = 443 } ]
+)");
+  EXPECT_FALSE(rules.empty());
+  Match match;
+  Decision d = rules.check("/usr/bin/curl", "example.com", 80, &match);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.rule, "web");
+  EXPECT_EQ(match.rule, "web");
+  EXPECT_TRUE(rules.check("/usr/bin/curl", "EXAMPLE.com.", 8080, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/usr/bin/curl", "eu.cdn.example.com", 443, nullptr).allowed);
+
+  d = rules.check("/usr/bin/curl", "example.com", 443, nullptr);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, "no rule allows example.com:443");
+  EXPECT_TRUE(d.rule.empty());
+  EXPECT_FALSE(rules.check("/usr/bin/curl", "example.com", 0, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/curl", "eu.cdn.example.com", 80, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/curl", "cdn.example.com", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/curl", "www.example.com", 80, nullptr).allowed);
+  EXPECT_EQ(rules.check("/usr/bin/curl", "::1", 80, nullptr).reason, "no rule allows [::1]:80");
+}
+
+TEST(RulesCheck, DesignExampleBinaries) {
+  NetworkRules rules = rules_from(kGithub);
+  EXPECT_TRUE(rules.check("/usr/bin/git", "api.github.com", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/usr/bin/curl", "raw.githubusercontent.com", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/git", "githubusercontent.com", 443, nullptr).allowed);
+
+  Decision d = rules.check("/usr/bin/wget", "api.github.com", 443, nullptr);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason,
+            "api.github.com:443 is allowed only for /usr/bin/git, /usr/bin/curl, not for "
+            "/usr/bin/wget");
+  EXPECT_FALSE(rules.check("/usr/bin/git2", "api.github.com", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/gi", "api.github.com", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/local/bin/git", "api.github.com", 443, nullptr).allowed);
+  // A binary allowed elsewhere still needs a rule for this host.
+  EXPECT_EQ(rules.check("/usr/bin/git", "example.com", 443, nullptr).reason,
+            "no rule allows example.com:443");
+}
+
+TEST(RulesCheck, BinaryGlobs) {
+  NetworkRules rules = rules_from(R"(
+[network_policies.pypi]
+endpoints = [ { host = "pypi.org", port = 443 } ]
+binaries = [ { path = "/usr/bin/python3*" }, { path = "/opt/tools/*" } ]
+)");
+  EXPECT_TRUE(rules.check("/usr/bin/python3.11", "pypi.org", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/usr/bin/python3", "pypi.org", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/python2", "pypi.org", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/opt/tools/pip", "pypi.org", 443, nullptr).allowed);
+  // FNM_PATHNAME: '*' does not cross a '/'.
+  EXPECT_FALSE(rules.check("/opt/tools/sub/pip", "pypi.org", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/python3/../../../bin/sh", "pypi.org", 443, nullptr).allowed);
+}
+
+TEST(RulesCheck, UnknownCallerMatchesOnlyRulesWithoutBinaries) {
+  NetworkRules rules = rules_from(R"(
+[network_policies.anyone]
+endpoints = [ { host = "open.example.com", port = 443 } ]
+
+[network_policies.tools]
+endpoints = [ { host = "tools.example.com", port = 443 } ]
+binaries = [ { path = "/*" } ]
+)");
+  EXPECT_TRUE(rules.check("", "open.example.com", 443, nullptr).allowed);
+  Decision d = rules.check("", "tools.example.com", 443, nullptr);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_THAT(d.reason, HasSubstr("is allowed only for /*, not for"));
+  EXPECT_THAT(d.reason, HasSubstr("unknown"));
+  EXPECT_TRUE(rules.check("/git", "tools.example.com", 443, nullptr).allowed);
+
+  // Even a pattern that would match the empty string (parse refuses it, a
+  // Policy built in code need not) does not let an unknown caller through.
+  policy::Policy built;
+  built.network.push_back({"star", {{"star.example.com", {443}, {}, "", ""}}, {{"*"}}});
+  NetworkRules star = NetworkRules::compile(built);
+  EXPECT_TRUE(star.check("git", "star.example.com", 443, nullptr).allowed);
+  EXPECT_FALSE(star.check("", "star.example.com", 443, nullptr).allowed);
+}
+
+TEST(RulesCheck, SymlinksResolvedThroughTheResolver) {
+  std::map<std::string, std::string> links = {{"/usr/bin/python3", "/usr/bin/python3.11"},
+                                              {"/usr/bin/gone", ""}};
+  std::vector<std::string> asked;
+  auto resolve = [&](const std::string& path) {
+    asked.push_back(path);
+    auto it = links.find(path);
+    return it == links.end() ? path : it->second;
+  };
+  const std::string toml = R"(
+[network_policies.pypi]
+endpoints = [ { host = "pypi.org", port = 443 } ]
+binaries = [ { path = "/usr/bin/python3" }, { path = "/usr/bin/gone" }, { path = "/opt/*/pip" } ]
+)";
+  NetworkRules rules = rules_from(toml, resolve);
+  EXPECT_TRUE(rules.check("/usr/bin/python3.11", "pypi.org", 443, nullptr).allowed);
+  // The caller's executable comes resolved, so the link's own path is not it.
+  EXPECT_FALSE(rules.check("/usr/bin/python3", "pypi.org", 443, nullptr).allowed);
+  // Nothing to resolve to: the path as written.
+  EXPECT_TRUE(rules.check("/usr/bin/gone", "pypi.org", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/opt/x/pip", "pypi.org", 443, nullptr).allowed);
+  // Globs are not handed to the resolver.
+  EXPECT_EQ(asked, (std::vector<std::string>{"/usr/bin/python3", "/usr/bin/gone"}));
+  // The reason names the binaries as the policy wrote them.
+  EXPECT_THAT(rules.check("/usr/bin/curl", "pypi.org", 443, nullptr).reason,
+              HasSubstr("only for /usr/bin/python3, /usr/bin/gone, /opt/*/pip, not for "
+                        "/usr/bin/curl"));
+
+  NetworkRules unresolved = rules_from(toml);
+  EXPECT_FALSE(unresolved.check("/usr/bin/python3.11", "pypi.org", 443, nullptr).allowed);
+  EXPECT_TRUE(unresolved.check("/usr/bin/python3", "pypi.org", 443, nullptr).allowed);
+}
+
+TEST(RulesCheck, SeveralRules) {
+  NetworkRules rules = rules_from(std::string(kGithub) + R"(
+[network_policies.pypi]
+endpoints = [ { host = "pypi.org", port = 443 } ]
+)");
+  Decision d = rules.check("/usr/bin/wget", "pypi.org", 443, nullptr);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.rule, "pypi");
+  d = rules.check("/usr/bin/git", "api.github.com", 443, nullptr);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.rule, "github");
+  EXPECT_FALSE(rules.check("/usr/bin/wget", "api.github.com", 443, nullptr).allowed);
+}
+
+// ---- NetworkRules::check_address -------------------------------------------
+
+TEST(RulesAddress, SSRFGuardWithoutAllowedIps) {
+  NetworkRules rules = rules_from(kGithub);
+  Match match;
+  ASSERT_TRUE(rules.check("/usr/bin/git", "api.github.com", 443, &match).allowed);
+  EXPECT_EQ(match.rule, "github");
+  EXPECT_TRUE(match.allowed_ips.empty());
+
+  Decision d = rules.check_address(match, addr("140.82.112.3"));
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.rule, "github");
+  EXPECT_TRUE(rules.check_address(match, addr("2606:50c0:8000::153")).allowed);
+
+  d = rules.check_address(match, addr("127.0.0.1"));
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, "127.0.0.1 is loopback (SSRF guard)");
+  EXPECT_EQ(rules.check_address(match, addr("169.254.169.254")).reason,
+            "169.254.169.254 is link-local (cloud metadata) (SSRF guard)");
+  EXPECT_EQ(rules.check_address(match, addr("10.0.0.5")).reason,
+            "10.0.0.5 is private (SSRF guard)");
+  EXPECT_EQ(rules.check_address(match, addr("::ffff:127.0.0.1")).reason,
+            "::ffff:127.0.0.1 is loopback (SSRF guard)");
+  EXPECT_FALSE(rules.check_address(match, addr("64:ff9b::7f00:1")).allowed);
+  EXPECT_FALSE(rules.check_address(match, addr("::1")).allowed);
+  EXPECT_FALSE(rules.check_address(match, addr("0.0.0.0")).allowed);
+  EXPECT_FALSE(rules.check_address(match, addr("fd00::1")).allowed);
+}
+
+TEST(RulesAddress, AllowedIpsOverrideTheGuardAndNarrow) {
+  NetworkRules rules = rules_from(R"(
+[network_policies.internal]
+endpoints = [ { host = "git.corp.example", port = 443, allowed_ips = ["10.0.0.0/8", "127.0.0.1"] } ]
+)");
+  Match match;
+  ASSERT_TRUE(rules.check("/usr/bin/git", "git.corp.example", 443, &match).allowed);
+  ASSERT_EQ(match.allowed_ips.size(), 2u);
+  EXPECT_TRUE(rules.check_address(match, addr("10.1.2.3")).allowed);
+  EXPECT_TRUE(rules.check_address(match, addr("::ffff:10.1.2.3")).allowed);
+  EXPECT_TRUE(rules.check_address(match, addr("127.0.0.1")).allowed);
+  EXPECT_FALSE(rules.check_address(match, addr("127.0.0.2")).allowed);
+  Decision d = rules.check_address(match, addr("192.168.1.1"));
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, "192.168.1.1 is not in the endpoint's allowed_ips");
+  // A public address outside allowed_ips is refused too.
+  EXPECT_FALSE(rules.check_address(match, addr("140.82.112.3")).allowed);
+}
+
+TEST(RulesAddress, AllowedIpsNarrowPublicAddresses) {
+  NetworkRules rules = rules_from(R"(
+[network_policies.github]
+endpoints = [ { host = "api.github.com", port = 443, allowed_ips = ["140.82.112.0/20"] } ]
+)");
+  Match match;
+  ASSERT_TRUE(rules.check("/usr/bin/git", "api.github.com", 443, &match).allowed);
+  EXPECT_TRUE(rules.check_address(match, addr("140.82.112.3")).allowed);
+  EXPECT_TRUE(rules.check_address(match, addr("140.82.127.255")).allowed);
+  EXPECT_FALSE(rules.check_address(match, addr("140.82.128.0")).allowed);
+  EXPECT_FALSE(rules.check_address(match, addr("8.8.8.8")).allowed);
+}
+
+TEST(RulesAddress, OverlappingEndpointsWiden) {
+  // The wildcard rule comes first and is narrow; the exact one still allows
+  // public addresses for its host.
+  NetworkRules rules = rules_from(R"(
+[network_policies.a_internal]
+endpoints = [ { host = "*.example.com", port = 443, allowed_ips = ["10.0.0.0/8"] } ]
+
+[network_policies.b_public]
+endpoints = [ { host = "api.example.com", port = 443 } ]
+)");
+  Match match;
+  ASSERT_TRUE(rules.check("/usr/bin/curl", "api.example.com", 443, &match).allowed);
+  EXPECT_EQ(match.rule, "a_internal");
+  Decision d = rules.check_address(match, addr("93.184.216.34"));
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.rule, "b_public");
+  d = rules.check_address(match, addr("10.0.0.1"));
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.rule, "a_internal");
+  d = rules.check_address(match, addr("192.168.0.1"));
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason, "192.168.0.1 is not in the endpoint's allowed_ips");
+
+  // Only the narrow rule for other names.
+  ASSERT_TRUE(rules.check("/usr/bin/curl", "www.example.com", 443, &match).allowed);
+  EXPECT_TRUE(match.also.empty());
+  EXPECT_FALSE(rules.check_address(match, addr("93.184.216.34")).allowed);
+}
+
+TEST(RulesCompile, BadAllowedIpsNameTheEntry) {
+  try {
+    rules_from(R"(
+[network_policies.x]
+endpoints = [ { host = "a.example.com", port = 443 },
+              { host = "b.example.com", port = 443, allowed_ips = ["10.0.0.0/8", "10.0.0.0/33"] } ]
+)");
+    FAIL() << "compile() accepted allowed_ips 10.0.0.0/33";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("network_policies.x.endpoints[1].allowed_ips[1]"));
+    EXPECT_THAT(e.what(), HasSubstr("\"10.0.0.0/33\""));
+  }
+  EXPECT_THROW(rules_from(R"(
+[network_policies.x]
+endpoints = [ { host = "a.example.com", port = 443, allowed_ips = ["corp"] } ]
+)"),
+               Error);
+}
+
+TEST(RulesKnowsHost, AnyEndpointHost) {
+  NetworkRules rules = rules_from(std::string(kGithub) + R"(
+[network_policies.pypi]
+endpoints = [ { host = "pypi.org", port = 443 } ]
+)");
+  EXPECT_TRUE(rules.knows_host("api.github.com"));
+  EXPECT_TRUE(rules.knows_host("API.GITHUB.COM."));
+  EXPECT_TRUE(rules.knows_host("objects.githubusercontent.com"));
+  EXPECT_TRUE(rules.knows_host("pypi.org"));
+  EXPECT_FALSE(rules.knows_host("githubusercontent.com"));
+  EXPECT_FALSE(rules.knows_host("example.com"));
+  EXPECT_FALSE(rules.knows_host(""));
+  EXPECT_FALSE(NetworkRules().knows_host("api.github.com"));
+}
+
+}  // namespace
+}  // namespace openshell::egress
