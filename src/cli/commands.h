@@ -18,6 +18,9 @@ void add_run_command(CLI::App& app, Action* action);
 // `openshell sandbox ...` and `openshell logs`.
 void add_sandbox_commands(CLI::App& app, Action* action);
 
+// `openshell policy ...`.
+void add_policy_commands(CLI::App& app, Action* action);
+
 // `openshell gateway ...` (and the supervisor's hidden entry).
 void add_gateway_commands(CLI::App& app, Action* action);
 

@@ -1,9 +1,15 @@
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <utility>  // before CLI11 with GCC 12
+#include <utility>  // before CLI11 and Asio with GCC 12
 
 #include <CLI/CLI.hpp>
+#include <boost/asio.hpp>
+
+#include <optional>
+#include <thread>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,8 +24,12 @@
 #include "runtime/container.h"
 #include "runtime/landlock.h"
 #include "runtime/users.h"
+#include "egress/identity.h"
+#include "egress/proxy.h"
 
 namespace openshell::cli {
+
+namespace asio = boost::asio;
 
 namespace {
 
@@ -136,12 +146,12 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   // The policy: its filesystem part becomes Landlock rules; run_as_user
   // applies unless --user says otherwise.
   policy::Policy policy;
-  if (!o.policy.empty()) {
-    policy = policy::load(o.policy);
-    if (!policy.network.empty())
-      log::warn(o.policy + ": network_policies are not applied by 'openshell run': the sandbox "
-                "has no network at all");
-  }
+  if (!o.policy.empty()) policy = policy::load(o.policy);
+  // With network policies, the sandbox's way out is an egress proxy that
+  // this process serves; without, it has no network at all.
+  spec.egress = !policy.network.empty();
+  spec.fs.dns_stub = spec.egress;
+  spec.network_policy = policy;
 
   // The user.
   std::string user = o.user;
@@ -176,6 +186,12 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   if (o.tty) {
     const char* term = std::getenv("TERM");
     env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
+  }
+  if (spec.egress) {
+    for (const char* var : {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+      env.push_back(std::string(var) + "=http://127.0.0.1:3128");
+    env.push_back("NO_PROXY=localhost,127.0.0.1");
+    env.push_back("no_proxy=localhost,127.0.0.1");
   }
   spec.env = merge_env(env, o.env);
 
@@ -220,6 +236,58 @@ CLI::Option* repeatable(CLI::Option* option) {
   return option->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
+// The egress proxy and DNS stub of a one-shot sandbox, served on a thread of
+// this process for as long as the sandbox runs.
+class EgressThread {
+ public:
+  EgressThread(runtime::Container& container, const runtime::ContainerSpec& spec,
+               const std::string& network_log) {
+    if (!network_log.empty()) {
+      log_.reset(::open(network_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+      if (!log_) throw_errno("--network-log " + network_log);
+    }
+    egress::Proxy::Options options;
+    options.sandbox = spec.hostname;
+    options.init_pid = container.pid();
+    options.audit = [this](const std::string& line) {
+      std::string out = line + "\n";
+      if (log_) {
+        ssize_t ignored = ::write(log_.get(), out.data(), out.size());
+        (void)ignored;
+      } else {
+        log::debug(line);
+      }
+    };
+    proxy_ = std::make_unique<egress::Proxy>(io_, options);
+    const pid_t init = container.pid();
+    proxy_->set_rules(std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
+        spec.network_policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); })));
+    proxy_->serve(container.take_proxy_listener(), container.take_dns_socket());
+    work_.emplace(io_.get_executor());
+    // The thread takes no signals: they are the terminal loop's to read.
+    sigset_t all, saved;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &saved);
+    thread_ = std::thread([this] { io_.run(); });
+    ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  }
+  ~EgressThread() {
+    asio::post(io_, [this] {
+      proxy_->close();
+      work_.reset();
+      io_.stop();
+    });
+    thread_.join();
+  }
+
+ private:
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::unique_ptr<egress::Proxy> proxy_;
+  UniqueFd log_;
+  std::thread thread_;
+};
+
 void add_run_command(CLI::App& app, Action* action) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* run = app.add_subcommand(
@@ -257,7 +325,10 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_option("--seccomp", o->seccomp, "System call filter: default or unconfined")
       ->capture_default_str();
   run->add_option("--policy", o->policy,
-                  "Policy file (TOML): its filesystem_policy is enforced with Landlock");
+                  "Policy file (TOML): its filesystem_policy is enforced with Landlock; with "
+                  "network_policies the sandbox reaches what they allow through an egress proxy");
+  run->add_option("--network-log", o->network_log,
+                  "Append the egress proxy's decisions to this file (JSON lines)");
   run->add_option("command", o->command, "The command and its arguments")->required(false);
 
   run->callback([options, action]() {
@@ -265,6 +336,8 @@ void add_run_command(CLI::App& app, Action* action) {
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto container = runtime::Container::start(spec);
+      std::unique_ptr<EgressThread> egress;
+      if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, options->network_log);
       return attach(*container);
     };
   });

@@ -24,6 +24,7 @@ struct RunOptions {
   std::vector<std::string> cap_add;
   std::string seccomp = "default";   // or "unconfined"
   std::string policy;                // TOML file
+  std::string network_log;           // where the egress decisions go (JSON lines)
   std::vector<std::string> command;
 };
 

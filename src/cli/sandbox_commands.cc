@@ -405,7 +405,11 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     auto lines = std::make_shared<std::string>("all");
     auto follow = std::make_shared<bool>(false);
     auto timestamps = std::make_shared<bool>(false);
+    auto source = std::make_shared<std::string>("sandbox");
     CLI::App* c = parent->add_subcommand("logs", help);
+    c->add_option("--source", *source, "sandbox (the main process's output) or network (the egress decisions, JSON lines)")
+        ->check(CLI::IsMember({"sandbox", "network"}))
+        ->capture_default_str();
     c->add_option("name", *name, "The sandbox")->required();
     c->add_option("-n,--tail", *lines, "Only the last N lines (default all)");
     c->add_flag("-f,--follow", *follow, "Keep printing as the main process writes, until it ends");
@@ -416,13 +420,18 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
           throw Error("--tail " + *lines + ": not a number");
         GatewayClient client;
         if (*follow) {
-          follow_logs(client.paths(), *name, LogOptions{*lines, *timestamps});
+          follow_logs(client.paths(), *name, LogOptions{*lines, *timestamps, *source});
           return 0;
         }
-        std::string path = target(*name, "logs");
-        if (*lines != "all") path += "?tail=" + *lines;
+        std::string path = target(*name, "logs") + "?source=" + *source;
+        if (*lines != "all") path += "&tail=" + *lines;
+        std::string body = client.call_text("GET", path);
+        if (*source == "network") {
+          std::fwrite(body.data(), 1, body.size(), stdout);
+          return 0;
+        }
         std::string carry;
-        print_records(client.call_text("GET", path), *timestamps, &carry);
+        print_records(body, *timestamps, &carry);
         return 0;
       };
     });

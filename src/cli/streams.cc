@@ -79,7 +79,7 @@ size_t print_records(const std::string& text, bool timestamps, std::string* carr
 
 LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions& options) {
   asio::io_context io;
-  std::string target = "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1";
+  std::string target = "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1&source=" + options.source;
   if (options.tail != "all") target += "&tail=" + options.tail;
   auto ws = connect(io, paths, target);
   LogEnd end;
@@ -89,7 +89,10 @@ LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions
   ws->start(
       [&](std::string data, bool binary) {
         if (binary) {
-          print_records(data, options.timestamps, &carry);
+          if (options.source == "network")
+            write_all(STDOUT_FILENO, data);  // JSON lines as they are
+          else
+            print_records(data, options.timestamps, &carry);
           return;
         }
         json m = json::parse(data, nullptr, false);

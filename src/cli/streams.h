@@ -12,6 +12,7 @@ namespace openshell::cli {
 struct LogOptions {
   std::string tail = "all";  // a number of records, or "all"
   bool timestamps = false;
+  std::string source = "sandbox";  // or "network": the egress proxy's decisions (JSON lines)
 };
 
 struct LogEnd {

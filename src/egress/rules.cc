@@ -371,4 +371,14 @@ bool NetworkRules::knows_host(std::string_view host) const {
   return false;
 }
 
+bool NetworkRules::address_allowed_for_host(std::string_view host, const Address& address) const {
+  for (const Rule& rule : rules_)
+    for (const Endpoint& endpoint : rule.endpoints) {
+      if (!host_matches(endpoint.host, host)) continue;
+      Match match{rule.name, endpoint.allowed_ips, {}};
+      if (check_address(match, address).allowed) return true;
+    }
+  return false;
+}
+
 }  // namespace openshell::egress

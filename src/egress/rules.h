@@ -107,6 +107,9 @@ class NetworkRules {
   // Whether any endpoint names this host (for the DNS stub: names of allowed
   // hosts resolve, nothing else does).
   bool knows_host(std::string_view host) const;
+  // Whether some endpoint naming this host (any port, any binary) would let
+  // a connection use the address: what the DNS stub may answer with.
+  bool address_allowed_for_host(std::string_view host, const Address& address) const;
   bool empty() const { return rules_.empty(); }
 
  private:

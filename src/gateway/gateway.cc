@@ -35,6 +35,7 @@
 #include "gateway/store.h"
 #include "namespaces/userns.h"
 #include "net/http.h"
+#include "policy/policy.h"
 #include "runtime/cleanup.h"
 #include "runtime/init_protocol.h"
 
@@ -145,6 +146,9 @@ class Gateway {
   void exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void session(const std::shared_ptr<net::Exchange>& exchange);
   void watch(const std::shared_ptr<net::Exchange>& exchange);
+  void get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void list_policies(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void set_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
 
   // Lifecycle
   void save(SandboxRecord& record);
@@ -185,6 +189,8 @@ class Gateway {
   std::map<std::string, json> gone_;
   // Log followers by sandbox id: woken by a phase change, not only by their timer.
   std::map<std::string, std::vector<std::weak_ptr<std::function<void()>>>> followers_;
+  // Policy updates waiting for their supervisor's acknowledgement, by sandbox id.
+  std::map<std::string, std::function<void(const json&)>> policy_acks_;
 };
 
 void Gateway::start() {
@@ -363,7 +369,8 @@ void Gateway::launch(SandboxRecord& record) {
   spec.nonce = auth::random_hex(32);
   spec.auth_epoch = 1;
   spec.issued_at = now_ms() / 1000;
-  spec.policy_revision = 1;
+  auto current = store_->policy(record.id, 0);
+  spec.policy_revision = current ? current->revision : 0;
   spec.gateway_id = gateway_id_;
   spec.gateway_socket = paths_.socket();
   spec.spec = record.spec;
@@ -668,6 +675,15 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
 void Gateway::on_session_message(const std::string& id, std::shared_ptr<net::WebSocket> ws,
                                  const std::string& data) {
   json m = json::parse(data, nullptr, false);
+  if (m.value("type", "") == "policy_applied") {
+    auto waiting = policy_acks_.find(id);
+    if (waiting != policy_acks_.end()) {
+      auto callback = std::move(waiting->second);
+      policy_acks_.erase(waiting);
+      callback(m);
+    }
+    return;
+  }
   auto record = store_->find_by_id(id);
   if (!record || m.value("type", "") != "status") return;
   if (m.value("generation", int64_t{-1}) != record->generation) return;
@@ -759,6 +775,9 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
       if (p.size() == 3 && p[2] == "wait" && m == "GET") return wait_exit(exchange, name);
       if (p.size() == 3 && p[2] == "logs" && m == "GET") return logs(exchange, name);
       if (p.size() == 3 && p[2] == "exec" && req.websocket) return exec(exchange, name);
+      if (p.size() == 3 && p[2] == "policy" && m == "GET") return get_policy(exchange, name);
+      if (p.size() == 3 && p[2] == "policy" && m == "PUT") return set_policy(exchange, name);
+      if (p.size() == 3 && p[2] == "policies" && m == "GET") return list_policies(exchange, name);
     }
   }
   throw ApiError(404, "not_found", "no such API path: " + m + " " + req.path);
@@ -797,6 +816,7 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   record.created_ms = record.updated_ms = now_ms();
   record.conditions.push_back(Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
   store_->insert(record);  // the intent is on disk before anything is done
+  store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
 
   // The sandbox's directory: launch file, logs, and its writable layer.
   const std::string dir = paths_.sandbox(id);
@@ -932,7 +952,12 @@ void Gateway::wait_exit(const std::shared_ptr<net::Exchange>& exchange, const st
 void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
   const net::Request& req = exchange->request();
   SandboxRecord record = find(name);
-  std::string path = paths_.sandbox(record.id) + "/logs/main.log";
+  // source=sandbox (the main process's output, the default) or network (the
+  // egress proxy's decisions, one JSON object a line).
+  std::string source = req.query.count("source") ? req.query.at("source") : "sandbox";
+  if (source != "sandbox" && source != "network")
+    throw ApiError(400, "bad_request", "source must be 'sandbox' or 'network', not '" + source + "'");
+  std::string path = paths_.sandbox(record.id) + (source == "network" ? "/logs/network.log" : "/logs/main.log");
   size_t tail = text::parse_uint(req.query.count("tail") ? req.query.at("tail") : "", 1u << 30)
                     .value_or(static_cast<size_t>(-1));
   std::string content;
@@ -1038,6 +1063,90 @@ void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::st
   int err = runtime::send_packet(sock.get(), runtime::make_message({"handoff", raw}), &fd, 1);
   ::close(fd);
   if (err) log::error(errno_message("hand exec over to the supervisor of " + name, err));
+}
+
+// ---- policies ---------------------------------------------------------------
+
+json policy_view(const SandboxRecord& record, const PolicyRevision& p, int64_t current) {
+  // An empty text is the default policy: show it as such.
+  std::string text = p.text.empty() ? policy::to_toml(policy::default_policy()) : p.text;
+  return json{{"sandbox", record.name},
+              {"revision", p.revision},
+              {"current", p.revision == current},
+              {"default", p.text.empty()},
+              {"created_at", rfc3339(p.created_ms)},
+              {"policy", text}};
+}
+
+void Gateway::get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  const auto& q = exchange->request().query;
+  int64_t revision = 0;
+  if (q.count("rev")) {
+    auto value = text::parse_uint(q.at("rev"), INT32_MAX);
+    if (!value || *value == 0) throw ApiError(400, "bad_request", "rev must be a positive number");
+    revision = static_cast<int64_t>(*value);
+  }
+  auto current = store_->policy(record.id, 0);
+  auto p = store_->policy(record.id, revision);
+  if (!p)
+    throw ApiError(404, "not_found", "sandbox '" + name + "' has no policy revision " + std::to_string(revision));
+  exchange->respond(json_response(200, policy_view(record, *p, current ? current->revision : 0)));
+}
+
+void Gateway::list_policies(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  auto all = store_->policies(record.id);
+  json list = json::array();
+  for (const auto& p : all) {
+    json v = policy_view(record, p, all.empty() ? 0 : all.back().revision);
+    v.erase("policy");
+    list.push_back(v);
+  }
+  exchange->respond(json_response(200, {{"sandbox", record.name}, {"revisions", list}}));
+}
+
+// A new revision: validated, stored, and (the network part) applied to the
+// running sandbox before the answer; the rest applies from the next start.
+void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  json body = json::parse(exchange->request().body, nullptr, false);
+  if (!body.is_object() || !body.contains("policy") || !body["policy"].is_string())
+    throw ApiError(400, "bad_request", "the body must be {\"policy\": \"TOML text\"}");
+  std::string text = body["policy"].get<std::string>();
+  std::string source = body.value("source", std::string("policy"));
+  try {
+    policy::parse(text, source);
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_policy", e.what());
+  }
+  int64_t revision = store_->add_policy(record.id, text, now_ms());
+  SandboxSpec spec = SandboxSpec::from_json(record.spec);
+  spec.policy = text;
+  spec.policy_source = source;
+  record.spec = spec.to_json();
+  save(record);
+  auto respond = [this, exchange, id = record.id, revision](bool applied, const std::string& error) {
+    auto r = store_->find_by_id(id);
+    json out = {{"revision", revision}, {"applied", applied}};
+    if (!error.empty()) out["error"] = error;
+    if (r) out["sandbox"] = view(*r);
+    exchange->respond(json_response(200, out));
+  };
+  auto s = supervised_.find(record.id);
+  if (s == supervised_.end() || !s->second.session || record.phase != Phase::kReady)
+    return respond(false, "");  // takes effect at the next start
+  auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(5));
+  policy_acks_[record.id] = [respond, timer](const json& ack) {
+    timer->cancel();
+    respond(!ack.contains("error"), ack.value("error", ""));
+  };
+  timer->async_wait([this, id = record.id, respond](const boost::system::error_code& ec) {
+    if (ec) return;
+    policy_acks_.erase(id);
+    respond(false, "the sandbox's supervisor did not acknowledge the policy");
+  });
+  s->second.session->send(json{{"type", "policy"}, {"revision", revision}, {"text", text}}.dump(), false);
 }
 
 void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {

@@ -50,6 +50,13 @@ CREATE TABLE IF NOT EXISTS events (
   message TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_sandbox ON events (sandbox_id, seq);
+CREATE TABLE IF NOT EXISTS policies (
+  sandbox_id TEXT NOT NULL,
+  revision INTEGER NOT NULL,
+  text TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (sandbox_id, revision)
+);
 )sql";
 
 constexpr const char* kSandboxColumns =
@@ -436,6 +443,7 @@ void Store::update(const SandboxRecord& record) {
 void Store::remove(const std::string& id) {
   write_transaction(db_, "remove sandbox " + id, [&] {
     Statement(db_, "DELETE FROM events WHERE sandbox_id = ?1").bind(1, id).run();
+    Statement(db_, "DELETE FROM policies WHERE sandbox_id = ?1").bind(1, id).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ?1").bind(1, id).run();
   });
 }
@@ -494,6 +502,42 @@ std::vector<Event> Store::events(const std::string& sandbox_id, size_t limit) co
     events.push_back(std::move(event));
   }
   return events;
+}
+
+int64_t Store::add_policy(const std::string& sandbox_id, const std::string& text, int64_t time_ms) {
+  int64_t revision = 0;
+  write_transaction(db_, "add a policy revision for sandbox " + sandbox_id, [&] {
+    Statement last(db_, "SELECT COALESCE(MAX(revision), 0) FROM policies WHERE sandbox_id = ?1");
+    last.bind(1, sandbox_id);
+    revision = last.step() ? last.int64(0) + 1 : 1;
+    Statement(db_, "INSERT INTO policies (sandbox_id, revision, text, created_ms) VALUES (?1, ?2, ?3, ?4)")
+        .bind(1, sandbox_id)
+        .bind(2, revision)
+        .bind(3, text)
+        .bind(4, time_ms)
+        .run();
+  });
+  return revision;
+}
+
+std::vector<PolicyRevision> Store::policies(const std::string& sandbox_id) const {
+  Statement statement(db_,
+                      "SELECT revision, text, created_ms FROM policies WHERE sandbox_id = ?1 ORDER BY revision");
+  statement.bind(1, sandbox_id);
+  std::vector<PolicyRevision> out;
+  while (statement.step()) out.push_back({statement.int64(0), statement.text(1), statement.int64(2)});
+  return out;
+}
+
+std::optional<PolicyRevision> Store::policy(const std::string& sandbox_id, int64_t revision) const {
+  // revision 0: the newest.
+  Statement statement(db_,
+                      revision > 0 ? "SELECT revision, text, created_ms FROM policies WHERE sandbox_id = ?1 AND revision = ?2"
+                                   : "SELECT revision, text, created_ms FROM policies WHERE sandbox_id = ?1 ORDER BY revision DESC LIMIT 1");
+  statement.bind(1, sandbox_id);
+  if (revision > 0) statement.bind(2, revision);
+  if (!statement.step()) return std::nullopt;
+  return PolicyRevision{statement.int64(0), statement.text(1), statement.int64(2)};
 }
 
 std::optional<std::string> Store::meta(const std::string& key) const {

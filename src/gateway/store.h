@@ -70,6 +70,13 @@ struct Event {
   std::string message;
 };
 
+// One revision of a sandbox's policy (TOML text; "" means the default policy).
+struct PolicyRevision {
+  int64_t revision = 0;
+  std::string text;
+  int64_t created_ms = 0;
+};
+
 class NameTaken : public Error {
  public:
   explicit NameTaken(const std::string& name) : Error("sandbox name '" + name + "' is taken") {}
@@ -97,6 +104,12 @@ class Store {
   void append_event(const std::string& sandbox_id, const std::string& type,
                     const std::string& message, int64_t time_ms);
   std::vector<Event> events(const std::string& sandbox_id, size_t limit) const;
+
+  // Policy revisions, numbered from 1 per sandbox; removed with the sandbox.
+  int64_t add_policy(const std::string& sandbox_id, const std::string& text, int64_t time_ms);
+  std::vector<PolicyRevision> policies(const std::string& sandbox_id) const;
+  // revision 0: the newest.
+  std::optional<PolicyRevision> policy(const std::string& sandbox_id, int64_t revision) const;
 
   std::optional<std::string> meta(const std::string& key) const;
   void set_meta(const std::string& key, const std::string& value);

@@ -615,6 +615,23 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     if (!bind(AT_FDCWD, b.source.c_str(), target.fd, true, attrs, b.target.c_str(), f)) return false;
   }
 
+  // 9b. Names resolve through the sandbox's own DNS stub: a read-only
+  //     /etc/resolv.conf of ours over the image's.
+  if (spec_.dns_stub) {
+    static const char kResolvConf[] = "nameserver 127.0.0.1\noptions ndots:1\n";
+    int fd = ::open("/resolv.conf", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(f, errno, "create", "/resolv.conf");
+    ssize_t n = ::write(fd, kResolvConf, sizeof kResolvConf - 1);
+    ::close(fd);
+    if (n != sizeof kResolvConf - 1) return fail(f, errno, "write", "/resolv.conf");
+    ScopedFd target(open_in_root(root.fd, "etc/resolv.conf", Create::kFile, f));
+    if (target.fd < 0) return false;
+    if (!bind(AT_FDCWD, "/resolv.conf", target.fd, false,
+              MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+              "etc/resolv.conf", f))
+      return false;
+  }
+
   // 10. The working directory exists before the root may turn read-only.
   {
     bool created = false;

@@ -42,6 +42,7 @@ struct FilesystemSpec {
   uint32_t workdir_uid = 0;    // owner (inside ids) of a workdir created here
   uint32_t workdir_gid = 0;
   std::string exe_path;        // host path of this binary, for the sealed init image
+  bool dns_stub = false;       // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
 };
 
 // Paths the sandbox never sees: files become /dev/null, directories an empty

@@ -208,6 +208,15 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   if (::sethostname(spec.hostname.data(), spec.hostname.size()) != 0)
     fail(&f, errno, "sethostname", spec.hostname.c_str()), die();
   if (!namespaces::bring_up_loopback(&f)) die();
+  if (spec.egress) {
+    // Made here, in the sandbox's network namespace; served by the parent.
+    int proxy = -1, dns = -1;
+    if (!namespaces::make_egress_sockets(&proxy, &dns, &f)) die();
+    if (!send_fd(c.socket_fd, proxy) || !send_fd(c.socket_fd, dns))
+      fail(&f, errno, "hand the egress sockets to the parent"), die();
+    ::close(proxy);
+    ::close(dns);
+  }
 
   // Resource limits (core dumps off unless asked for).
   for (const Rlimit& r : spec.rlimits) {
@@ -411,6 +420,17 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   if (failed) {
     abandon();
     throw Error(failure.message(), failure.exit_code);
+  }
+  if (spec.egress) {
+    int proxy = -1, dns = -1;
+    ChildFailure ignored;
+    if (!receive_fd(parent_socket.get(), &proxy, &ignored) ||
+        !receive_fd(parent_socket.get(), &dns, &ignored) || proxy < 0 || dns < 0) {
+      abandon();
+      throw Error("the sandbox ended before its egress sockets were ready");
+    }
+    container->proxy_listener_.reset(proxy);
+    container->dns_socket_.reset(dns);
   }
   if (spec.tty) {
     int master = -1;

@@ -36,6 +36,12 @@ class Container {
   int control_fd() const { return control_.get(); }
   const namespaces::IdMap& id_map() const { return id_map_; }
 
+  // With spec.egress: the proxy's listening socket and the DNS stub's
+  // socket, made inside the sandbox's network namespace (-1 otherwise). The
+  // caller serves them (or closes them).
+  UniqueFd take_proxy_listener() { return std::move(proxy_listener_); }
+  UniqueFd take_dns_socket() { return std::move(dns_socket_); }
+
   // Delivers a signal to the init, which passes it to the main process.
   void signal(int sig) const;
   // Blocks until the container ends; returns the main process's exit status
@@ -55,6 +61,8 @@ class Container {
   UniqueFd tty_master_;
   UniqueFd lifeline_;  // closing it tells the init its owner is gone
   UniqueFd control_;
+  UniqueFd proxy_listener_;
+  UniqueFd dns_socket_;
   CgroupSet cgroups_;
   namespaces::IdMap id_map_;
   bool reaped_ = false;

@@ -12,6 +12,7 @@
 #include "namespaces/mounts.h"
 #include "runtime/caps.h"
 #include "runtime/cgroup.h"
+#include "policy/policy.h"
 #include "runtime/landlock.h"
 
 namespace openshell::runtime {
@@ -41,6 +42,11 @@ struct ContainerSpec {
   std::vector<Rlimit> rlimits;  // core dumps are off unless a core limit is given here
   caps::Set cap_add = 0;
   bool seccomp = true;
+  // Egress through the owner: the sandbox gets a proxy listener and a DNS
+  // stub socket on its loopback, served by whoever started it
+  // (Container::egress_sockets); fs.dns_stub makes resolv.conf point there.
+  bool egress = false;
+  policy::Policy network_policy;  // what the egress proxy allows (its network part)
   landlock::Plan landlock;
   std::string cgroup_name;  // default: openshell-<pid>
   // The main process's stdio (the caller's by default).

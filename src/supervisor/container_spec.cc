@@ -53,6 +53,15 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
     if (!replaced) c.env.push_back(entry);
   }
 
+  // The only way out is the sandbox's egress proxy; names resolve through its
+  // DNS stub. Both listen on the sandbox's loopback.
+  c.egress = true;
+  c.fs.dns_stub = true;
+  for (const char* var : {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+    c.env.push_back(std::string(var) + "=" + kProxyUrl);
+  c.env.push_back("NO_PROXY=localhost,127.0.0.1");
+  c.env.push_back("no_proxy=localhost,127.0.0.1");
+
   c.limits.cpus = spec.cpus;
   c.limits.memory_bytes = spec.memory_bytes;
   c.limits.pids = spec.pids;

@@ -11,6 +11,7 @@
 namespace openshell::supervisor {
 
 inline constexpr const char* kWorkspace = "/sandbox";
+inline constexpr const char* kProxyUrl = "http://127.0.0.1:3128";
 
 // Throws Error (a bad policy, an unknown user...).
 runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::string& sandbox_id,

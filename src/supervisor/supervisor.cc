@@ -27,6 +27,10 @@
 #include "net/http.h"
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
+#include "egress/identity.h"
+#include "egress/proxy.h"
+#include "egress/rules.h"
+#include "policy/policy.h"
 #include "supervisor/container_spec.h"
 
 namespace openshell::supervisor {
@@ -114,6 +118,9 @@ class Supervisor {
   void finish_soon();
   void maybe_exit();
   void fail_start(int code, const std::string& why);
+  void start_egress();
+  void apply_policy(const std::string& text, int64_t revision);
+  void audit(const std::string& line);
 
   asio::io_context& io_;
   std::string launch_file_;
@@ -133,6 +140,8 @@ class Supervisor {
   uint64_t next_exec_ = 1;
   std::string socket_path_;
   std::string spec_error_;  // why the spec cannot become a container
+  std::unique_ptr<egress::Proxy> proxy_;
+  UniqueFd network_log_;
 
   // What happened to the main process.
   enum class State { kRunning, kStopping, kEnded } state_ = State::kRunning;
@@ -398,6 +407,36 @@ void Supervisor::start_container() {
   control_.assign(::dup(container_->control_fd()));
   watch_exit();
   watch_control();
+  start_egress();
+}
+
+// The sandbox's egress proxy and DNS stub, with the network part of its policy.
+void Supervisor::start_egress() {
+  network_log_.reset(::open((paths_.sandbox(launch_.sandbox_id) + "/logs/network.log").c_str(),
+                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  egress::Proxy::Options options;
+  options.sandbox = launch_.sandbox_name;
+  options.init_pid = container_->pid();
+  options.audit = [this](const std::string& line) { audit(line); };
+  proxy_ = std::make_unique<egress::Proxy>(io_, options);
+  apply_policy(spec_.policy, launch_.policy_revision);
+  proxy_->serve(container_->take_proxy_listener(), container_->take_dns_socket());
+}
+
+void Supervisor::apply_policy(const std::string& text, int64_t revision) {
+  policy::Policy policy = text.empty() ? policy::default_policy() : policy::parse(text, "policy");
+  const pid_t init = container_->pid();
+  auto rules = std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
+      policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); }));
+  proxy_->set_rules(std::move(rules));
+  log::debug("network policy revision " + std::to_string(revision) + " applied");
+}
+
+void Supervisor::audit(const std::string& line) {
+  if (!network_log_) return;
+  std::string out = line + "\n";
+  ssize_t ignored = ::write(network_log_.get(), out.data(), out.size());
+  (void)ignored;
 }
 
 void Supervisor::read_output(asio::posix::stream_descriptor& stream, const std::string& name) {
@@ -632,6 +671,17 @@ void Supervisor::on_session_message(const std::string& data) {
     io_.stop();
   } else if (type == "stop") {
     stop(m.value("grace_ms", kDefaultGraceMs));
+  } else if (type == "policy") {
+    // A live update of the network part: the next connection sees it.
+    int64_t revision = m.value("revision", int64_t{0});
+    json ack = {{"type", "policy_applied"}, {"revision", revision}};
+    try {
+      if (proxy_) apply_policy(m.value("text", std::string()), revision);
+      spec_.policy = m.value("text", std::string());
+    } catch (const std::exception& e) {
+      ack["error"] = e.what();
+    }
+    if (session_) session_->send(ack.dump(), false);
   }
 }
 

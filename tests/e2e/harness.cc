@@ -1,6 +1,9 @@
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -397,6 +400,120 @@ std::vector<std::string> leftover_processes() {
   }
   ::closedir(proc);
   return out;
+}
+
+namespace {
+
+void serve_connection(int fd) {
+  std::string data;
+  char buf[4096];
+  bool echo = false;
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 10000) <= 0) break;
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    if (echo) {
+      if (::write(fd, buf, static_cast<size_t>(n)) < 0) break;
+      continue;
+    }
+    data.append(buf, static_cast<size_t>(n));
+    size_t end = data.find("\r\n\r\n");
+    if (data.rfind("GET ", 0) == 0 && end != std::string::npos) {
+      if (data.find("Upgrade: websocket") != std::string::npos) {
+        std::string reply = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        if (::write(fd, reply.data(), reply.size()) < 0) break;
+        std::string rest = data.substr(end + 4);
+        if (!rest.empty() && ::write(fd, rest.data(), rest.size()) < 0) break;
+        echo = true;
+        continue;
+      }
+      std::string body = "hello from the test server\n";
+      std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\nConnection: close\r\n\r\n" + body;
+      ssize_t ignored = ::write(fd, reply.data(), reply.size());
+      (void)ignored;
+      break;
+    }
+    if (data.rfind("GET ", 0) != 0 && data.size() >= 4) {
+      // Not HTTP: echo from now on.
+      echo = true;
+      if (::write(fd, data.data(), data.size()) < 0) break;
+    }
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+TestServer::TestServer() {
+  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::listen(listener_, 64);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  thread_ = std::thread([this] {
+    std::vector<std::thread> connections;
+    while (!stop_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++connections_;
+      connections.emplace_back(serve_connection, fd);
+    }
+    for (auto& t : connections) t.join();
+  });
+}
+
+TestServer::~TestServer() {
+  stop_ = true;
+  thread_.join();
+  ::close(listener_);
+}
+
+TestDnsServer::TestDnsServer() {
+  socket_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(socket_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(socket_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      pollfd p{socket_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      unsigned char q[512];
+      sockaddr_in from{};
+      socklen_t flen = sizeof from;
+      ssize_t n = ::recvfrom(socket_, q, sizeof q, 0, reinterpret_cast<sockaddr*>(&from), &flen);
+      if (n < 12) continue;
+      ++queries_;
+      // Echo the query as a response with one answer for A queries.
+      std::string r(reinterpret_cast<char*>(q), static_cast<size_t>(n));
+      r[2] = static_cast<char>(0x81);  // QR, RD
+      r[3] = static_cast<char>(0x80);  // RA, NOERROR
+      uint16_t qtype = static_cast<uint16_t>((q[n - 4] << 8) | q[n - 3]);
+      if (qtype == 1) {
+        r[7] = 1;  // ANCOUNT 1
+        const unsigned char answer[] = {0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 127, 0, 0, 1};
+        r.append(reinterpret_cast<const char*>(answer), sizeof answer);
+      }
+      ::sendto(socket_, r.data(), r.size(), 0, reinterpret_cast<sockaddr*>(&from), flen);
+    }
+  });
+}
+
+TestDnsServer::~TestDnsServer() {
+  stop_ = true;
+  thread_.join();
+  ::close(socket_);
 }
 
 }  // namespace e2e

@@ -6,7 +6,9 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -73,6 +75,41 @@ std::string file_contents_of_dir(const std::string& dir);
 std::vector<std::string> processes_matching(const std::string& text);
 std::string command_of(const std::string& pid);
 std::string environment_of(const std::string& pid);
+
+// A server on 127.0.0.1 for egress tests: an HTTP GET gets a 200 with body
+// "hello from the test server"; an upgrade request gets a 101 and then an
+// echo; anything else is echoed back. It counts its connections.
+class TestServer {
+ public:
+  TestServer();
+  ~TestServer();
+  uint16_t port() const { return port_; }
+  int connections() const { return connections_.load(); }
+
+ private:
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<int> connections_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// A DNS server on 127.0.0.1 that answers every A query with 127.0.0.1 and
+// counts the queries it got (to prove that some never leave the host).
+class TestDnsServer {
+ public:
+  TestDnsServer();
+  ~TestDnsServer();
+  uint16_t port() const { return port_; }
+  int queries() const { return queries_.load(); }
+
+ private:
+  int socket_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<int> queries_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 // The test suites take the mode as their parameter.
 // After every test: nothing of a sandbox is left on the host (counting only

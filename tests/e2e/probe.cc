@@ -202,6 +202,52 @@ int spin_cpu(long wall_ms) {
   return result(0, "cpu_ms " + std::to_string(cpu.tv_sec * 1000 + cpu.tv_nsec / 1000000));
 }
 
+// Through the sandbox's egress proxy (127.0.0.1:3128): CONNECT host:port,
+// print the proxy's status line, then per mode: "status" (nothing more),
+// "echo" (a line there and back), "upgrade" (an HTTP upgrade request, a 101,
+// then a line there and back), "idle" (wait 2 s, then a line there and back).
+int proxy_connect(const char* host, const char* port, const std::string& mode) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(3128);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return result(-1);
+  std::string request = std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+  ::write(fd, request.data(), request.size());
+  std::string head;
+  char c;
+  while (head.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) head += c;
+  std::string status = head.substr(0, head.find("\r\n"));
+  std::printf("proxy: %s\n", status.c_str());
+  if (status.find(" 200 ") == std::string::npos || mode == "status") {
+    std::string body;
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
+    if (!body.empty()) std::printf("body: %s", body.c_str());
+    return status.find(" 200 ") == std::string::npos ? 1 : 0;
+  }
+  auto line_through = [&](const std::string& line) {
+    ::write(fd, line.data(), line.size());
+    std::string back;
+    while (back.size() < line.size() && ::read(fd, &c, 1) == 1) back += c;
+    std::printf("echo: %s", back.c_str());
+    return back == line;
+  };
+  if (mode == "upgrade") {
+    std::string up = std::string("GET /chat HTTP/1.1\r\nHost: ") + host +
+                     "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    ::write(fd, up.data(), up.size());
+    std::string reply;
+    while (reply.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) reply += c;
+    std::printf("upgrade: %s\n", reply.substr(0, reply.find("\r\n")).c_str());
+    if (reply.find(" 101 ") == std::string::npos) return 1;
+  }
+  if (mode == "idle") ::sleep(2);
+  return line_through("ping through the proxy\n") ? 0 : 1;
+}
+
 // CVE-2019-5736's step: get a handle on the init's binary, then try to
 // reopen it for writing.
 int exe_reopen(const char* pid) {
@@ -308,6 +354,7 @@ int main(int argc, char** argv) {
   if (action == "fds") return list_fds();
   if (action == "spin") return spin_cpu(std::atol(arg(2)));
   if (action == "exe-reopen") return exe_reopen(arg(2));
+  if (action == "proxy-connect") return proxy_connect(arg(2), arg(3), argc > 4 ? argv[4] : "echo");
   if (action == "exe-write") {
     int fd = ::open(arg(2), O_WRONLY | O_CLOEXEC);
     return result(fd);
