@@ -1,0 +1,685 @@
+// egress_bench: the client and the server of bench/run-egress-bench, which
+// measures the egress proxy (src/egress/proxy.cc). One static binary, copied
+// into the sandbox's root as the client and run on the host as the server.
+//
+//   egress_bench server [--port N] [--port-file FILE]
+//   egress_bench latency --target HOST:PORT [--proxy ADDR:PORT] [--count N] [--warmup N]
+//                        [--samples]
+//   egress_bench bulk --target HOST:PORT [--proxy ADDR:PORT] --bytes N --direction down|up
+//   egress_bench poll --target HOST:PORT --proxy ADDR:PORT [--interval-us N] [--changes N]
+//                     [--timeout-s N]
+//   egress_bench stamp -- CMD [ARG...]
+//
+// server: listens on 127.0.0.1 only (port 0: any free one, written to
+// --port-file once listening) and serves each connection by its first byte:
+//   'E'          echo: sends 'E' back and closes (a new connection's round trip);
+//   'D' + u64 n  download: sends n bytes, then closes;
+//   'U' + u64 n  upload: reads n bytes, then sends 'K' and closes.
+// (u64 little-endian.) Echo is answered on the accepting thread; downloads
+// and uploads get a thread each.
+//
+// Clients connect to --target directly (HOST must be an IPv4 literal; nothing
+// is resolved), or, with --proxy, to the proxy, which is asked
+// "CONNECT HOST:PORT HTTP/1.1" and must answer 200 before the first byte of
+// the protocol above is sent (as curl and other HTTP clients do: they wait
+// for the 200). TCP_NODELAY is set on every client socket. Each prints one
+// JSON line on stdout.
+//
+// latency: --count sequential new connections (after --warmup uncounted
+// ones), each timed with CLOCK_MONOTONIC from just before connect() to the
+// echoed byte's arrival ("total"), split at the end of the tunnel set-up
+// ("setup": connect() returned, or the proxy's 200 read) into "setup" and
+// "echo". The client closes each connection after the echo. Statistics in
+// microseconds, the median of each tenth of the run in order (a drift shows),
+// and with --samples every total and setup time.
+//
+// bulk: one connection (one tunnel); the time from just before the request
+// is sent to the last byte read (down) or to the server's 'K' (up: every
+// byte has arrived).
+//
+// poll: a new connection through the proxy every --interval-us (or as fast
+// as they complete, when slower), each judged "allow" (200 and the echo),
+// "deny" (403) or "error:..."; prints a line for the first attempt and for
+// every attempt whose outcome differs from the one before, with the
+// attempt's start and end in CLOCK_REALTIME ns (the same clock on the host
+// and in the sandbox whatever its namespaces) and the start of the attempt
+// before it. Ends after --changes changes, or after --timeout-s.
+//
+// stamp: reads CLOCK_REALTIME, spawns CMD (stdout to /dev/null), waits for
+// it and prints {"start_ns", "end_ns", "status"}: the time right before the
+// command starts, for the host's side of the poll measurement.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: egress_bench server [--port N] [--port-file FILE]\n"
+    "       egress_bench latency --target HOST:PORT [--proxy ADDR:PORT] [--count N] [--warmup N]\n"
+    "                            [--samples]\n"
+    "       egress_bench bulk --target HOST:PORT [--proxy ADDR:PORT] --bytes N --direction "
+    "down|up\n"
+    "       egress_bench poll --target HOST:PORT --proxy ADDR:PORT [--interval-us N] [--changes "
+    "N]\n"
+    "                         [--timeout-s N]\n"
+    "       egress_bench stamp -- CMD [ARG...]\n"
+    "\n"
+    "Without --proxy, HOST is an IPv4 literal and the client connects to it; with it,\n"
+    "the client connects to the proxy and asks CONNECT HOST:PORT. Results are JSON lines.\n";
+
+[[noreturn]] void usage_error(const std::string& why) {
+  std::fprintf(stderr, "egress_bench: %s\n\n%s", why.c_str(), kUsage);
+  std::exit(2);
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "egress_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+[[noreturn]] void die_errno(const std::string& what) { die(what + ": " + std::strerror(errno)); }
+
+int64_t now_ns(clockid_t clock = CLOCK_MONOTONIC) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+uint64_t parse_number(const std::string& flag, const std::string& text, uint64_t min,
+                      uint64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || text[0] == '-' || v < min || v > max)
+    usage_error(flag + " needs a whole number from " + std::to_string(min) + " to " +
+                std::to_string(max) + ", not '" + text + "'");
+  // Suffixes K, M, G (binary) for sizes.
+  uint64_t scale = 1;
+  if (*end == 'K' || *end == 'k')
+    scale = 1ull << 10, ++end;
+  else if (*end == 'M' || *end == 'm')
+    scale = 1ull << 20, ++end;
+  else if (*end == 'G' || *end == 'g')
+    scale = 1ull << 30, ++end;
+  if (*end != '\0') usage_error(flag + ": '" + text + "' is not a number");
+  return v * scale;
+}
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string text() const { return host + ":" + std::to_string(port); }
+};
+
+HostPort parse_host_port(const std::string& flag, const std::string& text) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) usage_error(flag + " needs HOST:PORT");
+  HostPort hp;
+  hp.host = text.substr(0, colon);
+  hp.port = static_cast<uint16_t>(parse_number(flag, text.substr(colon + 1), 1, 65535));
+  return hp;
+}
+
+sockaddr_in ipv4(const HostPort& hp, const std::string& flag) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(hp.port);
+  if (::inet_pton(AF_INET, hp.host.c_str(), &sa.sin_addr) != 1)
+    usage_error(flag + ": '" + hp.host + "' is not an IPv4 address (nothing is resolved here)");
+  return sa;
+}
+
+bool write_all(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Reads exactly size bytes; false on EOF or error first.
+bool read_exact(int fd, void* data, size_t size) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = ::read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void put_u64(char* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint64_t get_u64(const char* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  return v;
+}
+
+// ---- server -------------------------------------------------------------------
+
+void serve_download(int fd, uint64_t n) {
+  std::vector<char> buf(1 << 20, 'x');
+  while (n > 0) {
+    size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
+    if (!write_all(fd, buf.data(), chunk)) break;
+    n -= chunk;
+  }
+  ::shutdown(fd, SHUT_WR);
+  // Until the client has read everything and closed (a close with unread
+  // data would reset the connection).
+  char sink[4096];
+  while (::read(fd, sink, sizeof sink) > 0) {
+  }
+  ::close(fd);
+}
+
+void serve_upload(int fd, uint64_t n) {
+  std::vector<char> buf(1 << 20);
+  while (n > 0) {
+    ssize_t got = ::read(fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(n, buf.size())));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    n -= static_cast<uint64_t>(got);
+  }
+  if (n == 0) write_all(fd, "K", 1);
+  ::close(fd);
+}
+
+int run_server(int argc, char** argv) {
+  uint16_t port = 0;
+  std::string port_file;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--port")
+      port = static_cast<uint16_t>(parse_number(a, value(), 0, 65535));
+    else if (a == "--port-file")
+      port_file = value();
+    else
+      usage_error("server: unexpected argument '" + a + "'");
+  }
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) die_errno("socket");
+  int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // loopback only
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    die_errno("bind 127.0.0.1");
+  if (::listen(listener, 4096) != 0) die_errno("listen");
+  socklen_t len = sizeof sa;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len);
+  port = ntohs(sa.sin_port);
+  if (!port_file.empty()) {
+    // Written whole, then renamed: a reader never sees half a number.
+    std::string tmp = port_file + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) die_errno(tmp);
+    std::fprintf(f, "%u\n", port);
+    if (std::fclose(f) != 0 || std::rename(tmp.c_str(), port_file.c_str()) != 0)
+      die_errno(port_file);
+  } else {
+    std::printf("%u\n", port);
+    std::fflush(stdout);
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  while (true) {
+    int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+      die_errno("accept");
+    }
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // A client that connects and says nothing is dropped after a second.
+    pollfd p{fd, POLLIN, 0};
+    char mode = 0;
+    if (::poll(&p, 1, 1000) != 1 || ::read(fd, &mode, 1) != 1) {
+      ::close(fd);
+      continue;
+    }
+    if (mode == 'E') {
+      write_all(fd, "E", 1);
+      ::close(fd);
+    } else if (mode == 'D' || mode == 'U') {
+      char size[8];
+      if (::poll(&p, 1, 1000) != 1 || !read_exact(fd, size, sizeof size)) {
+        ::close(fd);
+        continue;
+      }
+      uint64_t n = get_u64(size);
+      std::thread(mode == 'D' ? serve_download : serve_upload, fd, n).detach();
+    } else {
+      ::close(fd);
+    }
+  }
+}
+
+// ---- clients ------------------------------------------------------------------
+
+struct Endpoint {
+  HostPort target;  // asked of the proxy, or dialled when there is no proxy
+  bool via_proxy = false;
+  sockaddr_in dial{};  // the proxy's address, or the target's
+};
+
+struct Conn {
+  int fd = -1;
+  int status = 0;  // the proxy's answer (200 when direct and connected); 0: no answer
+  std::string error;
+};
+
+// Opens a connection and, through a proxy, the CONNECT tunnel. *setup_done
+// (when given) is the CLOCK_MONOTONIC time the tunnel was ready.
+Conn open_conn(const Endpoint& e, int64_t* setup_done = nullptr) {
+  Conn c;
+  c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c.fd < 0) die_errno("socket");
+  int one = 1;
+  ::setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::connect(c.fd, reinterpret_cast<const sockaddr*>(&e.dial), sizeof e.dial) != 0) {
+    c.error = std::string("connect: ") + std::strerror(errno);
+    return c;
+  }
+  if (!e.via_proxy) {
+    c.status = 200;
+    if (setup_done) *setup_done = now_ns();
+    return c;
+  }
+  std::string request =
+      "CONNECT " + e.target.text() + " HTTP/1.1\r\nHost: " + e.target.text() + "\r\n\r\n";
+  if (!write_all(c.fd, request.data(), request.size())) {
+    c.error = std::string("send CONNECT: ") + std::strerror(errno);
+    return c;
+  }
+  // The answer's head; the server says nothing before it hears from us, so
+  // nothing after the head can have arrived.
+  std::string head;
+  char buf[1024];
+  while (head.find("\r\n\r\n") == std::string::npos) {
+    ssize_t n = ::read(c.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      c.error = n == 0 ? "the proxy closed before answering" : std::strerror(errno);
+      return c;
+    }
+    head.append(buf, static_cast<size_t>(n));
+    if (head.size() > 65536) {
+      c.error = "the proxy's answer has no end";
+      return c;
+    }
+  }
+  if (setup_done) *setup_done = now_ns();
+  if (head.compare(0, 9, "HTTP/1.1 ") == 0 || head.compare(0, 9, "HTTP/1.0 ") == 0)
+    c.status = std::atoi(head.c_str() + 9);
+  if (c.status != 200) c.error = head.substr(0, head.find("\r\n"));
+  return c;
+}
+
+struct Stats {
+  double median, p10, p90, p99, mean, min, max;
+};
+
+// Percentile by linear interpolation between closest ranks (as spawn_bench).
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.size() == 1) return sorted[0];
+  double pos = p * static_cast<double>(sorted.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(pos));
+  size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+Stats stats_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  Stats s{};
+  s.median = percentile(v, 0.5);
+  s.p10 = percentile(v, 0.1);
+  s.p90 = percentile(v, 0.9);
+  s.p99 = percentile(v, 0.99);
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+std::string json_stats(const Stats& s) {
+  char out[256];
+  std::snprintf(out, sizeof out,
+                "{\"median\": %.2f, \"p10\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"mean\": %.2f, "
+                "\"min\": %.2f, \"max\": %.2f}",
+                s.median, s.p10, s.p90, s.p99, s.mean, s.min, s.max);
+  return out;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+struct ClientOptions {
+  Endpoint endpoint;
+  uint64_t count = 2000, warmup = 100, bytes = 0;
+  std::string direction;
+  uint64_t interval_us = 1000, changes = 1, timeout_s = 60;
+  bool samples = false;
+};
+
+ClientOptions parse_client(const std::string& mode, int argc, char** argv) {
+  ClientOptions o;
+  bool have_target = false;
+  HostPort proxy;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--target") {
+      o.endpoint.target = parse_host_port(a, value());
+      have_target = true;
+    } else if (a == "--proxy") {
+      proxy = parse_host_port(a, value());
+      o.endpoint.via_proxy = true;
+    } else if (a == "--count" && mode == "latency") {
+      o.count = parse_number(a, value(), 1, 10'000'000);
+    } else if (a == "--warmup" && mode == "latency") {
+      o.warmup = parse_number(a, value(), 0, 10'000'000);
+    } else if (a == "--samples" && mode == "latency") {
+      o.samples = true;
+    } else if (a == "--bytes" && mode == "bulk") {
+      o.bytes = parse_number(a, value(), 1, 1ull << 50);
+    } else if (a == "--direction" && mode == "bulk") {
+      o.direction = value();
+      if (o.direction != "down" && o.direction != "up")
+        usage_error("--direction is down or up, not '" + o.direction + "'");
+    } else if (a == "--interval-us" && mode == "poll") {
+      o.interval_us = parse_number(a, value(), 0, 10'000'000);
+    } else if (a == "--changes" && mode == "poll") {
+      o.changes = parse_number(a, value(), 0, 10'000'000);
+    } else if (a == "--timeout-s" && mode == "poll") {
+      o.timeout_s = parse_number(a, value(), 1, 86400);
+    } else {
+      usage_error(mode + ": unexpected argument '" + a + "'");
+    }
+  }
+  if (!have_target) usage_error(mode + " needs --target HOST:PORT");
+  if (mode == "bulk" && (o.bytes == 0 || o.direction.empty()))
+    usage_error("bulk needs --bytes and --direction");
+  if (mode == "poll" && !o.endpoint.via_proxy) usage_error("poll needs --proxy");
+  o.endpoint.dial =
+      o.endpoint.via_proxy ? ipv4(proxy, "--proxy") : ipv4(o.endpoint.target, "--target");
+  return o;
+}
+
+int run_latency(const ClientOptions& o) {
+  const Endpoint& e = o.endpoint;
+  std::vector<double> total, setup, echo;
+  total.reserve(o.count);
+  setup.reserve(o.count);
+  echo.reserve(o.count);
+  double cpu0 = 0;
+  int64_t wall0 = 0;
+  for (uint64_t i = 0; i < o.warmup + o.count; ++i) {
+    if (i == o.warmup) {
+      cpu0 = cpu_seconds();
+      wall0 = now_ns();
+    }
+    int64_t t0 = now_ns(), t1 = 0;
+    Conn c = open_conn(e, &t1);
+    if (c.status != 200) die("connection " + std::to_string(i) + ": " + c.error);
+    char byte = 0;
+    if (!write_all(c.fd, "E", 1) || ::read(c.fd, &byte, 1) != 1 || byte != 'E')
+      die("connection " + std::to_string(i) + ": no echo");
+    int64_t t2 = now_ns();
+    ::close(c.fd);
+    if (i < o.warmup) continue;
+    total.push_back(static_cast<double>(t2 - t0) / 1e3);
+    setup.push_back(static_cast<double>(t1 - t0) / 1e3);
+    echo.push_back(static_cast<double>(t2 - t1) / 1e3);
+  }
+  double wall = static_cast<double>(now_ns() - wall0) / 1e9;
+  double cpu = cpu_seconds() - cpu0;
+  // The median of each tenth of the run, in order: does it drift?
+  std::string tenths = "[";
+  for (size_t k = 0; k < 10; ++k) {
+    size_t from = total.size() * k / 10, to = total.size() * (k + 1) / 10;
+    if (to <= from) continue;
+    std::vector<double> part(total.begin() + static_cast<long>(from),
+                             total.begin() + static_cast<long>(to));
+    char num[32];
+    std::snprintf(num, sizeof num, "%s%.2f", tenths.size() > 1 ? ", " : "", stats_of(part).median);
+    tenths += num;
+  }
+  tenths += "]";
+  // Every sample, in order (--samples), for pooling several runs.
+  std::string samples;
+  if (o.samples) {
+    for (const char* key : {"total", "setup"}) {
+      const std::vector<double>& v = key[0] == 't' ? total : setup;
+      samples += std::string(", \"") + key + "_samples_us\": [";
+      for (size_t k = 0; k < v.size(); ++k) {
+        char num[32];
+        std::snprintf(num, sizeof num, "%s%.2f", k ? ", " : "", v[k]);
+        samples += num;
+      }
+      samples += "]";
+    }
+  }
+  std::printf(
+      "{\"mode\": \"latency\", \"via\": \"%s\", \"target\": %s, \"count\": %llu, \"warmup\": %llu, "
+      "\"total_us\": %s, \"setup_us\": %s, \"echo_us\": %s, \"tenths_median_us\": %s, "
+      "\"wall_s\": %.3f, \"client_cpu_s\": %.3f%s}\n",
+      e.via_proxy ? "proxy" : "direct", json_string(e.target.text()).c_str(),
+      static_cast<unsigned long long>(o.count), static_cast<unsigned long long>(o.warmup),
+      json_stats(stats_of(total)).c_str(), json_stats(stats_of(setup)).c_str(),
+      json_stats(stats_of(echo)).c_str(), tenths.c_str(), wall, cpu, samples.c_str());
+  return 0;
+}
+
+int run_bulk(const ClientOptions& o) {
+  const Endpoint& e = o.endpoint;
+  Conn c = open_conn(e);
+  if (c.status != 200) die("bulk: " + c.error);
+  char request[9];
+  request[0] = o.direction == "down" ? 'D' : 'U';
+  put_u64(request + 1, o.bytes);
+  std::vector<char> buf(1 << 20, 'y');
+  double cpu0 = cpu_seconds();
+  int64_t t0 = now_ns();
+  if (!write_all(c.fd, request, sizeof request)) die_errno("bulk: send");
+  uint64_t moved = 0;
+  if (o.direction == "down") {
+    while (true) {
+      ssize_t n = ::read(c.fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) die_errno("bulk: read");
+      if (n == 0) break;
+      moved += static_cast<uint64_t>(n);
+    }
+  } else {
+    while (moved < o.bytes) {
+      size_t chunk = static_cast<size_t>(std::min<uint64_t>(o.bytes - moved, buf.size()));
+      if (!write_all(c.fd, buf.data(), chunk)) die_errno("bulk: send");
+      moved += chunk;
+    }
+    char k = 0;
+    if (::read(c.fd, &k, 1) != 1 || k != 'K') die("bulk: the server did not confirm the upload");
+  }
+  int64_t t1 = now_ns();
+  double cpu = cpu_seconds() - cpu0;
+  ::close(c.fd);
+  if (moved != o.bytes)
+    die("bulk: moved " + std::to_string(moved) + " of " + std::to_string(o.bytes) + " bytes");
+  double seconds = static_cast<double>(t1 - t0) / 1e9;
+  std::printf(
+      "{\"mode\": \"bulk\", \"via\": \"%s\", \"direction\": \"%s\", \"bytes\": %llu, \"seconds\": "
+      "%.4f, \"gb_per_s\": %.4f, \"client_cpu_s\": %.3f}\n",
+      e.via_proxy ? "proxy" : "direct", o.direction.c_str(),
+      static_cast<unsigned long long>(o.bytes), seconds,
+      static_cast<double>(o.bytes) / seconds / 1e9, cpu);
+  return 0;
+}
+
+// One attempt of poll: "allow", "deny" or "error:...".
+std::string attempt(const Endpoint& e) {
+  Conn c = open_conn(e);
+  std::string outcome;
+  if (c.status == 200) {
+    char byte = 0;
+    outcome = write_all(c.fd, "E", 1) && ::read(c.fd, &byte, 1) == 1 && byte == 'E'
+                  ? "allow"
+                  : "error:no echo";
+  } else if (c.status == 403) {
+    outcome = "deny";
+  } else {
+    outcome = "error:" + c.error;
+  }
+  if (c.fd >= 0) ::close(c.fd);
+  return outcome;
+}
+
+int run_poll(const ClientOptions& o) {
+  std::string state;
+  uint64_t changes = 0, attempts = 0, since_change = 0;
+  int64_t prev_start = 0;
+  const int64_t deadline = now_ns() + static_cast<int64_t>(o.timeout_s) * 1'000'000'000;
+  timespec next{};
+  ::clock_gettime(CLOCK_MONOTONIC, &next);
+  while (true) {
+    int64_t start = now_ns(CLOCK_REALTIME);
+    std::string outcome = attempt(o.endpoint);
+    int64_t end = now_ns(CLOCK_REALTIME);
+    ++attempts;
+    ++since_change;
+    if (outcome != state) {
+      if (!state.empty()) ++changes;
+      std::printf(
+          "{\"mode\": \"poll\", \"state\": %s, \"change\": %llu, \"start_ns\": %lld, \"end_ns\": "
+          "%lld, \"previous_start_ns\": %lld, \"attempts\": %llu, \"attempts_since_change\": "
+          "%llu}\n",
+          json_string(outcome).c_str(), static_cast<unsigned long long>(changes),
+          static_cast<long long>(start), static_cast<long long>(end),
+          static_cast<long long>(prev_start), static_cast<unsigned long long>(attempts),
+          static_cast<unsigned long long>(since_change));
+      std::fflush(stdout);
+      state = outcome;
+      since_change = 0;
+      if (changes >= o.changes && o.changes > 0) return 0;
+    }
+    prev_start = start;
+    if (now_ns() > deadline) {
+      std::fprintf(stderr, "egress_bench: poll: %llu changes after %llu s; stopping\n",
+                   static_cast<unsigned long long>(changes),
+                   static_cast<unsigned long long>(o.timeout_s));
+      return 1;
+    }
+    // The next attempt at the next tick; no bursts to catch up.
+    int64_t next_ns = static_cast<int64_t>(next.tv_sec) * 1'000'000'000 + next.tv_nsec +
+                      static_cast<int64_t>(o.interval_us) * 1000;
+    int64_t now = now_ns();
+    if (next_ns < now) next_ns = now;
+    next.tv_sec = next_ns / 1'000'000'000;
+    next.tv_nsec = next_ns % 1'000'000'000;
+    while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, nullptr) == EINTR) {
+    }
+  }
+}
+
+// ---- stamp --------------------------------------------------------------------
+
+int run_stamp(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[0]) != "--") usage_error("stamp needs -- CMD [ARG...]");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  int64_t start = now_ns(CLOCK_REALTIME);
+  pid_t pid = 0;
+  int rc = ::posix_spawnp(&pid, argv[1], &actions, nullptr, argv + 1, environ);
+  if (rc != 0) die(std::string(argv[1]) + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int64_t end = now_ns(CLOCK_REALTIME);
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::printf("{\"start_ns\": %lld, \"end_ns\": %lld, \"status\": %d}\n",
+              static_cast<long long>(start), static_cast<long long>(end), code);
+  return code == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage_error("no mode given");
+  std::string mode = argv[1];
+  if (mode == "-h" || mode == "--help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  if (mode == "server") return run_server(argc - 2, argv + 2);
+  if (mode == "stamp") return run_stamp(argc - 2, argv + 2);
+  if (mode == "latency" || mode == "bulk" || mode == "poll") {
+    ClientOptions o = parse_client(mode, argc - 2, argv + 2);
+    if (mode == "latency") return run_latency(o);
+    if (mode == "bulk") return run_bulk(o);
+    return run_poll(o);
+  }
+  usage_error("unknown mode '" + mode + "'");
+}
