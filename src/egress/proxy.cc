@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <chrono>
 
 #include "base/logfile.h"
@@ -65,7 +66,201 @@ bool split_authority(std::string_view authority, uint16_t default_port, std::str
   return true;
 }
 
+// The lines of a head that ends with its empty line, without that line.
+std::vector<std::string_view> head_lines(std::string_view head) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  for (size_t end; (end = head.find("\r\n", start)) != std::string_view::npos; start = end + 2) {
+    if (end == start) break;
+    lines.push_back(head.substr(start, end - start));
+  }
+  return lines;
+}
+
+bool starts_with_space(std::string_view line) {
+  return !line.empty() && (line[0] == ' ' || line[0] == '\t');
+}
+
+std::string field_name(std::string_view line) { return lower(line.substr(0, line.find(':'))); }
+
+// The options of every Connection field, in lower case: "close",
+// "upgrade", and the names of hop-by-hop fields.
+std::vector<std::string> connection_options(const std::vector<std::string_view>& lines) {
+  std::vector<std::string> options;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (starts_with_space(lines[i]) || field_name(lines[i]) != "connection") continue;
+    for (const auto& option : text::split(lines[i].substr(lines[i].find(':') + 1), ','))
+      if (auto trimmed = text::trim(option); !trimmed.empty()) options.push_back(lower(trimmed));
+  }
+  return options;
+}
+
+bool contains(const std::vector<std::string>& list, std::string_view item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+// Fields that describe one connection, not the message (RFC 9110 section
+// 7.6.1), and the proxy's own.
+bool is_hop_by_hop(const std::string& name, const std::vector<std::string>& options) {
+  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
+         name == "proxy-authorization" || contains(options, name);
+}
+
 }  // namespace
+
+BodyEnd BodyEnd::none() { return BodyEnd(State::kDone); }
+
+BodyEnd BodyEnd::length(uint64_t bytes) {
+  return bytes == 0 ? none() : BodyEnd(State::kLength, bytes);
+}
+
+BodyEnd BodyEnd::chunked() { return BodyEnd(State::kChunkSize); }
+
+size_t BodyEnd::feed(std::string_view bytes) {
+  constexpr size_t kMaxLine = 8192;
+  size_t used = 0;
+  while (used < bytes.size()) {
+    switch (state_) {
+      case State::kDone:
+      case State::kFailed:
+        return used;
+      case State::kLength:
+      case State::kChunkData: {
+        uint64_t n = std::min<uint64_t>(remaining_, bytes.size() - used);
+        used += n;
+        remaining_ -= n;
+        if (remaining_ == 0)
+          state_ = state_ == State::kLength ? State::kDone : State::kChunkDataEnd;
+        break;
+      }
+      case State::kChunkSize:
+      case State::kChunkDataEnd:
+      case State::kTrailer: {
+        char c = bytes[used++];
+        if (c != '\n') {
+          if (line_.size() >= kMaxLine) state_ = State::kFailed;
+          line_ += c;
+          break;
+        }
+        std::string_view line = line_;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (state_ == State::kChunkDataEnd) {
+          state_ = line.empty() ? State::kChunkSize : State::kFailed;
+        } else if (state_ == State::kTrailer) {
+          if (line.empty()) state_ = State::kDone;
+        } else {
+          // chunk-size [ ";" extensions ]: hex digits, at most 16 of them.
+          size_t digits = 0;
+          uint64_t size = 0;
+          for (; digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits]));
+               ++digits) {
+            char c = static_cast<char>(std::tolower(static_cast<unsigned char>(line[digits])));
+            size = size * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+          }
+          std::string_view after = text::trim(line.substr(digits));
+          if (digits == 0 || digits > 16 || (!after.empty() && after[0] != ';')) {
+            state_ = State::kFailed;
+          } else {
+            remaining_ = size;
+            state_ = size == 0 ? State::kTrailer : State::kChunkData;
+          }
+        }
+        line_.clear();
+        break;
+      }
+    }
+  }
+  return used;
+}
+
+std::string origin_request(std::string_view head, OriginRequest* request) {
+  std::vector<std::string_view> lines = head_lines(head);
+  for (auto line : lines)
+    if (line.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
+      return "a stray CR, LF or NUL in the request head";
+  auto parts = text::split(lines.empty() ? std::string_view() : lines[0], ' ');
+  if (parts.size() != 3 || parts[2].rfind("HTTP/1.", 0) != 0) return "not an HTTP/1 request";
+  const std::string& target = parts[1];
+  if (lower(target.substr(0, 7)) != "http://")
+    return "only http:// URLs and CONNECT go through this proxy";
+  std::string rest = target.substr(7);
+  size_t path_start = rest.find_first_of("/?");
+  std::string authority = rest.substr(0, path_start);
+  std::string path = path_start == std::string::npos ? "/" : rest.substr(path_start);
+  if (path[0] == '?') path = "/" + path;
+  if (!split_authority(authority, 80, &request->host, &request->port)) return "bad URL";
+
+  std::vector<std::string> options = connection_options(lines);
+  bool has_upgrade = false, has_length = false, has_coding = false;
+  uint64_t length = 0;
+  std::string last_coding;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::string_view line = lines[i];
+    size_t colon = line.find(':');
+    if (starts_with_space(line)) return "a folded header line";
+    if (colon == std::string_view::npos || colon == 0 ||
+        line.substr(0, colon).find_first_of(" \t") != std::string_view::npos)
+      return "a malformed header field";
+    std::string name = lower(line.substr(0, colon));
+    std::string_view value = text::trim(line.substr(colon + 1));
+    if (name == "upgrade") has_upgrade = true;
+    if (name == "transfer-encoding") {
+      has_coding = true;
+      for (const auto& coding : text::split(value, ','))
+        if (auto trimmed = text::trim(coding); !trimmed.empty()) last_coding = lower(trimmed);
+    }
+    if (name == "content-length") {
+      for (const auto& item : text::split(value, ',')) {
+        auto n = text::parse_uint(text::trim(item));
+        if (!n || (has_length && *n != length)) return "a bad Content-Length";
+        has_length = true;
+        length = *n;
+      }
+    }
+  }
+  if (has_coding && has_length) return "both Transfer-Encoding and Content-Length";
+  if (has_coding && last_coding != "chunked")
+    return "a Transfer-Encoding that does not end in chunked";
+  request->body = has_coding ? BodyEnd::chunked() : BodyEnd::length(length);
+  request->upgrade = has_upgrade && contains(options, "upgrade");
+
+  std::string out = parts[0] + " " + path + " " + parts[2] + "\r\n";
+  out += "Host: " + authority + "\r\n";
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::string name = field_name(lines[i]);
+    if (name == "host" || (name == "upgrade" && !request->upgrade)) continue;
+    if (is_hop_by_hop(name, options) && !(name == "upgrade" && request->upgrade)) continue;
+    out += std::string(lines[i]) + "\r\n";
+  }
+  out += request->upgrade ? "Connection: Upgrade\r\n\r\n" : "Connection: close\r\n\r\n";
+  request->head = std::move(out);
+  return {};
+}
+
+int response_status(std::string_view head) {
+  // HTTP/1.x SP 3DIGIT
+  if (head.size() < 12 || head.substr(0, 7) != "HTTP/1." || head[8] != ' ') return 0;
+  int status = 0;
+  for (size_t i = 9; i < 12; ++i) {
+    if (head[i] < '0' || head[i] > '9') return 0;
+    status = status * 10 + (head[i] - '0');
+  }
+  if (head.size() > 12 && head[12] != ' ' && head[12] != '\r') return 0;
+  return status >= 100 ? status : 0;
+}
+
+std::string closing_response_head(std::string_view head) {
+  std::vector<std::string_view> lines = head_lines(head);
+  if (lines.empty()) return std::string(head);
+  std::vector<std::string> options = connection_options(lines);
+  std::string out = std::string(lines[0]) + "\r\n";
+  bool dropping = false;  // a folded line belongs to the field before it
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (!starts_with_space(lines[i])) dropping = is_hop_by_hop(field_name(lines[i]), options);
+    if (!dropping) out += std::string(lines[i]) + "\r\n";
+  }
+  return out + "Connection: close\r\n\r\n";
+}
 
 struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context& io;
@@ -108,12 +303,15 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
 
 namespace {
 
-// One proxied connection.
+// One connection to the proxy: a CONNECT tunnel, or one plain-HTTP request.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<Proxy::Impl> proxy, tcp::socket client)
-      : proxy_(std::move(proxy)), client_(std::move(client)), upstream_(proxy_->io),
-        timer_(proxy_->io) {}
+      : proxy_(std::move(proxy)),
+        client_(std::move(client)),
+        upstream_(proxy_->io),
+        timer_(proxy_->io),
+        from_upstream_(std::make_shared<std::vector<char>>(kRelayBuffer)) {}
 
   void start() {
     auto self = shared_from_this();
@@ -149,26 +347,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void handle_head() {
     // METHOD SP TARGET SP VERSION
-    size_t line_end = head_.find("\r\n");
-    std::string line = head_.substr(0, line_end);
-    auto parts = text::split(line, ' ');
+    auto parts = text::split(head_.substr(0, head_.find("\r\n")), ' ');
     if (parts.size() != 3 || parts[2].rfind("HTTP/1.", 0) != 0)
       return refuse(400, "Bad Request", "not an HTTP/1 request");
-    method_ = parts[0];
-    const std::string& target = parts[1];
-    if (method_ == "CONNECT") {
+    if (parts[0] == "CONNECT") {
       connect_ = true;
-      if (!split_authority(target, 0, &host_, &port_))
+      if (!split_authority(parts[1], 0, &host_, &port_))
         return refuse(400, "Bad Request", "CONNECT needs host:port");
     } else {
-      // Plain HTTP through a proxy: an absolute URL.
-      if (lower(target.substr(0, 7)) != "http://")
-        return refuse(400, "Bad Request", "only http:// URLs and CONNECT go through this proxy");
-      std::string rest = target.substr(7);
-      size_t slash = rest.find('/');
-      std::string authority = rest.substr(0, slash);
-      path_ = slash == std::string::npos ? "/" : rest.substr(slash);
-      if (!split_authority(authority, 80, &host_, &port_)) return refuse(400, "Bad Request", "bad URL");
+      if (auto why = origin_request(head_, &request_); !why.empty())
+        return refuse(400, "Bad Request", why);
+      host_ = request_.host;
+      port_ = request_.port;
     }
     // Who is asking.
     boost::system::error_code ec;
@@ -237,46 +427,148 @@ class Connection : public std::enable_shared_from_this<Connection> {
       auto reply = std::make_shared<std::string>("HTTP/1.1 200 Connection established\r\n\r\n");
       asio::async_write(client_, asio::buffer(*reply), [self, reply](const boost::system::error_code& ec, size_t) {
         if (ec) return self->abort();
-        self->relay_pending();
+        self->tunnel_client();
+        self->pump(self->upstream_, self->client_, self->from_upstream_);
       });
       return;
     }
-    // The request again, in origin form, without the proxy's own headers.
-    std::string request = method_ + " " + path_ + " " + text::split(head_.substr(0, head_.find("\r\n")), ' ')[2] + "\r\n";
-    size_t start = head_.find("\r\n") + 2;
-    while (start < head_.size()) {
-      size_t end = head_.find("\r\n", start);
-      std::string header = head_.substr(start, end - start);
-      start = end + 2;
-      if (header.empty()) break;
-      std::string name = lower(header.substr(0, header.find(':')));
-      if (name == "proxy-connection" || name == "proxy-authorization") continue;
-      request += header + "\r\n";
-    }
-    request += "\r\n";
-    auto data = std::make_shared<std::string>(std::move(request));
-    asio::async_write(upstream_, asio::buffer(*data), [self, data](const boost::system::error_code& ec, size_t) {
-      if (ec) return self->abort();
-      self->relay_pending();
-    });
+    auto head = std::make_shared<std::string>(std::move(request_.head));
+    asio::async_write(upstream_, asio::buffer(*head),
+                      [self, head](const boost::system::error_code& ec, size_t) {
+                        if (ec) return self->abort();
+                        self->read_response();
+                        self->forward_body();
+                      });
   }
 
-  // Bytes the client sent after its request head, then the relay both ways.
-  void relay_pending() {
+  // Plain HTTP, client to server: the request's body and not a byte more.
+  void forward_body() {
+    size_t n = request_.body.feed(rest_);
+    if (request_.body.failed()) return abort();
     auto self = shared_from_this();
-    if (rest_.empty()) return relay();
-    auto data = std::make_shared<std::string>(std::move(rest_));
-    asio::async_write(upstream_, asio::buffer(*data), [self, data](const boost::system::error_code& ec, size_t) {
-      if (ec) return self->abort();
-      self->relay();
-    });
+    if (n > 0) {
+      auto data = std::make_shared<std::string>(rest_.substr(0, n));
+      rest_.erase(0, n);
+      proxy_->counters.bytes += n;
+      asio::async_write(
+          upstream_, asio::buffer(*data),
+          [self, data](const boost::system::error_code& ec, size_t) {
+            if (ec)
+              return self->discard();  // the server stopped reading; its response may still come
+            self->forward_body();
+          });
+      return;
+    }
+    if (request_.body.done()) return request_forwarded();
+    client_.async_read_some(asio::buffer(buffer_),
+                            [self](const boost::system::error_code& ec, size_t n) {
+                              if (ec) {
+                                // A body cut short: the server sees it end, and answers or not.
+                                if (ec == asio::error::eof) return self->shutdown(self->upstream_);
+                                return self->abort();
+                              }
+                              self->rest_.append(self->buffer_.data(), n);
+                              self->forward_body();
+                            });
   }
 
-  void relay() {
-    auto up = std::make_shared<std::vector<char>>(kRelayBuffer);
-    auto down = std::make_shared<std::vector<char>>(kRelayBuffer);
-    pump(client_, upstream_, up);
-    pump(upstream_, client_, down);
+  void request_forwarded() {
+    request_forwarded_ = true;
+    if (!request_.upgrade) return discard();
+    // An upgrade: what the client sends next depends on the response.
+    if (response_started_) after_response_head();
+  }
+
+  // What the client sends after its request goes nowhere: a next request
+  // would have to be checked first, and the client sends it again on a new
+  // connection once this one closes. Read only to see the client leave.
+  void discard() {
+    rest_.clear();
+    auto self = shared_from_this();
+    client_.async_read_some(asio::buffer(buffer_),
+                            [self](const boost::system::error_code& ec, size_t) {
+                              if (ec == asio::error::eof) return self->shutdown(self->upstream_);
+                              if (ec) return self->abort();
+                              self->discard();
+                            });
+  }
+
+  // Plain HTTP, server to client: interim (1xx) responses as they are, then
+  // the final response head with `Connection: close`, then its bytes until
+  // the server closes. A 101 to an upgrade request makes a tunnel.
+  void read_response() {
+    auto self = shared_from_this();
+    size_t end = response_.find("\r\n\r\n");
+    if (end == std::string::npos && response_.size() <= kMaxHead) {
+      upstream_.async_read_some(asio::buffer(*from_upstream_),
+                                [self](const boost::system::error_code& ec, size_t n) {
+                                  if (ec) {
+                                    // Closed before a whole head: the client gets what came.
+                                    if (ec != asio::error::eof) return self->abort();
+                                    return self->final_response(std::move(self->response_), false);
+                                  }
+                                  self->response_.append(self->from_upstream_->data(), n);
+                                  self->read_response();
+                                });
+      return;
+    }
+    if (end == std::string::npos)
+      return final_response(std::move(response_), true);  // not HTTP: as it is
+    std::string head = response_.substr(0, end + 4);
+    int status = response_status(head);
+    if (status >= 100 && status < 200 && status != 101) {
+      response_.erase(0, end + 4);
+      auto data = std::make_shared<std::string>(std::move(head));
+      asio::async_write(client_, asio::buffer(*data),
+                        [self, data](const boost::system::error_code& ec, size_t) {
+                          if (ec) return self->abort();
+                          self->read_response();
+                        });
+      return;
+    }
+    tunnel_ = status == 101 && request_.upgrade;
+    std::string out = tunnel_ || status == 0 ? head : closing_response_head(head);
+    final_response(out + response_.substr(end + 4), true);
+  }
+
+  // `bytes` to the client, then the relay from the server (when it is still
+  // open) until the server closes.
+  void final_response(std::string bytes, bool relay) {
+    response_.clear();
+    response_started_ = true;
+    if (request_forwarded_ && request_.upgrade) after_response_head();
+    auto self = shared_from_this();
+    auto data = std::make_shared<std::string>(std::move(bytes));
+    proxy_->counters.bytes += data->size();
+    asio::async_write(client_, asio::buffer(*data),
+                      [self, data, relay](const boost::system::error_code& ec, size_t) {
+                        if (ec) return self->abort();
+                        if (!relay) return self->shutdown(self->client_);
+                        self->pump(self->upstream_, self->client_, self->from_upstream_);
+                      });
+  }
+
+  // An upgrade request sent and its response head known: a tunnel, or as
+  // after any other request.
+  void after_response_head() {
+    if (tunnel_)
+      tunnel_client();
+    else
+      discard();
+  }
+
+  // Client to server without looking: a CONNECT tunnel or an accepted
+  // upgrade. Bytes the client sent after its request head come first.
+  void tunnel_client() {
+    auto self = shared_from_this();
+    auto to_upstream = std::make_shared<std::vector<char>>(kRelayBuffer);
+    if (rest_.empty()) return pump(client_, upstream_, to_upstream);
+    auto data = std::make_shared<std::string>(std::move(rest_));
+    asio::async_write(upstream_, asio::buffer(*data),
+                      [self, data, to_upstream](const boost::system::error_code& ec, size_t) {
+                        if (ec) return self->abort();
+                        self->pump(self->client_, self->upstream_, to_upstream);
+                      });
   }
 
   // from -> to until from ends; then half-close `to`. No idle timeout: a
@@ -285,10 +577,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto self = shared_from_this();
     from.async_read_some(asio::buffer(*buf), [self, &from, &to, buf](const boost::system::error_code& ec, size_t n) {
       if (ec) {
-        boost::system::error_code ignored;
-        to.shutdown(tcp::socket::shutdown_send, ignored);
-        if (ec != asio::error::eof) self->abort();
-        return;
+        if (ec != asio::error::eof) return self->abort();
+        return self->shutdown(to);
       }
       self->proxy_->counters.bytes += n;
       asio::async_write(to, asio::buffer(buf->data(), n), [self, &from, &to, buf](const boost::system::error_code& wec, size_t) {
@@ -296,6 +586,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         self->pump(from, to, buf);
       });
     });
+  }
+
+  void shutdown(tcp::socket& socket) {
+    boost::system::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_send, ignored);
   }
 
   void deny(const std::string& reason, const std::string& rule) {
@@ -319,21 +614,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                               "\r\nContent-Type: text/plain\r\nContent-Length: " +
                                               std::to_string(body.size() + 1) +
                                               "\r\nConnection: close\r\n\r\n" + body + "\n");
-    asio::async_write(client_, asio::buffer(*data), [self, data](const boost::system::error_code&, size_t) {
-      boost::system::error_code ignored;
-      self->client_.shutdown(tcp::socket::shutdown_send, ignored);
-    });
+    asio::async_write(
+        client_, asio::buffer(*data),
+        [self, data](const boost::system::error_code&, size_t) { self->shutdown(self->client_); });
   }
 
   std::shared_ptr<Proxy::Impl> proxy_;
   tcp::socket client_;
   tcp::socket upstream_;
   asio::steady_timer timer_;
-  std::array<char, 8192> buffer_{};
-  std::string head_, rest_;
-  std::string method_, path_, host_;
+  std::array<char, 8192> buffer_{};  // reads from the client
+  std::shared_ptr<std::vector<char>> from_upstream_;
+  std::string head_;      // the client's request head
+  std::string rest_;      // client bytes after it, not yet sent on
+  std::string response_;  // server bytes of a response head not yet complete
+  std::string host_;
   uint16_t port_ = 0;
   bool connect_ = false;
+  OriginRequest request_;  // plain HTTP
+  bool request_forwarded_ = false, response_started_ = false, tunnel_ = false;
   Caller caller_;
   std::shared_ptr<const NetworkRules> rules_;
   Match match_;

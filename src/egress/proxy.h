@@ -6,6 +6,14 @@
 //
 // Every decision is one JSON line (time, sandbox, binary, pid, host, port,
 // decision, rule, reason) handed to the audit callback.
+//
+// Plain HTTP is one request per connection to the proxy: the request goes on
+// with `Connection: close`, only its own body follows it, and the response
+// comes back with `Connection: close`. A second request on the same
+// connection never reaches the first request's server unchecked; the client
+// sends it again on a new connection, where it is checked and logged. An
+// upgrade (WebSocket) that the server accepts with 101 turns the connection
+// into a tunnel to that one server, like CONNECT.
 #pragma once
 
 #include <sys/types.h>
@@ -13,15 +21,70 @@
 #include <utility>  // before Asio with GCC 12 in C++20
 
 #include <boost/asio/io_context.hpp>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/unique_fd.h"
 #include "egress/dns.h"
 #include "egress/rules.h"
 
 namespace openshell::egress {
+
+// Where an HTTP/1 message body ends in a stream of bytes (RFC 9112 section
+// 6): after Content-Length bytes, or after the last chunk and the trailer
+// section of the chunked coding. The bytes are not changed, only counted.
+class BodyEnd {
+ public:
+  static BodyEnd none();  // no body at all
+  static BodyEnd length(uint64_t bytes);
+  static BodyEnd chunked();
+
+  // Of these, the next bytes of the stream, how many belong to the body.
+  // Fewer than all when the body ended among them (done()) or is malformed
+  // (failed()); 0 once either holds.
+  size_t feed(std::string_view bytes);
+  bool done() const { return state_ == State::kDone; }
+  bool failed() const { return state_ == State::kFailed; }
+
+ private:
+  enum class State { kLength, kChunkSize, kChunkData, kChunkDataEnd, kTrailer, kDone, kFailed };
+  explicit BodyEnd(State state, uint64_t remaining = 0) : state_(state), remaining_(remaining) {}
+  State state_;
+  uint64_t remaining_;
+  std::string line_;  // a chunk-size or trailer line so far
+};
+
+// A request for an absolute http:// URL, as the proxy sends it on to the
+// server: in origin form, with a Host field made from the URL (never the
+// client's own), without hop-by-hop fields (Connection, Keep-Alive,
+// Proxy-Connection, Proxy-Authorization and the fields Connection names),
+// and with `Connection: close`, or `Connection: Upgrade` and its Upgrade
+// field for an upgrade request.
+struct OriginRequest {
+  std::string host;  // lower case, IPv6 without brackets
+  uint16_t port = 80;
+  std::string head;  // request line, fields and the empty line
+  BodyEnd body = BodyEnd::none();
+  bool upgrade = false;
+};
+
+// `head` is a request head up to and including its empty line. Empty when it
+// is a request the proxy forwards, else why not (the client gets 400): not
+// an http:// URL, a malformed field, or a body whose end is ambiguous (both
+// Content-Length and Transfer-Encoding, differing lengths, a coding other
+// than chunked last).
+std::string origin_request(std::string_view head, OriginRequest* request);
+
+// The status code of a response head ("HTTP/1.1 200 OK..."), or 0 when it
+// is not one.
+int response_status(std::string_view head);
+
+// A final response head as the client gets it: hop-by-hop fields dropped and
+// `Connection: close`, for the proxy closes the connection after it.
+std::string closing_response_head(std::string_view head);
 
 class Proxy {
  public:

@@ -289,10 +289,11 @@ NetworkRules NetworkRules::compile(const policy::Policy& policy, const PathResol
       endpoint.ports = source.ports;
       for (size_t j = 0; j < source.allowed_ips.size(); ++j) {
         auto cidr = Cidr::parse(source.allowed_ips[j]);
+        // policy::parse() refuses these; a policy built in code may still hold one.
         if (!cidr)
           throw Error("network_policies." + network.name + ".endpoints[" + std::to_string(i) +
-                      "].allowed_ips[" + std::to_string(j) + "]: \"" + source.allowed_ips[j] +
-                      "\" is not an address or CIDR (like 10.0.0.0/8 or fd00::/8)");
+                      "].allowed_ips[" + std::to_string(j) +
+                      "]: " + policy::check_allowed_ip(source.allowed_ips[j]));
         endpoint.allowed_ips.push_back(*cidr);
       }
       rule.endpoints.push_back(std::move(endpoint));

@@ -93,7 +93,8 @@ class NetworkRules {
   using PathResolver = std::function<std::string(const std::string& path)>;
 
   NetworkRules() = default;  // denies everything
-  // Throws Error for an allowed_ips entry that is not a CIDR.
+  // Throws Error for an allowed_ips entry that is not a CIDR, which only a
+  // policy that policy::parse() did not return can hold.
   static NetworkRules compile(const policy::Policy& policy, const PathResolver& resolve = {});
 
   // Before DNS: may `binary` (an absolute path, or "" when unknown) connect

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "egress/rules.h"
 
 namespace openshell::policy {
 
@@ -195,9 +196,14 @@ class Parser {
         endpoint.ports.push_back(port(item, field + ".ports[" + std::to_string(i++) + "]"));
     }
     if (endpoint.ports.empty()) fail(&node, field, "needs a port or ports");
-    if (auto* ips = table.get("allowed_ips"))
-      for (auto& [item, value] : string_array(*ips, field + ".allowed_ips"))
+    if (auto* ips = table.get("allowed_ips")) {
+      size_t i = 0;
+      for (auto& [item, value] : string_array(*ips, field + ".allowed_ips")) {
+        std::string item_field = field + ".allowed_ips[" + std::to_string(i++) + "]";
+        if (auto why = check_allowed_ip(value); !why.empty()) fail(item, item_field, why);
         endpoint.allowed_ips.push_back(value);
+      }
+    }
     if (auto* p = table.get("protocol")) endpoint.protocol = string(*p, field + ".protocol");
     if (auto* a = table.get("access")) endpoint.access = string(*a, field + ".access");
     return endpoint;
@@ -261,6 +267,21 @@ std::string check_host_pattern(std::string_view host) {
     }
   }
   return {};
+}
+
+std::string check_allowed_ip(std::string_view entry) {
+  // The parser the rules compile with: what passes here, compiles there.
+  if (egress::Cidr::parse(entry)) return {};
+  std::string why = "\"" + std::string(entry) + "\" is not an IP address or CIDR";
+  size_t slash = entry.find('/');
+  auto address = egress::Address::parse(entry.substr(0, slash));
+  if (address && slash != std::string_view::npos) {
+    int bits = address->family == AF_INET ? 32 : 128;
+    std::string_view prefix = entry.substr(slash + 1);
+    if (prefix.empty()) return why + ": the prefix length after '/' is missing";
+    return why + ": the prefix length must be a number from 0 to " + std::to_string(bits);
+  }
+  return why + " (like 10.0.0.0/8, 192.0.2.1 or fd00::/8)";
 }
 
 Policy parse(std::string_view text, const std::string& source_name) {

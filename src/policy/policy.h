@@ -86,4 +86,9 @@ std::string check_policy_path(std::string_view path);
 // A host pattern as endpoints take it; empty string when fine, else the reason.
 std::string check_host_pattern(std::string_view host);
 
+// An allowed_ips entry (an address or a CIDR) as the egress rules compile it;
+// empty string when fine, else the reason. A policy that parse() returned
+// always compiles into egress::NetworkRules.
+std::string check_allowed_ip(std::string_view entry);
+
 }  // namespace openshell::policy

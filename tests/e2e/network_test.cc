@@ -1,17 +1,159 @@
 // Egress: a sandbox reaches only what its policy allows, through its proxy,
 // as root and rootless. Every server here is on 127.0.0.1, and the resolver
 // is pointed at a test DNS server on 127.0.0.1: no traffic leaves the host.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
 
 #include <gmock/gmock.h>
 
 #include "harness.h"
 
+using testing::ElementsAre;
 using testing::HasSubstr;
 using testing::Not;
 
 namespace e2e {
 namespace {
+
+// An HTTP/1.1 server on 127.0.0.1 that keeps connections open and records
+// each request it answers as "METHOD TARGET host=HOST body=BODY" (the body
+// as sent with Content-Length, or chunked and decoded; a long run of one
+// byte as "N bytes of X"). Unlike TestServer, which answers one request a
+// connection, it would answer a second request that reached it on the same
+// connection, so a test sees that it did.
+class KeepAliveServer {
+ public:
+  KeepAliveServer() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::listen(listener_, 64);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      std::vector<std::thread> connections;
+      while (!stop_) {
+        pollfd p{listener_, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) connections.emplace_back([this, fd] { serve(fd); });
+      }
+      for (auto& t : connections) t.join();
+    });
+  }
+  ~KeepAliveServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string port() const { return std::to_string(port_); }
+  std::vector<std::string> requests() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return requests_;
+  }
+
+ private:
+  static std::string lower(std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  }
+  static std::string field(const std::string& head, const std::string& name) {
+    size_t at = lower(head).find("\r\n" + name + ":");
+    if (at == std::string::npos) return "";
+    size_t start = head.find_first_not_of(' ', at + name.size() + 3);
+    return head.substr(start, head.find("\r\n", start) - start);
+  }
+  // The body of the request whose head ends at `from`, and where the next
+  // request starts; false while it has not all arrived.
+  static bool take_body(const std::string& data, size_t from, const std::string& head,
+                        std::string* body, size_t* next) {
+    if (lower(field(head, "transfer-encoding")) == "chunked") {
+      for (size_t at = from;;) {
+        size_t eol = data.find("\r\n", at);
+        if (eol == std::string::npos) return false;
+        size_t size = std::strtoul(data.substr(at, eol - at).c_str(), nullptr, 16);
+        if (data.size() < eol + 2 + size + 2) return false;
+        if (size == 0) {
+          *next = eol + 4;
+          return true;
+        }
+        body->append(data, eol + 2, size);
+        at = eol + 2 + size + 2;
+      }
+    }
+    size_t length = std::strtoul(field(head, "content-length").c_str(), nullptr, 10);
+    if (data.size() < from + length) return false;
+    body->assign(data, from, length);
+    *next = from + length;
+    return true;
+  }
+  void serve(int fd) {
+    std::string data;
+    for (int idle_ms = 0; !stop_ && idle_ms < 10000;) {
+      for (size_t end; (end = data.find("\r\n\r\n")) != std::string::npos;) {
+        std::string head = data.substr(0, end + 4), body;
+        size_t next = 0;
+        if (!take_body(data, end + 4, head, &body, &next)) break;
+        data.erase(0, next);
+        std::string line = head.substr(0, head.find(" HTTP/"));
+        if (body.size() > 100 && body.find_first_not_of(body[0]) == std::string::npos)
+          body = std::to_string(body.size()) + " bytes of " + body[0];
+        std::string request = line + " host=" + field(head, "host") + " body=" + body;
+        size_t count;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          requests_.push_back(request);
+          count = requests_.size();
+        }
+        std::string reply_body = "request " + std::to_string(count) + ": " + request + "\n";
+        std::string reply =
+            "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(reply_body.size()) +
+            "\r\nKeep-Alive: timeout=10\r\n\r\n" + reply_body;
+        if (::write(fd, reply.data(), reply.size()) < 0) break;
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) {
+        idle_ms += 100;
+        continue;
+      }
+      char buf[4096];
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      data.append(buf, static_cast<size_t>(n));
+      idle_ms = 0;
+    }
+    ::close(fd);
+  }
+
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  mutable std::mutex mutex_;
+  std::vector<std::string> requests_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// A shell command in the sandbox that sends these bytes (printf escapes:
+// \r\n) to the proxy on one connection and prints what comes back.
+std::string to_proxy(const std::string& bytes) {
+  return "printf '" + bytes + "' | nc 127.0.0.1 3128";
+}
+
+size_t count_of(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
+}
 
 class Network : public ModeTest {
  protected:
@@ -34,6 +176,10 @@ class Network : public ModeTest {
                       "version = 1\n" + body);
   }
   std::string port() const { return std::to_string(server_.port()); }
+  // A --network-log file the mode's user may write.
+  std::string network_log(const std::string& name) {
+    return make_dir(mode(), name + "-" + mode_name(mode()), 0777) + "/network.log";
+  }
   std::string local_rule(const std::string& host = "localhost", const std::string& extra = "") {
     return "[network_policies.local]\nendpoints = [ { host = \"" + host + "\", port = " + port() +
            ", allowed_ips = [\"127.0.0.1/32\"] } ]\n" + extra;
@@ -150,6 +296,108 @@ TEST_P(Network, WebSocketUpgradeAndLongConnections) {
   EXPECT_EQ(idle.status, 0) << idle.out;
 }
 
+// Plain HTTP with keep-alive: a second request on the same connection to the
+// proxy, for another host, must not reach the first request's server. The
+// proxy answers the first with `Connection: close` and forwards nothing
+// after it; the client sends the second again on a new connection (as curl
+// does), where it is checked, refused and logged.
+TEST_P(Network, EveryPlainHttpRequestIsChecked) {
+  KeepAliveServer server;
+  const std::string api = "api.test.openshell:" + server.port();
+  const std::string other = "other.test.openshell:" + server.port();
+  std::string p =
+      policy("[network_policies.api]\nendpoints = [ { host = \"api.test.openshell\", port = " +
+             server.port() + ", allowed_ips = [\"127.0.0.1/32\"] } ]\n");
+  std::string log = network_log("keepalive");
+  const std::string second =
+      "GET http://" + other + "/b HTTP/1.1\\r\\nHost: " + other + "\\r\\n\\r\\n";
+  Result r = run(p,
+                 {"sh", "-c",
+                  to_proxy("GET http://" + api + "/a HTTP/1.1\\r\\nHost: " + api +
+                           "\\r\\nProxy-Connection: Keep-Alive\\r\\n\\r\\n" + second) +
+                      "; echo '-- again'; " + to_proxy(second)},
+                 {"--network-log", log});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::string first = r.out.substr(0, r.out.find("-- again"));
+  std::string again = r.out.substr(first.size());
+  EXPECT_EQ(count_of(first, "HTTP/1.1 "), 1u) << r.out;
+  EXPECT_THAT(first, HasSubstr("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(first, HasSubstr("\r\nConnection: close\r\n"));
+  EXPECT_THAT(first, Not(HasSubstr("Keep-Alive")));
+  EXPECT_THAT(first, HasSubstr("request 1: GET /a host=" + api + " body=\n"));
+  EXPECT_THAT(again, HasSubstr("HTTP/1.1 403 Forbidden"));
+  EXPECT_THAT(again, HasSubstr("no rule allows " + other));
+  EXPECT_THAT(server.requests(), ElementsAre("GET /a host=" + api + " body="));
+  std::string lines = file_contents(log);
+  EXPECT_THAT(lines, HasSubstr("\"decision\":\"allow\",\"host\":\"api.test.openshell\""));
+  EXPECT_THAT(lines, HasSubstr("\"decision\":\"deny\",\"host\":\"other.test.openshell\""));
+  EXPECT_EQ(count_of(lines, "\n"), 2u) << lines;
+}
+
+// Request bodies go through whole, by Content-Length or chunked, and what
+// follows a body on the same connection goes nowhere.
+TEST_P(Network, PostBodiesGoThroughAndNothingAfterThem) {
+  KeepAliveServer server;
+  const std::string api = "api.test.openshell:" + server.port();
+  const std::string other = "other.test.openshell:" + server.port();
+  std::string p =
+      policy("[network_policies.api]\nendpoints = [ { host = \"api.test.openshell\", port = " +
+             server.port() + ", allowed_ips = [\"127.0.0.1/32\"] } ]\n");
+  const std::string smuggled =
+      "GET http://" + other + "/smuggled HTTP/1.1\\r\\nHost: " + other + "\\r\\n\\r\\n";
+  // 100000 bytes: the body takes several reads on its way through.
+  Result large = run(
+      p, {"sh", "-c",
+          "{ printf 'POST http://" + api + "/large HTTP/1.1\\r\\nHost: " + api +
+              "\\r\\nContent-Length: 100000\\r\\n\\r\\n'; head -c 100000 /dev/zero | tr '\\000' x; "
+              "printf '" +
+              smuggled + "'; } | nc 127.0.0.1 3128"});
+  EXPECT_EQ(large.status, 0) << large.err;
+  EXPECT_THAT(large.out, HasSubstr("POST /large host=" + api + " body=100000 bytes of x\n"));
+  // The Host field comes from the URL: a client's other Host never reaches the server.
+  Result length = run(p, {"sh", "-c",
+                          to_proxy("POST http://" + api + "/length HTTP/1.1\\r\\nHost: " + other +
+                                   "\\r\\nContent-Length: 11\\r\\n\\r\\nhello world" + smuggled)});
+  EXPECT_EQ(length.status, 0) << length.err;
+  EXPECT_THAT(length.out, HasSubstr("POST /length host=" + api + " body=hello world\n"));
+  EXPECT_EQ(count_of(length.out, "HTTP/1.1 "), 1u) << length.out;
+  Result chunked = run(p, {"sh", "-c",
+                           to_proxy("POST http://" + api + "/chunked HTTP/1.1\\r\\nHost: " + api +
+                                    "\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n"
+                                    "5\\r\\nhello\\r\\n6;ext=1\\r\\n world\\r\\n0\\r\\n\\r\\n" +
+                                    smuggled)});
+  EXPECT_EQ(chunked.status, 0) << chunked.err;
+  EXPECT_THAT(chunked.out, HasSubstr("POST /chunked host=" + api + " body=hello world\n"));
+  EXPECT_EQ(count_of(chunked.out, "HTTP/1.1 "), 1u) << chunked.out;
+  EXPECT_THAT(server.requests(), ElementsAre("POST /large host=" + api + " body=100000 bytes of x",
+                                             "POST /length host=" + api + " body=hello world",
+                                             "POST /chunked host=" + api + " body=hello world"));
+  // A body whose end is ambiguous is refused before anything is sent.
+  Result ambiguous = run(p, {"sh", "-c",
+                             to_proxy("POST http://" + api +
+                                      "/both HTTP/1.1\\r\\nContent-Length: 3\\r\\n"
+                                      "Transfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n")});
+  EXPECT_THAT(ambiguous.out, HasSubstr("HTTP/1.1 400 Bad Request"));
+  EXPECT_EQ(server.requests().size(), 3u);
+}
+
+// A WebSocket upgrade over plain HTTP (not in a CONNECT tunnel): after the
+// 101, the connection is a tunnel to that server.
+TEST_P(Network, PlainHttpWebSocketUpgrade) {
+  Result r = run(
+      policy(local_rule()),
+      {"sh", "-c",
+       to_proxy(
+           "GET http://localhost:" + port() + "/chat HTTP/1.1\\r\\nHost: localhost:" + port() +
+           "\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\nSec-WebSocket-Version: 13\\r\\n\\r\\n"
+           "ping over the upgrade\\n")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("HTTP/1.1 101 Switching Protocols\r\n"));
+  EXPECT_THAT(r.out, HasSubstr("ping over the upgrade\n"));
+  EXPECT_EQ(server_.connections(), 1);
+}
+
 TEST_P(Network, DnsResolvesOnlyAllowedNames) {
   std::string p = policy(local_rule("*.test.openshell"));
   Result allowed = run(p, {"nslookup", "api.test.openshell"});
@@ -190,6 +438,22 @@ TEST_P(Network, MalformedPoliciesAreRejectedWithLineAndField) {
   Result r = run(noport, {"true"});
   EXPECT_EQ(r.status, 125);
   EXPECT_THAT(r.err, HasSubstr("needs a port"));
+  // A bad allowed_ips entry is refused when the policy is read, not when the
+  // proxy loads it.
+  for (const char* entry : {"nonsense", "10.0.0.0/33", "1.2.3.4/"}) {
+    std::string ips = policy(
+        "[network_policies.x]\nendpoints = [ { host = \"a.example.com\", port = 443, "
+        "allowed_ips = [\"10.0.0.0/8\",\n  \"" +
+        std::string(entry) + "\"] } ]\n");
+    Result invalid = openshell(mode(), {"policy", "validate", ips});
+    EXPECT_EQ(invalid.status, 125) << entry;
+    EXPECT_THAT(invalid.err,
+                HasSubstr(ips + ":4: network_policies.x.endpoints[0].allowed_ips[1]: \"" + entry +
+                          "\" is not an IP address or CIDR"));
+    Result refused = run(ips, {"true"});
+    EXPECT_EQ(refused.status, 125) << entry;
+    EXPECT_THAT(refused.err, HasSubstr(ips + ":4: network_policies.x.endpoints[0].allowed_ips[1]"));
+  }
   Result ok = openshell(mode(), {"policy", "validate", policy(local_rule())});
   EXPECT_EQ(ok.status, 0) << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("valid (1 network policies, 1 endpoints)"));

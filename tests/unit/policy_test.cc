@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "egress/rules.h"
 #include "test_util.h"
 
 namespace openshell::policy {
@@ -299,6 +300,132 @@ binaries = [
               StartsWith("policy.toml:3: network_policies.x.binaries[0].name: unknown field"));
 }
 
+TEST(PolicyErrors, BadAllowedIpsNameFileLineAndEntry) {
+  auto with_ips = [](const std::string& ips) {
+    return "version = 1\n[network_policies.x]\nendpoints = [ { host = \"a.example.com\", port = "
+           "443, "
+           "allowed_ips = [" +
+           ips + "] } ]\n";
+  };
+  const std::string field = "policy.toml:3: network_policies.x.endpoints[0].allowed_ips";
+  EXPECT_EQ(parse_error(with_ips("\"nonsense\"")),
+            field +
+                "[0]: \"nonsense\" is not an IP address or CIDR (like 10.0.0.0/8, 192.0.2.1 or "
+                "fd00::/8)");
+  EXPECT_EQ(parse_error(with_ips("\"10.0.0.0/8\", \"10.0.0.0/33\"")),
+            field +
+                "[1]: \"10.0.0.0/33\" is not an IP address or CIDR: the prefix length must be a "
+                "number from 0 to 32");
+  EXPECT_EQ(
+      parse_error(with_ips("\"1.2.3.4/\"")),
+      field +
+          "[0]: \"1.2.3.4/\" is not an IP address or CIDR: the prefix length after '/' is missing");
+  EXPECT_EQ(parse_error(with_ips("\"fd00::/129\"")),
+            field +
+                "[0]: \"fd00::/129\" is not an IP address or CIDR: the prefix length must be a "
+                "number from 0 to 128");
+  for (const char* bad :
+       {"", "/8", "10.0.0/8", "010.0.0.1", "example.com/8", "10.0.0.0/-1", "10.0.0.0/+8",
+        "10.0.0.0/8/8", "10.0.0.0/ 8", " 10.0.0.1", "fe80::1%eth0"})
+    EXPECT_THAT(parse_error(with_ips("\"" + std::string(bad) + "\"")),
+                StartsWith(field + "[0]: \"" + bad + "\" is not an IP address or CIDR"))
+        << bad;
+  EXPECT_THAT(parse_error(with_ips("8")), StartsWith(field + "[0]: must be a string"));
+  EXPECT_THAT(
+      parse_error("version = 1\n[network_policies.x]\nendpoints = [ { host = \"a.example.com\", "
+                  "port = 443, allowed_ips = \"10.0.0.0/8\" } ]\n"),
+      StartsWith(field + ": must be an array of strings"));
+  // The line is the entry's own, in an array over several lines.
+  EXPECT_EQ(parse_error(R"(version = 1
+
+[network_policies.internal]
+endpoints = [
+  { host = "registry.corp.example", port = 5000, allowed_ips = [
+      "10.20.0.0/16",
+      "10.30.0.0/99",
+  ] },
+]
+)"),
+            "policy.toml:7: network_policies.internal.endpoints[0].allowed_ips[1]: "
+            "\"10.30.0.0/99\" is not "
+            "an IP address or CIDR: the prefix length must be a number from 0 to 32");
+}
+
+TEST(PolicyParse, AllowedIpsForms) {
+  Policy p = parse(R"(version = 1
+[network_policies.x]
+endpoints = [ { host = "a.example.com", port = 443, allowed_ips = [
+  "10.20.0.0/16", "127.0.0.1", "10.1.2.3/8", "0.0.0.0/0", "fd00::/8", "::1", "[::1]/128", "::/0",
+  "::ffff:127.0.0.1/128" ] } ]
+)",
+                   "policy.toml");
+  ASSERT_EQ(p.network.size(), 1u);
+  EXPECT_EQ(p.network[0].endpoints[0].allowed_ips.size(), 9u);
+}
+
+// Whatever parse() accepts, the egress rules compile: a bad network field
+// must stop `policy validate`, never a running sandbox's proxy.
+TEST(PolicyParse, WhatParsesCompilesIntoEgressRules) {
+  for (const char* entry : {"10.0.0.0/8",
+                            "1.2.3.4",
+                            "1.2.3.4/32",
+                            "1.2.3.4/0",
+                            "::/0",
+                            "[::1]",
+                            "[::1]/128",
+                            "fd00::/8",
+                            "::ffff:10.0.0.0/104",
+                            "nonsense",
+                            "10.0.0.0/33",
+                            "1.2.3.4/",
+                            "::/129",
+                            "/8",
+                            "[1.2.3.4]",
+                            "1.2.3.4/08",
+                            "1.2.3.4/0x8",
+                            "1.2.3.4//8",
+                            "[::1",
+                            "::1]",
+                            "1.2.3.4\\u0000/8",
+                            "2001:db8::1/64%eth0",
+                            "10.0.0.0/99999999999999999999999"}) {
+    std::string text = std::string(
+                           "version = 1\n[network_policies.x]\nendpoints = [ { host = "
+                           "\"a.example.com\", port = 443, allowed_ips = [\"") +
+                       entry + "\"] } ]\n";
+    bool parsed = false;
+    try {
+      Policy p = parse(text, "policy.toml");
+      parsed = true;
+      EXPECT_NO_THROW(egress::NetworkRules::compile(p)) << entry;
+    } catch (const Error&) {
+    }
+    // The same verdict as the rules' own parser, in both directions.
+    std::string unescaped = entry;
+    if (auto nul = unescaped.find("\\u0000"); nul != std::string::npos)
+      unescaped.replace(nul, 6, std::string(1, '\0'));
+    EXPECT_EQ(parsed, egress::Cidr::parse(unescaped).has_value()) << entry;
+  }
+  // Hosts, ports and binaries: every form parse() takes, compiled and used.
+  Policy p = parse(R"(version = 1
+[network_policies.odd]
+endpoints = [
+  { host = "2001:db8::1", ports = [1, 65535] },
+  { host = "192.0.2.1", port = 80 },
+  { host = "*.example.com", port = 443 },
+  { host = "api-*.example.com", port = 443 },
+  { host = "Under_Score.Example.COM", port = 443 },
+]
+binaries = [ { path = "/usr/bin/[" }, { path = "/opt/*/bin/?" }, { path = "/" }, { path = "/a/../b" } ]
+)",
+                   "policy.toml");
+  egress::NetworkRules rules;
+  ASSERT_NO_THROW(
+      rules = egress::NetworkRules::compile(p, [](const std::string& path) { return path; }));
+  EXPECT_TRUE(rules.check("/opt/x/bin/y", "api-1.example.com", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/opt/x/bin/y", "2001:db8::1", 65535, nullptr).allowed);
+}
+
 TEST(PolicyErrors, UnknownKeyInNetworkRule) {
   EXPECT_THAT(parse_error("version = 1\n[network_policies.x]\nhosts = []\n"),
               StartsWith("policy.toml:3: network_policies.x.hosts: unknown field"));
@@ -386,6 +513,16 @@ TEST(CheckHostPattern, Rejects) {
   EXPECT_EQ(check_host_pattern("a.*.com"), "may hold '*' only in its first label");
   EXPECT_THAT(check_host_pattern("*.com"), StartsWith("wildcard must leave at least two labels"));
   EXPECT_THAT(check_host_pattern("*"), StartsWith("wildcard must leave at least two labels"));
+}
+
+TEST(CheckAllowedIp, Reasons) {
+  for (const char* good : {"10.0.0.0/8", "192.0.2.1", "fd00::/8", "::1", "[::1]/128", "0.0.0.0/0"})
+    EXPECT_EQ(check_allowed_ip(good), "") << good;
+  EXPECT_EQ(check_allowed_ip("corp"),
+            "\"corp\" is not an IP address or CIDR (like 10.0.0.0/8, 192.0.2.1 or fd00::/8)");
+  EXPECT_THAT(check_allowed_ip("10.0.0.0/33"), HasSubstr("from 0 to 32"));
+  EXPECT_THAT(check_allowed_ip("::/129"), HasSubstr("from 0 to 128"));
+  EXPECT_THAT(check_allowed_ip("1.2.3.4/"), HasSubstr("after '/' is missing"));
 }
 
 // parse(to_toml(policy)), with the text in the failure message.
