@@ -29,6 +29,8 @@ struct Paths {
   std::string sandboxes() const { return state_dir + "/sandboxes"; }
   std::string sandbox(const std::string& id) const { return sandboxes() + "/" + id; }
   std::string launch_file(const std::string& id) const { return sandbox(id) + "/launch.cred"; }
+  // The image store (see image/store.h).
+  std::string images() const { return state_dir + "/images"; }
   std::string socket() const { return run_dir + "/gateway.sock"; }
   // One per launch: an older generation's supervisor never touches a newer one's.
   std::string supervisor_socket(const std::string& id, int64_t generation) const {

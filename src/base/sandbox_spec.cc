@@ -25,8 +25,8 @@ std::string check_label(const std::string& key, const std::string& value) {
 }
 
 void SandboxSpec::validate() const {
-  if (from != "host" && (from.empty() || from[0] != '/'))
-    throw Error("--from " + from + ": must be 'host' or an absolute directory");
+  if (from.empty()) throw Error("--from: empty (give 'host', a directory or an image)");
+  if (storage != "" && storage != "copy") throw Error("storage '" + storage + "': must be empty or 'copy'");
   for (const auto& e : env) {
     auto eq = e.find('=');
     if (eq == std::string::npos || eq == 0) throw Error("--env " + e + ": expected KEY=VALUE");
@@ -45,6 +45,12 @@ std::string SandboxSpec::to_json() const {
   if (cpus) j["cpus"] = *cpus;
   if (memory_bytes) j["memory_bytes"] = *memory_bytes;
   if (pids) j["pids"] = *pids;
+  if (image)
+    j["image"] = {{"name", image->name},     {"id", image->id},
+                  {"digest", image->digest}, {"layers", image->layers},
+                  {"user", image->user},     {"working_dir", image->working_dir}};
+  if (!storage.empty()) j["storage"] = storage;
+  if (!storage_note.empty()) j["storage_note"] = storage_note;
   return j.dump();
 }
 
@@ -64,6 +70,19 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
     if (j.contains("memory_bytes") && !j["memory_bytes"].is_null())
       s.memory_bytes = j["memory_bytes"].get<uint64_t>();
     if (j.contains("pids") && !j["pids"].is_null()) s.pids = j["pids"].get<uint64_t>();
+    if (j.contains("image") && j["image"].is_object()) {
+      const json& i = j["image"];
+      SandboxImage image;
+      image.name = i.value("name", std::string());
+      image.id = i.value("id", std::string());
+      image.digest = i.value("digest", std::string());
+      image.layers = i.value("layers", std::vector<std::string>{});
+      image.user = i.value("user", std::string());
+      image.working_dir = i.value("working_dir", std::string());
+      s.image = std::move(image);
+    }
+    s.storage = j.value("storage", std::string());
+    s.storage_note = j.value("storage_note", std::string());
   } catch (const json::exception& e) {
     throw Error(std::string("sandbox spec: ") + e.what());
   }

@@ -11,8 +11,24 @@
 
 namespace openshell {
 
+// The image a sandbox's root is made of, as resolved when it was created:
+// later changes to the image's name do not change the sandbox.
+struct SandboxImage {
+  std::string name;                 // canonical reference
+  std::string id;                   // config digest
+  std::string digest;               // manifest digest
+  std::vector<std::string> layers;  // diff ids, bottom first
+  std::string user;                 // the config's User (may be empty)
+  std::string working_dir;          // the config's WorkingDir (may be empty)
+};
+
 struct SandboxSpec {
-  std::string from = "host";          // "host", or an absolute directory (the root's lower layer)
+  // "host"; an absolute directory (the root's lower layer); or an image
+  // reference, resolved by the gateway into `image`.
+  std::string from = "host";
+  std::optional<SandboxImage> image;
+  std::string storage;                // "" (overlay) or "copy" (the root is a copy: no overlayfs)
+  std::string storage_note;           // why "copy"
   std::vector<std::string> command;   // the main process; empty: none (the sandbox idles)
   std::vector<std::string> env;       // KEY=VALUE
   std::optional<double> cpus;

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   Action action;
   add_run_command(app, &action);
   add_sandbox_commands(app, &action);
+  add_image_commands(app, &action);
   add_policy_commands(app, &action);
   add_gateway_commands(app, &action);
 

@@ -22,6 +22,7 @@
 #include "base/text.h"
 #include "cli/commands.h"
 #include "cli/gateway_client.h"
+#include "cli/images.h"
 #include "cli/streams.h"
 #include "gateway/gateway.h"
 #include "net/http.h"
@@ -120,6 +121,11 @@ void print_sandbox(const json& s, const std::string& output) {
       {"Generation:", std::to_string(s.value("generation", 0))},
       {"Exit code:", exit_text(s)},
       {"From:", s.value("from", "")},
+      {"Image:", s.contains("image") ? s["image"].value("name", "") + " (" +
+                                           s["image"].value("id", "").substr(7, 12) + ")"
+                                     : "-"},
+      {"Storage:", s.value("storage", "") +
+                       (s.contains("storage_note") ? ": " + s.value("storage_note", "") : "")},
       {"Command:", command_text(s)},
       {"Created:", s.value("created_at", "")}};
   std::string labels;
@@ -161,7 +167,7 @@ void check_name(const std::string& name) {
 }
 
 struct CreateOptions {
-  std::string name, from = "host", policy, cpu, memory, pids, output = "table";
+  std::string name, from = "base", policy, cpu, memory, pids, output = "table";
   std::vector<std::string> env, labels, command;
   bool no_keep = false, detach = false;
   bool name_given = false;  // --name, even an empty one
@@ -169,8 +175,10 @@ struct CreateOptions {
 
 int create(const CreateOptions& o) {
   SandboxSpec spec;
+  // A directory, else an image (pulled now when the store lacks it).
   spec.from = o.from;
-  if (spec.from != "host") spec.from = files::canonical(spec.from, "--from");
+  const bool directory = o.from != "host" && files::is_directory(o.from);
+  if (directory) spec.from = files::canonical(o.from, "--from");
   spec.command = o.command;
   spec.env = o.env;
   if (!o.cpu.empty()) {
@@ -200,6 +208,7 @@ int create(const CreateOptions& o) {
   spec.no_keep = o.no_keep;
   if (o.name_given) check_name(o.name);
   spec.validate();  // bad input stops here, before the gateway
+  if (o.from != "host" && !directory) ensure_image(o.from, false);
 
   GatewayClient client;
   json body = {{"spec", json::parse(spec.to_json())}};
@@ -211,7 +220,8 @@ int create(const CreateOptions& o) {
     log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
     return exit_status_of(sandbox);
   }
-  if (!o.command.empty() && !o.detach) {
+  // With a main process (the caller's, or the image's), show its output.
+  if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
     LogEnd end = follow_logs(client.paths(), name, LogOptions{});
     if (end.exit_code) return *end.exit_code;
@@ -237,7 +247,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     CLI::App* c = sandbox->add_subcommand("create", "Create a sandbox and start its main process");
     c->positionals_at_end();
     CLI::Option* name_option = c->add_option("--name", o->name, "Its name, a DNS label (default: generated)");
-    c->add_option("--from", o->from, "Its root: a directory, or 'host' for the host's / read-only")
+    c->add_option("--from", o->from,
+                  "Its root: an image (pulled when missing), a directory, or 'host' for the host's / read-only")
         ->capture_default_str();
     c->add_option("--policy", o->policy, "Policy file (TOML)");
     repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
@@ -248,7 +259,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
     c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
     add_output(c, &o->output);
-    c->add_option("command", o->command, "The main process (default: none; the sandbox idles)");
+    c->add_option("command", o->command,
+                  "The main process (default: the image's entrypoint and command; none: the sandbox idles)");
     c->footer(
         "With a command and without --detach, create shows the main process's output and exits "
         "with its status.\nExamples:\n  openshell sandbox create --name demo -- echo hello\n"

@@ -33,6 +33,8 @@
 #include "base/sandbox_spec.h"
 #include "base/text.h"
 #include "gateway/store.h"
+#include "image/store.h"
+#include "namespaces/mounts.h"
 #include "namespaces/userns.h"
 #include "net/http.h"
 #include "policy/policy.h"
@@ -165,6 +167,11 @@ class Gateway {
                           const std::string& data);
   void request_stop(SandboxRecord& record);
   void finish_delete(const std::string& id);
+  // An image reference in spec->from: its layers and config (command,
+  // environment) into the spec. Throws ApiError (404 for an unknown image).
+  void resolve_image(SandboxSpec* spec);
+  // Overlayfs, or a copy of the root where overlayfs cannot stack it here.
+  void choose_storage(SandboxSpec* spec, const std::string& id);
   void cleanup_host(const SandboxRecord& record);
   void reconcile();
   void wait_for(const std::string& id, std::function<bool(const SandboxRecord*)> done,
@@ -177,6 +184,7 @@ class Gateway {
   asio::signal_set signals_;
   net::Server server_;
   std::unique_ptr<Store> store_;
+  bool overlay_checked_ = false;  // overlayfs worked for a sandbox's root here
   std::optional<auth::SigningKey> key_;
   std::string gateway_id_;
   int64_t started_ms_ = now_ms();
@@ -284,6 +292,9 @@ json Gateway::view(const SandboxRecord& r) const {
             {"labels", r.labels},
             {"from", spec.from},
             {"command", spec.command}};
+  if (spec.image) j["image"] = {{"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
+  j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
+  if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
 }
@@ -386,7 +397,10 @@ void Gateway::launch(SandboxRecord& record) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
-  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME"})
+  // Where state lives, and how the sandbox's DNS resolves on the host (the
+  // same settings as the gateway's own).
+  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME",
+                           "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS"})
     if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
@@ -552,6 +566,7 @@ void Gateway::finish_delete(const std::string& id) {
   cleanup_host(*record);
   try {
     runtime::remove_tree(paths_.sandbox(id));
+    image::Store(paths_.images()).release(id);
   } catch (const Error& e) {
     log::error(e.what());
   }
@@ -783,6 +798,75 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   throw ApiError(404, "not_found", "no such API path: " + m + " " + req.path);
 }
 
+void Gateway::resolve_image(SandboxSpec* spec) {
+  std::optional<image::ImageRecord> record;
+  try {
+    record = image::Store(paths_.images()).find(spec->from);
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_spec", std::string("--from: ") + e.what());
+  }
+  if (!record) {
+    std::string hint = spec->from == "base" || spec->from == "base:latest"
+                           ? "build it with rootfs-tools/build-base, or choose another with --from"
+                           : "pull it first: openshell image pull " + spec->from;
+    throw ApiError(404, "image_not_found",
+                   "image " + spec->from + " is not in the image store (" + hint + ")");
+  }
+  const image::ImageConfig& config = record->config;
+  spec->image = SandboxImage{record->name,      record->id(),        record->manifest_digest,
+                             record->diff_ids,  config.user,         config.working_dir};
+  // Docker's rule: the entrypoint, then the caller's command or else the
+  // image's.
+  std::vector<std::string> command = config.entrypoint;
+  const auto& rest = spec->command.empty() ? config.cmd : spec->command;
+  command.insert(command.end(), rest.begin(), rest.end());
+  spec->command = std::move(command);
+  // The image's environment, then the caller's on top.
+  std::vector<std::string> env = config.env;
+  for (const auto& entry : spec->env) {
+    const std::string key = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (auto& existing : env)
+      if (existing.compare(0, key.size(), key) == 0) existing = entry, replaced = true;
+    if (!replaced) env.push_back(entry);
+  }
+  spec->env = std::move(env);
+}
+
+void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
+  const char* forced = std::getenv("OPENSHELL_STORAGE");
+  const std::string setting = forced ? forced : "";
+  if (setting == "overlay") return;
+  std::string problem;
+  if (setting == "copy") {
+    problem = "OPENSHELL_STORAGE=copy";
+  } else if (!overlay_checked_) {
+    // Once per gateway: whether overlayfs stacks on this file system here.
+    std::vector<std::string> lowers;
+    if (spec->image) {
+      image::Store store(paths_.images());
+      for (auto it = spec->image->layers.rbegin(); it != spec->image->layers.rend(); ++it)
+        lowers.push_back(store.layer_root(*it));
+    } else {
+      lowers.push_back(spec->from);
+    }
+    const std::string scratch = paths_.sandboxes() + "/.probe-" + id;
+    if (::mkdir(scratch.c_str(), 0700) != 0) throw_errno("create " + scratch);
+    problem = namespaces::overlay_problem(lowers, scratch);
+    try {
+      runtime::remove_tree(scratch);
+    } catch (const Error& e) {
+      log::warn(e.what());
+    }
+    if (problem.empty()) overlay_checked_ = true;
+  }
+  if (problem.empty()) return;
+  spec->storage = "copy";
+  spec->storage_note = "overlayfs cannot stack the root here (" + problem +
+                       "): the sandbox's root is a copy of its image";
+  log::warn("sandbox " + id + ": " + spec->storage_note);
+}
+
 void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   const net::Request& req = exchange->request();
   json body = json::parse(req.body, nullptr, false);
@@ -802,8 +886,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
                    "sandbox name '" + name +
                        "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or "
                        "ending with '-')");
-  if (spec.from != "host" && !files::is_directory(spec.from))
-    throw ApiError(400, "invalid_spec", "--from " + spec.from + ": not a directory");
+  const bool directory = spec.from[0] == '/' && files::is_directory(spec.from);
+  if (spec.from != "host" && !directory) resolve_image(&spec);
+  if (spec.from != "host") choose_storage(&spec, id);
 
   SandboxRecord record;
   record.id = id;
@@ -822,9 +907,10 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   const std::string dir = paths_.sandbox(id);
   try {
     std::vector<std::string> subdirs = {"", "/logs"};
+    const bool overlay = spec.from != "host" && spec.storage.empty();
     if (spec.from == "host")
       subdirs.push_back("/workspace");
-    else
+    else if (overlay)
       subdirs.insert(subdirs.end(), {"/layer", "/layer/upper", "/layer/work", "/layer/upper/sandbox"});
     // The upper layer's root reads as the sandbox's /: 0755. Its /sandbox,
     // the workspace, belongs to the sandbox user whatever the image says.
@@ -843,11 +929,13 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
       };
       if (spec.from == "host") {
         own(dir + "/workspace", 1000, 1000);
-      } else {
+      } else if (overlay) {
         for (const char* sub : {"/layer", "/layer/upper", "/layer/work"}) own(dir + sub, 0, 0);
         own(dir + "/layer/upper/sandbox", 1000, 1000);
       }
     }
+    // The image's layers stay in the store while the sandbox exists.
+    if (spec.image) image::Store(paths_.images()).hold(id, spec.image->layers);
     launch(record);
   } catch (const Error& e) {
     record.intent = "";

@@ -88,6 +88,9 @@ std::string quoted(std::string_view name) {
 const char* normalize(std::string_view raw, std::string* out) {
   out->clear();
   if (raw.empty()) return "empty name";
+  // "/" alone is the layer's root (umoci writes it so); any other name
+  // starting with "/" is refused.
+  if (raw.find_first_not_of('/') == std::string_view::npos) return nullptr;
   if (raw.front() == '/') return "absolute path";
   if (raw.size() > kMaxName) return "name longer than 4095 bytes";
   for (size_t start = 0; start <= raw.size();) {
@@ -231,7 +234,6 @@ class LayerReader {
   bool report_progress();
   [[noreturn]] void fail(archive* a) const;
   std::string unrecognised() const;
-  bool ends_with_null_block() const;
 
   int fd_;
   const UnpackOptions& options_;
@@ -247,7 +249,6 @@ class LayerReader {
   std::string decompress_error_;  // the decompressor's message, as the tar reader met it
   std::array<unsigned char, 6> magic_{};
   size_t magic_size_ = 0;
-  std::array<char, kTarBlock> tail_{};  // the tar stream's last 512 bytes
   ArchivePtr raw_{nullptr, archive_read_free};
   ArchivePtr tar_{nullptr, archive_read_free};  // freed first: it reads from raw_
 };
@@ -333,12 +334,6 @@ la_ssize_t LayerReader::read_decompressed() {
   const char* data = tar_buffer_.get();
   const size_t size = static_cast<size_t>(n);
   tar_hash_.update(data, size);
-  if (size >= kTarBlock) {
-    std::memcpy(tail_.data(), data + size - kTarBlock, kTarBlock);
-  } else {
-    std::memmove(tail_.data(), tail_.data() + size, kTarBlock - size);
-    std::memcpy(tail_.data() + kTarBlock - size, data, size);
-  }
   return n;
 }
 
@@ -378,27 +373,15 @@ bool LayerReader::data(const void** block, size_t* size, int64_t* offset) {
   return true;
 }
 
-// libarchive's tar reader also ends quietly where the stream ends at a
-// header boundary, as a truncated archive does: only a null block marks the
-// real end. It stopped at `stopped_at`, having read the header (or the null
-// block) at header_position: nothing there means the stream ended; past it,
-// either a null block was consumed or a special header (pax, GNU long name)
-// ran into the end of the stream, which leaves non-null bytes at the end.
-bool LayerReader::ends_with_null_block() const {
-  const int64_t stopped_at = archive_filter_bytes(tar_.get(), 0);
-  if (stopped_at <= archive_read_header_position(tar_.get())) return false;
-  if (static_cast<uint64_t>(stopped_at) < tar_hash_.bytes()) return true;
-  return std::all_of(tail_.begin(), tail_.end(), [](char c) { return c == 0; });
-}
-
 void LayerReader::finish(UnpackResult* result) {
   // The rest of the tar stream (padding, whatever follows) is part of diff_id.
   la_ssize_t n;
   while ((n = read_decompressed()) > 0) {
   }
   if (n < 0) fail(raw_.get());
-  if (!ends_with_null_block())
-    throw Error(what_ + ": truncated tar archive (no end-of-archive block)");
+  // A tar stream may end without its end-of-archive blocks (umoci's layers
+  // do): a cut at an entry boundary is then invisible here, and the layer's
+  // digests, which the caller checks, are what catch it.
   // The rest of the blob (after the last gzip member, say) is part of its digest.
   for (;;) {
     ssize_t got = ::read(fd_, compressed_buffer_.get(), kBufferSize);

@@ -3,11 +3,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -397,15 +399,32 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
     return path.substr(i);
   };
   if (spec_.root == RootKind::kDirectory) {
-    if (spec_.rootfs.empty()) throw Error("--rootfs: no directory given");
-    spec_.rootfs = files::canonical(spec_.rootfs, "--rootfs");
-    if (!files::is_directory(spec_.rootfs))
-      throw Error("--rootfs " + spec_.rootfs + ": not a directory");
-    lower_ = in_oldroot(spec_.rootfs);
-    for (char c : lower_) {
-      if (c == ':' || c == '\\' || c == ',') lower_escaped_ += '\\';
-      lower_escaped_ += c;
+    std::vector<std::string> hosts;
+    if (spec_.layers.empty()) {
+      if (spec_.rootfs.empty()) throw Error("--rootfs: no directory given");
+      spec_.rootfs = files::canonical(spec_.rootfs, "--rootfs");
+      if (!files::is_directory(spec_.rootfs))
+        throw Error("--rootfs " + spec_.rootfs + ": not a directory");
+      hosts.push_back(spec_.rootfs);
+    } else {
+      if (spec_.plain_root) throw Error("an image's layers cannot be a plain root");
+      if (spec_.layers.size() > 128) throw Error("the image has more than 128 layers");
+      for (auto& layer : spec_.layers) {
+        layer = files::canonical(layer, "image layer");
+        hosts.push_back(layer);
+      }
     }
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      Lower lower{hosts[i], in_oldroot(hosts[i]), "/lower" + std::to_string(i)};
+      if (i) lowers_escaped_ += ':';
+      for (char c : lower.source) {
+        if (c == ':' || c == '\\' || c == ',') lowers_escaped_ += '\\';
+        lowers_escaped_ += c;
+      }
+      lowers_.push_back(std::move(lower));
+    }
+    if (spec_.plain_root && !spec_.layer_dir.empty())
+      throw Error("a plain root has no separate writable layer");
     if (!spec_.layer_dir.empty())
       layer_ = in_oldroot(files::canonical(spec_.layer_dir, "writable layer"));
   }
@@ -439,7 +458,7 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
     return tree;
   };
   std::vector<UniqueFd> trees;
-  trees.push_back(spec_.root == RootKind::kDirectory ? idmapped(spec_.rootfs, false, 0) : UniqueFd());
+  for (const Lower& lower : lowers_) trees.push_back(idmapped(lower.host, false, 0));
   UniqueFd layer;
   if (!spec_.layer_dir.empty())
     layer.reset(::open_tree(AT_FDCWD, spec_.layer_dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
@@ -469,8 +488,10 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
 
 bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int* init_exe_fd,
                       ChildFailure* f) const noexcept {
-  const int lower_fd = tree_fds[0];
   const bool host_root = spec_.root == RootKind::kHost;
+  const size_t n_lowers = lowers_.size();
+  const int* layer_tree = tree_fds + n_lowers;
+  const int* bind_trees = tree_fds + n_lowers + 1;
 
   // 1. Nothing we mount propagates to the host, and nothing of the host's
   //    later mounts reaches us.
@@ -482,25 +503,33 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") != 0)
     return fail(f, errno, "mount staging tmpfs on", "/tmp");
   if (::chdir("/tmp") != 0) return fail(f, errno, "chdir", "/tmp");
-  for (const char* dir : {"newroot", "oldroot", "lower", "upper", "work"})
+  for (const char* dir : {"newroot", "oldroot", "upper", "work"})
     if (::mkdir(dir, 0755) != 0) return fail(f, errno, "mkdir", dir);
+  for (const Lower& lower : lowers_)
+    if (::mkdir(lower.attach.c_str() + 1, 0755) != 0) return fail(f, errno, "mkdir", lower.attach.c_str());
   if (::syscall(SYS_pivot_root, ".", "oldroot") != 0)
     return fail(f, errno, "pivot_root to the staging root");
   if (::chdir("/") != 0) return fail(f, errno, "chdir", "/");
-  const char* lower = lower_.c_str();
-  if (lower_fd >= 0) {
-    if (::move_mount(lower_fd, "", AT_FDCWD, "/lower", MOVE_MOUNT_F_EMPTY_PATH) != 0)
-      return fail(f, errno, "attach the idmapped root at", "/lower");
-    lower = "/lower";
+  // Each lower directory: its idmapped tree when the parent made one, else
+  // the host's path.
+  bool any_idmapped = false;
+  for (size_t i = 0; i < n_lowers; ++i) {
+    if (tree_fds[i] < 0) continue;
+    if (::move_mount(tree_fds[i], "", AT_FDCWD, lowers_[i].attach.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+      return fail(f, errno, "attach the idmapped root at", lowers_[i].attach.c_str());
+    any_idmapped = true;
   }
+  auto lower_path = [&](size_t i) {
+    return tree_fds[i] >= 0 ? lowers_[i].attach.c_str() : lowers_[i].source.c_str();
+  };
   // The writable layer: in memory, or the sandbox's own (handed over as a
   // mount, or reached through the host's tree).
   char upper[4200] = "/upper", work[4200] = "/work";
   if (!layer_.empty()) {
     const char* layer = layer_.c_str();
-    if (tree_fds[1] >= 0) {
+    if (layer_tree[0] >= 0) {
       if (::mkdir("/layer", 0755) != 0 ||
-          ::move_mount(tree_fds[1], "", AT_FDCWD, "/layer", MOVE_MOUNT_F_EMPTY_PATH) != 0)
+          ::move_mount(layer_tree[0], "", AT_FDCWD, "/layer", MOVE_MOUNT_F_EMPTY_PATH) != 0)
         return fail(f, errno, "attach the writable layer at", "/layer");
       layer = "/layer";
     }
@@ -520,22 +549,34 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       host_root_mount = mount_fs("tmpfs", opts, 1, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, newroot.fd,
                                  "", f);
       if (host_root_mount.fd < 0) return false;
+    } else if (spec_.plain_root) {
+      // The sandbox's own copy, written through.
+      const unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (spec_.read_only ? MOUNT_ATTR_RDONLY : 0);
+      if (!bind(AT_FDCWD, lower_path(0), newroot.fd, true, attrs, "", f)) return false;
     } else {
-      Option opts[] = {{"lowerdir+", lower},
-                       {"upperdir", upper},
-                       {"workdir", work},
-                       {"userxattr", nullptr}};
+      // lowerdir+ once per layer, top first; then the writable layer.
+      constexpr size_t kMaxOptions = 128 + 3;
+      Option opts[kMaxOptions];
+      size_t n = 0;
+      for (size_t i = 0; i < n_lowers && n < 128; ++i) opts[n++] = {"lowerdir+", lower_path(i)};
+      opts[n++] = {"upperdir", upper};
+      opts[n++] = {"workdir", work};
+      opts[n++] = {"userxattr", nullptr};
       const unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-      ScopedFd mnt(mount_fs("overlay", opts, 4, attrs, newroot.fd, "", f));
-      if (mnt.fd < 0 && f->err == EINVAL && lower_fd < 0) {
+      ScopedFd mnt(mount_fs("overlay", opts, static_cast<int>(n), attrs, newroot.fd, "", f));
+      if (mnt.fd < 0 && f->err == EINVAL && !any_idmapped) {
         // Before 6.8 overlayfs has no "lowerdir+": the escaped list form.
-        opts[0] = {"lowerdir", lower_escaped_.c_str()};
-        mnt = mount_fs("overlay", opts, 4, attrs, newroot.fd, "", f);
+        Option old_opts[] = {{"lowerdir", lowers_escaped_.c_str()},
+                             {"upperdir", upper},
+                             {"workdir", work},
+                             {"userxattr", nullptr}};
+        mnt = mount_fs("overlay", old_opts, 4, attrs, newroot.fd, "", f);
       }
       if (mnt.fd < 0) {
-        // A read-only root needs no writable layer: a plain bind serves.
-        if (!spec_.read_only || !layer_.empty()) return false;
-        if (!bind(AT_FDCWD, lower, newroot.fd, true,
+        // A read-only root of one directory needs no writable layer: a plain
+        // bind serves.
+        if (!spec_.read_only || !layer_.empty() || n_lowers != 1) return false;
+        if (!bind(AT_FDCWD, lower_path(0), newroot.fd, true,
                   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, "", f))
           return false;
       }
@@ -604,7 +645,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     ScopedFd target(open_in_root(root.fd, b.target.c_str(),
                                  b.directory ? Create::kDirectory : Create::kFile, f));
     if (target.fd < 0) return false;
-    const int tree = tree_fds[2 + i];
+    const int tree = bind_trees[i];
     if (tree >= 0) {
       // Prepared by the parent, attributes and all.
       if (::move_mount(tree, "", target.fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
@@ -670,6 +711,77 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   if (workdir_[0] != '\0' && ::chdir(spec_.workdir.c_str()) != 0)
     return fail(f, errno, "--workdir", spec_.workdir.c_str());
   return true;
+}
+
+std::string overlay_problem(const std::vector<std::string>& lowers, const std::string& scratch_dir) {
+  const std::string upper = scratch_dir + "/upper", work = scratch_dir + "/work";
+  for (const auto& d : {upper, work})
+    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return errno_message("create " + d, errno);
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return errno_message("pipe", errno);
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int err = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return errno_message("fork", err);
+  }
+  if (pid == 0) {
+    ::close(report[0]);
+    ChildFailure failure;
+    auto done = [&](bool ok) {
+      if (!ok) (void)!::write(report[1], &failure, sizeof failure);
+      ::_exit(ok ? 0 : 1);
+    };
+    int flags = CLONE_NEWNS | (uid != 0 ? CLONE_NEWUSER : 0);
+    if (::unshare(flags) != 0) done(fail(&failure, errno, "unshare"));
+    auto write_file = [](const char* path, const char* text) {
+      int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+      if (fd < 0) return false;
+      bool ok = ::write(fd, text, std::strlen(text)) == static_cast<ssize_t>(std::strlen(text));
+      ::close(fd);
+      return ok;
+    };
+    if (uid != 0) {
+      char map[64];
+      std::snprintf(map, sizeof map, "0 %u 1", static_cast<unsigned>(uid));
+      if (!write_file("/proc/self/uid_map", map) || !write_file("/proc/self/setgroups", "deny"))
+        done(fail(&failure, errno, "write", "uid_map"));
+      std::snprintf(map, sizeof map, "0 %u 1", static_cast<unsigned>(gid));
+      if (!write_file("/proc/self/gid_map", map)) done(fail(&failure, errno, "write", "gid_map"));
+    }
+    ScopedFd fs(::fsopen("overlay", FSOPEN_CLOEXEC));
+    if (fs.fd < 0) done(fail(&failure, errno, "fsopen", "overlay"));
+    for (const auto& lower : lowers)
+      if (::fsconfig(fs.fd, FSCONFIG_SET_STRING, "lowerdir+", lower.c_str(), 0) != 0) {
+        fail(&failure, errno, "overlay lower", lower.c_str());
+        read_fs_log(fs.fd, &failure);
+        done(false);
+      }
+    if (::fsconfig(fs.fd, FSCONFIG_SET_STRING, "upperdir", upper.c_str(), 0) != 0 ||
+        ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "workdir", work.c_str(), 0) != 0 ||
+        ::fsconfig(fs.fd, FSCONFIG_SET_FLAG, "userxattr", nullptr, 0) != 0 ||
+        ::fsconfig(fs.fd, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+      fail(&failure, errno, "mount", "overlay");
+      read_fs_log(fs.fd, &failure);
+      done(false);
+    }
+    done(true);
+  }
+  ::close(report[1]);
+  ChildFailure failure;
+  ssize_t n = ::read(report[0], &failure, sizeof failure);
+  ::close(report[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  // The kernel's work/work directory (mode 000) goes with the rest.
+  for (const auto& d : {work + "/work", work + "/index", upper, work}) ::rmdir(d.c_str());
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  if (n == static_cast<ssize_t>(sizeof failure)) return failure.message();
+  return "the overlay probe failed";
 }
 
 }  // namespace openshell::namespaces

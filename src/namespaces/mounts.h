@@ -27,12 +27,17 @@ struct BindSpec {
 
 enum class RootKind {
   kHost,       // the host's / read-only, private /tmp and /run
-  kDirectory,  // an overlay: the directory below, a writable layer above
+  kDirectory,  // an overlay: the directory (or an image's layers) below, a writable layer above
 };
 
 struct FilesystemSpec {
   RootKind root = RootKind::kHost;
   std::string rootfs;          // host directory for kDirectory
+  // kDirectory from an image: its unpacked layers, top first (rootfs unused).
+  std::vector<std::string> layers;
+  // kDirectory without overlayfs: rootfs is the sandbox's own copy, mounted
+  // writable as it is (no layer_dir).
+  bool plain_root = false;
   bool read_only = false;      // kDirectory: the root itself read-only (private /tmp)
   // A persistent writable layer: a directory holding upper/ and work/ (one
   // file system, as overlayfs wants); empty: a throw-away layer in memory.
@@ -56,14 +61,16 @@ class MountPlan {
   // Validates and renders; throws Error naming the faulty part.
   explicit MountPlan(const FilesystemSpec& spec);
 
-  // How many detached trees the parent may hand over: the root directory,
-  // the persistent layer, then one per bind mount.
-  size_t tree_count() const { return 2 + binds_.size(); }
+  // How many detached trees the parent may hand over: one per lower
+  // directory (the root directory, or each image layer), the persistent
+  // layer, then one per bind mount.
+  size_t tree_count() const { return lowers_.size() + 1 + binds_.size(); }
 
   // Parent side, as root: detached idmapped mounts for the child to attach.
-  //  - The root directory, shifted into the sandbox's user namespace: the
-  //    image's files keep their owners inside (root's belong to root inside).
-  //    Writes go to the overlay's upper layer, never to the directory.
+  //  - The root directory (or each image layer), shifted into the sandbox's
+  //    user namespace: the image's files keep their owners inside (root's
+  //    belong to root inside). Writes go to the overlay's upper layer,
+  //    never to the directory (a plain root is written through the mount).
   //  - The persistent layer directory as it is (the sandbox's ids own it,
   //    but they may not walk the host's path to it).
   //  - Each bind source not owned by root: its owner becomes the sandbox
@@ -95,13 +102,26 @@ class MountPlan {
     bool directory;
   };
 
+  struct Lower {
+    std::string host;      // host path
+    std::string source;    // "/oldroot/<host path>"
+    std::string attach;    // "/lower<i>": where its idmapped tree goes in the staging root
+  };
+
   FilesystemSpec spec_;
-  std::string lower_;      // "/oldroot/<rootfs>"
-  std::string lower_escaped_;  // the same for the "lowerdir" option of kernels before 6.8
+  std::vector<Lower> lowers_;  // kDirectory: top first
+  std::string lowers_escaped_;  // all sources for the "lowerdir" option of kernels before 6.8
   std::string layer_;      // "/oldroot/<layer_dir>" or "" (throw-away)
   std::string exe_;        // "/oldroot/<exe>"
   std::string workdir_;    // relative to the new root
   std::vector<Bind> binds_;
 };
+
+// Whether overlayfs can stack `lowers` (top first) under a writable layer
+// made in scratch_dir (an empty directory on the file system that holds the
+// sandboxes' writable layers), as a sandbox's root would. Tried in a child
+// in new mount (and, rootless, user) namespaces; scratch_dir is emptied
+// afterwards. Returns "" when it can, else the reason.
+std::string overlay_problem(const std::vector<std::string>& lowers, const std::string& scratch_dir);
 
 }  // namespace openshell::namespaces

@@ -185,7 +185,7 @@ void ExecSession::on_message(std::string data, bool binary) {
     request.tty = m.value("tty", false);
     request.rows = static_cast<uint16_t>(m.value("rows", 24));
     request.cols = static_cast<uint16_t>(m.value("cols", 80));
-    request.workdir = m.value("workdir", std::string(kWorkspace));
+    request.workdir = m.value("workdir", owner_.container_spec().fs.workdir);
     request.argv = m.value("argv", std::vector<std::string>{});
     // The sandbox's environment, then the caller's additions.
     request.env = owner_.container_spec().env;
@@ -349,6 +349,7 @@ void Supervisor::load() {
   // failed start to report, not a supervisor that vanishes.
   try {
     spec_ = SandboxSpec::from_json(launch_.spec);
+    prepare_root(spec_, launch_.sandbox_id, paths_);
     container_spec_ = container_spec_for(spec_, launch_.sandbox_id, launch_.sandbox_name, paths_);
   } catch (const Error& e) {
     spec_error_ = e.what();

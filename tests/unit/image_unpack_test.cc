@@ -569,6 +569,12 @@ TEST_F(ImageUnpack, RootEntrySetsTheRootsMetadata) {
   EXPECT_EQ(stat_of(dest_).st_mtim.tv_sec, kMtime + 3);
 }
 
+TEST_F(ImageUnpack, SlashAloneIsTheRootEntry) {
+  // umoci insert writes the layer's root as "/".
+  unpack(tar_of({dir("/", 0711), file("f", "x")}), dest_);
+  EXPECT_EQ(mode_of(dest_), 0711u);
+}
+
 TEST_F(ImageUnpack, DestinationMustBeEmpty) {
   write_file(dest_ + "/already", "x");
   EXPECT_THAT(unpack_error(tar_of({file("f", "x")}), dest_), HasSubstr("is not empty"));
@@ -660,6 +666,18 @@ TEST_F(ImageUnpack, RefusesHostileEntries) {
 
 // ---- corrupt input ------------------------------------------------------------------
 
+// Some writers end a layer without the end-of-archive blocks (umoci does):
+// such a layer unpacks, and its diff id covers exactly its bytes. (A cut at
+// an entry boundary looks the same: the layer's digests catch it.)
+TEST_F(ImageUnpack, ALayerWithoutEndBlocksUnpacks) {
+  const std::string tar = tar_of({file("a", "alpha"), file("b", "beta")});
+  const std::string cut = tar.substr(0, tar.size() - 1024);
+  ASSERT_EQ(cut.find_last_not_of('\0') + 1 > cut.size() - 512, true) << "the test archive must end in data";
+  UnpackResult result = unpack(cut, dest_);
+  EXPECT_EQ(result.diff_id, sha256_digest(cut));
+  EXPECT_EQ(read_file(dest_ + "/b"), "beta");
+}
+
 TEST_F(ImageUnpack, CorruptInputIsAnError) {
   const std::string tar = tar_of({file("a", noise(100000, 1)), file("b", "b")});
   const std::string gz = compress(tar, Compression::kGzip);
@@ -686,14 +704,9 @@ TEST_F(ImageUnpack, CorruptInputIsAnError) {
        "layer test: corrupt or truncated gzip stream"},
       {"zstd cut in half", zst.substr(0, zst.size() / 2), "layer test: truncated zstd input"},
       {"tar cut in a file", tar.substr(0, 50000), "layer test: truncated tar archive"},
-      {"tar cut at a header", tar.substr(0, tar.size() - 1024),
-       "layer test: truncated tar archive"},
       {"tar cut after a pax header",
        TarWriter().add(file(std::string(150, 'p'), "x")).finish().substr(0, 1024),
        "layer test: damaged tar archive"},
-      {"gzip of a tar cut at a header",
-       compress(tar.substr(0, tar.size() - 1024), Compression::kGzip),
-       "layer test: truncated tar archive"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.title);

@@ -1,0 +1,379 @@
+// openshell image pull|import|list|inspect|rm|prune.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <utility>  // before CLI11 with GCC 12
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/paths.h"
+#include "base/text.h"
+#include "cli/commands.h"
+#include "cli/images.h"
+#include "image/pull.h"
+#include "image/store.h"
+
+namespace openshell::cli {
+
+using nlohmann::json;
+
+namespace {
+
+image::Store open_store() { return image::Store(Paths::resolve().images()); }
+
+// A pull's or import's progress: one line redrawn on a terminal, a line at
+// the start and at the end otherwise.
+class ProgressDisplay : public image::Progress {
+ public:
+  ProgressDisplay(std::string verb, bool quiet)
+      : verb_(std::move(verb)), quiet_(quiet), tty_(::isatty(2) == 1) {}
+
+  void start(const std::string& image, size_t layers, size_t missing, uint64_t bytes) override {
+    image_ = image;
+    layers_ = layers;
+    missing_ = missing;
+    total_ = bytes;
+    began_ = std::chrono::steady_clock::now();
+    if (quiet_) return;
+    if (missing == 0) {
+      std::fprintf(stderr, "%s %s: all %zu layers already stored\n", verb_.c_str(), image.c_str(), layers);
+    } else if (!tty_) {
+      std::fprintf(stderr, "%s %s: %zu of %zu layers to fetch (%s)\n", verb_.c_str(), image.c_str(),
+                   missing, layers, text::format_bytes(bytes).c_str());
+    } else {
+      draw(true);
+    }
+  }
+
+  void advance(uint64_t bytes) override {
+    done_ = bytes;
+    draw(false);
+  }
+
+  void layer_done(const std::string& diff_id, uint64_t size) override {
+    ++stored_;
+    if (!quiet_ && !tty_)
+      std::fprintf(stderr, "  layer %s stored (%s)\n", diff_id.substr(7, 12).c_str(),
+                   text::format_bytes(size).c_str());
+    draw(true);
+  }
+
+  void finish() override {
+    if (quiet_ || missing_ == 0) return;
+    if (tty_) {
+      draw(true);
+      std::fputc('\n', stderr);
+    }
+  }
+
+ private:
+  void draw(bool force) {
+    if (quiet_ || !tty_ || missing_ == 0) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    winsize ws{};
+    int columns = ::ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+    double seconds = std::chrono::duration<double>(now - began_).count();
+    double fraction = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 0;
+    if (fraction > 1) fraction = 1;
+    std::string rate = seconds > 0.2 ? text::format_bytes(static_cast<uint64_t>(done_ / seconds)) + "/s" : "";
+    std::string tail = " " + text::format_bytes(done_) + " / " + text::format_bytes(total_) + "  " +
+                       std::to_string(stored_) + "/" + std::to_string(missing_) + " layers  " + rate;
+    std::string head = verb_ + " " + image_ + " ";
+    int bar = columns - static_cast<int>(head.size() + tail.size()) - 3;
+    if (bar > 40) bar = 40;
+    std::string line = head;
+    if (bar >= 10) {
+      int filled = static_cast<int>(fraction * bar);
+      line += "[" + std::string(filled, '#') + std::string(bar - filled, '.') + "]";
+    }
+    line += tail;
+    if (static_cast<int>(line.size()) > columns - 1) line.resize(columns - 1);
+    std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    std::fflush(stderr);
+  }
+
+  std::string verb_;
+  bool quiet_;
+  bool tty_;
+  std::string image_;
+  size_t layers_ = 0, missing_ = 0, stored_ = 0;
+  uint64_t total_ = 0, done_ = 0;
+  std::chrono::steady_clock::time_point began_, last_;
+};
+
+std::string age(const std::string& rfc3339) {
+  tm t{};
+  if (rfc3339.empty() || !strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &t)) return "-";
+  long s = static_cast<long>(std::time(nullptr) - timegm(&t));
+  if (s < 0) s = 0;
+  if (s < 120) return std::to_string(s) + " seconds ago";
+  if (s < 7200) return std::to_string(s / 60) + " minutes ago";
+  if (s < 172800) return std::to_string(s / 3600) + " hours ago";
+  if (s < 86400L * 60) return std::to_string(s / 86400) + " days ago";
+  if (s < 86400L * 730) return std::to_string(s / (86400L * 30)) + " months ago";
+  return std::to_string(s / (86400L * 365)) + " years ago";
+}
+
+json record_json(const image::Store& store, const image::ImageRecord& r) {
+  json layers = json::array();
+  for (size_t i = 0; i < r.diff_ids.size(); ++i)
+    layers.push_back({{"diff_id", r.diff_ids[i]},
+                      {"size", i < r.layer_sizes.size() ? r.layer_sizes[i] : 0},
+                      {"path", store.layer_root(r.diff_ids[i])}});
+  const image::ImageConfig& c = r.config;
+  std::string platform = c.os + "/" + c.architecture + (c.variant.empty() ? "" : "/" + c.variant);
+  return {{"name", image::parse_reference(r.name).familiar()},
+          {"reference", r.name},
+          {"id", r.config_digest},
+          {"digest", r.manifest_digest},
+          {"created", c.created},
+          {"stored_at", r.stored_at},
+          {"source", r.source},
+          {"platform", platform},
+          {"size", r.size()},
+          {"config",
+           {{"env", c.env},
+            {"entrypoint", c.entrypoint},
+            {"cmd", c.cmd},
+            {"working_dir", c.working_dir},
+            {"user", c.user}}},
+          {"layers", layers}};
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (widths.size() <= i) widths.push_back(0);
+      widths[i] = std::max(widths[i], row[i].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+struct PullFlags {
+  bool insecure = false;
+  std::string platform;
+  bool quiet = false;
+  std::string output = "table";
+};
+
+std::optional<image::Platform> platform_of(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  return image::parse_platform(text);
+}
+
+image::ImageRecord do_pull(const std::string& text, const PullFlags& flags) {
+  image::Reference ref = image::parse_reference(text);
+  image::Store store = open_store();
+  ProgressDisplay display("Pulling", flags.quiet);
+  image::PullOptions options;
+  options.insecure = flags.insecure;
+  options.platform = platform_of(flags.platform);
+  options.progress = &display;
+  return image::pull(store, ref, options);
+}
+
+void report_stored(const image::Store& store, const image::ImageRecord& record, const PullFlags& flags) {
+  if (flags.output == "json") {
+    std::printf("%s\n", record_json(store, record).dump(2).c_str());
+    return;
+  }
+  if (flags.quiet) {
+    std::printf("%s\n", record.config_digest.c_str());
+    return;
+  }
+  std::printf("%s  %s  %s\n", image::parse_reference(record.name).familiar().c_str(),
+              record.short_id().c_str(), text::format_bytes(record.size()).c_str());
+}
+
+}  // namespace
+
+void ensure_image(const std::string& from, bool insecure) {
+  image::Store store = open_store();
+  if (store.find(from)) return;
+  // The default image is built here, never fetched from a registry.
+  if (from == "base" || from == "base:latest")
+    throw Error("image base is not in the image store at " + store.dir() +
+                ": build it with rootfs-tools/build-base, or choose another with --from");
+  PullFlags flags;
+  flags.insecure = insecure;
+  do_pull(from, flags);
+}
+
+void add_image_commands(CLI::App& app, Action* action) {
+  CLI::App* images = app.add_subcommand("image", "Pull, import, list and remove images");
+  images->require_subcommand(1);
+
+  {
+    auto flags = std::make_shared<PullFlags>();
+    auto ref = std::make_shared<std::string>();
+    CLI::App* c = images->add_subcommand("pull", "Pull an image from a registry into the store");
+    c->add_option("reference", *ref, "The image: NAME[:TAG] or NAME@DIGEST")->required();
+    c->add_flag("--insecure", flags->insecure, "Plain HTTP to this registry (localhost registries use it anyway)");
+    c->add_option("--platform", flags->platform, "OS/ARCH[/VARIANT] to pull (default: this machine's)");
+    c->add_flag("-q,--quiet", flags->quiet, "No progress; print only the image's id");
+    c->add_option("-o,--output", flags->output, "Output format: table or json")
+        ->check(CLI::IsMember({"table", "json"}));
+    c->footer(
+        "Speaks the OCI distribution API (anonymous bearer tokens), picks this machine's platform "
+        "from an index, verifies every digest and resumes broken transfers.\nExamples:\n"
+        "  openshell image pull busybox\n  openshell image pull localhost:5000/tools/agent:1.2\n"
+        "See openshell-image(1).");
+    c->callback([flags, ref, action] {
+      *action = [flags, ref] {
+        image::ImageRecord record = do_pull(*ref, *flags);
+        report_stored(open_store(), record, *flags);
+        return 0;
+      };
+    });
+  }
+
+  {
+    auto flags = std::make_shared<PullFlags>();
+    auto file = std::make_shared<std::string>();
+    auto name = std::make_shared<std::string>();
+    CLI::App* c = images->add_subcommand("import", "Import an OCI image layout or a docker save archive");
+    c->add_option("file", *file, "A tar archive (OCI layout or docker save; may be compressed) or an OCI layout directory")
+        ->required();
+    c->add_option("name", *name, "What to call it (default: the name the archive gives)");
+    c->add_option("--platform", flags->platform, "OS/ARCH[/VARIANT] to import from a multi-platform layout");
+    c->add_flag("-q,--quiet", flags->quiet, "No progress; print only the image's id");
+    c->add_option("-o,--output", flags->output, "Output format: table or json")
+        ->check(CLI::IsMember({"table", "json"}));
+    c->footer(
+        "A NAME without a registry is stored as localhost/NAME.\nExamples:\n"
+        "  skopeo copy docker://busybox oci-archive:busybox.tar && openshell image import busybox.tar busybox\n"
+        "  docker save app:1 | gzip > app.tgz && openshell image import app.tgz\n"
+        "See openshell-image(1).");
+    c->callback([flags, file, name, action] {
+      *action = [flags, file, name] {
+        image::Store store = open_store();
+        ProgressDisplay display("Importing", flags->quiet);
+        image::ImportOptions options;
+        options.name = *name;
+        options.platform = platform_of(flags->platform);
+        options.progress = &display;
+        image::ImageRecord record = image::import_image(store, *file, options);
+        report_stored(store, record, *flags);
+        return 0;
+      };
+    });
+  }
+
+  {
+    auto output = std::make_shared<std::string>("table");
+    auto quiet = std::make_shared<bool>(false);
+    CLI::App* c = images->add_subcommand("list", "List the images in the store");
+    c->alias("ls");
+    c->add_option("-o,--output", *output, "Output format: table or json")
+        ->check(CLI::IsMember({"table", "json"}))
+        ->capture_default_str();
+    c->add_flag("-q,--quiet", *quiet, "Only names");
+    c->callback([output, quiet, action] {
+      *action = [output, quiet] {
+        image::Store store = open_store();
+        auto records = store.list();
+        if (*output == "json") {
+          json list = json::array();
+          for (const auto& r : records) list.push_back(record_json(store, r));
+          std::printf("%s\n", list.dump(2).c_str());
+          return 0;
+        }
+        if (*quiet) {
+          for (const auto& r : records) std::printf("%s\n", image::parse_reference(r.name).familiar().c_str());
+          return 0;
+        }
+        std::vector<std::vector<std::string>> rows = {{"NAME", "ID", "CREATED", "SIZE", "LAYERS"}};
+        for (const auto& r : records)
+          rows.push_back({image::parse_reference(r.name).familiar(), r.short_id(), age(r.config.created),
+                          text::format_bytes(r.size()), std::to_string(r.diff_ids.size())});
+        print_table(rows);
+        return 0;
+      };
+    });
+  }
+
+  {
+    auto refs = std::make_shared<std::vector<std::string>>();
+    CLI::App* c = images->add_subcommand("inspect", "Show images as JSON: config, layers, digests");
+    c->add_option("reference", *refs, "Images: names, ids or id prefixes")->required();
+    c->callback([refs, action] {
+      *action = [refs] {
+        image::Store store = open_store();
+        json list = json::array();
+        for (const auto& ref : *refs) {
+          auto record = store.find(ref);
+          if (!record) throw Error("image " + ref + ": not in the image store");
+          list.push_back(record_json(store, *record));
+        }
+        std::printf("%s\n", (list.size() == 1 ? list[0] : list).dump(2).c_str());
+        return 0;
+      };
+    });
+  }
+
+  {
+    auto refs = std::make_shared<std::vector<std::string>>();
+    CLI::App* c = images->add_subcommand("rm", "Remove image names (their layers go with prune)");
+    c->alias("remove");
+    c->add_option("reference", *refs, "Images: names, or ids (all names of that image)")->required();
+    c->footer("Sandboxes made from an image keep working: their layers stay until they are deleted.");
+    c->callback([refs, action] {
+      *action = [refs] {
+        image::Store store = open_store();
+        int status = 0;
+        for (const auto& ref : *refs) {
+          try {
+            for (const auto& r : store.remove(ref))
+              std::printf("Untagged %s\n", image::parse_reference(r.name).familiar().c_str());
+          } catch (const Error& e) {
+            log::error(e.what());
+            status = exit_code::kFailure;
+          }
+        }
+        return status;
+      };
+    });
+  }
+
+  {
+    auto output = std::make_shared<std::string>("table");
+    CLI::App* c = images->add_subcommand("prune", "Remove layers and blobs no image or sandbox uses");
+    c->add_option("-o,--output", *output, "Output format: table or json")
+        ->check(CLI::IsMember({"table", "json"}));
+    c->callback([output, action] {
+      *action = [output] {
+        image::Store store = open_store();
+        auto result = store.prune();
+        if (*output == "json") {
+          std::printf("%s\n", json{{"layers", result.layers}, {"blobs", result.blobs}, {"bytes", result.bytes}}
+                                  .dump(2)
+                                  .c_str());
+        } else {
+          std::printf("Removed %d layers and %d blobs, %s freed\n", result.layers, result.blobs,
+                      text::format_bytes(result.bytes).c_str());
+        }
+        return 0;
+      };
+    });
+  }
+}
+
+}  // namespace openshell::cli

@@ -1,0 +1,637 @@
+// Images end to end: import (OCI layouts, docker save archives), pull from a
+// real registry (Debian's docker-registry, images pushed with skopeo) and
+// from one that misbehaves, hostile layers, the store's bookkeeping, and
+// sandboxes made from images; as root and rootless.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "harness.h"
+
+using testing::HasSubstr;
+using testing::Not;
+
+namespace e2e {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+// A shell command as root (the test process); its stdout, and its status.
+struct Shell {
+  int status;
+  std::string out;
+};
+Shell sh(const std::string& command) {
+  Shell r{-1, ""};
+  FILE* p = ::popen(("(" + command + ") 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = ::pclose(p);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+// How many names a space-separated list holds.
+size_t count_words(const std::string& list) {
+  size_t n = 0;
+  bool in_word = false;
+  for (char c : list) {
+    bool space = c == ' ' || c == '\n';
+    if (!space && !in_word) ++n;
+    in_word = !space;
+  }
+  return n;
+}
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool wait_listening(uint16_t port, int ms) {
+  for (int i = 0; i < ms / 20; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok) return true;
+    ::usleep(20000);
+  }
+  return false;
+}
+
+// A background server process, killed (and waited for) on destruction.
+class Process {
+ public:
+  Process() = default;
+  explicit Process(const std::vector<std::string>& argv, const std::string& log) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+  }
+  ~Process() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status;
+    ::waitpid(pid_, &status, 0);
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// ---- shared fixtures: built once, as root, readable by the test users --------
+
+// The busybox image as an OCI layout directory.
+const std::string& busybox_layout() {
+  static std::string layout = [] {
+    std::string dir = scratch() + "/busybox-layout";
+    std::string script = env_or("OSH_IMAGE_SCRIPT", "rootfs-tools/build-busybox-image");
+    Shell r = sh(q(script) + " " + q(dir) + " >/dev/null && chmod -R a+rX " + q(dir));
+    if (r.status != 0) {
+      std::fprintf(stderr, "e2e: %s failed: %s\n", script.c_str(), r.out.c_str());
+      return std::string();
+    }
+    return dir;
+  }();
+  return layout;
+}
+
+// A copy of the busybox layout changed by a shell snippet run in it ($L is
+// the layout; umoci and skopeo are there to use).
+// With gc, blobs nothing names any more are removed (umoci checks every
+// blob then: a layout broken on purpose goes without).
+std::string derived_layout(const std::string& name, const std::string& snippet, bool gc = true) {
+  std::string dir = scratch() + "/" + name;
+  sh("rm -rf " + q(dir));
+  Shell r = sh("cp -a " + q(busybox_layout()) + " " + q(dir) + " && L=" + q(dir) + " && cd " +
+               q(scratch()) + " && " + snippet + (gc ? " && umoci gc --layout " + q(dir) : std::string()) +
+               " && chmod -R a+rX " + q(dir));
+  if (r.status != 0) ADD_FAILURE() << "building " << name << ": " << r.out;
+  return dir;
+}
+
+// Debian's docker-registry on loopback, for the whole test run.
+class Registry {
+ public:
+  Registry() {
+    dir_ = scratch() + "/registry";
+    sh("mkdir -p " + q(dir_ + "/data"));
+    port_ = free_port();
+    write_file(dir_ + "/config.yml",
+               "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: " +
+                   dir_ + "/data\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:" +
+                   std::to_string(port_) + "\n");
+    process_ = std::make_unique<Process>(
+        std::vector<std::string>{"docker-registry", "serve", dir_ + "/config.yml"}, dir_ + "/log");
+    ok_ = wait_listening(port_, 10000);
+  }
+  bool ok() const { return ok_; }
+  std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
+  // skopeo copy of a layout (its tag "latest") to REPO:TAG here.
+  bool push(const std::string& layout, const std::string& repo_tag, const std::string& extra = "") {
+    Shell r = sh("skopeo copy --quiet --dest-tls-verify=false " + extra + " oci:" + q(layout) +
+                 ":latest docker://" + host() + "/" + repo_tag);
+    if (r.status != 0) ADD_FAILURE() << "skopeo: " << r.out;
+    return r.status == 0;
+  }
+
+ private:
+  std::string dir_;
+  uint16_t port_ = 0;
+  std::unique_ptr<Process> process_;
+  bool ok_ = false;
+};
+
+Registry* registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry();
+    std::atexit([] { delete registry(); });
+    return reg;
+  }();
+  return r;
+}
+
+// osh-fake-registry serving a layout, misbehaving as told.
+class FakeRegistry {
+ public:
+  FakeRegistry(const std::string& layout, const std::string& mode) {
+    static int n = 0;
+    port_file_ = scratch() + "/fake-port-" + std::to_string(++n);
+    std::string bin = env_or("OSH_FAKE_REGISTRY", "build/tests/e2e/osh-fake-registry");
+    process_ = std::make_unique<Process>(
+        std::vector<std::string>{bin, "--layout", layout, "--port-file", port_file_, "--mode", mode},
+        port_file_ + ".log");
+    for (int i = 0; i < 250 && port_.empty(); ++i) {
+      port_ = file_contents(port_file_);
+      while (!port_.empty() && (port_.back() == '\n' || port_.back() == ' ')) port_.pop_back();
+      if (port_.empty()) ::usleep(20000);
+    }
+  }
+  bool ok() const { return !port_.empty(); }
+  std::string ref(const std::string& tag = "latest") const { return "127.0.0.1:" + port_ + "/test/image:" + tag; }
+
+ private:
+  std::string port_file_, port_;
+  std::unique_ptr<Process> process_;
+};
+
+// ---- the fixture: a state directory per test ----------------------------------
+
+class Images : public ModeTest {
+ protected:
+  void SetUp() override {
+    ModeTest::SetUp();
+    if (IsSkipped()) return;
+    if (busybox_layout().empty()) GTEST_SKIP() << "the busybox image could not be built (see above)";
+    static int counter = 0;
+    home_ = make_dir(mode(), "img-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
+  }
+  void TearDown() override {
+    if (!home_.empty()) {
+      os({"sandbox", "delete", "--all"});
+      os({"gateway", "stop"});
+      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
+      EXPECT_EQ(file_contents_of_dir(home_ + "/images/tmp"), "") << "work in progress left in the store";
+    }
+    ModeTest::TearDown();
+  }
+  Result os(const std::vector<std::string>& args, Options o = {}) {
+    o.env.push_back("OPENSHELL_HOME=" + home_);
+    if (o.timeout_s == 30) o.timeout_s = 120;
+    return openshell(mode(), args, o);
+  }
+  // The names in the store, one per line.
+  std::string names() { return os({"image", "list", "-q"}).out; }
+  std::string layers() { return file_contents_of_dir(home_ + "/images/layers"); }
+  // Imports the busybox layout as NAME and expects it to work.
+  void import_busybox(const std::string& name = "busybox") {
+    Result r = os({"image", "import", busybox_layout(), name});
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
+  // Runs COMMAND in a new sandbox from IMAGE; returns the result.
+  Result run_in(const std::string& image, const std::vector<std::string>& command,
+                std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"sandbox", "create", "--no-keep", "--from", image};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.push_back("--");
+    args.insert(args.end(), command.begin(), command.end());
+    return os(args);
+  }
+  // The store holds no image and no layer, after a failed pull or import.
+  void expect_store_empty() {
+    EXPECT_EQ(names(), "");
+    EXPECT_EQ(layers(), "");
+    EXPECT_EQ(file_contents_of_dir(home_ + "/images/tmp"), "");
+  }
+
+  std::string home_;
+};
+
+TEST_P(Images, ImportedLayoutRunsAsASandboxWithItsConfig) {
+  import_busybox();
+  EXPECT_EQ(names(), "localhost/busybox:latest\n");
+  Result list = os({"image", "list"});
+  EXPECT_THAT(list.out, HasSubstr("localhost/busybox:latest"));
+  EXPECT_THAT(list.out, HasSubstr("NAME"));
+  Result r = run_in("busybox", {"sh", "-c", "echo $PATH; id -u; pwd; cat /etc/hostname"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n1000\n/sandbox\nsandbox\n");
+  // The image's Cmd is the default main process.
+  Result dflt = os({"sandbox", "create", "--name", "dflt", "--from", "busybox", "-o", "json"});
+  EXPECT_EQ(dflt.status, 0) << dflt.err;
+  Result get = os({"sandbox", "get", "dflt", "-o", "json"});
+  EXPECT_THAT(get.out, HasSubstr("\"command\": [\n    \"sh\"\n  ]"));
+  EXPECT_THAT(get.out, HasSubstr("\"name\": \"localhost/busybox:latest\""));
+  EXPECT_THAT(get.out, HasSubstr("\"storage\": \"overlay\""));
+}
+
+TEST_P(Images, InspectListsConfigAndLayers) {
+  import_busybox();
+  Result r = os({"image", "inspect", "busybox"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"cmd\": [\n      \"sh\"\n    ]"));
+  EXPECT_THAT(r.out, HasSubstr("\"diff_id\": \"sha256:"));
+  EXPECT_THAT(r.out, HasSubstr("\"reference\": \"localhost/busybox:latest\""));
+  Result missing = os({"image", "inspect", "nothere"});
+  EXPECT_EQ(missing.status, 125);
+  EXPECT_THAT(missing.err, HasSubstr("image nothere: not in the image store"));
+}
+
+TEST_P(Images, ImportsOciArchivesAndDockerSaveArchives) {
+  const std::string dir = make_dir(mode(), "archives-" + mode_name(mode()));
+  const std::string oci = dir + "/oci.tar", docker = dir + "/docker.tar", gz = dir + "/docker.tar.gz";
+  ASSERT_EQ(sh("tar -C " + q(busybox_layout()) + " -cf " + q(oci) + " . && skopeo copy --quiet oci:" +
+               q(busybox_layout()) + ":latest docker-archive:" + q(docker) +
+               ":example.org/tools/bb:1 && gzip -c " + q(docker) + " > " + q(gz) + " && chmod a+r " +
+               q(dir) + "/*")
+                .status,
+            0);
+  Result a = os({"image", "import", oci, "from-oci"});
+  ASSERT_EQ(a.status, 0) << a.err;
+  // A docker save archive names its image itself.
+  Result b = os({"image", "import", docker});
+  ASSERT_EQ(b.status, 0) << b.err;
+  Result c = os({"image", "import", gz, "zipped:2"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(names(), "example.org/tools/bb:1\nlocalhost/from-oci:latest\nlocalhost/zipped:2\n");
+  // One layer, shared by the three names.
+  EXPECT_EQ(count_words(layers()), 1u) << layers();
+  Result r = run_in("example.org/tools/bb:1", {"echo", "from docker save"});
+  EXPECT_EQ(r.out, "from docker save\n") << r.err;
+  // Not an image at all.
+  const std::string junk = write_file(dir + "/junk.tar", "not a tar archive at all");
+  Result bad = os({"image", "import", junk, "junk"});
+  EXPECT_EQ(bad.status, 125);
+  EXPECT_THAT(bad.err, HasSubstr(junk));
+}
+
+TEST_P(Images, ImageConfigEnvWorkdirUserEntrypointAndCmd) {
+  const std::string layout = derived_layout(
+      "config-" + mode_name(mode()),
+      "umoci config --image \"$L:latest\" --config.env FOO=from-image --config.env BAR=keep "
+      "--config.workingdir /srv --config.user 1234:1234 --config.entrypoint /bin/echo "
+      "--config.entrypoint entry --config.cmd default-arg");
+  ASSERT_EQ(os({"image", "import", layout, "configured"}).status, 0);
+  // No command: the entrypoint with the image's Cmd.
+  Result none = os({"sandbox", "create", "--no-keep", "--from", "configured"});
+  EXPECT_EQ(none.out, "entry default-arg\n") << none.err;
+  // A command replaces Cmd, not the entrypoint (Docker's rule).
+  Result given = run_in("configured", {"given"});
+  EXPECT_EQ(given.out, "entry given\n") << given.err;
+  // The environment, working directory and user.
+  const std::string layout2 = derived_layout(
+      "config2-" + mode_name(mode()),
+      "umoci config --image \"$L:latest\" --config.env FOO=from-image --config.env BAR=keep "
+      "--config.workingdir /srv --config.user 1234:1234");
+  ASSERT_EQ(os({"image", "import", layout2, "configured2"}).status, 0);
+  Result r = run_in("configured2", {"sh", "-c", "echo $FOO $BAR; pwd; id -u; id -g"}, {"-e", "FOO=from-user"});
+  EXPECT_EQ(r.out, "from-user keep\n/srv\n1234\n1234\n") << r.err;
+}
+
+TEST_P(Images, WorkspaceAndChangesPersistAcrossStopAndStart) {
+  import_busybox();
+  ASSERT_EQ(os({"sandbox", "create", "--name", "keep", "--from", "busybox", "-d", "--", "sleep", "600"}).status, 0);
+  Result w = os({"sandbox", "exec", "keep", "--", "sh", "-c", "echo notes > /sandbox/notes; echo changed > /tmp/x"});
+  ASSERT_EQ(w.status, 0) << w.err;
+  ASSERT_EQ(os({"sandbox", "stop", "keep"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "start", "keep"}).status, 0);
+  Result r = os({"sandbox", "exec", "keep", "--", "cat", "/sandbox/notes"});
+  EXPECT_EQ(r.out, "notes\n") << r.err;
+  // The image itself is untouched: a new sandbox sees no notes.
+  Result fresh = run_in("busybox", {"sh", "-c", "ls /sandbox | wc -l"});
+  EXPECT_EQ(fresh.out, "0\n") << fresh.err;
+}
+
+TEST_P(Images, WhiteoutsAndOpaqueDirectoriesApply) {
+  // A second layer deletes /etc/motd-gone and makes /etc/opaque opaque.
+  const std::string layout = derived_layout(
+      "whiteouts-" + mode_name(mode()),
+      "mkdir -p l1/etc/opaque && echo a > l1/etc/opaque/a && echo old > l1/etc/motd-gone && "
+      "tar -C l1 -cf l1.tar . && umoci raw add-layer --image \"$L:latest\" l1.tar && "
+      "mkdir -p l2/etc/opaque && echo b > l2/etc/opaque/b && : > l2/etc/opaque/.wh..wh..opq && "
+      ": > l2/etc/.wh.motd-gone && tar -C l2 -cf l2.tar . && "
+      "umoci raw add-layer --image \"$L:latest\" l2.tar && rm -rf l1 l2 l1.tar l2.tar");
+  ASSERT_EQ(os({"image", "import", layout, "wh"}).status, 0);
+  Result r = run_in("wh", {"sh", "-c", "ls /etc/opaque; test -e /etc/motd-gone && echo present || echo gone"});
+  EXPECT_EQ(r.out, "b\ngone\n") << r.err;
+  // Through the copy fallback as well.
+  Options copy;
+  copy.env.push_back("OPENSHELL_STORAGE=copy");
+  os({"gateway", "stop"});
+  Result c = os({"sandbox", "create", "--no-keep", "--from", "wh", "--", "sh", "-c",
+                 "ls /etc/opaque; test -e /etc/motd-gone && echo present || echo gone"},
+                copy);
+  EXPECT_EQ(c.out, "b\ngone\n") << c.err;
+}
+
+TEST_P(Images, CopyFallbackSaysSoAndKeepsTheWorkspace) {
+  import_busybox();
+  Options copy;
+  copy.env.push_back("OPENSHELL_STORAGE=copy");
+  ASSERT_EQ(os({"sandbox", "create", "--name", "cp", "--from", "busybox", "-d", "--", "sleep", "600"}, copy).status, 0);
+  Result get = os({"sandbox", "get", "cp"});
+  EXPECT_THAT(get.out, HasSubstr("Storage:"));
+  EXPECT_THAT(get.out, HasSubstr("copy: overlayfs cannot stack the root here"));
+  ASSERT_EQ(os({"sandbox", "exec", "cp", "--", "sh", "-c", "echo kept > /sandbox/k"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "stop", "cp"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "start", "cp"}).status, 0);
+  EXPECT_EQ(os({"sandbox", "exec", "cp", "--", "cat", "/sandbox/k"}).out, "kept\n");
+}
+
+TEST_P(Images, RemovePruneAndSandboxesKeepTheirLayers) {
+  import_busybox();
+  import_busybox("second");
+  EXPECT_EQ(count_words(layers()), 1u);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "user", "--from", "busybox", "--", "true"}).status, 0);
+  Result rm = os({"image", "rm", "busybox", "second"});
+  EXPECT_EQ(rm.status, 0) << rm.err;
+  EXPECT_THAT(rm.out, HasSubstr("Untagged localhost/busybox:latest"));
+  EXPECT_EQ(names(), "");
+  Result prune = os({"image", "prune"});
+  EXPECT_EQ(prune.status, 0) << prune.err;
+  // The sandbox still uses the layer: it stays, and the sandbox starts.
+  EXPECT_EQ(count_words(layers()), 1u);
+  Result start = os({"sandbox", "start", "user"});
+  EXPECT_EQ(start.status, 0) << start.err;
+  ASSERT_EQ(os({"sandbox", "delete", "user"}).status, 0);
+  Result prune2 = os({"image", "prune", "-o", "json"});
+  EXPECT_THAT(prune2.out, HasSubstr("\"layers\": 1"));
+  EXPECT_EQ(layers(), "");
+  Result again = os({"image", "rm", "busybox"});
+  EXPECT_EQ(again.status, 125);
+  EXPECT_THAT(again.err, HasSubstr("not in the store"));
+}
+
+TEST_P(Images, MissingDefaultImageSaysHowToBuildIt) {
+  Result r = os({"sandbox", "create", "--", "true"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_THAT(r.err, HasSubstr("rootfs-tools/build-base"));
+  EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "");
+}
+
+TEST_P(Images, HostileLayersAreRefusedAndTouchNothingOutside) {
+  const std::string outside = make_dir(mode(), "outside-" + mode_name(mode()), 0777);
+  struct Case {
+    std::string name, snippet, expect;
+  };
+  const std::vector<Case> cases = {
+      {"symlink", "mkdir -p h/a h/b/evil && ln -s " + outside + " h/a/evil && echo pwned > h/b/evil/pwned && "
+                  "tar -C h/a -cf h.tar evil && tar -C h/b -rf h.tar evil/pwned",
+       "evil/pwned"},
+      {"dotdot", "mkdir -p h/x && echo pwned > h/pwned && cd h/x && tar -cPf ../../h.tar ../pwned && cd ../..",
+       "'..'"},
+      {"absolute", "mkdir -p h && echo pwned > " + outside + "-src && tar -cPf h.tar " + outside + "-src",
+       "absolute"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string layout = derived_layout(
+        "hostile-" + c.name + "-" + mode_name(mode()),
+        "rm -rf h h.tar && " + c.snippet + " && umoci raw add-layer --image \"$L:latest\" h.tar && rm -rf h h.tar");
+    Result r = os({"image", "import", layout, "hostile"});
+    EXPECT_EQ(r.status, 125);
+    EXPECT_THAT(r.err, HasSubstr(c.expect));
+    EXPECT_EQ(file_contents_of_dir(outside), "");
+    EXPECT_EQ(names(), "");
+  }
+  if (mode() == Mode::kRoot) {
+    const std::string layout = derived_layout(
+        "hostile-device", "rm -rf h h.tar && mkdir h && mknod h/mem c 1 1 && tar -C h -cf h.tar mem && "
+                          "umoci raw add-layer --image \"$L:latest\" h.tar && rm -rf h h.tar");
+    Result r = os({"image", "import", layout, "hostile"});
+    EXPECT_EQ(r.status, 125);
+    EXPECT_THAT(r.err, HasSubstr("mem"));
+    EXPECT_EQ(names(), "");
+  }
+}
+
+TEST_P(Images, TamperedBlobsAreRefused) {
+  // A layer blob cut in half: its digest no longer matches.
+  const std::string layout = derived_layout(
+      "truncated-" + mode_name(mode()),
+      "b=$(ls -S \"$L\"/blobs/sha256/* | head -1) && truncate -s $(( $(stat -c %s \"$b\") / 2 )) \"$b\"",
+      false);
+  Result r = os({"image", "import", layout, "cut"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_THAT(r.err, testing::AnyOf(HasSubstr("digest"), HasSubstr("truncated"), HasSubstr("ended")));
+  expect_store_empty();
+}
+
+TEST_P(Images, PullsFromARegistryByTagAndDigest) {
+  Registry* reg = registry();
+  if (!reg->ok()) GTEST_SKIP() << "docker-registry did not start (is the docker-registry package installed?)";
+  ASSERT_TRUE(reg->push(busybox_layout(), "test/busybox:latest"));
+  const std::string ref = reg->host() + "/test/busybox:latest";
+  Result r = os({"image", "pull", ref});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("1 of 1 layers to fetch"));
+  EXPECT_EQ(names(), ref + "\n");
+  // Again: nothing to fetch.
+  Result again = os({"image", "pull", ref});
+  EXPECT_THAT(again.err, HasSubstr("already stored"));
+  // By digest.
+  Result inspect = os({"image", "inspect", ref});
+  auto pos = inspect.out.find("\"digest\": \"");
+  ASSERT_NE(pos, std::string::npos);
+  const std::string digest = inspect.out.substr(pos + 11, 71);
+  Result by_digest = os({"image", "pull", reg->host() + "/test/busybox@" + digest});
+  EXPECT_EQ(by_digest.status, 0) << by_digest.err;
+  Result run = run_in(ref, {"echo", "pulled"});
+  EXPECT_EQ(run.out, "pulled\n") << run.err;
+}
+
+TEST_P(Images, CreatePullsAMissingImage) {
+  Registry* reg = registry();
+  if (!reg->ok()) GTEST_SKIP() << "docker-registry did not start";
+  ASSERT_TRUE(reg->push(busybox_layout(), "test/auto:1"));
+  Result r = run_in(reg->host() + "/test/auto:1", {"echo", "auto"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "auto\n");
+  EXPECT_THAT(r.err, HasSubstr("Pulling"));
+}
+
+TEST_P(Images, RegistryErrorsAreClear) {
+  Registry* reg = registry();
+  if (!reg->ok()) GTEST_SKIP() << "docker-registry did not start";
+  ASSERT_TRUE(reg->push(busybox_layout(), "test/errors:latest"));
+  Result tag = os({"image", "pull", reg->host() + "/test/errors:nope"});
+  EXPECT_EQ(tag.status, 125);
+  EXPECT_THAT(tag.err, HasSubstr("manifest unknown"));
+  Result repo = os({"image", "pull", reg->host() + "/test/nothing:latest"});
+  EXPECT_EQ(repo.status, 125);
+  EXPECT_THAT(repo.err, HasSubstr("404"));
+  Result closed = os({"image", "pull", "127.0.0.1:" + std::to_string(free_port()) + "/x:1"});
+  EXPECT_EQ(closed.status, 125);
+  EXPECT_THAT(closed.err, HasSubstr("refused"));
+  Result bad = os({"image", "pull", "Not/A:Ref!"});
+  EXPECT_EQ(bad.status, 125);
+  EXPECT_THAT(bad.err, HasSubstr("image reference"));
+  expect_store_empty();
+}
+
+TEST_P(Images, MisbehavingRegistriesLeaveNoImage) {
+  struct Case {
+    std::string mode, expect;
+  };
+  const std::vector<Case> cases = {
+      {"wrong-digest", "digest"}, {"truncate", "bytes"},   {"500", "500"},
+      {"429", "429"},             {"401", "authentication"}, {"404-blobs", "404"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.mode);
+    FakeRegistry fake(busybox_layout(), c.mode);
+    ASSERT_TRUE(fake.ok()) << "osh-fake-registry did not start";
+    Result r = os({"image", "pull", fake.ref()});
+    EXPECT_EQ(r.status, 125);
+    EXPECT_THAT(r.err, HasSubstr(c.expect));
+    expect_store_empty();
+  }
+  // Failures that pass are retried.
+  FakeRegistry flaky(busybox_layout(), "500-once");
+  ASSERT_TRUE(flaky.ok());
+  Result r = os({"image", "pull", flaky.ref()});
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST_P(Images, ZstdLayersAndPlatformIndexes) {
+  // The layer recompressed with zstd, under an index that also names
+  // another platform (with the original gzip manifest): this machine's is
+  // the zstd one.
+  const std::string layout = derived_layout(
+      "zstd-" + mode_name(mode()),
+      "cd \"$L\" && m=$(sed 's/.*sha256:\\([0-9a-f]*\\).*/\\1/' index.json) && "
+      "l=$(grep -o 'layer.v1.tar+gzip\",\"digest\":\"sha256:[0-9a-f]*' blobs/sha256/$m | sed 's/.*://') && "
+      "zcat blobs/sha256/$l | zstd -q -c > z && z=$(sha256sum z | cut -c1-64) && mv z blobs/sha256/$z && "
+      "zs=$(stat -c %s blobs/sha256/$z) && "
+      "sed -e \"s/tar+gzip\\\",\\\"digest\\\":\\\"sha256:$l\\\",\\\"size\\\":[0-9]*/tar+zstd\\\",\\\"digest\\\":\\\"sha256:$z\\\",\\\"size\\\":$zs/\" "
+      "blobs/sha256/$m > m2 && m2=$(sha256sum m2 | cut -c1-64) && m2s=$(stat -c %s m2) && mv m2 blobs/sha256/$m2 && "
+      "arch=$(dpkg --print-architecture) && "
+      "printf '{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"manifests\":["
+      "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:%s\",\"size\":%s,"
+      "\"platform\":{\"os\":\"linux\",\"architecture\":\"s390x\"}},"
+      "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:%s\",\"size\":%s,"
+      "\"platform\":{\"os\":\"linux\",\"architecture\":\"%s\"}}]}' $m $(stat -c %s blobs/sha256/$m) "
+      "$m2 $m2s $arch > i && echo sha256:$m2 > manifest-for-this-machine && "
+      "i=$(sha256sum i | cut -c1-64) && is=$(stat -c %s i) && mv i blobs/sha256/$i && "
+      "printf '{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+      "\"digest\":\"sha256:%s\",\"size\":%s,\"annotations\":{\"org.opencontainers.image.ref.name\":\"latest\"}}]}' "
+      "$i $is > index.json && cd - >/dev/null",
+      false);
+  FakeRegistry fake(layout, "ok");
+  ASSERT_TRUE(fake.ok());
+  Result r = os({"image", "pull", fake.ref()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  Result run = run_in(fake.ref(), {"echo", "zstd"});
+  EXPECT_EQ(run.out, "zstd\n") << run.err;
+  std::string chosen = file_contents(layout + "/manifest-for-this-machine");
+  ASSERT_FALSE(chosen.empty());
+  EXPECT_THAT(os({"image", "inspect", fake.ref()}).out, HasSubstr("\"digest\": \"" + chosen.substr(0, 71) + "\""));
+  Result other = os({"image", "pull", "--platform", "linux/riscv64", fake.ref()});
+  EXPECT_EQ(other.status, 125);
+  EXPECT_THAT(other.err, HasSubstr("no image for linux/riscv64 (it has linux/s390x, linux/"));
+}
+
+TEST_P(Images, AFullDiskLeavesNoImage) {
+  if (mode() != Mode::kRoot) GTEST_SKIP() << "mounting a small tmpfs as the state directory needs root";
+  // An image larger than the disk: busybox plus 8 MiB of random bytes.
+  const std::string layout = derived_layout(
+      "big", "mkdir -p b && head -c 8388608 /dev/urandom > b/big && tar -C b -cf b.tar big && "
+             "umoci raw add-layer --image \"$L:latest\" b.tar && rm -rf b b.tar");
+  ASSERT_EQ(::mount("tmpfs", home_.c_str(), "tmpfs", 0, "size=6m,mode=0700"), 0);
+  Result r = os({"image", "import", layout, "big"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_THAT(r.err, HasSubstr("No space left on device"));
+  // No image, no work in progress; the layer that fitted stays for the next
+  // try until a prune.
+  EXPECT_EQ(names(), "");
+  EXPECT_EQ(file_contents_of_dir(home_ + "/images/tmp"), "");
+  EXPECT_EQ(os({"image", "prune"}).status, 0);
+  EXPECT_EQ(layers(), "");
+  os({"gateway", "stop"});
+  EXPECT_EQ(::umount2(home_.c_str(), MNT_DETACH), 0);
+}
+
+TEST_P(Images, DefaultBaseImageRunsPython) {
+  const std::string base = env_or("OSH_BASE_LAYOUT", "");
+  if (base.empty()) GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
+  if (mode() == Mode::kRootlessSingle)
+    GTEST_SKIP() << "covered as root and rootless with subuids; unpacking it a third time adds a minute";
+  Options slow;
+  slow.timeout_s = 300;
+  Result imp = os({"image", "import", base, "base"}, slow);
+  ASSERT_EQ(imp.status, 0) << imp.err;
+  Result r = os({"sandbox", "create", "--no-keep", "--", "python3", "-c", "print(1)"});
+  EXPECT_EQ(r.out, "1\n") << r.err;
+  Result bash = os({"sandbox", "create", "--no-keep", "--", "bash", "-lc", "python3 --version; git --version | cut -d' ' -f1-2; id -un"});
+  EXPECT_THAT(bash.out, HasSubstr("Python 3.11"));
+  EXPECT_THAT(bash.out, HasSubstr("git version"));
+  EXPECT_THAT(bash.out, HasSubstr("sandbox"));
+}
+
+E2E_ALL_MODES(Images);
+
+}  // namespace
+}  // namespace e2e
