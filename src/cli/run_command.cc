@@ -17,9 +17,12 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "base/paths.h"
 #include "cli/commands.h"
+#include "cli/images.h"
 #include "cli/run_options.h"
 #include "cli/terminal.h"
+#include "image/store.h"
 #include "policy/policy.h"
 #include "runtime/container.h"
 #include "runtime/landlock.h"
@@ -124,12 +127,27 @@ std::vector<std::string> merge_env(std::vector<std::string> base,
 
 runtime::ContainerSpec build_spec(const RunOptions& o) {
   runtime::ContainerSpec spec;
-  if (o.command.empty()) throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
-  spec.argv = o.command;
+  // An image: its layers are the root; its config gives defaults.
+  std::optional<image::ImageRecord> img;
+  if (!o.image.empty()) {
+    if (o.rootfs != "host") throw Error("--image and --rootfs: give one root, not both");
+    img = image::Store(Paths::resolve().images()).find(o.image);
+    if (!img) throw Error("--image " + o.image + ": not in the image store (openshell image pull " + o.image + ")");
+  }
+  spec.argv = img ? img->config.entrypoint : std::vector<std::string>{};
+  const auto& rest = o.command.empty() && img ? img->config.cmd : o.command;
+  spec.argv.insert(spec.argv.end(), rest.begin(), rest.end());
+  if (spec.argv.empty()) throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
 
   // The root.
   std::string root_dir = "/";
-  if (o.rootfs == "host") {
+  if (img) {
+    spec.fs.root = namespaces::RootKind::kDirectory;
+    image::Store store(Paths::resolve().images());
+    for (auto it = img->diff_ids.rbegin(); it != img->diff_ids.rend(); ++it)
+      spec.fs.layers.push_back(store.layer_root(*it));
+    spec.fs.read_only = o.read_only;
+  } else if (o.rootfs == "host") {
     spec.fs.root = namespaces::RootKind::kHost;
     if (o.read_only) log::debug("--read-only: the host root is always read-only");
   } else {
@@ -139,7 +157,9 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     root_dir = o.rootfs;
   }
   for (const auto& b : o.binds) spec.fs.binds.push_back(parse_bind(b));
-  spec.fs.workdir = o.workdir.empty() ? "/" : text::normalize_path(o.workdir);
+  spec.fs.workdir = !o.workdir.empty()                       ? text::normalize_path(o.workdir)
+                    : img && !img->config.working_dir.empty() ? img->config.working_dir
+                                                              : "/";
   if (!o.workdir.empty() && o.workdir[0] != '/')
     throw Error("--workdir " + o.workdir + ": must be an absolute path");
 
@@ -155,6 +175,12 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
 
   // The user.
   std::string user = o.user;
+  // The image's user, unless it is root (a sandbox's process never is by
+  // default) or the policy names one.
+  if (user.empty() && img && !img->config.user.empty() && !policy.process.run_as_user) {
+    const std::string name = img->config.user.substr(0, img->config.user.find(':'));
+    if (name != "root" && name != "0") user = img->config.user;
+  }
   if (user.empty()) {
     user = policy.process.run_as_user.value_or(std::to_string(runtime::kDefaultUid));
     user += ":" + policy.process.run_as_group.value_or(
@@ -162,7 +188,11 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     if (user.back() == ':') user.pop_back();
   }
   // The home directory comes from the root's /etc/passwd when it lists the user.
-  runtime::ResolvedUser resolved = runtime::resolve_user_in_root(user, root_dir);
+  runtime::ResolvedUser resolved =
+      spec.fs.layers.empty()
+          ? runtime::resolve_user_in_root(user, root_dir)
+          : runtime::resolve_user(user, image::read_from_layers(spec.fs.layers, "etc/passwd"),
+                                  image::read_from_layers(spec.fs.layers, "etc/group"), o.image);
   if (o.user.empty() && policy.process.run_as_user && resolved.uid == 0)
     throw Error(o.policy + ": process.run_as_user: " + *policy.process.run_as_user +
                 " is root in the sandbox's /etc/passwd");
@@ -193,6 +223,8 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     env.push_back("NO_PROXY=localhost,127.0.0.1");
     env.push_back("no_proxy=localhost,127.0.0.1");
   }
+  // The image's environment, then --env on top.
+  if (img) env = merge_env(env, img->config.env);
   spec.env = merge_env(env, o.env);
 
   // Limits.
@@ -262,7 +294,8 @@ class EgressThread {
     const pid_t init = container.pid();
     proxy_->set_rules(std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
         spec.network_policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); })));
-    proxy_->serve(container.take_proxy_listener(), container.take_dns_socket());
+    proxy_->serve(container.take_proxy_listener(), container.take_dns_socket(),
+                   container.take_diag_socket());
     work_.emplace(io_.get_executor());
     // The thread takes no signals: they are the terminal loop's to read.
     sigset_t all, saved;
@@ -296,6 +329,7 @@ void add_run_command(CLI::App& app, Action* action) {
   run->footer(
       "Examples:\n"
       "  openshell run -- id\n"
+      "  openshell run --image busybox -- sh -c 'echo hi'\n"
       "  openshell run --rootfs ./rootfs --memory 256M --pids 64 -- sh -c 'echo hi'\n"
       "  openshell run --rootfs ./rootfs --bind $PWD:/work --workdir /work -t -- sh\n"
       "See openshell-run(1).");
@@ -304,6 +338,9 @@ void add_run_command(CLI::App& app, Action* action) {
                   "Root file system: a directory (overlaid with a throw-away writable layer) or "
                   "'host' for the host's / read-only")
       ->capture_default_str();
+  run->add_option("--image", o->image,
+                  "Root file system: an image (pulled when missing), with a throw-away writable "
+                  "layer; its Env, WorkingDir, User, Entrypoint and Cmd apply");
   run->add_flag("--read-only", o->read_only, "Make the root read-only (/tmp stays writable)");
   repeatable(run->add_option("--bind", o->binds, "Bind-mount a host path: SRC:DST[:ro] (repeatable)"));
   run->add_option("-w,--workdir", o->workdir, "Working directory inside (created if missing)");
@@ -333,6 +370,7 @@ void add_run_command(CLI::App& app, Action* action) {
 
   run->callback([options, action]() {
     *action = [options]() {
+      if (!options->image.empty()) ensure_image(options->image, false);
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto container = runtime::Container::start(spec);

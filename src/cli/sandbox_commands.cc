@@ -216,6 +216,7 @@ int create(const CreateOptions& o) {
   json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
   const std::string name = sandbox.value("name", "");
 
+  if (sandbox.contains("storage_note")) log::warn(sandbox.value("storage_note", ""));
   if (launch_failed(sandbox)) {
     log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
     return exit_status_of(sandbox);

@@ -1,20 +1,154 @@
 #include "egress/identity.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
 #include <linux/openat2.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "base/files.h"
+#include "base/log.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 
 namespace openshell::egress {
+
+namespace sock_diag {
+
+namespace {
+
+void put_address(const Address& address, __be32 out[4]) {
+  std::memset(out, 0, 4 * sizeof(__be32));
+  std::memcpy(out, address.bytes, address.family == AF_INET ? 4 : 16);
+}
+
+// ::ffff:a.b.c.d as a.b.c.d: a dual-stack socket connected to an IPv4
+// address shows its ends in that form.
+Address unmapped(const Address& address) {
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (address.family != AF_INET6 || std::memcmp(address.bytes, kMapped, sizeof kMapped) != 0)
+    return address;
+  Address v4;
+  v4.family = AF_INET;
+  std::memcpy(v4.bytes, address.bytes + 12, 4);
+  return v4;
+}
+
+Address address_of(uint8_t family, const __be32 words[4]) {
+  Address address;
+  address.family = family;
+  std::memcpy(address.bytes, words, family == AF_INET ? 4 : 16);
+  return unmapped(address);
+}
+
+bool same_end(uint8_t family, const __be32 words[4], __be16 port, const TcpEnd& end) {
+  return ntohs(port) == end.port && address_of(family, words) == unmapped(end.address);
+}
+
+}  // namespace
+
+std::string exact_request(const TcpEnd& local, const TcpEnd& remote, uint32_t sequence) {
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } message{};
+  static_assert(sizeof message == NLMSG_LENGTH(sizeof(inet_diag_req_v2)));
+  message.header.nlmsg_len = sizeof message;
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  // No NLM_F_DUMP: the kernel looks the one socket up instead of walking
+  // every socket of the namespace.
+  message.header.nlmsg_flags = NLM_F_REQUEST;
+  message.header.nlmsg_seq = sequence;
+  inet_diag_req_v2& r = message.request;
+  r.sdiag_family = static_cast<uint8_t>(local.address.family);
+  r.sdiag_protocol = IPPROTO_TCP;
+  r.idiag_states = ~0U;  // any state: the lookup is by the 4-tuple alone
+  r.id.idiag_sport = htons(local.port);
+  r.id.idiag_dport = htons(remote.port);
+  put_address(local.address, r.id.idiag_src);
+  put_address(remote.address, r.id.idiag_dst);
+  r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  return std::string(reinterpret_cast<const char*>(&message), sizeof message);
+}
+
+Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local, const TcpEnd& remote) {
+  Reply reply;
+  nlmsghdr header;
+  if (bytes.size() < sizeof header) {
+    reply.why = "a reply of " + std::to_string(bytes.size()) + " bytes, shorter than a netlink header";
+    return reply;
+  }
+  std::memcpy(&header, bytes.data(), sizeof header);
+  if (header.nlmsg_len < sizeof header || header.nlmsg_len > bytes.size()) {
+    reply.why = "a netlink message of " + std::to_string(header.nlmsg_len) + " bytes in a reply of " +
+                std::to_string(bytes.size());
+    return reply;
+  }
+  if (header.nlmsg_seq != sequence) {
+    reply.kind = Reply::Kind::kStale;
+    reply.why = "the answer to request " + std::to_string(header.nlmsg_seq) + ", not " +
+                std::to_string(sequence);
+    return reply;
+  }
+  const char* payload = bytes.data() + NLMSG_HDRLEN;
+  const size_t payload_size = header.nlmsg_len >= NLMSG_HDRLEN ? header.nlmsg_len - NLMSG_HDRLEN : 0;
+  if (header.nlmsg_type == NLMSG_ERROR) {
+    int error = 0;
+    if (payload_size < sizeof error) {
+      reply.why = "a truncated NLMSG_ERROR";
+      return reply;
+    }
+    std::memcpy(&error, payload, sizeof error);  // nlmsgerr.error: 0 or -errno
+    if (error == 0) {
+      reply.why = "an acknowledgement without an answer";
+      return reply;
+    }
+    reply.kind = Reply::Kind::kError;
+    reply.error = -error;
+    return reply;
+  }
+  if (header.nlmsg_type != SOCK_DIAG_BY_FAMILY) {
+    reply.why = "a netlink message of type " + std::to_string(header.nlmsg_type) + ", not an answer";
+    return reply;
+  }
+  inet_diag_msg msg;
+  if (payload_size < sizeof msg) {
+    reply.why = "an inet_diag_msg of " + std::to_string(payload_size) + " bytes";
+    return reply;
+  }
+  std::memcpy(&msg, payload, sizeof msg);
+  if (msg.idiag_family != AF_INET && msg.idiag_family != AF_INET6) {
+    reply.why = "a socket of family " + std::to_string(msg.idiag_family);
+    return reply;
+  }
+  if (!same_end(msg.idiag_family, msg.id.idiag_src, msg.id.idiag_sport, local) ||
+      !same_end(msg.idiag_family, msg.id.idiag_dst, msg.id.idiag_dport, remote)) {
+    reply.kind = Reply::Kind::kOther;
+    reply.why = "a socket other than the one asked for";
+    return reply;
+  }
+  reply.kind = Reply::Kind::kFound;
+  reply.inode = msg.idiag_inode;
+  reply.uid = msg.idiag_uid;
+  return reply;
+}
+
+}  // namespace sock_diag
 
 namespace {
 
@@ -26,7 +160,7 @@ std::string readlink_string(const std::string& path) {
 }
 
 // The socket inode of 127.0.0.1:client -> 127.0.0.1:server in /proc/PID/net/tcp.
-uint64_t socket_inode(pid_t pid, uint16_t client_port, uint16_t server_port) {
+uint64_t proc_socket_inode(pid_t pid, uint16_t client_port, uint16_t server_port) {
   auto table = files::try_read("/proc/" + std::to_string(pid) + "/net/tcp");
   if (!table) return 0;
   char local[32], remote[32];
@@ -43,14 +177,19 @@ uint64_t socket_inode(pid_t pid, uint16_t client_port, uint16_t server_port) {
   return 0;
 }
 
-bool holds_socket(pid_t pid, const std::string& wanted) {
+// Whether one of the process's fds is `wanted` ("socket:[INODE]"). The
+// links are read relative to the fd directory: a lookup of one name, not of
+// a whole /proc path, for each.
+bool holds_socket(pid_t pid, std::string_view wanted) {
   std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* d = ::opendir(dir.c_str());
   if (!d) return false;
   bool found = false;
+  char link[64];
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] == '.') continue;
-    if (readlink_string(dir + "/" + e->d_name) == wanted) {
+    ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof link);
+    if (n == static_cast<ssize_t>(wanted.size()) && std::memcmp(link, wanted.data(), wanted.size()) == 0) {
       found = true;
       break;
     }
@@ -78,27 +217,167 @@ std::vector<pid_t> sandbox_processes(pid_t init_pid) {
   return out;
 }
 
+Caller caller_of(pid_t pid) {
+  Caller caller;
+  caller.pid = pid;
+  caller.exe = readlink_string("/proc/" + std::to_string(pid) + "/exe");
+  // A deleted or replaced binary reads "PATH (deleted)".
+  const std::string deleted = " (deleted)";
+  if (caller.exe.size() > deleted.size() &&
+      caller.exe.compare(caller.exe.size() - deleted.size(), deleted.size(), deleted) == 0)
+    caller.exe.resize(caller.exe.size() - deleted.size());
+  return caller;
+}
+
+bool pid_namespace(pid_t pid, struct stat* out) {
+  return ::stat(("/proc/" + std::to_string(pid) + "/ns/pid").c_str(), out) == 0;
+}
+
 }  // namespace
 
-Caller identify_tcp_client(pid_t init_pid, uint16_t client_port, uint16_t server_port) {
-  Caller caller;
-  uint64_t inode = socket_inode(init_pid, client_port, server_port);
-  if (!inode) return caller;
-  const std::string wanted = "socket:[" + std::to_string(inode) + "]";
-  // Newest first: the process that just connected is likely a recent one.
-  std::vector<pid_t> pids = sandbox_processes(init_pid);
-  for (auto it = pids.rbegin(); it != pids.rend(); ++it) {
-    if (!holds_socket(*it, wanted)) continue;
-    caller.pid = *it;
-    caller.exe = readlink_string("/proc/" + std::to_string(*it) + "/exe");
-    // A deleted or replaced binary reads "PATH (deleted)".
-    const std::string deleted = " (deleted)";
-    if (caller.exe.size() > deleted.size() &&
-        caller.exe.compare(caller.exe.size() - deleted.size(), deleted.size(), deleted) == 0)
-      caller.exe.resize(caller.exe.size() - deleted.size());
-    break;
+CallerFinder::CallerFinder(pid_t init_pid, UniqueFd diag_socket)
+    : init_pid_(init_pid), diag_(std::move(diag_socket)) {}
+
+CallerFinder::Lookup CallerFinder::diag_inode(const TcpEnd& local, const TcpEnd& remote,
+                                              uint64_t* inode, std::string* why) {
+  const uint32_t sequence = ++sequence_;
+  const std::string request = sock_diag::exact_request(local, remote, sequence);
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  ssize_t sent;
+  do sent = ::sendto(diag_.get(), request.data(), request.size(), 0,
+                     reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel);
+  while (sent < 0 && errno == EINTR);
+  if (sent != static_cast<ssize_t>(request.size())) {
+    *why = std::string("send a sock_diag request: ") + std::strerror(sent < 0 ? errno : EMSGSIZE);
+    return Lookup::kUnavailable;
   }
-  return caller;
+  // The kernel answers within sendto(), so the answer is already queued;
+  // the wait is only a safety net. Messages from anyone but the kernel (a
+  // process of the sandbox with CAP_NET_ADMIN there could send some) and
+  // answers to earlier requests are skipped.
+  alignas(nlmsghdr) char buffer[8192];
+  for (int message = 0; message < 16; ++message) {
+    sockaddr_nl from{};
+    iovec iov{buffer, sizeof buffer};
+    msghdr msg{};
+    msg.msg_name = &from;
+    msg.msg_namelen = sizeof from;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    ssize_t n = ::recvmsg(diag_.get(), &msg, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      pollfd p{diag_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 100) == 1) n = ::recvmsg(diag_.get(), &msg, MSG_DONTWAIT);
+      else errno = ETIMEDOUT;
+    }
+    if (n < 0) {
+      *why = std::string("receive the sock_diag answer: ") + std::strerror(errno);
+      return Lookup::kUnavailable;
+    }
+    if (from.nl_pid != 0) continue;
+    if (msg.msg_flags & MSG_TRUNC) {
+      *why = "a sock_diag answer larger than " + std::to_string(sizeof buffer) + " bytes";
+      return Lookup::kUnavailable;
+    }
+    auto reply = sock_diag::parse_reply(std::string_view(buffer, static_cast<size_t>(n)), sequence,
+                                        local, remote);
+    switch (reply.kind) {
+      case sock_diag::Reply::Kind::kFound:
+        *inode = reply.inode;
+        return Lookup::kFound;
+      case sock_diag::Reply::Kind::kError:
+        if (reply.error == ENOENT) return Lookup::kGone;
+        *why = std::string("sock_diag: ") + std::strerror(reply.error);
+        return Lookup::kUnavailable;
+      case sock_diag::Reply::Kind::kOther:
+        return Lookup::kOther;
+      case sock_diag::Reply::Kind::kStale:
+        continue;
+      case sock_diag::Reply::Kind::kMalformed:
+        *why = "sock_diag: " + reply.why;
+        return Lookup::kUnavailable;
+    }
+  }
+  *why = "sock_diag: no answer among the messages received";
+  return Lookup::kUnavailable;
+}
+
+uint64_t CallerFinder::inode_of(const TcpEnd& client, const TcpEnd& proxy) {
+  if (diag_) {
+    std::string why;
+    uint64_t inode = 0;
+    switch (diag_inode(client, proxy, &inode, &why)) {
+      case Lookup::kFound:
+        return inode;  // 0 for a socket no process holds any more
+      case Lookup::kOther:
+        return 0;
+      case Lookup::kGone: {
+        // ENOENT is also what a kernel without inet_diag or tcp_diag says.
+        // The proxy's own end of the connection is being served, and its
+        // listener is open: when neither is found (the lookup falls back
+        // to the listener when the connection was reset), sock_diag cannot
+        // see this namespace's sockets at all.
+        uint64_t ignored = 0;
+        Lookup own = diag_inode(proxy, client, &ignored, &why);
+        if (own == Lookup::kFound || own == Lookup::kOther) return 0;  // the client has gone
+        if (own == Lookup::kGone) why = "sock_diag finds none of the proxy's own sockets";
+        break;
+      }
+      case Lookup::kUnavailable:
+        break;
+    }
+    give_up_sock_diag(why);
+  }
+  if (!warned_) give_up_sock_diag("no NETLINK_SOCK_DIAG socket in the sandbox's network namespace");
+  return proc_socket_inode(init_pid_, client.port, proxy.port);
+}
+
+void CallerFinder::give_up_sock_diag(const std::string& why) {
+  diag_.reset();
+  if (warned_) return;
+  warned_ = true;
+  log::warn("egress proxy: " + why + "; identifying callers through /proc/" + std::to_string(init_pid_) +
+            "/net/tcp instead, which can take milliseconds per connection");
+}
+
+// Reading a process's fd links costs about 20 us (a few fds), so a search
+// of every sandbox process grows with their number: the recent callers are
+// tried first, as a program that connects once tends to connect again.
+Caller CallerFinder::holder_of(uint64_t inode) {
+  if (!inode) return {};
+  const std::string wanted = "socket:[" + std::to_string(inode) + "]";
+  for (size_t i = 0; i < recent_.size(); ++i) {
+    const pid_t pid = recent_[i];
+    if (!holds_socket(pid, wanted) || !in_sandbox(pid)) continue;
+    recent_.erase(recent_.begin() + static_cast<ptrdiff_t>(i));
+    recent_.insert(recent_.begin(), pid);
+    return caller_of(pid);
+  }
+  // Newest first: the process that just connected is likely a recent one.
+  std::vector<pid_t> pids = sandbox_processes(init_pid_);
+  for (auto it = pids.rbegin(); it != pids.rend(); ++it) {
+    if (std::find(recent_.begin(), recent_.end(), *it) != recent_.end()) continue;  // tried above
+    if (!holds_socket(*it, wanted)) continue;
+    recent_.insert(recent_.begin(), *it);
+    if (recent_.size() > kRecentCallers) recent_.pop_back();
+    return caller_of(*it);
+  }
+  return {};
+}
+
+// A recent caller's pid may have been reused since: it still counts when it
+// is in the sandbox's pid namespace, where only the sandbox's processes are
+// (one in a nested namespace is found by the full search instead).
+bool CallerFinder::in_sandbox(pid_t pid) {
+  struct stat ns{};
+  if (!sandbox_pid_ns_ && !pid_namespace(init_pid_, &ns)) return false;
+  if (!sandbox_pid_ns_) sandbox_pid_ns_ = std::make_pair(ns.st_dev, ns.st_ino);
+  return pid_namespace(pid, &ns) && std::make_pair(ns.st_dev, ns.st_ino) == *sandbox_pid_ns_;
+}
+
+Caller CallerFinder::find(const TcpEnd& client, const TcpEnd& proxy) {
+  return holder_of(inode_of(client, proxy));
 }
 
 std::string resolve_in_sandbox(pid_t init_pid, const std::string& path) {

@@ -1,12 +1,26 @@
-// Who opened a connection: from a TCP connection on a sandbox's loopback to
-// the process and its executable, through /proc (the socket's inode in the
-// sandbox's network namespace, then the process holding it).
+// Who opened a connection: from a TCP connection to the sandbox's proxy to
+// the process and its executable. First the client socket's inode, asked of
+// the kernel with NETLINK_SOCK_DIAG (one hash lookup for the exact 4-tuple,
+// on a netlink socket made in the sandbox's network namespace), then the
+// sandbox process whose /proc/PID/fd holds that socket.
+//
+// Without sock_diag (no netlink socket, or a kernel without inet_diag), the
+// inode comes from /proc/INIT/net/tcp instead, which makes the kernel walk
+// the whole TCP hash table of the namespace (shared with the host's unless
+// net.ipv4.tcp_child_ehash_entries is set): milliseconds per connection.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/unique_fd.h"
+#include "egress/rules.h"
 
 namespace openshell::egress {
 
@@ -15,10 +29,83 @@ struct Caller {
   std::string exe;  // the executable as the sandbox sees it ("/usr/bin/curl"); "" when unknown
 };
 
-// The client of a connection from 127.0.0.1:client_port to 127.0.0.1:server_port
-// inside the network namespace of init_pid (the sandbox's PID 1, a host pid);
-// only the sandbox's processes (init_pid and its descendants) are searched.
-Caller identify_tcp_client(pid_t init_pid, uint16_t client_port, uint16_t server_port);
+// One end of a TCP connection.
+struct TcpEnd {
+  Address address;
+  uint16_t port = 0;
+};
+
+// The inet_diag messages (linux/inet_diag.h), built and read here so that
+// they can be tested without a kernel.
+namespace sock_diag {
+
+// A SOCK_DIAG_BY_FAMILY request (without NLM_F_DUMP) for the one TCP socket
+// whose own end is `local` and whose peer is `remote`: the kernel looks it up
+// in its hash table like an arriving packet. A listening socket is found with
+// a remote of 0.0.0.0:0 (or [::]:0). Both ends must be of one family.
+std::string exact_request(const TcpEnd& local, const TcpEnd& remote, uint32_t sequence);
+
+struct Reply {
+  enum class Kind {
+    kFound,      // inode (0 for a socket no file holds: TIME_WAIT, orphaned) and uid
+    kError,      // the kernel's NLMSG_ERROR: `error` is the errno (ENOENT: no such socket)
+    kOther,      // another socket: the listener of the local end answers when no
+                 // connection has that tuple (any more)
+    kStale,      // the answer to another request (another sequence number)
+    kMalformed,  // not an answer to that request: `why`
+  };
+  Kind kind = Kind::kMalformed;
+  uint64_t inode = 0;
+  uint32_t uid = 0;  // as the netlink socket's user namespace numbers it
+  int error = 0;
+  std::string why;
+};
+
+// The kernel's answer to exact_request(local, remote, sequence): one
+// netlink message, an inet_diag_msg for that socket or an NLMSG_ERROR.
+Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local, const TcpEnd& remote);
+
+}  // namespace sock_diag
+
+// Finds the callers of one sandbox's proxy; one per proxy, used on its
+// thread only.
+class CallerFinder {
+ public:
+  // init_pid: the sandbox's PID 1 (a host pid); only it and its descendants
+  // are searched. diag_socket: a NETLINK_SOCK_DIAG socket made in the
+  // sandbox's network namespace (it queries the namespace it was made in,
+  // wherever it is used later), or none for the /proc fallback.
+  CallerFinder(pid_t init_pid, UniqueFd diag_socket);
+
+  // The client of the connection whose proxy-side socket has the local end
+  // `proxy` and the peer `client`.
+  Caller find(const TcpEnd& client, const TcpEnd& proxy);
+
+  // Whether inodes come from sock_diag (until a query shows it cannot).
+  bool uses_sock_diag() const { return diag_.valid(); }
+
+ private:
+  enum class Lookup {
+    kFound,        // that socket
+    kOther,        // no such socket, but sock_diag sees the namespace's sockets
+    kGone,         // ENOENT: no such socket, or no inet_diag in the kernel
+    kUnavailable,  // sock_diag failed
+  };
+  Lookup diag_inode(const TcpEnd& local, const TcpEnd& remote, uint64_t* inode, std::string* why);
+  uint64_t inode_of(const TcpEnd& client, const TcpEnd& proxy);
+  void give_up_sock_diag(const std::string& why);
+  Caller holder_of(uint64_t inode);
+  bool in_sandbox(pid_t pid);
+
+  static constexpr size_t kRecentCallers = 8;
+
+  pid_t init_pid_;
+  UniqueFd diag_;
+  std::vector<pid_t> recent_;  // the last callers found, the latest first
+  std::optional<std::pair<dev_t, ino_t>> sandbox_pid_ns_;
+  uint32_t sequence_ = 0;
+  bool warned_ = false;
+};
 
 // An absolute path inside the sandbox's root with its symlinks resolved there
 // (as the kernel would for a process of the sandbox); the path itself when it

@@ -267,6 +267,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   Options options;
   Resolver resolver;
   std::shared_ptr<const NetworkRules> rules = std::make_shared<NetworkRules>();
+  std::unique_ptr<CallerFinder> callers;  // from serve() on
   tcp::acceptor acceptor;
   udp::socket dns;
   Counters counters;
@@ -360,15 +361,38 @@ class Connection : public std::enable_shared_from_this<Connection> {
       host_ = request_.host;
       port_ = request_.port;
     }
-    // Who is asking.
-    boost::system::error_code ec;
-    auto peer = client_.remote_endpoint(ec);
-    auto local = client_.local_endpoint(ec);
-    if (!ec) caller_ = identify_tcp_client(proxy_->options.init_pid, peer.port(), local.port());
     rules_ = proxy_->rules;
+    // Who is asking, for the decision and the audit: a netlink round trip
+    // and a look at the sandbox's processes, on this thread. Without
+    // sock_diag it costs milliseconds, so it is then asked only when a
+    // rule names binaries (the audit then has no binary).
+    if (proxy_->callers && (proxy_->callers->uses_sock_diag() || rules_->names_binaries()))
+      identify_caller();
     Decision d = rules_->check(caller_.exe, host_, port_, &match_);
     if (!d.allowed) return deny(d.reason, d.rule);
     resolve();
+  }
+
+  void identify_caller() {
+    boost::system::error_code ec, ec2;
+    auto peer = client_.remote_endpoint(ec);
+    auto local = client_.local_endpoint(ec2);
+    if (ec || ec2 || !proxy_->callers) return;
+    caller_ = proxy_->callers->find(end_of(peer), end_of(local));
+  }
+
+  static TcpEnd end_of(const tcp::endpoint& endpoint) {
+    TcpEnd end;
+    end.port = endpoint.port();
+    if (endpoint.address().is_v4()) {
+      auto bytes = endpoint.address().to_v4().to_bytes();
+      std::copy(bytes.begin(), bytes.end(), end.address.bytes);
+    } else {
+      end.address.family = AF_INET6;
+      auto bytes = endpoint.address().to_v6().to_bytes();
+      std::copy(bytes.begin(), bytes.end(), end.address.bytes);
+    }
+    return end;
   }
 
   void resolve() {
@@ -703,7 +727,8 @@ void Proxy::set_rules(std::shared_ptr<const NetworkRules> rules) {
   impl_->rules = rules ? std::move(rules) : std::make_shared<NetworkRules>();
 }
 
-void Proxy::serve(UniqueFd listener, UniqueFd dns_socket) {
+void Proxy::serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket) {
+  impl_->callers = std::make_unique<CallerFinder>(impl_->options.init_pid, std::move(diag_socket));
   if (listener) {
     impl_->acceptor.assign(tcp::v4(), listener.release());
     impl_->accept();

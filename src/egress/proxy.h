@@ -90,7 +90,7 @@ class Proxy {
  public:
   struct Options {
     std::string sandbox;  // its name, for the audit
-    pid_t init_pid = 0;   // its PID 1 (host pid): whose /proc identifies callers
+    pid_t init_pid = 0;   // its PID 1 (host pid): callers are it and its descendants
     std::function<void(const std::string& json_line)> audit;
   };
 
@@ -103,7 +103,10 @@ class Proxy {
   void set_rules(std::shared_ptr<const NetworkRules> rules);
 
   // Serves the proxy's listening socket and the DNS stub's socket.
-  void serve(UniqueFd listener, UniqueFd dns_socket);
+  // diag_socket: a NETLINK_SOCK_DIAG socket made in the sandbox's network
+  // namespace, to identify callers with (see identity.h); without one they
+  // are identified through /proc, slowly.
+  void serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket);
   // Stops accepting; open connections go on until they end.
   void close();
 

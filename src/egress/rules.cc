@@ -305,6 +305,7 @@ NetworkRules NetworkRules::compile(const policy::Policy& policy, const PathResol
       rule.binaries.push_back(resolved.empty() ? binary.path : resolved);
       rule.binaries_as_written.push_back(binary.path);
     }
+    compiled.names_binaries_ = compiled.names_binaries_ || !rule.binaries.empty();
     compiled.rules_.push_back(std::move(rule));
   }
   return compiled;

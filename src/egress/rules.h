@@ -112,6 +112,9 @@ class NetworkRules {
   // a connection use the address: what the DNS stub may answer with.
   bool address_allowed_for_host(std::string_view host, const Address& address) const;
   bool empty() const { return rules_.empty(); }
+  // Whether some rule names binaries: only then can the caller's identity
+  // change a decision, and only then does the proxy look for it.
+  bool names_binaries() const { return names_binaries_; }
 
  private:
   struct Endpoint {
@@ -126,6 +129,7 @@ class NetworkRules {
     std::vector<std::string> binaries_as_written;  // for reasons
   };
   std::vector<Rule> rules_;
+  bool names_binaries_ = false;
 };
 
 }  // namespace openshell::egress

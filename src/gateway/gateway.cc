@@ -1,5 +1,6 @@
 #include "gateway/gateway.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -580,6 +581,20 @@ void Gateway::finish_delete(const std::string& id) {
 // After a restart: every sandbox settles in a consistent phase, and what was
 // under way is finished.
 void Gateway::reconcile() {
+  // Overlay probes of a gateway that died during one.
+  if (DIR* d = ::opendir(paths_.sandboxes().c_str())) {
+    std::vector<std::string> stale;
+    while (dirent* e = ::readdir(d))
+      if (std::strncmp(e->d_name, ".probe-", 7) == 0) stale.push_back(paths_.sandboxes() + "/" + e->d_name);
+    ::closedir(d);
+    for (const auto& path : stale) {
+      try {
+        runtime::remove_tree(path);
+      } catch (const Error& e) {
+        log::warn(e.what());
+      }
+    }
+  }
   for (SandboxRecord record : store_->list()) {
     if (record.intent == "delete" || record.phase == Phase::kDeleting) {
       record.intent = "delete";

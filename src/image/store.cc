@@ -210,6 +210,18 @@ Platform parse_platform(std::string_view text) {
   return p;
 }
 
+std::string read_from_layers(const std::vector<std::string>& layer_roots_top_first,
+                             const std::string& path) {
+  for (const auto& layer : layer_roots_top_first) {
+    struct stat st;
+    const std::string file = layer + "/" + path;
+    if (::lstat(file.c_str(), &st) != 0) continue;
+    if (!S_ISREG(st.st_mode)) return "";  // a whiteout, or not a file
+    return files::try_read(file).value_or("");
+  }
+  return "";
+}
+
 Reference local_reference(std::string_view text) {
   Reference ref = parse_reference(text);
   if (ref.short_name) {

@@ -142,6 +142,11 @@ class Store {
   std::string dir_;
 };
 
+// The file at `path` (relative) in the topmost of the layer roots (top
+// first) that has it; "" when none has it, or a whiteout hides it.
+std::string read_from_layers(const std::vector<std::string>& layer_roots_top_first,
+                             const std::string& path);
+
 // The name an image built or imported here gets from the user's text: as
 // parse_reference, but a name without a registry gets "localhost".
 Reference local_reference(std::string_view text);

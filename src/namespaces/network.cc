@@ -1,6 +1,7 @@
 #include "namespaces/network.h"
 
 #include <arpa/inet.h>
+#include <linux/netlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
@@ -54,6 +55,10 @@ bool make_egress_sockets(int* proxy_fd, int* dns_fd, ChildFailure* f) noexcept {
   *proxy_fd = tcp;
   *dns_fd = udp;
   return true;
+}
+
+int make_sock_diag_socket() noexcept {
+  return ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 }
 
 }  // namespace openshell::namespaces

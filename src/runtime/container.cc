@@ -212,10 +212,12 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
     // Made here, in the sandbox's network namespace; served by the parent.
     int proxy = -1, dns = -1;
     if (!namespaces::make_egress_sockets(&proxy, &dns, &f)) die();
-    if (!send_fd(c.socket_fd, proxy) || !send_fd(c.socket_fd, dns))
+    int diag = namespaces::make_sock_diag_socket();  // -1 goes as "none"
+    if (!send_fd(c.socket_fd, proxy) || !send_fd(c.socket_fd, dns) || !send_fd(c.socket_fd, diag))
       fail(&f, errno, "hand the egress sockets to the parent"), die();
     ::close(proxy);
     ::close(dns);
+    if (diag >= 0) ::close(diag);
   }
 
   // Resource limits (core dumps off unless asked for).
@@ -422,15 +424,18 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     throw Error(failure.message(), failure.exit_code);
   }
   if (spec.egress) {
-    int proxy = -1, dns = -1;
+    int proxy = -1, dns = -1, diag = -1;
     ChildFailure ignored;
-    if (!receive_fd(parent_socket.get(), &proxy, &ignored) ||
-        !receive_fd(parent_socket.get(), &dns, &ignored) || proxy < 0 || dns < 0) {
+    bool received = receive_fd(parent_socket.get(), &proxy, &ignored) &&
+                    receive_fd(parent_socket.get(), &dns, &ignored) &&
+                    receive_fd(parent_socket.get(), &diag, &ignored);
+    container->proxy_listener_.reset(proxy);
+    container->dns_socket_.reset(dns);
+    container->diag_socket_.reset(diag);  // may be -1: no sock_diag
+    if (!received || proxy < 0 || dns < 0) {
       abandon();
       throw Error("the sandbox ended before its egress sockets were ready");
     }
-    container->proxy_listener_.reset(proxy);
-    container->dns_socket_.reset(dns);
   }
   if (spec.tty) {
     int master = -1;

@@ -41,6 +41,10 @@ class Container {
   // caller serves them (or closes them).
   UniqueFd take_proxy_listener() { return std::move(proxy_listener_); }
   UniqueFd take_dns_socket() { return std::move(dns_socket_); }
+  // With spec.egress: a NETLINK_SOCK_DIAG socket of the sandbox's network
+  // namespace, for the proxy to identify its callers (-1 when the kernel
+  // gave none).
+  UniqueFd take_diag_socket() { return std::move(diag_socket_); }
 
   // Delivers a signal to the init, which passes it to the main process.
   void signal(int sig) const;
@@ -63,6 +67,7 @@ class Container {
   UniqueFd control_;
   UniqueFd proxy_listener_;
   UniqueFd dns_socket_;
+  UniqueFd diag_socket_;
   CgroupSet cgroups_;
   namespaces::IdMap id_map_;
   bool reaped_ = false;

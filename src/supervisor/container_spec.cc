@@ -22,18 +22,6 @@ namespace openshell::supervisor {
 
 namespace {
 
-// The file at `path` (relative) of the topmost layer that has it.
-std::string read_from_layers(const std::vector<std::string>& layers_top_first, const std::string& path) {
-  for (const auto& layer : layers_top_first) {
-    struct stat st;
-    const std::string file = layer + "/" + path;
-    if (::lstat(file.c_str(), &st) != 0) continue;
-    if (!S_ISREG(st.st_mode)) return "";  // a whiteout, or something else: none
-    return files::try_read(file).value_or("");
-  }
-  return "";
-}
-
 // An image's User, unless it names root (the sandbox never runs as root:
 // such images get the sandbox user).
 std::optional<std::string> image_user(const SandboxSpec& spec) {
@@ -129,8 +117,8 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   runtime::ResolvedUser resolved =
       c.fs.layers.empty()
           ? runtime::resolve_user_in_root(user, root_dir)
-          : runtime::resolve_user(user, read_from_layers(c.fs.layers, "etc/passwd"),
-                                  read_from_layers(c.fs.layers, "etc/group"), spec.image->name);
+          : runtime::resolve_user(user, image::read_from_layers(c.fs.layers, "etc/passwd"),
+                                  image::read_from_layers(c.fs.layers, "etc/group"), spec.image->name);
   if (resolved.uid == 0 || (policy.process.run_as_group && resolved.gid == 0))
     throw Error("policy: the sandbox's process must not run as root");
   c.uid = resolved.uid;

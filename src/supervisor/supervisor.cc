@@ -421,7 +421,8 @@ void Supervisor::start_egress() {
   options.audit = [this](const std::string& line) { audit(line); };
   proxy_ = std::make_unique<egress::Proxy>(io_, options);
   apply_policy(spec_.policy, launch_.policy_revision);
-  proxy_->serve(container_->take_proxy_listener(), container_->take_dns_socket());
+  proxy_->serve(container_->take_proxy_listener(), container_->take_dns_socket(),
+                 container_->take_diag_socket());
 }
 
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {

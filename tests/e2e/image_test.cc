@@ -288,6 +288,24 @@ TEST_P(Images, ImportedLayoutRunsAsASandboxWithItsConfig) {
   EXPECT_THAT(get.out, HasSubstr("\"storage\": \"overlay\""));
 }
 
+TEST_P(Images, RunTakesAnImageWithItsConfig) {
+  const std::string layout = derived_layout(
+      "run-config-" + mode_name(mode()),
+      "umoci config --image \"$L:latest\" --config.env GREETING=hello --config.workingdir /etc "
+      "--config.cmd sh --config.cmd -c --config.cmd 'echo $GREETING from $(pwd)'");
+  ASSERT_EQ(os({"image", "import", layout, "runner"}).status, 0);
+  // No command: the image's.
+  Result dflt = os({"run", "--image", "runner"});
+  EXPECT_EQ(dflt.status, 0) << dflt.err;
+  EXPECT_EQ(dflt.out, "hello from /etc\n");
+  Result given = os({"run", "--image", "runner", "-e", "GREETING=hi", "-w", "/tmp", "--", "sh", "-c",
+                     "echo $GREETING from $(pwd)"});
+  EXPECT_EQ(given.out, "hi from /tmp\n") << given.err;
+  Result both = os({"run", "--image", "runner", "--rootfs", rootfs(), "--", "true"});
+  EXPECT_EQ(both.status, 125);
+  EXPECT_THAT(both.err, HasSubstr("--image and --rootfs"));
+}
+
 TEST_P(Images, InspectListsConfigAndLayers) {
   import_busybox();
   Result r = os({"image", "inspect", "busybox"});
@@ -391,7 +409,9 @@ TEST_P(Images, CopyFallbackSaysSoAndKeepsTheWorkspace) {
   import_busybox();
   Options copy;
   copy.env.push_back("OPENSHELL_STORAGE=copy");
-  ASSERT_EQ(os({"sandbox", "create", "--name", "cp", "--from", "busybox", "-d", "--", "sleep", "600"}, copy).status, 0);
+  Result created = os({"sandbox", "create", "--name", "cp", "--from", "busybox", "-d", "--", "sleep", "600"}, copy);
+  ASSERT_EQ(created.status, 0) << created.err;
+  EXPECT_THAT(created.err, HasSubstr("warning: overlayfs cannot stack the root here (OPENSHELL_STORAGE=copy)"));
   Result get = os({"sandbox", "get", "cp"});
   EXPECT_THAT(get.out, HasSubstr("Storage:"));
   EXPECT_THAT(get.out, HasSubstr("copy: overlayfs cannot stack the root here"));
@@ -492,6 +512,17 @@ TEST_P(Images, PullsFromARegistryByTagAndDigest) {
   // Again: nothing to fetch.
   Result again = os({"image", "pull", ref});
   EXPECT_THAT(again.err, HasSubstr("already stored"));
+  // On a terminal: one line redrawn, with a bar.
+  ASSERT_EQ(os({"image", "rm", ref}).status, 0);
+  ASSERT_EQ(os({"image", "prune"}).status, 0);
+  Options tty;
+  tty.pty = true;
+  tty.cols = 160;
+  tty.rows = 24;
+  Result drawn = os({"image", "pull", ref}, tty);
+  EXPECT_EQ(drawn.status, 0) << drawn.out;
+  EXPECT_THAT(drawn.out, HasSubstr("\r\033[KPulling " + ref + " ["));
+  EXPECT_THAT(drawn.out, HasSubstr("1/1 layers"));
   // By digest.
   Result inspect = os({"image", "inspect", ref});
   auto pos = inspect.out.find("\"digest\": \"");
@@ -617,8 +648,6 @@ TEST_P(Images, AFullDiskLeavesNoImage) {
 TEST_P(Images, DefaultBaseImageRunsPython) {
   const std::string base = env_or("OSH_BASE_LAYOUT", "");
   if (base.empty()) GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
-  if (mode() == Mode::kRootlessSingle)
-    GTEST_SKIP() << "covered as root and rootless with subuids; unpacking it a third time adds a minute";
   Options slow;
   slow.timeout_s = 300;
   Result imp = os({"image", "import", base, "base"}, slow);

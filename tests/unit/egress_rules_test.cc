@@ -460,6 +460,24 @@ binaries = [ { path = "/*" } ]
   EXPECT_FALSE(star.check("", "star.example.com", 443, nullptr).allowed);
 }
 
+TEST(RulesCheck, NamesBinariesOnlyWhenSomeRuleDoes) {
+  // The proxy looks for the caller only when this is true.
+  EXPECT_FALSE(NetworkRules().names_binaries());
+  EXPECT_FALSE(rules_from(R"(
+[network_policies.a]
+endpoints = [ { host = "a.example.com", port = 443 } ]
+[network_policies.b]
+endpoints = [ { host = "b.example.com", port = 443 } ]
+)").names_binaries());
+  EXPECT_TRUE(rules_from(R"(
+[network_policies.a]
+endpoints = [ { host = "a.example.com", port = 443 } ]
+[network_policies.b]
+endpoints = [ { host = "b.example.com", port = 443 } ]
+binaries = [ { path = "/usr/bin/curl" } ]
+)").names_binaries());
+}
+
 TEST(RulesCheck, SymlinksResolvedThroughTheResolver) {
   std::map<std::string, std::string> links = {{"/usr/bin/python3", "/usr/bin/python3.11"},
                                               {"/usr/bin/gone", ""}};
