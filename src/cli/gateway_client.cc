@@ -33,13 +33,6 @@ std::unique_ptr<net::Client> try_connect(const Paths& paths, int* err) {
   }
 }
 
-std::string last_line(const std::string& path) {
-  std::string text = files::try_read(path).value_or("");
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  auto nl = text.rfind('\n');
-  return nl == std::string::npos ? text : text.substr(nl + 1);
-}
-
 }  // namespace
 
 void start_gateway_in_background(const Paths& paths) {
@@ -67,20 +60,25 @@ void start_gateway_in_background(const Paths& paths) {
   int status;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  // Its answer: "ok", or why it could not start.
+  // Its answer: one line, "ok" or why it could not start. The line is
+  // enough: the pipe's end may come later, or (from a gateway too old to
+  // mark it close-on-exec) only when a sandbox it started ends.
   std::string answer;
-  pollfd p{ready.read.get(), POLLIN, 0};
-  long deadline_ms = 10000;
-  while (deadline_ms > 0 && ::poll(&p, 1, 100) >= 0) {
-    char buf[512];
-    ssize_t n = ::read(ready.read.get(), buf, sizeof buf);
-    if (n > 0) {
-      answer.append(buf, static_cast<size_t>(n));
+  int waited_ms = 0;
+  while (answer.find('\n') == std::string::npos && waited_ms < 10000) {
+    pollfd p{ready.read.get(), POLLIN, 0};
+    int ready_now = ::poll(&p, 1, 100);
+    if (ready_now < 0 && errno != EINTR) break;
+    if (ready_now <= 0) {
+      waited_ms += 100;
       continue;
     }
-    if (n == 0) break;
-    deadline_ms -= 100;
+    char buf[512];
+    ssize_t n = ::read(ready.read.get(), buf, sizeof buf);
+    if (n > 0) answer.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || errno != EINTR) break;
   }
+  const bool answered = !answer.empty();
   while (!answer.empty() && answer.back() == '\n') answer.pop_back();
   if (answer == "ok") return;
   // Another gateway starting at the same time is as good as ours.
@@ -92,7 +90,10 @@ void start_gateway_in_background(const Paths& paths) {
       ::nanosleep(&pause, nullptr);
     }
   }
-  std::string why = answer.rfind("error: ", 0) == 0 ? answer.substr(7) : last_line(paths.gateway_log());
+  std::string why = answer.rfind("error: ", 0) == 0 ? answer.substr(7)
+                    : answered                     ? answer
+                    : waited_ms >= 10000           ? "no answer within 10 s"
+                                                   : "it ended before it was ready";
   throw Error("the gateway did not start" + (why.empty() ? "" : ": " + why) + " (see " +
               paths.gateway_log() + ")");
 }

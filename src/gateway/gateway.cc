@@ -413,6 +413,10 @@ void Gateway::launch(SandboxRecord& record) {
   std::string log_path = dir + "/logs/supervisor.log";
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // Nothing else of the gateway's (a descriptor someone forgot to mark
+  // close-on-exec would keep a pipe or socket of the gateway open as long
+  // as the sandbox lives).
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -1261,6 +1265,9 @@ void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
 }  // namespace
 
 int run(int ready_fd) {
+  // The CLI that started us waits for this pipe's answer, and for its end:
+  // no child of ours may hold it.
+  if (ready_fd >= 0) ::fcntl(ready_fd, F_SETFD, FD_CLOEXEC);
   auto tell = [&](const std::string& message) {
     if (ready_fd < 0) return;
     std::string line = message + "\n";
