@@ -198,8 +198,9 @@ class Gateway {
   std::map<std::string, json> gone_;
   // Log followers by sandbox id: woken by a phase change, not only by their timer.
   std::map<std::string, std::vector<std::weak_ptr<std::function<void()>>>> followers_;
-  // Policy updates waiting for their supervisor's acknowledgement, by sandbox id.
-  std::map<std::string, std::function<void(const json&)>> policy_acks_;
+  // Policy updates waiting for their supervisor's acknowledgement, by
+  // sandbox id and revision (two `policy set`s may be in flight at once).
+  std::map<std::pair<std::string, int64_t>, std::function<void(const json&)>> policy_acks_;
 };
 
 void Gateway::start() {
@@ -710,7 +711,7 @@ void Gateway::on_session_message(const std::string& id, std::shared_ptr<net::Web
                                  const std::string& data) {
   json m = json::parse(data, nullptr, false);
   if (m.value("type", "") == "policy_applied") {
-    auto waiting = policy_acks_.find(id);
+    auto waiting = policy_acks_.find({id, m.value("revision", int64_t{0})});
     if (waiting != policy_acks_.end()) {
       auto callback = std::move(waiting->second);
       policy_acks_.erase(waiting);
@@ -1244,13 +1245,13 @@ void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const s
   if (s == supervised_.end() || !s->second.session || record.phase != Phase::kReady)
     return respond(false, "");  // takes effect at the next start
   auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(5));
-  policy_acks_[record.id] = [respond, timer](const json& ack) {
+  policy_acks_[{record.id, revision}] = [respond, timer](const json& ack) {
     timer->cancel();
     respond(!ack.contains("error"), ack.value("error", ""));
   };
-  timer->async_wait([this, id = record.id, respond](const boost::system::error_code& ec) {
+  timer->async_wait([this, id = record.id, revision, respond](const boost::system::error_code& ec) {
     if (ec) return;
-    policy_acks_.erase(id);
+    policy_acks_.erase({id, revision});
     respond(false, "the sandbox's supervisor did not acknowledge the policy");
   });
   s->second.session->send(json{{"type", "policy"}, {"revision", revision}, {"text", text}}.dump(), false);

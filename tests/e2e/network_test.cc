@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include <gmock/gmock.h>
 
@@ -503,6 +504,16 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
   Result refused = os({"policy", "set", "live", "--policy", bad});
   EXPECT_EQ(refused.status, 125);
   EXPECT_THAT(refused.err, HasSubstr(":3: network_policies.x.endpoints[0].host"));
+  // Changes that race each other are each applied and acknowledged.
+  std::vector<Result> racing(4);
+  std::vector<std::thread> setters;
+  for (size_t i = 0; i < racing.size(); ++i)
+    setters.emplace_back([&, i] { racing[i] = os({"policy", "set", "live", "--policy", i % 2 ? allow : deny}); });
+  for (auto& t : setters) t.join();
+  for (const auto& r : racing) {
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("applied to new connections")) << r.out << r.err;
+  }
   ASSERT_EQ(os({"policy", "set", "live", "--policy", allow}).status, 0);
   EXPECT_EQ(os(fetch).status, 0);
   // The audit log, through the gateway.
