@@ -657,7 +657,14 @@ struct RegistryClient::Impl {
     long verify = SSL_get_verify_result(ssl);
     if (verify != X509_V_OK)
       throw Fatal{what + "certificate verify failed: " + X509_verify_cert_error_string(verify)};
-    if (ec.category() == asio::error::get_ssl_category()) throw Fatal{what + ec.message()};
+    if (ec.category() == asio::error::get_ssl_category()) {
+      // A plain-HTTP server answers a ClientHello with "HTTP/1.x 400",
+      // which OpenSSL reads as a record of a wrong version.
+      std::string hint = ec.message().find("wrong version number") != std::string::npos
+                             ? " (a plain-HTTP registry? pull with --insecure to use HTTP)"
+                             : "";
+      throw Fatal{what + ec.message() + hint};
+    }
     throw Transient{what + step_message(ec)};
   }
 

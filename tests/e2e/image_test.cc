@@ -563,6 +563,28 @@ TEST_P(Images, RegistryErrorsAreClear) {
   expect_store_empty();
 }
 
+// A registry that is not on localhost speaks HTTPS unless --insecure says
+// otherwise. registry.test resolves to the fake registry on 127.0.0.1
+// through a hosts file of the test's own.
+TEST_P(Images, PlainHttpOnlyForLocalhostOrWithInsecure) {
+  FakeRegistry fake(busybox_layout(), "ok");
+  ASSERT_TRUE(fake.ok()) << "osh-fake-registry did not start";
+  std::string hosts = scratch() + "/hosts-insecure-" + mode_name(mode());
+  write_file(hosts, "127.0.0.1 registry.test\n");
+  std::string ref = fake.ref();
+  ref.replace(0, ref.find(':'), "registry.test");
+  Options o;
+  o.env.push_back("OPENSHELL_HOSTS_FILE=" + hosts);
+  Result tls = os({"image", "pull", ref}, o);
+  EXPECT_EQ(tls.status, 125);
+  EXPECT_THAT(tls.err, HasSubstr("TLS handshake with registry.test"));
+  EXPECT_THAT(tls.err, HasSubstr("--insecure"));
+  expect_store_empty();
+  Result plain = os({"image", "pull", "--insecure", ref}, o);
+  EXPECT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(os({"image", "inspect", ref}).status, 0);
+}
+
 TEST_P(Images, MisbehavingRegistriesLeaveNoImage) {
   struct Case {
     std::string mode, expect;
