@@ -414,15 +414,15 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
         hosts.push_back(layer);
       }
     }
+    std::vector<std::string> sources, attach_points;
     for (size_t i = 0; i < hosts.size(); ++i) {
       Lower lower{hosts[i], in_oldroot(hosts[i]), "/lower" + std::to_string(i)};
-      if (i) lowers_escaped_ += ':';
-      for (char c : lower.source) {
-        if (c == ':' || c == '\\' || c == ',') lowers_escaped_ += '\\';
-        lowers_escaped_ += c;
-      }
+      sources.push_back(lower.source);
+      attach_points.push_back(lower.attach);
       lowers_.push_back(std::move(lower));
     }
+    lowers_escaped_ = overlay_lowerdir_list(sources);
+    attached_escaped_ = overlay_lowerdir_list(attach_points);
     if (spec_.plain_root && !spec_.layer_dir.empty())
       throw Error("a plain root has no separate writable layer");
     if (!spec_.layer_dir.empty())
@@ -441,6 +441,12 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
     throw Error("--workdir " + spec_.workdir + ": " + why);
   spec_.workdir = text::normalize_path(spec_.workdir);
   workdir_ = relative(spec_.workdir);
+  if (!spec_.home.empty()) {
+    if (auto why = policy::check_policy_path(spec_.home); !why.empty())
+      throw Error("home directory " + spec_.home + ": " + why);
+    spec_.home = text::normalize_path(spec_.home);
+    if (spec_.home != spec_.workdir && spec_.home != "/") home_ = relative(spec_.home);
+  }
   exe_ = in_oldroot(spec_.exe_path);
 }
 
@@ -512,9 +518,12 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   if (::chdir("/") != 0) return fail(f, errno, "chdir", "/");
   // Each lower directory: its idmapped tree when the parent made one, else
   // the host's path.
-  bool any_idmapped = false;
+  bool any_idmapped = false, all_idmapped = n_lowers > 0;
   for (size_t i = 0; i < n_lowers; ++i) {
-    if (tree_fds[i] < 0) continue;
+    if (tree_fds[i] < 0) {
+      all_idmapped = false;
+      continue;
+    }
     if (::move_mount(tree_fds[i], "", AT_FDCWD, lowers_[i].attach.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
       return fail(f, errno, "attach the idmapped root at", lowers_[i].attach.c_str());
     any_idmapped = true;
@@ -564,9 +573,10 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       opts[n++] = {"userxattr", nullptr};
       const unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
       ScopedFd mnt(mount_fs("overlay", opts, static_cast<int>(n), attrs, newroot.fd, "", f));
-      if (mnt.fd < 0 && f->err == EINVAL && !any_idmapped) {
-        // Before 6.8 overlayfs has no "lowerdir+": the escaped list form.
-        Option old_opts[] = {{"lowerdir", lowers_escaped_.c_str()},
+      if (mnt.fd < 0 && f->err == EINVAL && (!any_idmapped || all_idmapped)) {
+        // Before 6.8 overlayfs has no "lowerdir+": the escaped list form,
+        // of the idmapped trees' attach points when there are some.
+        Option old_opts[] = {{"lowerdir", all_idmapped ? attached_escaped_.c_str() : lowers_escaped_.c_str()},
                              {"upperdir", upper},
                              {"workdir", work},
                              {"userxattr", nullptr}};
@@ -673,18 +683,31 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       return false;
   }
 
-  // 10. The working directory exists before the root may turn read-only.
-  {
+  // 10. The working directory (and the home directory) exist before the
+  //     root may turn read-only.
+  for (int which = 0; which < 2; ++which) {
+    const char* path = which == 0 ? workdir_.c_str() : home_.c_str();
+    const char* shown = which == 0 ? spec_.workdir.c_str() : spec_.home.c_str();
+    if (which == 1 && home_.empty()) break;
     bool created = false;
-    ScopedFd wd(open_in_root(root.fd, workdir_.c_str(), Create::kDirectory, f, &created));
+    ScopedFd wd(open_in_root(root.fd, path, Create::kDirectory, f, &created));
     if (wd.fd < 0) {
-      child::copy(f->what, sizeof f->what, "--workdir");
-      child::copy(f->detail, sizeof f->detail, spec_.workdir.c_str());
+      child::copy(f->what, sizeof f->what, which == 0 ? "--workdir" : "home directory");
+      child::copy(f->detail, sizeof f->detail, shown);
       return false;
     }
     // A directory made for the sandbox user belongs to that user.
     if (created && ::fchownat(wd.fd, "", spec_.workdir_uid, spec_.workdir_gid, AT_EMPTY_PATH) != 0)
-      return fail(f, errno, "chown --workdir", spec_.workdir.c_str());
+      return fail(f, errno, which == 0 ? "chown --workdir" : "chown the home directory", shown);
+    // So does the home directory that the root already has (an image's
+    // /sandbox made for another user): on overlayfs the change is the
+    // sandbox's own (copied up). Best effort: an owner the sandbox cannot
+    // map stays.
+    // Only a directory of that name, not what a symlink there leads to.
+    struct stat st;
+    if (which == 1 && !created && ::fstatat(root.fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode) && (st.st_uid != spec_.workdir_uid || st.st_gid != spec_.workdir_gid))
+      (void)::fchownat(wd.fd, "", spec_.workdir_uid, spec_.workdir_gid, AT_EMPTY_PATH);
   }
 
   // 11. The init's image, taken while the host's tree is still reachable.
@@ -721,6 +744,7 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
   if (::pipe2(report, O_CLOEXEC) != 0) return errno_message("pipe", errno);
   const uid_t uid = ::geteuid();
   const gid_t gid = ::getegid();
+  const std::string legacy_list = overlay_lowerdir_list(lowers);
   pid_t pid = ::fork();
   if (pid < 0) {
     int err = errno;
@@ -752,23 +776,32 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
       std::snprintf(map, sizeof map, "0 %u 1", static_cast<unsigned>(gid));
       if (!write_file("/proc/self/gid_map", map)) done(fail(&failure, errno, "write", "gid_map"));
     }
-    ScopedFd fs(::fsopen("overlay", FSOPEN_CLOEXEC));
-    if (fs.fd < 0) done(fail(&failure, errno, "fsopen", "overlay"));
-    for (const auto& lower : lowers)
-      if (::fsconfig(fs.fd, FSCONFIG_SET_STRING, "lowerdir+", lower.c_str(), 0) != 0) {
-        fail(&failure, errno, "overlay lower", lower.c_str());
-        read_fs_log(fs.fd, &failure);
-        done(false);
+    // "lowerdir+" per layer (6.8 on), else the list form, as the sandbox's
+    // own mount falls back. A kernel without it refuses "lowerdir+" when
+    // it is set (6.5 to 6.7) or only at the creation (before 6.5).
+    auto try_mount = [&](bool list_form) {
+      ScopedFd fs(::fsopen("overlay", FSOPEN_CLOEXEC));
+      if (fs.fd < 0) return fail(&failure, errno, "fsopen", "overlay");
+      bool ok = true;
+      if (list_form) {
+        ok = ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "lowerdir", legacy_list.c_str(), 0) == 0;
+      } else {
+        for (const auto& lower : lowers)
+          if (ok) ok = ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "lowerdir+", lower.c_str(), 0) == 0;
       }
-    if (::fsconfig(fs.fd, FSCONFIG_SET_STRING, "upperdir", upper.c_str(), 0) != 0 ||
-        ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "workdir", work.c_str(), 0) != 0 ||
-        ::fsconfig(fs.fd, FSCONFIG_SET_FLAG, "userxattr", nullptr, 0) != 0 ||
-        ::fsconfig(fs.fd, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
-      fail(&failure, errno, "mount", "overlay");
-      read_fs_log(fs.fd, &failure);
-      done(false);
-    }
-    done(true);
+      if (!ok || ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "upperdir", upper.c_str(), 0) != 0 ||
+          ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "workdir", work.c_str(), 0) != 0 ||
+          ::fsconfig(fs.fd, FSCONFIG_SET_FLAG, "userxattr", nullptr, 0) != 0 ||
+          ::fsconfig(fs.fd, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+        fail(&failure, errno, "mount", "overlay");
+        read_fs_log(fs.fd, &failure);
+        return false;
+      }
+      return true;
+    };
+    bool mounted = try_mount(false);
+    if (!mounted && failure.err == EINVAL) mounted = try_mount(true);
+    done(mounted);
   }
   ::close(report[1]);
   ChildFailure failure;
@@ -782,6 +815,18 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   if (n == static_cast<ssize_t>(sizeof failure)) return failure.message();
   return "the overlay probe failed";
+}
+
+std::string overlay_lowerdir_list(const std::vector<std::string>& lowers) {
+  std::string list;
+  for (size_t i = 0; i < lowers.size(); ++i) {
+    if (i) list += ':';
+    for (char c : lowers[i]) {
+      if (c == ':' || c == '\\' || c == ',') list += '\\';
+      list += c;
+    }
+  }
+  return list;
 }
 
 }  // namespace openshell::namespaces

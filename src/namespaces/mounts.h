@@ -44,8 +44,9 @@ struct FilesystemSpec {
   std::string layer_dir;
   std::vector<BindSpec> binds;
   std::string workdir = "/";   // created when missing and the root is writable
-  uint32_t workdir_uid = 0;    // owner (inside ids) of a workdir created here
+  uint32_t workdir_uid = 0;    // owner (inside ids) of a workdir or home created here
   uint32_t workdir_gid = 0;
+  std::string home;            // another directory made like the workdir ("" none): the user's HOME
   std::string exe_path;        // host path of this binary, for the sealed init image
   bool dns_stub = false;       // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
 };
@@ -110,10 +111,14 @@ class MountPlan {
 
   FilesystemSpec spec_;
   std::vector<Lower> lowers_;  // kDirectory: top first
-  std::string lowers_escaped_;  // all sources for the "lowerdir" option of kernels before 6.8
+  // The "lowerdir" option for kernels before 6.8 (no "lowerdir+"): every
+  // source, or every attach point when the lowers are idmapped trees.
+  std::string lowers_escaped_;
+  std::string attached_escaped_;
   std::string layer_;      // "/oldroot/<layer_dir>" or "" (throw-away)
   std::string exe_;        // "/oldroot/<exe>"
   std::string workdir_;    // relative to the new root
+  std::string home_;       // relative to the new root; "" none
   std::vector<Bind> binds_;
 };
 
@@ -123,5 +128,9 @@ class MountPlan {
 // in new mount (and, rootless, user) namespaces; scratch_dir is emptied
 // afterwards. Returns "" when it can, else the reason.
 std::string overlay_problem(const std::vector<std::string>& lowers, const std::string& scratch_dir);
+
+// The value of overlayfs's "lowerdir" option for these directories (top
+// first): joined with ':', with ':', ',' and '\\' escaped by a backslash.
+std::string overlay_lowerdir_list(const std::vector<std::string>& lowers);
 
 }  // namespace openshell::namespaces

@@ -51,12 +51,8 @@ void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const 
     layers.push_back(spec.from);
   }
   image::flatten_layers(layers, rootfs);
-  // The workspace belongs to the sandbox user (its ids as the copy's files
-  // hold them: the image's own, shifted into the sandbox when mounted).
-  const std::string workspace = rootfs + kWorkspace;
-  if (::mkdir(workspace.c_str(), 0755) != 0 && errno != EEXIST) throw_errno("create " + workspace);
-  if (::geteuid() == 0 && ::chown(workspace.c_str(), runtime::kDefaultUid, runtime::kDefaultGid) != 0)
-    throw_errno("chown " + workspace);
+  // The workspace is made at the launch, like an overlay root's, for the
+  // user the sandbox runs as.
   UniqueFd marker(::open(ready.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   if (!marker) throw_errno("create " + ready);
 }
@@ -92,6 +88,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
     root_dir = spec.from;
   }
   c.fs.workdir = spec.image && !spec.image->working_dir.empty() ? spec.image->working_dir : kWorkspace;
+  c.fs.home = kWorkspace;  // HOME, made for the sandbox's user when missing
 
   policy::Policy policy = spec.policy.empty()
                               ? policy::default_policy()
@@ -150,7 +147,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   c.limits.memory_bytes = spec.memory_bytes;
   c.limits.pids = spec.pids;
   c.rlimits.push_back(runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
-  c.landlock = runtime::landlock::plan(policy, kWorkspace, runtime::landlock::abi_version());
+  c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.
   if (policy.filesystem == defaults.filesystem) c.landlock.warn_missing = false;
   c.cgroup_name = "openshell-" + sandbox_id;

@@ -367,6 +367,9 @@ TEST_P(Images, ImageConfigEnvWorkdirUserEntrypointAndCmd) {
   ASSERT_EQ(os({"image", "import", layout2, "configured2"}).status, 0);
   Result r = run_in("configured2", {"sh", "-c", "echo $FOO $BAR; pwd; id -u; id -g"}, {"-e", "FOO=from-user"});
   EXPECT_EQ(r.out, "from-user keep\n/srv\n1234\n1234\n") << r.err;
+  // Its working directory and its home, the workspace, are its own.
+  Result home = run_in("configured2", {"sh", "-c", "echo $HOME; echo a > /srv/a && echo b > $HOME/b && cat /srv/a $HOME/b"});
+  EXPECT_EQ(home.out, "/sandbox\na\nb\n") << home.err;
 }
 
 TEST_P(Images, WorkspaceAndChangesPersistAcrossStopAndStart) {

@@ -138,3 +138,12 @@ TEST_F(MountPlanTest, WorkdirMustBeAbsolute) {
 
 }  // namespace
 }  // namespace openshell::namespaces
+
+// The "lowerdir" list of kernels before 6.8 (no "lowerdir+"), the fallback
+// of both the sandbox's root and the overlay probe.
+TEST(OverlayLowerdirList, JoinsTopFirstAndEscapesSeparators) {
+  EXPECT_EQ(openshell::namespaces::overlay_lowerdir_list({"/a", "/b/c"}), "/a:/b/c");
+  EXPECT_EQ(openshell::namespaces::overlay_lowerdir_list({"/x:y", "/p,q", "/back\\slash"}),
+            "/x\\:y:/p\\,q:/back\\\\slash");
+  EXPECT_EQ(openshell::namespaces::overlay_lowerdir_list({}), "");
+}
