@@ -205,13 +205,13 @@ void report_stored(const image::Store& store, const image::ImageRecord& record, 
 
 }  // namespace
 
-void ensure_image(const std::string& from, bool insecure) {
+void ensure_image(const std::string& from, bool insecure, const std::string& option) {
   image::Store store = open_store();
   if (store.find(from)) return;
   // The default image is built here, never fetched from a registry.
   if (from == "base" || from == "base:latest")
     throw Error("image base is not in the image store at " + store.dir() +
-                ": build it with rootfs-tools/build-base, or choose another with --from");
+                ": build it with rootfs-tools/build-base, or choose another with " + option);
   PullFlags flags;
   flags.insecure = insecure;
   do_pull(from, flags);

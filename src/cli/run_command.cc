@@ -180,6 +180,8 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   if (user.empty() && img && !img->config.user.empty() && !policy.process.run_as_user) {
     const std::string name = img->config.user.substr(0, img->config.user.find(':'));
     if (name != "root" && name != "0") user = img->config.user;
+    // The policy's group, when it names one, wins over the image's.
+    if (!user.empty() && policy.process.run_as_group) user = name + ":" + *policy.process.run_as_group;
   }
   if (user.empty()) {
     user = policy.process.run_as_user.value_or(std::to_string(runtime::kDefaultUid));
@@ -341,6 +343,8 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_option("--image", o->image,
                   "Root file system: an image (pulled when missing), with a throw-away writable "
                   "layer; its Env, WorkingDir, User, Entrypoint and Cmd apply");
+  run->add_flag("--insecure", o->insecure,
+                "Pull a missing --image over plain HTTP (localhost registries use it anyway)");
   run->add_flag("--read-only", o->read_only, "Make the root read-only (/tmp stays writable)");
   repeatable(run->add_option("--bind", o->binds, "Bind-mount a host path: SRC:DST[:ro] (repeatable)"));
   run->add_option("-w,--workdir", o->workdir, "Working directory inside (created if missing)");
@@ -370,7 +374,10 @@ void add_run_command(CLI::App& app, Action* action) {
 
   run->callback([options, action]() {
     *action = [options]() {
-      if (!options->image.empty()) ensure_image(options->image, false);
+      if (!options->image.empty()) {
+        if (options->rootfs != "host") throw Error("--image and --rootfs: give one root, not both");
+        ensure_image(options->image, options->insecure, "--image");
+      }
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto container = runtime::Container::start(spec);

@@ -11,6 +11,7 @@ namespace openshell::cli {
 struct RunOptions {
   std::string rootfs = "host";
   std::string image;                 // an image in the store (run pulls it first when missing)
+  bool insecure = false;             // pull --image over plain HTTP
   bool read_only = false;
   std::vector<std::string> binds;    // SRC:DST[:ro|rw]
   std::vector<std::string> env;      // KEY=VALUE, or KEY to pass the caller's value

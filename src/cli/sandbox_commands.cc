@@ -169,7 +169,7 @@ void check_name(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, output = "table";
   std::vector<std::string> env, labels, command;
-  bool no_keep = false, detach = false;
+  bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
 };
 
@@ -208,7 +208,7 @@ int create(const CreateOptions& o) {
   spec.no_keep = o.no_keep;
   if (o.name_given) check_name(o.name);
   spec.validate();  // bad input stops here, before the gateway
-  if (o.from != "host" && !directory) ensure_image(o.from, false);
+  if (o.from != "host" && !directory) ensure_image(o.from, o.insecure, "--from");
 
   GatewayClient client;
   json body = {{"spec", json::parse(spec.to_json())}};
@@ -251,6 +251,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->add_option("--from", o->from,
                   "Its root: an image (pulled when missing), a directory, or 'host' for the host's / read-only")
         ->capture_default_str();
+    c->add_flag("--insecure", o->insecure,
+                "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
     c->add_option("--policy", o->policy, "Policy file (TOML)");
     repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
     c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
@@ -380,7 +382,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->add_option("name", *name, "The sandbox")->required();
     c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
     repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
-    c->add_option("-w,--workdir", o->workdir, "Its working directory (default /sandbox)");
+    c->add_option("-w,--workdir", o->workdir, "Its working directory (default: the image's WorkingDir, else /sandbox)");
     c->add_option("--timeout", o->timeout_s, "Kill it after this many seconds (exit status 124)");
     c->add_option("command", o->argv, "The command and its arguments")->required();
     c->footer("The exit status is the command's own.\nExample: openshell sandbox exec demo -- ls -l");

@@ -899,6 +899,10 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   } catch (const Error& e) {
     throw ApiError(400, "invalid_spec", e.what());
   }
+  // What the gateway itself decides: which image --from names (its layers
+  // are what the supervisor mounts) and why the root is a copy.
+  spec.image.reset();
+  spec.storage_note.clear();
   std::string id = auth::random_hex(6);
   if (name.empty()) name = "sandbox-" + id.substr(0, 6);
   if (!text::is_dns_label(name))

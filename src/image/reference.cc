@@ -136,7 +136,7 @@ Reference parse_reference(std::string_view text) {
   if (first != std::string_view::npos) {
     std::string_view head = rest.substr(0, first);
     if (head.find('.') != std::string_view::npos || head.find(':') != std::string_view::npos ||
-        head == "localhost" || head.front() == '[') {
+        head == "localhost" || (!head.empty() && head.front() == '[')) {
       if (!valid_domain(head)) throw bad("'" + std::string(head) + "' is not a registry host[:port]");
       ref.domain = std::string(head);
       path = rest.substr(first + 1);

@@ -107,6 +107,8 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
     if (policy.process.run_as_group) user += ":" + *policy.process.run_as_group;
   } else if (auto from_image = image_user(spec)) {
     user = *from_image;
+    // The policy's group, when it names one, wins over the image's.
+    if (policy.process.run_as_group) user = user.substr(0, user.find(':')) + ":" + *policy.process.run_as_group;
   } else {
     user = std::to_string(runtime::kDefaultUid) + ":" +
            policy.process.run_as_group.value_or(std::to_string(runtime::kDefaultGid));

@@ -370,6 +370,11 @@ TEST_P(Images, ImageConfigEnvWorkdirUserEntrypointAndCmd) {
   // Its working directory and its home, the workspace, are its own.
   Result home = run_in("configured2", {"sh", "-c", "echo $HOME; echo a > /srv/a && echo b > $HOME/b && cat /srv/a $HOME/b"});
   EXPECT_EQ(home.out, "/sandbox\na\nb\n") << home.err;
+  // A policy's group wins over the image's; its user would too.
+  std::string group_policy = scratch() + "/group-" + mode_name(mode()) + ".toml";
+  write_file(group_policy, "version = 1\n[process]\nrun_as_group = \"2345\"\n");
+  Result grouped = run_in("configured2", {"sh", "-c", "id -u; id -g"}, {"--policy", group_policy});
+  EXPECT_EQ(grouped.out, "1234\n2345\n") << grouped.err;
 }
 
 TEST_P(Images, WorkspaceAndChangesPersistAcrossStopAndStart) {
@@ -583,9 +588,22 @@ TEST_P(Images, PlainHttpOnlyForLocalhostOrWithInsecure) {
   EXPECT_THAT(tls.err, HasSubstr("TLS handshake with registry.test"));
   EXPECT_THAT(tls.err, HasSubstr("--insecure"));
   expect_store_empty();
+  Result create = os({"sandbox", "create", "--no-keep", "--from", ref, "--", "true"}, o);
+  EXPECT_EQ(create.status, 125);
+  EXPECT_THAT(create.err, HasSubstr("--insecure"));
+  expect_store_empty();
+  // --insecure on each command that pulls.
   Result plain = os({"image", "pull", "--insecure", ref}, o);
   EXPECT_EQ(plain.status, 0) << plain.err;
   EXPECT_EQ(os({"image", "inspect", ref}).status, 0);
+  ASSERT_EQ(os({"image", "rm", ref}).status, 0);
+  Result created = os({"sandbox", "create", "--no-keep", "--insecure", "--from", ref, "--", "echo", "ok"}, o);
+  EXPECT_EQ(created.status, 0) << created.err;
+  EXPECT_EQ(created.out, "ok\n");
+  ASSERT_EQ(os({"image", "rm", ref}).status, 0);
+  Result ran = os({"run", "--insecure", "--image", ref, "--", "echo", "ok"}, o);
+  EXPECT_EQ(ran.status, 0) << ran.err;
+  EXPECT_EQ(ran.out, "ok\n");
 }
 
 TEST_P(Images, MisbehavingRegistriesLeaveNoImage) {

@@ -51,6 +51,7 @@ TEST(ImageReference, BadReferencesNameTheirFault) {
   EXPECT_NE(message("").find("empty"), std::string::npos);
   EXPECT_NE(message("Busybox").find("'Busybox'"), std::string::npos);
   EXPECT_NE(message("a//b").find("empty path component"), std::string::npos);
+  EXPECT_NE(message("/nothere").find("image reference"), std::string::npos);
   EXPECT_NE(message("x:bad/tag").find("x:bad/tag"), std::string::npos);
   EXPECT_NE(message("x:-tag").find("the tag"), std::string::npos);
   EXPECT_NE(message("x@sha256:12").find("digest"), std::string::npos);
