@@ -380,6 +380,7 @@ void add_run_command(CLI::App& app, Action* action) {
       }
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
+      block_forwarded_signals();
       auto container = runtime::Container::start(spec);
       std::unique_ptr<EgressThread> egress;
       if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, options->network_log);

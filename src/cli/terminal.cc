@@ -77,11 +77,26 @@ void terminal_size(unsigned short* rows, unsigned short* cols) {
   *cols = 80;
 }
 
-int attach(runtime::Container& container) {
-  static const int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+namespace {
+
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+
+sigset_t forwarded_set() {
   sigset_t set;
   sigemptyset(&set);
   for (int sig : kForwarded) sigaddset(&set, sig);
+  return set;
+}
+
+}  // namespace
+
+void block_forwarded_signals() {
+  sigset_t set = forwarded_set();
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+
+int attach(runtime::Container& container) {
+  sigset_t set = forwarded_set();
   sigset_t saved;
   ::sigprocmask(SIG_BLOCK, &set, &saved);
   UniqueFd signals(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));

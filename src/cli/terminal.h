@@ -31,4 +31,10 @@ void terminal_size(unsigned short* rows, unsigned short* cols);
 // Relays until the container ends; returns its exit status.
 int attach(runtime::Container& container);
 
+// Blocks the signals attach() forwards, for the rest of the process's life:
+// called before the sandbox starts, so that a signal sent once its command
+// runs (which may be before attach() is reached) is forwarded, not fatal to
+// this process. The sandbox's init unblocks them for its own processes.
+void block_forwarded_signals();
+
 }  // namespace openshell::cli
