@@ -18,6 +18,7 @@
 #include "base/text.h"
 #include "cli/commands.h"
 #include "cli/images.h"
+#include "cli/table.h"
 #include "image/pull.h"
 #include "image/store.h"
 
@@ -148,23 +149,6 @@ json record_json(const image::Store& store, const image::ImageRecord& r) {
             {"working_dir", c.working_dir},
             {"user", c.user}}},
           {"layers", layers}};
-}
-
-void print_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows)
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (widths.size() <= i) widths.push_back(0);
-      widths[i] = std::max(widths[i], row[i].size());
-    }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  }
 }
 
 struct PullFlags {

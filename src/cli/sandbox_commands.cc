@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
+#include "cli/table.h"
 #include "cli/streams.h"
 #include "gateway/gateway.h"
 #include "net/http.h"
@@ -59,23 +60,6 @@ std::string age(const std::string& rfc3339) {
   if (s < 7200) return std::to_string(s / 60) + "m";
   if (s < 172800) return std::to_string(s / 3600) + "h";
   return std::to_string(s / 86400) + "d";
-}
-
-void print_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows)
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (widths.size() <= i) widths.push_back(0);
-      widths[i] = std::max(widths[i], row[i].size());
-    }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  }
 }
 
 std::string command_text(const json& sandbox) {
