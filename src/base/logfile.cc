@@ -16,7 +16,7 @@ namespace {
 
 constexpr size_t kMaxLine = 16 * 1024;  // longer lines are split into P records
 
-bool write_all(int fd, const std::string& data) {
+bool write_all(int fd, std::string_view data) {
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n = ::write(fd, data.data() + done, data.size() - done);
@@ -89,20 +89,20 @@ std::optional<Record> parse(std::string_view line) {
   return r;
 }
 
-Writer::Writer(std::string path, uint64_t max_bytes) : path_(std::move(path)), max_bytes_(max_bytes) {
+RotatingFile::RotatingFile(std::string path, uint64_t max_bytes)
+    : path_(std::move(path)), max_bytes_(max_bytes) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   struct stat st;
   if (fd_ >= 0 && ::fstat(fd_, &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
 }
 
-Writer::~Writer() {
+RotatingFile::~RotatingFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void Writer::append(const Record& record) {
+void RotatingFile::append(std::string_view lines) {
   if (fd_ < 0) return;
-  std::string line = format(record);
-  if (size_ + line.size() > max_bytes_) {
+  if (size_ > 0 && size_ + lines.size() > max_bytes_) {
     // Keep one older file; the newest lines always land.
     std::string old = path_ + ".1";
     ::rename(path_.c_str(), old.c_str());
@@ -111,8 +111,14 @@ void Writer::append(const Record& record) {
     size_ = 0;
     if (fd_ < 0) return;
   }
-  if (write_all(fd_, line)) size_ += line.size();
+  if (write_all(fd_, lines)) size_ += lines.size();
 }
+
+Writer::Writer(std::string path, uint64_t max_bytes) : file_(std::move(path), max_bytes) {}
+
+Writer::~Writer() = default;
+
+void Writer::append(const Record& record) { file_.append(format(record)); }
 
 void Writer::write(const std::string& stream, std::string_view bytes, int64_t time_ns) {
   std::string& pending = stream == "stderr" ? pending_err_ : pending_out_;

@@ -25,6 +25,27 @@ std::string format_time(int64_t time_ns);  // RFC 3339, nanoseconds, UTC
 std::string format(const Record& record);  // one line, with its newline
 std::optional<Record> parse(std::string_view line);  // line without its newline
 
+// An append-only file of whole lines that keeps one older part: when a
+// line would take it past max_bytes, the file becomes PATH.1 (replacing the
+// older one) and a new PATH starts. Readers read PATH.1, then PATH.
+class RotatingFile {
+ public:
+  explicit RotatingFile(std::string path, uint64_t max_bytes = 16 << 20);
+  ~RotatingFile();
+  RotatingFile(const RotatingFile&) = delete;
+  RotatingFile& operator=(const RotatingFile&) = delete;
+
+  void append(std::string_view lines);  // ends with a newline
+  const std::string& path() const { return path_; }
+  bool is_open() const { return fd_ >= 0; }
+
+ private:
+  std::string path_;
+  uint64_t max_bytes_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
 // Appends a stream's bytes as records: complete lines at once, a partial line
 // once it is long or the stream ends.
 class Writer {
@@ -36,14 +57,11 @@ class Writer {
 
   void write(const std::string& stream, std::string_view bytes, int64_t time_ns);
   void flush_partial(const std::string& stream, int64_t time_ns);  // at end of stream
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
   void append(const Record& record);
-  std::string path_;
-  uint64_t max_bytes_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
+  RotatingFile file_;
   std::string pending_out_, pending_err_;
 };
 

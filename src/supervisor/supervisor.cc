@@ -141,7 +141,7 @@ class Supervisor {
   std::string socket_path_;
   std::string spec_error_;  // why the spec cannot become a container
   std::unique_ptr<egress::Proxy> proxy_;
-  UniqueFd network_log_;
+  std::unique_ptr<logfile::RotatingFile> network_log_;  // the proxy's decisions
 
   // What happened to the main process.
   enum class State { kRunning, kStopping, kEnded } state_ = State::kRunning;
@@ -413,8 +413,8 @@ void Supervisor::start_container() {
 
 // The sandbox's egress proxy and DNS stub, with the network part of its policy.
 void Supervisor::start_egress() {
-  network_log_.reset(::open((paths_.sandbox(launch_.sandbox_id) + "/logs/network.log").c_str(),
-                            O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  network_log_ = std::make_unique<logfile::RotatingFile>(paths_.sandbox(launch_.sandbox_id) +
+                                                        "/logs/network.log");
   egress::Proxy::Options options;
   options.sandbox = launch_.sandbox_name;
   options.init_pid = container_->pid();
@@ -435,10 +435,7 @@ void Supervisor::apply_policy(const std::string& text, int64_t revision) {
 }
 
 void Supervisor::audit(const std::string& line) {
-  if (!network_log_) return;
-  std::string out = line + "\n";
-  ssize_t ignored = ::write(network_log_.get(), out.data(), out.size());
-  (void)ignored;
+  if (network_log_) network_log_->append(line + "\n");
 }
 
 void Supervisor::read_output(asio::posix::stream_descriptor& stream, const std::string& name) {

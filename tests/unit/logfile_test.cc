@@ -1,0 +1,69 @@
+// The sandbox's persisted logs: CRI records, and files that keep one older
+// part when they grow past their limit.
+#include "base/logfile.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/files.h"
+#include "test_util.h"
+
+namespace openshell::logfile {
+namespace {
+
+using openshell::testing::TempDir;
+
+std::string read(const std::string& path) { return files::try_read(path).value_or("(missing)"); }
+
+TEST(LogRecord, FormatsAndParsesCriLines) {
+  Record r{1764445883123456789, "stderr", true, "half a line"};
+  const std::string line = format(r);
+  EXPECT_EQ(line, "2025-11-29T19:51:23.123456789Z stderr P half a line\n");
+  auto back = parse(std::string_view(line).substr(0, line.size() - 1));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->time_ns, r.time_ns);
+  EXPECT_EQ(back->stream, "stderr");
+  EXPECT_TRUE(back->partial);
+  EXPECT_EQ(back->text, "half a line");
+  EXPECT_FALSE(parse("not a record"));
+}
+
+TEST(LogWriter, WritesWholeLinesAndThePartialOneAtTheEnd) {
+  TempDir dir;
+  const std::string path = dir.path() + "/main.log";
+  {
+    Writer w(path);
+    w.write("stdout", "one\ntw", 1);
+    w.write("stdout", "o\nthree", 2);
+    w.flush_partial("stdout", 3);
+  }
+  EXPECT_EQ(read(path),
+            format({1, "stdout", false, "one"}) + format({2, "stdout", false, "two"}) +
+                format({3, "stdout", true, "three"}));
+}
+
+TEST(RotatingFile, KeepsOneOlderPartAndTheNewestLines) {
+  TempDir dir;
+  const std::string path = dir.path() + "/network.log";
+  {
+    RotatingFile f(path, 10);
+    f.append("aaaa\n");
+    f.append("bbbb\n");  // 10 bytes: still fits
+    f.append("cccc\n");  // would pass 10: the first part becomes .1
+    f.append("dddd\n");
+    f.append("eeee\n");  // again: .1 is replaced
+  }
+  EXPECT_EQ(read(path + ".1"), "cccc\ndddd\n");
+  EXPECT_EQ(read(path), "eeee\n");
+  // A line longer than the limit still lands, once, in a file of its own.
+  {
+    RotatingFile f(path, 10);  // reopened: it goes on from the file's size
+    f.append("a line longer than ten bytes\n");
+  }
+  EXPECT_EQ(read(path + ".1"), "eeee\n");
+  EXPECT_EQ(read(path), "a line longer than ten bytes\n");
+}
+
+}  // namespace
+}  // namespace openshell::logfile
