@@ -937,7 +937,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
     else if (overlay)
       subdirs.insert(subdirs.end(), {"/layer", "/layer/upper", "/layer/work", "/layer/upper/sandbox"});
     // The upper layer's root reads as the sandbox's /: 0755. Its /sandbox,
-    // the workspace, belongs to the sandbox user whatever the image says.
+    // the workspace, is the sandbox user's whatever the image says (the
+    // launch hands it to another user the sandbox runs as: an image's User,
+    // the policy's run_as_user).
     for (const auto& sub : subdirs) {
       mode_t mode = sub == "/layer/upper" || sub == "/layer/upper/sandbox" ? 0755 : 0700;
       if (::mkdir((dir + sub).c_str(), mode) != 0 && errno != EEXIST) throw_errno("create " + dir + sub);

@@ -445,7 +445,9 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
     if (auto why = policy::check_policy_path(spec_.home); !why.empty())
       throw Error("home directory " + spec_.home + ": " + why);
     spec_.home = text::normalize_path(spec_.home);
-    if (spec_.home != spec_.workdir && spec_.home != "/") home_ = relative(spec_.home);
+    // Also when it is the working directory: a workdir that exists is only
+    // made the user's when it is the home.
+    if (spec_.home != "/") home_ = relative(spec_.home);
   }
   exe_ = in_oldroot(spec_.exe_path);
 }

@@ -370,6 +370,12 @@ TEST_P(Images, ImageConfigEnvWorkdirUserEntrypointAndCmd) {
   // Its working directory and its home, the workspace, are its own.
   Result home = run_in("configured2", {"sh", "-c", "echo $HOME; echo a > /srv/a && echo b > $HOME/b && cat /srv/a $HOME/b"});
   EXPECT_EQ(home.out, "/sandbox\na\nb\n") << home.err;
+  // Without a WorkingDir the home is the working directory, and still its own.
+  const std::string layout3 = derived_layout("config3-" + mode_name(mode()),
+                                             "umoci config --image \"$L:latest\" --config.user 1234:1234");
+  ASSERT_EQ(os({"image", "import", layout3, "configured3"}).status, 0);
+  Result home3 = run_in("configured3", {"sh", "-c", "pwd; echo b > $HOME/b && cat $HOME/b"});
+  EXPECT_EQ(home3.out, "/sandbox\nb\n") << home3.err;
   // A policy's group wins over the image's; its user would too.
   std::string group_policy = scratch() + "/group-" + mode_name(mode()) + ".toml";
   write_file(group_policy, "version = 1\n[process]\nrun_as_group = \"2345\"\n");
@@ -427,6 +433,13 @@ TEST_P(Images, CopyFallbackSaysSoAndKeepsTheWorkspace) {
   ASSERT_EQ(os({"sandbox", "stop", "cp"}).status, 0);
   ASSERT_EQ(os({"sandbox", "start", "cp"}).status, 0);
   EXPECT_EQ(os({"sandbox", "exec", "cp", "--", "cat", "/sandbox/k"}).out, "kept\n");
+  // The copy's /sandbox is its user's too.
+  const std::string layout = derived_layout("copy-user-" + mode_name(mode()),
+                                            "umoci config --image \"$L:latest\" --config.user 1234:1234");
+  ASSERT_EQ(os({"image", "import", layout, "copy-user"}).status, 0);
+  Result home = os({"sandbox", "create", "--no-keep", "--from", "copy-user", "--", "sh", "-c",
+                    "id -u; echo b > $HOME/b && cat $HOME/b"}, copy);
+  EXPECT_EQ(home.out, "1234\nb\n") << home.err;
 }
 
 TEST_P(Images, RemovePruneAndSandboxesKeepTheirLayers) {
