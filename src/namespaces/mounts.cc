@@ -575,16 +575,22 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       opts[n++] = {"userxattr", nullptr};
       const unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
       ScopedFd mnt(mount_fs("overlay", opts, static_cast<int>(n), attrs, newroot.fd, "", f));
-      if (mnt.fd < 0 && f->err == EINVAL && (!any_idmapped || all_idmapped)) {
-        // Before 6.8 overlayfs has no "lowerdir+": the escaped list form,
-        // of the idmapped trees' attach points when there are some.
-        Option old_opts[] = {{"lowerdir", all_idmapped ? attached_escaped_.c_str() : lowers_escaped_.c_str()},
-                             {"upperdir", upper},
-                             {"workdir", work},
-                             {"userxattr", nullptr}};
-        mnt = mount_fs("overlay", old_opts, 4, attrs, newroot.fd, "", f);
+      bool mounted = mnt.fd >= 0;
+      if (!mounted && f->err == EINVAL && (!any_idmapped || all_idmapped)) {
+        // Before 6.8 overlayfs has no "lowerdir+", and fsconfig() takes no
+        // string over 256 bytes: mount(2) with one page of options, the
+        // lower directories as a list (the idmapped trees' attach points
+        // when there are some).
+        char data[4096];
+        const char* list = all_idmapped ? attached_escaped_.c_str() : lowers_escaped_.c_str();
+        if (!overlay_list_options(data, sizeof data, list, upper, work))
+          return fail(f, E2BIG, "overlay options (list form) for", "/");
+        if (::mount("overlay", "/newroot", "overlay", MS_NOSUID | MS_NODEV, data) == 0)
+          mounted = true;
+        else
+          fail(f, errno, "mount overlay (list form) at", "/");
       }
-      if (mnt.fd < 0) {
+      if (!mounted) {
         // A read-only root of one directory needs no writable layer: a plain
         // bind serves.
         if (!spec_.read_only || !layer_.empty() || n_lowers != 1) return false;
@@ -738,15 +744,19 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   return true;
 }
 
-std::string overlay_problem(const std::vector<std::string>& lowers, const std::string& scratch_dir) {
-  const std::string upper = scratch_dir + "/upper", work = scratch_dir + "/work";
-  for (const auto& d : {upper, work})
+std::string overlay_problem(const std::vector<std::string>& lowers, const std::string& scratch_dir,
+                            bool list_form_only) {
+  const std::string upper = scratch_dir + "/upper", work = scratch_dir + "/work",
+                    merged = scratch_dir + "/merged";
+  for (const auto& d : {upper, work, merged})
     if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return errno_message("create " + d, errno);
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return errno_message("pipe", errno);
   const uid_t uid = ::geteuid();
   const gid_t gid = ::getegid();
-  const std::string legacy_list = overlay_lowerdir_list(lowers);
+  char list_options[4096];
+  const bool list_fits = overlay_list_options(list_options, sizeof list_options,
+                                              overlay_lowerdir_list(lowers).c_str(), upper.c_str(), work.c_str());
   pid_t pid = ::fork();
   if (pid < 0) {
     int err = errno;
@@ -778,19 +788,15 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
       std::snprintf(map, sizeof map, "0 %u 1", static_cast<unsigned>(gid));
       if (!write_file("/proc/self/gid_map", map)) done(fail(&failure, errno, "write", "gid_map"));
     }
-    // "lowerdir+" per layer (6.8 on), else the list form, as the sandbox's
-    // own mount falls back. A kernel without it refuses "lowerdir+" when
-    // it is set (6.5 to 6.7) or only at the creation (before 6.5).
-    auto try_mount = [&](bool list_form) {
+    // "lowerdir+" per layer (6.8 on), else the list form through mount(2),
+    // as the sandbox's own mount falls back. A kernel without "lowerdir+"
+    // refuses it when it is set (6.5 to 6.7) or at the creation (before).
+    auto try_lowerdir_plus = [&]() {
       ScopedFd fs(::fsopen("overlay", FSOPEN_CLOEXEC));
       if (fs.fd < 0) return fail(&failure, errno, "fsopen", "overlay");
       bool ok = true;
-      if (list_form) {
-        ok = ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "lowerdir", legacy_list.c_str(), 0) == 0;
-      } else {
-        for (const auto& lower : lowers)
-          if (ok) ok = ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "lowerdir+", lower.c_str(), 0) == 0;
-      }
+      for (const auto& lower : lowers)
+        if (ok) ok = ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "lowerdir+", lower.c_str(), 0) == 0;
       if (!ok || ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "upperdir", upper.c_str(), 0) != 0 ||
           ::fsconfig(fs.fd, FSCONFIG_SET_STRING, "workdir", work.c_str(), 0) != 0 ||
           ::fsconfig(fs.fd, FSCONFIG_SET_FLAG, "userxattr", nullptr, 0) != 0 ||
@@ -801,8 +807,15 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
       }
       return true;
     };
-    bool mounted = try_mount(false);
-    if (!mounted && failure.err == EINVAL) mounted = try_mount(true);
+    auto try_list_form = [&]() {
+      if (!list_fits) return fail(&failure, E2BIG, "overlay options (list form) for", merged.c_str());
+      if (::mount("overlay", merged.c_str(), "overlay", MS_NOSUID | MS_NODEV, list_options) != 0)
+        return fail(&failure, errno, "mount overlay (list form) at", merged.c_str());
+      return true;
+    };
+    bool mounted = false;
+    if (!list_form_only) mounted = try_lowerdir_plus();
+    if (list_form_only || (!mounted && failure.err == EINVAL)) mounted = try_list_form();
     done(mounted);
   }
   ::close(report[1]);
@@ -813,7 +826,7 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   // The kernel's work/work directory (mode 000) goes with the rest.
-  for (const auto& d : {work + "/work", work + "/index", upper, work}) ::rmdir(d.c_str());
+  for (const auto& d : {work + "/work", work + "/index", upper, work, merged}) ::rmdir(d.c_str());
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   if (n == static_cast<ssize_t>(sizeof failure)) return failure.message();
   return "the overlay probe failed";
@@ -829,6 +842,41 @@ std::string overlay_lowerdir_list(const std::vector<std::string>& lowers) {
     }
   }
   return list;
+}
+
+namespace {
+
+// Appends `src` with ':', ',' and '\' escaped; false when it does not fit.
+bool append_escaped(char* out, size_t size, size_t* len, const char* src) {
+  for (; *src; ++src) {
+    const bool escape = *src == ':' || *src == ',' || *src == '\\';
+    if (*len + (escape ? 2 : 1) >= size) return false;
+    if (escape) out[(*len)++] = '\\';
+    out[(*len)++] = *src;
+  }
+  out[*len] = '\0';
+  return true;
+}
+
+bool append_plain(char* out, size_t size, size_t* len, const char* src) {
+  for (; *src; ++src) {
+    if (*len + 1 >= size) return false;
+    out[(*len)++] = *src;
+  }
+  out[*len] = '\0';
+  return true;
+}
+
+}  // namespace
+
+bool overlay_list_options(char* out, size_t size, const char* lowers, const char* upper, const char* work) {
+  if (size == 0) return false;
+  size_t len = 0;
+  out[0] = '\0';
+  return append_plain(out, size, &len, "lowerdir=") && append_plain(out, size, &len, lowers) &&
+         append_plain(out, size, &len, ",upperdir=") && append_escaped(out, size, &len, upper) &&
+         append_plain(out, size, &len, ",workdir=") && append_escaped(out, size, &len, work) &&
+         append_plain(out, size, &len, ",userxattr");
 }
 
 }  // namespace openshell::namespaces

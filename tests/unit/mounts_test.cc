@@ -147,3 +147,33 @@ TEST(OverlayLowerdirList, JoinsTopFirstAndEscapesSeparators) {
             "/x\\:y:/p\\,q:/back\\\\slash");
   EXPECT_EQ(openshell::namespaces::overlay_lowerdir_list({}), "");
 }
+
+TEST(OverlayListOptions, EscapesUpperAndWorkAndStopsWhenFull) {
+  char out[128];
+  ASSERT_TRUE(openshell::namespaces::overlay_list_options(out, sizeof out, "/l0:/l1", "/s,1/upper", "/s,1/work"));
+  EXPECT_STREQ(out, "lowerdir=/l0:/l1,upperdir=/s\\,1/upper,workdir=/s\\,1/work,userxattr");
+  char small[40];
+  EXPECT_FALSE(openshell::namespaces::overlay_list_options(small, sizeof small, "/l0:/l1", "/upper", "/work"));
+}
+
+// The list form through mount(2) takes more than fsconfig()'s 256 bytes:
+// six layers with long paths stack (this kernel has "lowerdir+" too; the
+// probe is told to try only what kernels before 6.8 get).
+TEST(OverlayProbe, ListFormStacksManyLayersWithLongPaths) {
+  openshell::testing::TempDir dir;
+  std::vector<std::string> lowers;
+  for (int i = 0; i < 6; ++i) {
+    std::string layer = dir.path() + "/layers/" + std::string(60, 'a' + i) + "/root";
+    std::filesystem::create_directories(layer);
+    openshell::testing::write_file(layer + "/file" + std::to_string(i), "x");
+    lowers.push_back(layer);
+  }
+  std::filesystem::create_directories(dir.path() + "/scratch");
+  size_t total = 0;
+  for (const auto& l : lowers) total += l.size() + 1;
+  ASSERT_GT(total, 256u);
+  EXPECT_EQ(openshell::namespaces::overlay_problem(lowers, dir.path() + "/scratch", true), "");
+  EXPECT_EQ(openshell::namespaces::overlay_problem(lowers, dir.path() + "/scratch", false), "");
+  // The scratch directory is left empty.
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/scratch"));
+}
