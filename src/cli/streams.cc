@@ -114,6 +114,11 @@ LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions
 int exec(const Paths& paths, const std::string& name, const ExecOptions& options) {
   asio::io_context io;
   auto ws = connect(io, paths, "/v1/sandboxes/" + net::percent_encode(name) + "/exec");
+  // Signals are caught from before the command starts: one sent as soon as
+  // it runs is passed on, never fatal to this process.
+  asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  signals.add(SIGWINCH);
+  signals.add(SIGQUIT);
   const bool tty = options.tty;
   unsigned short rows = 24, cols = 80;
   if (tty) terminal_size(&rows, &cols);
@@ -157,9 +162,6 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
   if (pollable) read_input();
 
   // Signals: a terminal's go through the pty; otherwise they are passed on.
-  asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
-  signals.add(SIGWINCH);
-  signals.add(SIGQUIT);
   std::function<void()> wait_signal = [&]() {
     signals.async_wait([&](const boost::system::error_code& ec, int sig) {
       if (ec) return;

@@ -171,6 +171,16 @@ TEST_P(Sandbox, ExecPassesStdinStatusEnvAndTty) {
   EXPECT_EQ(t.status, 0) << t.out;
   EXPECT_THAT(t.out, HasSubstr("/dev/pts/"));
   EXPECT_THAT(t.out, HasSubstr("33 99"));
+  // A signal to exec reaches the command, also one sent as soon as it runs.
+  for (int round = 0; round < 3; ++round) {
+    Options sig;
+    sig.signal_when = "ready";
+    sig.signal = SIGINT;
+    Result s = os({"sandbox", "exec", "ex", "--", "sh", "-c", "trap 'echo got-int; exit 7' INT; echo ready; while :; do :; done"},
+                  sig);
+    EXPECT_EQ(s.status, 7) << s.err;
+    EXPECT_EQ(s.out, "ready\ngot-int\n");
+  }
 }
 
 TEST_P(Sandbox, LogsTailAndFollow) {
