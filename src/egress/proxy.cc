@@ -4,6 +4,9 @@
 
 #include "egress/proxy.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
 
@@ -27,6 +30,23 @@ namespace {
 
 constexpr size_t kMaxHead = 64 * 1024;
 constexpr size_t kRelayBuffer = 256 * 1024;
+constexpr size_t kSpliceChunk = 1 << 20;  // bytes moved per splice() into the pipe
+constexpr int kSpliceRounds = 32;         // splices before the relay yields to other work
+
+// A pipe between two sockets: splice() moves a tunnel's bytes through it
+// inside the kernel, without copying them through the proxy.
+struct SplicePipe {
+  int read_end = -1, write_end = -1;
+  size_t held = 0;  // bytes in the pipe, not yet passed on
+  bool moved = false;
+  SplicePipe(int r, int w) : read_end(r), write_end(w) {}
+  SplicePipe(const SplicePipe&) = delete;
+  SplicePipe& operator=(const SplicePipe&) = delete;
+  ~SplicePipe() {
+    ::close(read_end);
+    ::close(write_end);
+  }
+};
 constexpr auto kHeadTimeout = std::chrono::seconds(30);
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr uint32_t kDnsTtl = 30;
@@ -452,7 +472,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       asio::async_write(client_, asio::buffer(*reply), [self, reply](const boost::system::error_code& ec, size_t) {
         if (ec) return self->abort();
         self->tunnel_client();
-        self->pump(self->upstream_, self->client_, self->from_upstream_);
+        self->relay(self->upstream_, self->client_, self->from_upstream_);
       });
       return;
     }
@@ -568,7 +588,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       [self, data, relay](const boost::system::error_code& ec, size_t) {
                         if (ec) return self->abort();
                         if (!relay) return self->shutdown(self->client_);
-                        self->pump(self->upstream_, self->client_, self->from_upstream_);
+                        self->relay(self->upstream_, self->client_, self->from_upstream_);
                       });
   }
 
@@ -586,17 +606,77 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void tunnel_client() {
     auto self = shared_from_this();
     auto to_upstream = std::make_shared<std::vector<char>>(kRelayBuffer);
-    if (rest_.empty()) return pump(client_, upstream_, to_upstream);
+    if (rest_.empty()) return relay(client_, upstream_, to_upstream);
     auto data = std::make_shared<std::string>(std::move(rest_));
     asio::async_write(upstream_, asio::buffer(*data),
                       [self, data, to_upstream](const boost::system::error_code& ec, size_t) {
                         if (ec) return self->abort();
-                        self->pump(self->client_, self->upstream_, to_upstream);
+                        self->relay(self->client_, self->upstream_, to_upstream);
                       });
   }
 
   // from -> to until from ends; then half-close `to`. No idle timeout: a
-  // long-lived connection (a WebSocket, a stream) is never cut.
+  // long-lived connection (a WebSocket, a stream) is never cut. Through a
+  // pipe with splice() where the kernel allows it, else through `buf`.
+  void relay(tcp::socket& from, tcp::socket& to, std::shared_ptr<std::vector<char>> buf) {
+    int ends[2];
+    boost::system::error_code ec, ec2;
+    from.native_non_blocking(true, ec);
+    to.native_non_blocking(true, ec2);
+    if (ec || ec2 || ::pipe2(ends, O_NONBLOCK | O_CLOEXEC) != 0) return pump(from, to, std::move(buf));
+    auto pipe = std::make_shared<SplicePipe>(ends[0], ends[1]);
+    (void)::fcntl(pipe->write_end, F_SETPIPE_SZ, static_cast<int>(kSpliceChunk));  // a bigger pipe when allowed
+    splice_step(from, to, std::move(pipe), std::move(buf));
+  }
+
+  void splice_step(tcp::socket& from, tcp::socket& to, std::shared_ptr<SplicePipe> pipe,
+                   std::shared_ptr<std::vector<char>> buf) {
+    auto self = shared_from_this();
+    for (int round = 0; round < kSpliceRounds; ++round) {
+      if (pipe->held > 0) {
+        ssize_t n = ::splice(pipe->read_end, nullptr, to.native_handle(), nullptr, pipe->held,
+                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0) {
+          pipe->held -= static_cast<size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EAGAIN) {
+          to.async_wait(tcp::socket::wait_write,
+                        [self, &from, &to, pipe, buf](const boost::system::error_code& ec) {
+                          if (ec) return self->abort();
+                          self->splice_step(from, to, pipe, buf);
+                        });
+          return;
+        }
+        return abort();
+      }
+      ssize_t n = ::splice(from.native_handle(), nullptr, pipe->write_end, nullptr, kSpliceChunk,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (n > 0) {
+        pipe->held = static_cast<size_t>(n);
+        pipe->moved = true;
+        proxy_->counters.bytes += static_cast<uint64_t>(n);
+        continue;
+      }
+      if (n == 0) return shutdown(to);
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        from.async_wait(tcp::socket::wait_read,
+                        [self, &from, &to, pipe, buf](const boost::system::error_code& ec) {
+                          if (ec) return self->abort();
+                          self->splice_step(from, to, pipe, buf);
+                        });
+        return;
+      }
+      // A kernel that cannot splice these sockets: copy instead.
+      if (errno == EINVAL && !pipe->moved) return pump(from, to, std::move(buf));
+      return abort();
+    }
+    // A fast tunnel yields, so that other connections get their turn.
+    asio::post(from.get_executor(), [self, &from, &to, pipe, buf] { self->splice_step(from, to, pipe, buf); });
+  }
+
   void pump(tcp::socket& from, tcp::socket& to, std::shared_ptr<std::vector<char>> buf) {
     auto self = shared_from_this();
     from.async_read_some(asio::buffer(*buf), [self, &from, &to, buf](const boost::system::error_code& ec, size_t n) {
