@@ -47,8 +47,9 @@ class ProgressDisplay : public image::Progress {
     if (missing == 0) {
       std::fprintf(stderr, "%s %s: all %zu layers already stored\n", verb_.c_str(), image.c_str(), layers);
     } else if (!tty_) {
-      std::fprintf(stderr, "%s %s: %zu of %zu layers to fetch (%s)\n", verb_.c_str(), image.c_str(),
-                   missing, layers, text::format_bytes(bytes).c_str());
+      std::fprintf(stderr, "%s %s: %zu of %zu layers to %s (%s)\n", verb_.c_str(), image.c_str(),
+                   missing, layers, verb_ == "Importing" ? "unpack" : "fetch",
+                   text::format_bytes(bytes).c_str());
     } else {
       draw(true);
     }

@@ -329,6 +329,7 @@ TEST_P(Images, ImportsOciArchivesAndDockerSaveArchives) {
             0);
   Result a = os({"image", "import", oci, "from-oci"});
   ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_THAT(a.err, HasSubstr("Importing localhost/from-oci:latest: 1 of 1 layers to unpack"));
   // A docker save archive names its image itself.
   Result b = os({"image", "import", docker});
   ASSERT_EQ(b.status, 0) << b.err;
