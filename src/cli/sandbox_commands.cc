@@ -269,7 +269,16 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->callback([name, output, action] {
       *action = [name, output] {
         GatewayClient client;
-        print_sandbox(client.call("GET", target(*name)), *output);
+        json sandbox = client.call("GET", target(*name));
+        print_sandbox(sandbox, *output);
+        if (*output != "json") {
+          // What happened to it lately, as `kubectl describe` shows.
+          json events = client.call("GET", target(*name, "events") + "?limit=10").value("events", json::array());
+          std::printf("Events:%s\n", events.empty() ? " none" : "");
+          for (const auto& e : events)
+            std::printf("  %s  %s  %s\n", e.value("time", "").c_str(), e.value("type", "").c_str(),
+                        e.value("message", "").c_str());
+        }
         return 0;
       };
     });

@@ -813,6 +813,18 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
       if (p.size() == 3 && p[2] == "policy" && m == "GET") return get_policy(exchange, name);
       if (p.size() == 3 && p[2] == "policy" && m == "PUT") return set_policy(exchange, name);
       if (p.size() == 3 && p[2] == "policies" && m == "GET") return list_policies(exchange, name);
+      if (p.size() == 3 && p[2] == "events" && m == "GET") {
+        // The newest `limit` (default 100, at most the 1000 kept), oldest first.
+        SandboxRecord record = find(name);
+        const std::string limit_text = req.query.count("limit") ? req.query.at("limit") : "100";
+        auto limit = text::parse_uint(limit_text, 1000);
+        if (!limit || *limit < 1)
+          throw ApiError(400, "bad_request", "limit must be a number from 1 to 1000, not '" + limit_text + "'");
+        json events = json::array();
+        for (const auto& e : store_->events(record.id, *limit))
+          events.push_back({{"time", rfc3339(e.time_ms)}, {"type", e.type}, {"message", e.message}});
+        return exchange->respond(json_response(200, {{"sandbox", record.name}, {"events", events}}));
+      }
     }
   }
   throw ApiError(404, "not_found", "no such API path: " + m + " " + req.path);
@@ -926,6 +938,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   record.conditions.push_back(Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
   store_->insert(record);  // the intent is on disk before anything is done
   store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
+  store_->append_event(id, "Created",
+                       "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
+                       record.created_ms);
 
   // The sandbox's directory: launch file, logs, and its writable layer.
   const std::string dir = paths_.sandbox(id);

@@ -148,6 +148,12 @@ TEST_P(Sandbox, IdleSandboxExecStopStartKeepsWorkspace) {
     Result c = os({"sandbox", "exec", name, "--", "cat", "/sandbox/file"});
     EXPECT_EQ(c.out, "kept\n") << c.err;
     EXPECT_EQ(field(name, "generation"), "2");
+    // `get` tells its story: created, ready, stopped, started again.
+    Result get = os({"sandbox", "get", name});
+    EXPECT_THAT(get.out, HasSubstr("Events:\n"));
+    EXPECT_THAT(get.out, HasSubstr("  Created  from " + from + "\n"));
+    EXPECT_THAT(get.out, HasSubstr("  Phase  Stopped"));
+    EXPECT_THAT(get.out, HasSubstr("  Phase  Starting"));
   }
 }
 
