@@ -21,6 +21,7 @@
 #include "base/sandbox_spec.h"
 #include "base/text.h"
 #include "cli/commands.h"
+#include "cli/copy.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
 #include "cli/table.h"
@@ -403,6 +404,53 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         if (s.value("phase", "") != "Ready")
           throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (exec needs a Ready sandbox; see 'openshell sandbox start')");
         return exec(client.paths(), *name, *o);
+      };
+    });
+  }
+
+  // upload, download
+  {
+    auto name = std::make_shared<std::string>();
+    auto local = std::make_shared<std::string>();
+    auto dest = std::make_shared<std::string>("/sandbox");
+    CLI::App* c = sandbox->add_subcommand("upload", "Copy a file or directory into a running sandbox");
+    c->add_option("name", *name, "The sandbox")->required();
+    c->add_option("local", *local, "A file, directory or symbolic link on this machine")->required();
+    c->add_option("dest", *dest, "The directory in the sandbox it goes into")->capture_default_str();
+    c->footer(
+        "Copied as the sandbox's user, under its own name, through tar in the sandbox; its policy "
+        "applies (by default only /sandbox and /tmp are writable).\n"
+        "Example: openshell sandbox upload demo ./src            # becomes /sandbox/src");
+    c->callback([name, local, dest, action] {
+      *action = [name, local, dest] {
+        GatewayClient client;
+        json s = client.call("GET", target(*name));
+        if (s.value("phase", "") != "Ready")
+          throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (upload needs a Ready sandbox; see 'openshell sandbox start')");
+        return upload(client.paths(), *name, *local, *dest);
+      };
+    });
+  }
+  {
+    auto name = std::make_shared<std::string>();
+    auto remote = std::make_shared<std::string>();
+    auto local = std::make_shared<std::string>(".");
+    CLI::App* c = sandbox->add_subcommand("download", "Copy a file or directory out of a running sandbox");
+    c->add_option("name", *name, "The sandbox")->required();
+    c->add_option("remote", *remote, "An absolute path in the sandbox")->required();
+    c->add_option("local", *local, "The directory here it goes into (it must not have that name yet)")
+        ->capture_default_str();
+    c->footer(
+        "Read as the sandbox's user through tar in the sandbox; what arrives is unpacked like an "
+        "untrusted archive and appears only when complete.\n"
+        "Example: openshell sandbox download demo /sandbox/out ./results");
+    c->callback([name, remote, local, action] {
+      *action = [name, remote, local] {
+        GatewayClient client;
+        json s = client.call("GET", target(*name));
+        if (s.value("phase", "") != "Ready")
+          throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (download needs a Ready sandbox; see 'openshell sandbox start')");
+        return download(client.paths(), *name, *remote, *local);
       };
     });
   }

@@ -130,21 +130,21 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
   std::optional<int> status;
   std::string error;
   int error_code = 0;
-  RawMode raw(tty ? STDIN_FILENO : -1);
+  RawMode raw(tty ? options.stdin_fd : -1);
 
   // Input: pollable stdin streams as it comes; a regular file is sent whole.
   asio::posix::stream_descriptor input(io);
   struct stat st;
-  bool pollable = ::fstat(STDIN_FILENO, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  bool pollable = ::fstat(options.stdin_fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
   if (pollable) {
-    int fd = ::dup(STDIN_FILENO);
+    int fd = ::dup(options.stdin_fd);
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     input.assign(fd);
   } else {
     std::string all;
     char buf[65536];
     ssize_t n;
-    while ((n = ::read(STDIN_FILENO, buf, sizeof buf)) > 0) all.append(buf, static_cast<size_t>(n));
+    while ((n = ::read(options.stdin_fd, buf, sizeof buf)) > 0) all.append(buf, static_cast<size_t>(n));
     if (!all.empty()) ws->send(all, true);
     ws->send(json{{"type", "eof"}}.dump(), false);
   }
@@ -194,7 +194,7 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
       [&](std::string data, bool binary) {
         if (binary) {
           if (data.empty()) return;
-          write_all(data[0] == 2 ? STDERR_FILENO : STDOUT_FILENO, std::string_view(data).substr(1));
+          write_all(data[0] == 2 ? STDERR_FILENO : options.stdout_fd, std::string_view(data).substr(1));
           return;
         }
         json m = json::parse(data, nullptr, false);

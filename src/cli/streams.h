@@ -33,6 +33,8 @@ struct ExecOptions {
   std::string workdir;  // empty: the sandbox's
   bool tty = false;
   int timeout_s = 0;     // 0: none
+  int stdin_fd = 0;      // where its input comes from (a pipe, a file, a terminal)
+  int stdout_fd = 1;     // where its output goes; stderr always goes to 2
 };
 
 // Runs a command in a Ready sandbox with stdin, stdout and stderr passed

@@ -538,11 +538,13 @@ void Extractor::extract(archive_entry* entry) {
   size_t slash = path_.rfind('/');
   leaf_at_ = slash == std::string::npos ? 0 : slash + 1;
 
-  if (const size_t at = whiteout_above(); at != std::string::npos) {
-    if (path_.compare(at, 8, ".wh..wh.") == 0) return;  // inside aufs's own (".wh..wh.plnk/")
-    refuse("goes through the whiteout name " + quoted(path_.substr(0, path_.find('/', at))));
+  if (options_.whiteouts) {
+    if (const size_t at = whiteout_above(); at != std::string::npos) {
+      if (path_.compare(at, 8, ".wh..wh.") == 0) return;  // inside aufs's own (".wh..wh.plnk/")
+      refuse("goes through the whiteout name " + quoted(path_.substr(0, path_.find('/', at))));
+    }
+    if (std::strncmp(leaf(), ".wh.", 4) == 0) return make_whiteout();
   }
-  if (std::strncmp(leaf(), ".wh.", 4) == 0) return make_whiteout();
   if (const char* target = archive_entry_hardlink(entry)) return make_hard_link(target);
   const mode_t type = archive_entry_filetype(entry);
   if (type == AE_IFDIR) return make_directory(entry);

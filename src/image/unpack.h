@@ -39,6 +39,9 @@ struct UnpackOptions {
   // true: entries belong to the archive's numeric uid/gid; false: to the
   // caller.
   bool preserve_owners = ::geteuid() == 0;
+  // true: ".wh." names are overlayfs whiteouts (an image layer); false: a
+  // plain archive, whose ".wh." names are files like any other.
+  bool whiteouts = true;
   // Optional: compressed bytes read so far, called every 256 KiB or so and
   // once at the end. An exception thrown here stops the extraction and comes
   // out of unpack_layer.

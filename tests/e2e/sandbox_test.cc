@@ -189,6 +189,57 @@ TEST_P(Sandbox, ExecPassesStdinStatusEnvAndTty) {
   }
 }
 
+// Files in and out of a running sandbox, as its user, through its tar.
+TEST_P(Sandbox, UploadAndDownloadFilesAndDirectories) {
+  ASSERT_EQ(os({"sandbox", "create", "--name", "files", "--from", rootfs()}).status, 0);
+  const std::string m = mode_name(mode());
+  const std::string src = make_dir(mode(), "up-" + m);
+  make_dir(mode(), "up-" + m + "/sub");
+  write_file(src + "/a.txt", "hello\n");
+  write_file(src + "/.wh.plain", "not a whiteout\n");
+  const std::string long_name(150, 'x');
+  write_file(src + "/sub/" + long_name, "long\n");
+  ASSERT_EQ(::symlink("a.txt", (src + "/link").c_str()), 0);
+  Result up = os({"sandbox", "upload", "files", src});
+  ASSERT_EQ(up.status, 0) << up.err;
+  Result seen = os({"sandbox", "exec", "files", "--", "sh", "-c",
+                    "cd /sandbox/up-" + m + " && cat a.txt link .wh.plain sub/" + long_name + " && stat -c %U a.txt"});
+  EXPECT_EQ(seen.out, "hello\nhello\nnot a whiteout\nlong\nsandbox\n") << seen.err;
+  // A single file, into another directory the policy lets it write.
+  EXPECT_EQ(os({"sandbox", "upload", "files", src + "/a.txt", "/tmp"}).status, 0);
+  EXPECT_EQ(os({"sandbox", "exec", "files", "--", "cat", "/tmp/a.txt"}).out, "hello\n");
+
+  // And back, under its own name, into a directory of ours.
+  const std::string out = make_dir(mode(), "down-" + m, 0777);
+  Result down = os({"sandbox", "download", "files", "/sandbox/up-" + m, out});
+  ASSERT_EQ(down.status, 0) << down.err;
+  EXPECT_EQ(file_contents(out + "/up-" + m + "/a.txt"), "hello\n");
+  EXPECT_EQ(file_contents(out + "/up-" + m + "/.wh.plain"), "not a whiteout\n");
+  EXPECT_EQ(file_contents(out + "/up-" + m + "/sub/" + long_name), "long\n");
+  char target[64] = {};
+  EXPECT_EQ(::readlink((out + "/up-" + m + "/link").c_str(), target, sizeof target - 1), 5);
+  EXPECT_STREQ(target, "a.txt");
+
+  // What would overwrite, what is missing, where it may not write: one
+  // line each, and nothing left behind.
+  Result again = os({"sandbox", "download", "files", "/sandbox/up-" + m, out});
+  EXPECT_EQ(again.status, 125);
+  EXPECT_THAT(again.err, HasSubstr("exists; nothing was changed"));
+  Result missing = os({"sandbox", "download", "files", "/sandbox/nothere", out});
+  EXPECT_NE(missing.status, 0);
+  EXPECT_THAT(missing.err, HasSubstr("nothere"));
+  EXPECT_EQ(file_contents_of_dir(out), "up-" + m);
+  Result usr = os({"sandbox", "upload", "files", src, "/usr"});
+  EXPECT_NE(usr.status, 0);
+  Result relative = os({"sandbox", "upload", "files", src, "sandbox"});
+  EXPECT_EQ(relative.status, 125);
+  EXPECT_THAT(relative.err, HasSubstr("absolute path"));
+  os({"sandbox", "stop", "files"});
+  Result stopped = os({"sandbox", "upload", "files", src});
+  EXPECT_EQ(stopped.status, 125);
+  EXPECT_THAT(stopped.err, HasSubstr("upload needs a Ready sandbox"));
+}
+
 TEST_P(Sandbox, LogsTailAndFollow) {
   ASSERT_EQ(os({"sandbox", "create", "--name", "lg", "--from", rootfs(), "--detach", "--", "sh", "-c",
                 "for i in 1 2 3 4 5; do echo line$i; done; sleep 0.3; echo last"}).status, 0);
