@@ -322,6 +322,28 @@ void ExecSession::write_stdin() {
 void ExecSession::finish() {
   if (ended_) return;
   drain_timer_.cancel();
+  // What the process wrote before it exited is in the pipes already, even
+  // when this supervisor was too busy to read it before the drain timer
+  // fired: send it all before the exit status.
+  auto drain = [this](asio::posix::stream_descriptor& stream, uint8_t tag) {
+    if (!stream.is_open()) return;
+    const int fd = stream.native_handle();
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    std::array<char, 32768> buffer;
+    for (;;) {
+      ssize_t n = ::read(fd, buffer.data() + 1, buffer.size() - 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      buffer[0] = static_cast<char>(tag);
+      ws_->send(std::string(buffer.data(), static_cast<size_t>(n) + 1), true);
+    }
+  };
+  if (tty_) {
+    drain(pty_, 1);
+  } else {
+    drain(out_, 1);
+    drain(err_, 2);
+  }
   end({{"type", "exit"}, {"code", status_.value_or(128 + SIGKILL)}});
 }
 
