@@ -41,14 +41,14 @@ std::string parent_of(std::string path) {
 class NoSigpipe {
  public:
   NoSigpipe() {
-    struct sigaction ignore{};
+    struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ignore, &saved_);
   }
   ~NoSigpipe() { ::sigaction(SIGPIPE, &saved_, nullptr); }
 
  private:
-  struct sigaction saved_{};
+  struct sigaction saved_ {};
 };
 
 // A tar stream in GNU's format (what busybox's and GNU's tar read), written
@@ -110,10 +110,12 @@ class TarWriter {
     if (width >= 12 && value >= (uint64_t{1} << (3 * (width - 1)))) {
       std::memset(field, 0, width);
       field[0] = static_cast<char>(0x80);
-      for (size_t i = width - 1; i > 0 && value; --i, value >>= 8) field[i] = static_cast<char>(value & 0xff);
+      for (size_t i = width - 1; i > 0 && value; --i, value >>= 8)
+        field[i] = static_cast<char>(value & 0xff);
       return;
     }
-    std::snprintf(field, width, "%0*llo", static_cast<int>(width - 1), static_cast<unsigned long long>(value));
+    std::snprintf(field, width, "%0*llo", static_cast<int>(width - 1),
+                  static_cast<unsigned long long>(value));
   }
 
   void header(const std::string& name, char type, unsigned mode, uint64_t size, int64_t mtime,
@@ -187,16 +189,19 @@ void write_tar(const std::string& local, int fd) {
 namespace {
 
 int tar_status(int status, const char* what) {
-  if (status == 127) throw Error(std::string(what) + ": the sandbox has no tar, which it needs", 125);
+  if (status == 127)
+    throw Error(std::string(what) + ": the sandbox has no tar, which it needs", 125);
   return status;
 }
 
 }  // namespace
 
-int upload(const Paths& paths, const std::string& name, const std::string& local, const std::string& dest) {
+int upload(const Paths& paths, const std::string& name, const std::string& local,
+           const std::string& dest) {
   struct stat st;
   if (::lstat(local.c_str(), &st) != 0) throw_errno("upload: " + local);
-  if (dest.empty() || dest[0] != '/') throw Error("upload: the destination must be an absolute path in the sandbox");
+  if (dest.empty() || dest[0] != '/')
+    throw Error("upload: the destination must be an absolute path in the sandbox");
   int ends[2];
   if (::pipe2(ends, O_CLOEXEC) != 0) throw_errno("pipe");
   UniqueFd read_end(ends[0]), write_end(ends[1]);
@@ -227,15 +232,18 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   return tar_status(status, "upload");
 }
 
-int download(const Paths& paths, const std::string& name, const std::string& remote, const std::string& local_dir) {
-  if (remote.empty() || remote[0] != '/') throw Error("download: the source must be an absolute path in the sandbox");
+int download(const Paths& paths, const std::string& name, const std::string& remote,
+             const std::string& local_dir) {
+  if (remote.empty() || remote[0] != '/')
+    throw Error("download: the source must be an absolute path in the sandbox");
   const std::string leaf = base_name(remote);
   if (leaf.empty() || leaf == "/" || leaf == "." || leaf == "..")
     throw Error("download: '" + remote + "' names no file or directory");
   if (!files::is_directory(local_dir)) throw Error("download: " + local_dir + ": not a directory");
   const std::string final_path = local_dir + "/" + leaf;
   struct stat st;
-  if (::lstat(final_path.c_str(), &st) == 0) throw Error("download: " + final_path + " exists; nothing was changed");
+  if (::lstat(final_path.c_str(), &st) == 0)
+    throw Error("download: " + final_path + " exists; nothing was changed");
   // Unpacked first into a directory of our own next to it, then moved.
   std::string staging = local_dir + "/.openshell-download-XXXXXX";
   if (!::mkdtemp(staging.data())) throw_errno("download: create a directory in " + local_dir);

@@ -38,9 +38,8 @@ TEST(LogWriter, WritesWholeLinesAndThePartialOneAtTheEnd) {
     w.write("stdout", "o\nthree", 2);
     w.flush_partial("stdout", 3);
   }
-  EXPECT_EQ(read(path),
-            format({1, "stdout", false, "one"}) + format({2, "stdout", false, "two"}) +
-                format({3, "stdout", true, "three"}));
+  EXPECT_EQ(read(path), format({1, "stdout", false, "one"}) + format({2, "stdout", false, "two"}) +
+                            format({3, "stdout", true, "three"}));
 }
 
 TEST(RotatingFile, KeepsOneOlderPartAndTheNewestLines) {
