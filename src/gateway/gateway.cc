@@ -1287,6 +1287,9 @@ void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
 }  // namespace
 
 int run(int ready_fd) {
+  // A write to a client or pipe that has gone (the CLI that started us,
+  // killed before it read our answer) is that peer's end, not ours.
+  ::signal(SIGPIPE, SIG_IGN);
   // The CLI that started us waits for this pipe's answer, and for its end:
   // no child of ours may hold it.
   if (ready_fd >= 0) ::fcntl(ready_fd, F_SETFD, FD_CLOEXEC);

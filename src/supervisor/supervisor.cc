@@ -752,6 +752,10 @@ void Supervisor::stop(int grace_ms) {
 }  // namespace
 
 int main(const std::string& launch_file) {
+  // A write to a peer that has gone (a reset tunnel: splice() does not take
+  // MSG_NOSIGNAL) is an error for that connection, never the end of the
+  // supervisor. The sandbox's processes get their signals' defaults back.
+  ::signal(SIGPIPE, SIG_IGN);
   try {
     asio::io_context io;
     Supervisor supervisor(io, launch_file);

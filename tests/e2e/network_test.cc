@@ -460,6 +460,27 @@ TEST_P(Network, MalformedPoliciesAreRejectedWithLineAndField) {
   EXPECT_THAT(ok.out, HasSubstr("valid (1 network policies, 1 endpoints)"));
 }
 
+// A client that resets its tunnel while the server still sends makes the
+// proxy's next writes fail with EPIPE: the sandbox's supervisor (which
+// serves the proxy) must take that as the end of one connection, not die.
+TEST_P(Network, AResetTunnelLeavesTheSandboxServing) {
+  std::string home = make_dir(mode(), "resethome-" + mode_name(mode()), 0700);
+  Options o = env();
+  o.env.push_back("OPENSHELL_HOME=" + home);
+  auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
+  ASSERT_EQ(os({"sandbox", "create", "--name", "rst", "--from", rootfs(), "--policy", policy(local_rule())}).status, 0);
+  for (int i = 0; i < 3; ++i) {
+    Result reset = os({"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost", port(), "reset"});
+    EXPECT_THAT(reset.out, HasSubstr("reset")) << reset.err;
+  }
+  ::usleep(300000);  // the echoes that follow the reset reach the proxy
+  Result after = os({"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost", port(), "echo"});
+  EXPECT_EQ(after.status, 0) << after.out << after.err;
+  EXPECT_THAT(os({"sandbox", "get", "rst", "-o", "json"}).out, HasSubstr("\"phase\": \"Ready\""));
+  os({"sandbox", "delete", "--all"});
+  os({"gateway", "stop"});
+}
+
 // Policies of long-lived sandboxes change live: the network part applies to
 // new connections at once, revisions are kept, a bad one changes nothing.
 TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {

@@ -245,6 +245,22 @@ int proxy_connect(const char* host, const char* port, const std::string& mode) {
     if (reply.find(" 101 ") == std::string::npos) return 1;
   }
   if (mode == "idle") ::sleep(2);
+  if (mode == "reset") {
+    // Send for an echo server, read nothing back, then reset the
+    // connection while echoes are still on their way: the proxy's next
+    // writes to this socket fail (EPIPE), which must not end it.
+    std::string chunk(64 * 1024, 'r');
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    for (int i = 0; i < 64; ++i) {
+      if (::write(fd, chunk.data(), chunk.size()) < 0 && errno != EAGAIN) break;
+      ::usleep(2000);
+    }
+    linger hard{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+    ::close(fd);
+    std::printf("reset\n");
+    return 0;
+  }
   return line_through("ping through the proxy\n") ? 0 : 1;
 }
 

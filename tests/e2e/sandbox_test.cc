@@ -169,6 +169,14 @@ TEST_P(Sandbox, ExecPassesStdinStatusEnvAndTty) {
   EXPECT_EQ(e.out, "y 1\n/tmp\n");
   EXPECT_EQ(e.err, "oops\n");
   EXPECT_EQ(os({"sandbox", "exec", "ex", "--", "no-such-command"}).status, 127);
+  // The supervisor ignores SIGPIPE; what runs in the sandbox does not.
+  for (const auto& command : {std::vector<std::string>{"sandbox", "exec", "ex", "--", "grep", "SigIgn", "/proc/self/status"},
+                              std::vector<std::string>{"sandbox", "create", "--no-keep", "--from", rootfs(), "--",
+                                                       "grep", "SigIgn", "/proc/self/status"}}) {
+    Result ign = os(command);
+    ASSERT_EQ(ign.out.rfind("SigIgn:\t", 0), 0u) << ign.out << ign.err;
+    EXPECT_EQ(std::stoull(ign.out.substr(8), nullptr, 16) & (1ull << (SIGPIPE - 1)), 0u) << ign.out;
+  }
   Options tty;
   tty.pty = true;
   tty.rows = 33;
