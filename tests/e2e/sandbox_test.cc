@@ -165,6 +165,9 @@ TEST_P(Sandbox, ExecPassesStdinStatusEnvAndTty) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("3"));
   EXPECT_EQ(os({"sandbox", "exec", "ex", "--", "sh", "-c", "exit 7"}).status, 7);
+  Result with_n = os({"sandbox", "exec", "-n", "ex", "--", "sh", "-c", "echo as-openshell-has-it; exit 8"});
+  EXPECT_EQ(with_n.status, 8) << with_n.err;
+  EXPECT_EQ(with_n.out, "as-openshell-has-it\n");
   Result e = os({"sandbox", "exec", "ex", "-e", "X=y", "-w", "/tmp", "--", "sh", "-c", "echo $X $FROM_CREATE; pwd; echo oops >&2"});
   EXPECT_EQ(e.out, "y 1\n/tmp\n");
   EXPECT_EQ(e.err, "oops\n");
