@@ -1,5 +1,6 @@
 // openshell sandbox create|get|list|start|stop|delete|exec|logs, openshell
 // logs, openshell gateway run|status|stop, and the supervisor's entry.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "base/log.h"
 #include "base/sandbox_spec.h"
 #include "base/text.h"
+#include "base/unique_fd.h"
 #include "cli/commands.h"
 #include "cli/copy.h"
 #include "cli/gateway_client.h"
@@ -44,6 +46,34 @@ CLI::Option* add_output(CLI::App* app, std::string* output) {
   return app->add_option("-o,--output", *output, "Output format: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
+}
+
+// The last sandbox a command named, for the commands that may leave the
+// name out (get, start, stop, logs), as OpenShell's do. Best effort: a
+// state directory that cannot be written only loses the convenience.
+std::string last_used_file(const Paths& paths) { return paths.state_dir + "/last-sandbox"; }
+
+void remember(const Paths& paths, const std::string& name) {
+  const std::string file = last_used_file(paths);
+  const std::string temp = file + ".tmp." + std::to_string(::getpid());
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return;
+  const std::string line = name + "\n";
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()) ||
+      ::rename(temp.c_str(), file.c_str()) != 0)
+    ::unlink(temp.c_str());
+}
+
+// `given`, remembered; else the one remembered.
+std::string sandbox_name(const Paths& paths, const std::string& given) {
+  if (!given.empty()) {
+    remember(paths, given);
+    return given;
+  }
+  std::string last = files::try_read(last_used_file(paths)).value_or("");
+  while (!last.empty() && (last.back() == '\n' || last.back() == ' ')) last.pop_back();
+  if (last.empty()) throw Error("no sandbox named, and none used before: give its name");
+  return last;
 }
 
 std::string target(const std::string& name, const std::string& action = "") {
@@ -200,6 +230,7 @@ int create(const CreateOptions& o) {
   if (!o.name.empty()) body["name"] = o.name;
   json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
   const std::string name = sandbox.value("name", "");
+  if (!o.no_keep) remember(client.paths(), name);
 
   if (sandbox.contains("storage_note")) log::warn(sandbox.value("storage_note", ""));
   if (launch_failed(sandbox)) {
@@ -265,11 +296,12 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     auto name = std::make_shared<std::string>();
     auto output = std::make_shared<std::string>("table");
     CLI::App* c = sandbox->add_subcommand("get", "Show a sandbox");
-    c->add_option("name", *name, "The sandbox")->required();
+    c->add_option("name", *name, "The sandbox (default: the last one named)");
     add_output(c, output.get());
     c->callback([name, output, action] {
       *action = [name, output] {
         GatewayClient client;
+        *name = sandbox_name(client.paths(), *name);
         json sandbox = client.call("GET", target(*name));
         print_sandbox(sandbox, *output);
         if (*output != "json") {
@@ -312,12 +344,13 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
                            ? "Start a sandbox again (from Stopped, Completed or Error) and wait until it runs"
                            : "Stop a sandbox's processes, keeping its workspace, and wait until they are gone";
     CLI::App* c = sandbox->add_subcommand(verb, what);
-    c->add_option("name", *name, "The sandbox")->required();
+    c->add_option("name", *name, "The sandbox (default: the last one named)");
     add_output(c, output.get());
     std::string v = verb;
     c->callback([name, output, action, v] {
       *action = [name, output, v] {
         GatewayClient client;
+        *name = sandbox_name(client.paths(), *name);
         json s = client.call("POST", target(*name, v));
         if (*output == "json") {
           print_sandbox(s, "json");
@@ -411,6 +444,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         json s = client.call("GET", target(*name));
         if (s.value("phase", "") != "Ready")
           throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (exec needs a Ready sandbox; see 'openshell sandbox start')");
+        remember(client.paths(), *name);
         return exec(client.paths(), *name, *o);
       };
     });
@@ -435,6 +469,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         json s = client.call("GET", target(*name));
         if (s.value("phase", "") != "Ready")
           throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (upload needs a Ready sandbox; see 'openshell sandbox start')");
+        remember(client.paths(), *name);
         return upload(client.paths(), *name, *local, *dest);
       };
     });
@@ -458,6 +493,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         json s = client.call("GET", target(*name));
         if (s.value("phase", "") != "Ready")
           throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (download needs a Ready sandbox; see 'openshell sandbox start')");
+        remember(client.paths(), *name);
         return download(client.paths(), *name, *remote, *local);
       };
     });
@@ -474,7 +510,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->add_option("--source", *source, "sandbox (the main process's output) or network (the egress decisions, JSON lines)")
         ->check(CLI::IsMember({"sandbox", "network"}))
         ->capture_default_str();
-    c->add_option("name", *name, "The sandbox")->required();
+    c->add_option("name", *name, "The sandbox (default: the last one named)");
     c->add_option("-n,--tail", *lines, "Only the last N lines (default all)");
     c->add_flag("-f,--follow", *follow, "Keep printing as the main process writes, until it ends");
     c->add_flag("--timestamps", *timestamps, "Prefix each line with its time");
@@ -483,6 +519,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         if (*lines != "all" && !text::parse_uint(*lines))
           throw Error("--tail " + *lines + ": not a number");
         GatewayClient client;
+        *name = sandbox_name(client.paths(), *name);
         if (*follow) {
           follow_logs(client.paths(), *name, LogOptions{*lines, *timestamps, *source});
           return 0;

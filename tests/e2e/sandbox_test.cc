@@ -200,6 +200,25 @@ TEST_P(Sandbox, ExecPassesStdinStatusEnvAndTty) {
   }
 }
 
+// get, start, stop and logs without a name take the last sandbox named, as
+// OpenShell's do.
+TEST_P(Sandbox, WithoutANameTheLastSandboxNamed) {
+  Result none = os({"sandbox", "get"});
+  EXPECT_EQ(none.status, 125);
+  EXPECT_THAT(none.err, HasSubstr("no sandbox named, and none used before"));
+  ASSERT_EQ(os({"sandbox", "create", "--name", "first", "--from", rootfs(), "-d", "--", "sh", "-c",
+                "echo from-first; sleep 600"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "second", "--from", rootfs()}).status, 0);
+  EXPECT_THAT(os({"sandbox", "get"}).out, HasSubstr("Name:         second\n"));
+  ASSERT_EQ(os({"sandbox", "exec", "first", "--", "true"}).status, 0);
+  EXPECT_THAT(os({"sandbox", "get"}).out, HasSubstr("Name:         first\n"));
+  EXPECT_EQ(os({"logs"}).out, "from-first\n");
+  EXPECT_EQ(os({"sandbox", "stop"}).out, "first: Stopped\n");
+  EXPECT_EQ(os({"sandbox", "start"}).out, "first: Ready\n");
+  EXPECT_EQ(phase("second"), "Ready");  // untouched (and now the last named)
+  EXPECT_THAT(os({"sandbox", "get"}).out, HasSubstr("Name:         second\n"));
+}
+
 // Files in and out of a running sandbox, as its user, through its tar.
 TEST_P(Sandbox, UploadAndDownloadFilesAndDirectories) {
   ASSERT_EQ(os({"sandbox", "create", "--name", "files", "--from", rootfs()}).status, 0);
