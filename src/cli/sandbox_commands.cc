@@ -80,6 +80,16 @@ std::string target(const std::string& name, const std::string& action = "") {
   return "/v1/sandboxes/" + net::percent_encode(name) + (action.empty() ? "" : "/" + action);
 }
 
+// For the commands that run something in the sandbox (exec, upload,
+// download): it must be Ready; it becomes the last one named.
+void require_ready(GatewayClient& client, const std::string& name, const std::string& verb) {
+  json s = client.call("GET", target(name));
+  if (s.value("phase", "") != "Ready")
+    throw Error("sandbox '" + name + "' is " + s.value("phase", "") + " (" + verb +
+                " needs a Ready sandbox; see 'openshell sandbox start')");
+  remember(client.paths(), name);
+}
+
 std::string age(const std::string& rfc3339) {
   // "2026-11-29T19:51:23.123Z" -> "5s", "3m", "2h", "4d".
   tm t{};
@@ -441,10 +451,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
       o->env = env;
       *action = [name, o] {
         GatewayClient client;
-        json s = client.call("GET", target(*name));
-        if (s.value("phase", "") != "Ready")
-          throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (exec needs a Ready sandbox; see 'openshell sandbox start')");
-        remember(client.paths(), *name);
+        require_ready(client, *name, "exec");
         return exec(client.paths(), *name, *o);
       };
     });
@@ -466,10 +473,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->callback([name, local, dest, action] {
       *action = [name, local, dest] {
         GatewayClient client;
-        json s = client.call("GET", target(*name));
-        if (s.value("phase", "") != "Ready")
-          throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (upload needs a Ready sandbox; see 'openshell sandbox start')");
-        remember(client.paths(), *name);
+        require_ready(client, *name, "upload");
         return upload(client.paths(), *name, *local, *dest);
       };
     });
@@ -490,10 +494,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->callback([name, remote, local, action] {
       *action = [name, remote, local] {
         GatewayClient client;
-        json s = client.call("GET", target(*name));
-        if (s.value("phase", "") != "Ready")
-          throw Error("sandbox '" + *name + "' is " + s.value("phase", "") + " (download needs a Ready sandbox; see 'openshell sandbox start')");
-        remember(client.paths(), *name);
+        require_ready(client, *name, "download");
         return download(client.paths(), *name, *remote, *local);
       };
     });
