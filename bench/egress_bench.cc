@@ -73,6 +73,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
+
 extern char** environ;
 
 namespace {
@@ -361,31 +363,8 @@ Conn open_conn(const Endpoint& e, int64_t* setup_done = nullptr) {
   return c;
 }
 
-struct Stats {
-  double median, p10, p90, p99, mean, min, max;
-};
-
-// Percentile by linear interpolation between closest ranks (as spawn_bench).
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.size() == 1) return sorted[0];
-  double pos = p * static_cast<double>(sorted.size() - 1);
-  size_t lo = static_cast<size_t>(std::floor(pos));
-  size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
-}
-
-Stats stats_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  Stats s{};
-  s.median = percentile(v, 0.5);
-  s.p10 = percentile(v, 0.1);
-  s.p90 = percentile(v, 0.9);
-  s.p99 = percentile(v, 0.99);
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
+using bench::Stats;
+using bench::stats_of;
 
 std::string json_stats(const Stats& s) {
   char out[256];
@@ -396,22 +375,7 @@ std::string json_stats(const Stats& s) {
   return out;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", c);
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using bench::json_string;
 
 struct ClientOptions {
   Endpoint endpoint;

@@ -56,6 +56,8 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_util.h"
+
 extern char** environ;
 
 namespace {
@@ -361,30 +363,8 @@ class Runner {
   int devnull_ = -1;
 };
 
-struct Stats {
-  double median, p10, p90, mean, min, max;
-};
-
-// Percentile by linear interpolation between closest ranks.
-double percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.size() == 1) return sorted[0];
-  double pos = p * static_cast<double>(sorted.size() - 1);
-  size_t lo = static_cast<size_t>(std::floor(pos));
-  size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
-}
-
-Stats stats_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  Stats s{};
-  s.median = percentile(v, 0.5);
-  s.p10 = percentile(v, 0.1);
-  s.p90 = percentile(v, 0.9);
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
+using bench::Stats;
+using bench::stats_of;
 
 struct Result {
   const Command* command;
@@ -395,22 +375,7 @@ struct Result {
   std::vector<double> wall_samples;
 };
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
+using bench::json_string;
 
 std::string fmt(const char* format, double v) {
   char buf[64];
