@@ -446,7 +446,7 @@ void serve_connection(int fd) {
 
 }  // namespace
 
-TestServer::TestServer() {
+LoopbackTcpServer::LoopbackTcpServer(std::function<void(int fd)> serve) {
   listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -456,25 +456,29 @@ TestServer::TestServer() {
   socklen_t len = sizeof addr;
   ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
-  thread_ = std::thread([this] {
+  thread_ = std::thread([this, serve = std::move(serve)] {
     std::vector<std::thread> connections;
     while (!stop_) {
       pollfd p{listener_, POLLIN, 0};
       if (::poll(&p, 1, 100) <= 0) continue;
       int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      ++connections_;
-      connections.emplace_back(serve_connection, fd);
+      if (fd >= 0) connections.emplace_back(serve, fd);
     }
     for (auto& t : connections) t.join();
   });
 }
 
-TestServer::~TestServer() {
+LoopbackTcpServer::~LoopbackTcpServer() {
   stop_ = true;
   thread_.join();
   ::close(listener_);
 }
+
+TestServer::TestServer()
+    : server_([this](int fd) {
+        ++connections_;
+        serve_connection(fd);
+      }) {}
 
 TestDnsServer::TestDnsServer() {
   socket_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,22 +77,38 @@ std::vector<std::string> processes_matching(const std::string& text);
 std::string command_of(const std::string& pid);
 std::string environment_of(const std::string& pid);
 
+// A TCP server on 127.0.0.1, on a free port: `serve` gets each connection
+// on a thread of its own (and closes it). The destructor stops accepting
+// and waits for those threads; a server made of one, as a member, declares
+// it last so that it goes first.
+class LoopbackTcpServer {
+ public:
+  explicit LoopbackTcpServer(std::function<void(int fd)> serve);
+  ~LoopbackTcpServer();
+  LoopbackTcpServer(const LoopbackTcpServer&) = delete;
+  LoopbackTcpServer& operator=(const LoopbackTcpServer&) = delete;
+  uint16_t port() const { return port_; }
+  bool stopping() const { return stop_.load(); }  // for serve's own waits
+
+ private:
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // A server on 127.0.0.1 for egress tests: an HTTP GET gets a 200 with body
 // "hello from the test server"; an upgrade request gets a 101 and then an
 // echo; anything else is echoed back. It counts its connections.
 class TestServer {
  public:
   TestServer();
-  ~TestServer();
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return server_.port(); }
   int connections() const { return connections_.load(); }
 
  private:
-  int listener_ = -1;
-  uint16_t port_ = 0;
   std::atomic<int> connections_{0};
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  LoopbackTcpServer server_;
 };
 
 // A DNS server on 127.0.0.1 that answers every A query with 127.0.0.1 and

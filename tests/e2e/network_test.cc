@@ -31,33 +31,8 @@ namespace {
 // connection, so a test sees that it did.
 class KeepAliveServer {
  public:
-  KeepAliveServer() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    ::listen(listener_, 64);
-    socklen_t len = sizeof addr;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] {
-      std::vector<std::thread> connections;
-      while (!stop_) {
-        pollfd p{listener_, POLLIN, 0};
-        if (::poll(&p, 1, 100) <= 0) continue;
-        int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) connections.emplace_back([this, fd] { serve(fd); });
-      }
-      for (auto& t : connections) t.join();
-    });
-  }
-  ~KeepAliveServer() {
-    stop_ = true;
-    thread_.join();
-    ::close(listener_);
-  }
-  std::string port() const { return std::to_string(port_); }
+  KeepAliveServer() : server_([this](int fd) { serve(fd); }) {}
+  std::string port() const { return std::to_string(server_.port()); }
   std::vector<std::string> requests() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return requests_;
@@ -100,7 +75,7 @@ class KeepAliveServer {
   }
   void serve(int fd) {
     std::string data;
-    for (int idle_ms = 0; !stop_ && idle_ms < 10000;) {
+    for (int idle_ms = 0; !server_.stopping() && idle_ms < 10000;) {
       for (size_t end; (end = data.find("\r\n\r\n")) != std::string::npos;) {
         std::string head = data.substr(0, end + 4), body;
         size_t next = 0;
@@ -136,12 +111,9 @@ class KeepAliveServer {
     ::close(fd);
   }
 
-  int listener_ = -1;
-  uint16_t port_ = 0;
   mutable std::mutex mutex_;
   std::vector<std::string> requests_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  LoopbackTcpServer server_;  // last: its threads end before the rest goes
 };
 
 // A shell command in the sandbox that sends these bytes (printf escapes:
