@@ -31,6 +31,7 @@ namespace {
 namespace asio = boost::asio;
 using asio::ip::udp;
 using namespace std::chrono_literals;
+using openshell::testing::ScopedEnv;
 using openshell::testing::TempDir;
 using openshell::testing::write_file;
 using ::testing::ElementsAre;
@@ -937,27 +938,6 @@ TEST_F(ResolverTest, DestroyingTheResolverDropsPendingLookups) {
 }
 
 // ---- ResolverConfig::from_environment -------------------------------------------
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(ResolverConfigTest, DefaultsWithoutTheEnvironment) {
   ScopedEnv hosts("OPENSHELL_HOSTS_FILE", nullptr);

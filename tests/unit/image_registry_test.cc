@@ -30,6 +30,7 @@ namespace {
 
 using openshell::testing::FakeHttpServer;
 using openshell::testing::FakeReply;
+using openshell::testing::ScopedEnv;
 using openshell::testing::FakeRequest;
 using openshell::testing::path_exists;
 using openshell::testing::read_file;
@@ -103,30 +104,6 @@ FakeReply serve_blob(const FakeRequest& request, const std::string& content, boo
   if (ranges) reply.header("Accept-Ranges", "bytes");
   return reply;
 }
-
-// An environment variable set (or, with nullopt, unset) for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value->c_str(), 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // --- manifests -------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 namespace openshell::cli {
 namespace {
 
+using openshell::testing::ScopedEnv;
 using openshell::testing::TempDir;
 using openshell::testing::write_file;
 using ::testing::Contains;
@@ -37,26 +38,6 @@ std::string error_of(F&& f) {
 }
 
 // Sets an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      ::setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
 
 // --- parse_bind --------------------------------------------------------------------
 

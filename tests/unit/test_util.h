@@ -15,12 +15,40 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 
 namespace openshell::testing {
+
+// An environment variable set (or, with nullptr or nullopt, unset) for a
+// scope; the old value, or its absence, comes back at the end.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ScopedEnv(const char* name, const std::optional<std::string>& value)
+      : ScopedEnv(name, value ? value->c_str() : nullptr) {}
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents.
 class TempDir {
