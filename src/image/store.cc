@@ -260,21 +260,22 @@ std::string Store::blob_path(const std::string& digest) const {
   return dir_ + "/blobs/sha256/" + digest_hex(digest, "blob");
 }
 
-UniqueFd Store::lock() const {
-  UniqueFd fd(::open((dir_ + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!fd) throw_errno("open " + dir_ + "/lock");
-  while (::flock(fd.get(), LOCK_EX) != 0)
-    if (errno != EINTR) throw_errno("lock " + dir_ + "/lock");
+namespace {
+
+// `path` (made when missing) held with flock(operation) until the fd closes.
+UniqueFd locked(const std::string& path, int operation) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd) throw_errno("open " + path);
+  while (::flock(fd.get(), operation) != 0)
+    if (errno != EINTR) throw_errno("lock " + path);
   return fd;
 }
 
-UniqueFd Store::begin_work() const {
-  UniqueFd fd(::open((dir_ + "/active").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!fd) throw_errno("open " + dir_ + "/active");
-  while (::flock(fd.get(), LOCK_SH) != 0)
-    if (errno != EINTR) throw_errno("lock " + dir_ + "/active");
-  return fd;
-}
+}  // namespace
+
+UniqueFd Store::lock() const { return locked(dir_ + "/lock", LOCK_EX); }
+
+UniqueFd Store::begin_work() const { return locked(dir_ + "/active", LOCK_SH); }
 
 std::string Store::make_temp_dir() const {
   const std::string tmp = dir_ + "/tmp";
@@ -408,10 +409,7 @@ std::vector<ImageRecord> Store::remove(std::string_view text) const {
 
 Store::PruneResult Store::prune() const {
   // No pull or import is half-way: their layers may not be named yet.
-  UniqueFd active(::open((dir_ + "/active").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!active) throw_errno("open " + dir_ + "/active");
-  while (::flock(active.get(), LOCK_EX) != 0)
-    if (errno != EINTR) throw_errno("lock " + dir_ + "/active");
+  UniqueFd active = locked(dir_ + "/active", LOCK_EX);
   UniqueFd held = lock();
 
   std::set<std::string> used_layers, used_blobs;

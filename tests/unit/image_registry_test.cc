@@ -30,10 +30,10 @@ namespace {
 
 using openshell::testing::FakeHttpServer;
 using openshell::testing::FakeReply;
-using openshell::testing::ScopedEnv;
 using openshell::testing::FakeRequest;
 using openshell::testing::path_exists;
 using openshell::testing::read_file;
+using openshell::testing::ScopedEnv;
 using openshell::testing::TempDir;
 using openshell::testing::write_file;
 using ::testing::HasSubstr;
