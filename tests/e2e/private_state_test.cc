@@ -72,11 +72,14 @@ class PrivateState : public ModeTest {
   }
   // What a sandbox sees of the state: each directory's entries in
   // brackets, then whatever the secrets' files give to cat.
+  // (stat(2) too: Landlock does not cover it, nor connect(2) to a socket.)
   std::string peek_script() const {
     return "echo \"home[$(ls -A " + home_ + " 2>/dev/null)]\"; echo \"run[$(ls -A " + home_ +
-           "/run 2>/dev/null)]\"; echo \"xdg[$(ls -A " + xdg_ + " 2>/dev/null)]\"; cat " + home_ +
-           "/keys/* " + home_ + "/sandboxes/*/launch.cred " + home_ + "/gateway.db " + xdg_ +
-           "/* 2>/dev/null; true";
+           "/run 2>/dev/null)]\"; echo \"xdg[$(ls -A " + xdg_ + " 2>/dev/null)]\"; test -e " +
+           home_ + "/run/gateway.sock && echo SOCKET-SEEN; test -e " + home_ +
+           "/keys/gateway.key && echo KEY-SEEN; cat " + home_ + "/keys/* " + home_ +
+           "/sandboxes/*/launch.cred " + xdg_ + "/* 2>/dev/null; head -c 15 " + home_ +
+           "/gateway.db 2>/dev/null; true";
   }
   void expect_nothing_seen(const Result& r) {
     EXPECT_THAT(r.out, HasSubstr("home[]")) << r.out << r.err;
@@ -86,6 +89,8 @@ class PrivateState : public ModeTest {
     EXPECT_THAT(r.out, Not(HasSubstr("openshell-launch"))) << r.out;
     EXPECT_THAT(r.out, Not(HasSubstr("SQLite"))) << r.out;
     EXPECT_THAT(r.out, Not(HasSubstr("xdg secret"))) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("SOCKET-SEEN"))) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("KEY-SEEN"))) << r.out;
   }
   // A running gateway with a sandbox: key, database, launch file, socket.
   void start_gateway_with_a_sandbox() {
@@ -167,10 +172,63 @@ TEST_P(PrivateState, BindOfAParentKeepsTheStateMasked) {
 
 TEST_P(PrivateState, GatewaySandboxFromHostSeesNoState) {
   start_gateway_with_a_sandbox();
-  ASSERT_EQ(os({"sandbox", "create", "--name", "onhost", "--from", "host"}).status, 0);
+  // A policy that lets the sandbox read where the state is: only the masks
+  // keep it out.
+  const std::string policy =
+      write_file(base_ + "/policy.toml",
+                 "version = 1\n[filesystem_policy]\nread_only = [\"/usr\", \"/lib\", \"/bin\", "
+                 "\"/etc\", \"/proc\", \"/dev\", \"" +
+                     base_ + "\"]\nread_write = [\"/sandbox\", \"/tmp\", \"/dev/null\"]\n");
+  ASSERT_EQ(::chown(policy.c_str(), uid_of(mode()), gid_of(mode())), 0);
+  Result create =
+      os({"sandbox", "create", "--name", "onhost", "--from", "host", "--policy", policy});
+  ASSERT_EQ(create.status, 0) << create.err;
   Result r = os({"sandbox", "exec", "onhost", "--", "/bin/sh", "-c", peek_script()});
   EXPECT_EQ(r.status, 0) << r.err;
   expect_nothing_seen(r);
+}
+
+// Every file under the state directory that holds `text`.
+std::vector<std::string> files_holding(const std::string& dir, const std::string& text) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_regular_file(ec) && file_contents(it->path()).find(text) != std::string::npos)
+      found.push_back(it->path());
+  return found;
+}
+
+// The -e secrets reach the sandbox, and rest in no file of the state
+// directory: not the database (nor its -wal and -shm), not the launch file,
+// not the logs. Also across stop/start and a gateway killed and restarted.
+TEST_P(PrivateState, EnvSecretsAreDeliveredButNeverRestInPlainText) {
+  std::random_device random;
+  const std::string secret = "s3cr3t-" + std::to_string(random()) + std::to_string(random());
+  Result create = os({"sandbox", "create", "--name", "holder", "--from", rootfs(), "-e",
+                      "SECRET_TOKEN=" + secret});
+  ASSERT_EQ(create.status, 0) << create.err;
+  auto printenv = [&] {
+    return os({"sandbox", "exec", "holder", "--", "sh", "-c", "echo \"$SECRET_TOKEN\""});
+  };
+  EXPECT_EQ(printenv().out, secret + "\n");
+  EXPECT_EQ(files_holding(home_, secret), std::vector<std::string>{});
+
+  ASSERT_EQ(os({"sandbox", "stop", "holder"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "start", "holder"}).status, 0);
+  EXPECT_EQ(printenv().out, secret + "\n") << "after stop and start";
+  EXPECT_EQ(files_holding(home_, secret), std::vector<std::string>{});
+
+  // A gateway killed outright; the next command starts another, which must
+  // still deliver the environment to a new supervisor.
+  for (const auto& p : gateway_processes())
+    if (p.find("gateway") != std::string::npos)
+      ::kill(std::stoi(p.substr(0, p.find(':'))), SIGKILL);
+  EXPECT_EQ(printenv().out, secret + "\n") << "running across the gateway's restart";
+  ASSERT_EQ(os({"sandbox", "stop", "holder"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "start", "holder"}).status, 0);
+  EXPECT_EQ(printenv().out, secret + "\n") << "started by the restarted gateway";
+  EXPECT_EQ(files_holding(home_, secret), std::vector<std::string>{});
 }
 
 }  // namespace
