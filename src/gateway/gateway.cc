@@ -211,22 +211,25 @@ class Gateway {
 void Gateway::seal_secrets_at_rest() {
   secrets_.emplace(auth::SecretBox::for_gateway(*key_));
   const auth::SecretBox* box = &*secrets_;
-  store_->set_spec_codec(
-      {[box](const std::string& id, const std::string& spec) { return auth::seal_spec_env(*box, id, spec); },
-       [box](const std::string& id, const std::string& spec) {
-         try {
-           return auth::open_spec_env(*box, id, spec);
-         } catch (const Error& e) {
-           // Sealed under another key (keys/ was replaced) or changed: the
-           // sandbox stays usable, without its environment.
-           log::warn("sandbox " + id + ": its environment is lost: " + e.what());
-           json j = json::parse(spec, nullptr, false);
-           if (j.is_object()) j.erase("env_sealed");
-           return j.is_object() ? j.dump() : spec;
-         }
-       },
-       auth::spec_env_in_plain});
-  if (size_t n = store_->reseal_specs()) log::warn("sealed the environment of " + std::to_string(n) + " sandboxes at rest");
+  auto seal = [box](const std::string& id, const std::string& spec) {
+    return auth::seal_spec_env(*box, id, spec);
+  };
+  auto open = [box](const std::string& id, const std::string& spec) {
+    try {
+      return auth::open_spec_env(*box, id, spec);
+    } catch (const Error& e) {
+      // Sealed under another key (keys/ was replaced) or changed: the
+      // sandbox stays usable, without its environment.
+      log::warn("sandbox " + id + ": its environment is lost: " + e.what());
+      json j = json::parse(spec, nullptr, false);
+      if (!j.is_object()) return spec;
+      j.erase("env_sealed");
+      return j.dump();
+    }
+  };
+  store_->set_spec_codec({seal, open, auth::spec_env_in_plain});
+  if (size_t n = store_->reseal_specs())
+    log::warn("sealed the environment of " + std::to_string(n) + " sandboxes at rest");
   for (const auto& record : store_->list()) {
     try {
       auth::strip_launch_file_env(paths_.launch_file(record.id), *key_);
@@ -734,8 +737,8 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
           supervised_[launch.sandbox_id].session = ws;
         }
         // The environment, which the launch file names only by its digest.
-        ws->send(json{{"type", "welcome"}, {"env", SandboxSpec::from_json(record->spec).env}}.dump(),
-                 false);
+        json welcome = {{"type", "welcome"}, {"env", SandboxSpec::from_json(record->spec).env}};
+        ws->send(welcome.dump(), false);
       },
       [this, ws, sandbox_id](const std::string&) {
         auto it = supervised_.find(*sandbox_id);

@@ -476,7 +476,8 @@ std::optional<SandboxRecord> Store::opened(std::optional<SandboxRecord> record) 
   try {
     record->spec = codec_.open(record->id, record->spec);
   } catch (const Error& e) {
-    throw Error(db_path(db_) + ": sandbox '" + record->name + "' (" + record->id + "): " + e.what());
+    throw Error(db_path(db_) + ": sandbox '" + record->name + "' (" + record->id +
+                "): " + e.what());
   }
   return record;
 }
