@@ -8,6 +8,7 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
@@ -313,6 +314,35 @@ bool SigningKey::verify(std::string_view data, std::string_view signature) const
                              data.size()) == 1;
   ERR_clear_error();
   return ok;
+}
+
+std::string SigningKey::derive(std::string_view purpose) const {
+  WipedString secret;
+  size_t size = 0;
+  auto* key = static_cast<EVP_PKEY*>(key_);
+  if (EVP_PKEY_get_raw_private_key(key, nullptr, &size) != 1)
+    throw Error("derive a key: " + openssl_error());
+  secret.text.resize(size);
+  if (EVP_PKEY_get_raw_private_key(key, reinterpret_cast<unsigned char*>(secret.text.data()),
+                                   &size) != 1)
+    throw Error("derive a key: " + openssl_error());
+  std::unique_ptr<EVP_PKEY_CTX, decltype(&EVP_PKEY_CTX_free)> ctx(
+      EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr), EVP_PKEY_CTX_free);
+  static constexpr unsigned char kSalt[] = "openshell key derivation v1";
+  std::string out(32, '\0');
+  size_t out_size = out.size();
+  if (!ctx || EVP_PKEY_derive_init(ctx.get()) != 1 ||
+      EVP_PKEY_CTX_set_hkdf_md(ctx.get(), EVP_sha256()) != 1 ||
+      EVP_PKEY_CTX_set1_hkdf_salt(ctx.get(), kSalt, sizeof kSalt - 1) != 1 ||
+      EVP_PKEY_CTX_set1_hkdf_key(ctx.get(),
+                                 reinterpret_cast<const unsigned char*>(secret.text.data()),
+                                 static_cast<int>(secret.text.size())) != 1 ||
+      EVP_PKEY_CTX_add1_hkdf_info(ctx.get(), reinterpret_cast<const unsigned char*>(purpose.data()),
+                                  static_cast<int>(purpose.size())) != 1 ||
+      EVP_PKEY_derive(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &out_size) != 1 ||
+      out_size != out.size())
+    throw Error("derive a key: " + openssl_error());
+  return out;
 }
 
 std::string SigningKey::id() const {

@@ -42,6 +42,9 @@ class SigningKey {
   bool verify(std::string_view data, std::string_view signature) const;
   // First 16 hex digits of SHA-256 of the raw public key: the gateway's id.
   std::string id() const;
+  // 32 bytes for `purpose`, derived from the private key (HKDF-SHA256): keys
+  // that live and go with this one. Throws Error.
+  std::string derive(std::string_view purpose) const;
 
  private:
   SigningKey() = default;

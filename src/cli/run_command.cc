@@ -26,6 +26,7 @@
 #include "policy/policy.h"
 #include "runtime/container.h"
 #include "runtime/landlock.h"
+#include "runtime/private_paths.h"
 #include "runtime/users.h"
 #include "egress/identity.h"
 #include "egress/proxy.h"
@@ -157,6 +158,7 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     root_dir = o.rootfs;
   }
   for (const auto& b : o.binds) spec.fs.binds.push_back(parse_bind(b));
+  spec.fs.hidden = runtime::openshell_private_paths();
   spec.fs.workdir = !o.workdir.empty()                       ? text::normalize_path(o.workdir)
                     : img && !img->config.working_dir.empty() ? img->config.working_dir
                                                               : "/";

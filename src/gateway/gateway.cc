@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "auth/launch.h"
+#include "auth/secrets.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -187,6 +188,8 @@ class Gateway {
   std::unique_ptr<Store> store_;
   bool overlay_checked_ = false;  // overlayfs worked for a sandbox's root here
   std::optional<auth::SigningKey> key_;
+  std::optional<auth::SecretBox> secrets_;  // the env at rest (auth/secrets.h)
+  void seal_secrets_at_rest();
   std::string gateway_id_;
   int64_t started_ms_ = now_ms();
   UniqueFd lock_;
@@ -203,6 +206,39 @@ class Gateway {
   std::map<std::pair<std::string, int64_t>, std::function<void(const json&)>> policy_acks_;
 };
 
+// The sandboxes' env sealed in the store, and out of the launch files,
+// including what an older gateway left in plain text.
+void Gateway::seal_secrets_at_rest() {
+  secrets_.emplace(auth::SecretBox::for_gateway(*key_));
+  const auth::SecretBox* box = &*secrets_;
+  auto seal = [box](const std::string& id, const std::string& spec) {
+    return auth::seal_spec_env(*box, id, spec);
+  };
+  auto open = [box](const std::string& id, const std::string& spec) {
+    try {
+      return auth::open_spec_env(*box, id, spec);
+    } catch (const Error& e) {
+      // Sealed under another key (keys/ was replaced) or changed: the
+      // sandbox stays usable, without its environment.
+      log::warn("sandbox " + id + ": its environment is lost: " + e.what());
+      json j = json::parse(spec, nullptr, false);
+      if (!j.is_object()) return spec;
+      j.erase("env_sealed");
+      return j.dump();
+    }
+  };
+  store_->set_spec_codec({seal, open, auth::spec_env_in_plain});
+  if (size_t n = store_->reseal_specs())
+    log::warn("sealed the environment of " + std::to_string(n) + " sandboxes at rest");
+  for (const auto& record : store_->list()) {
+    try {
+      auth::strip_launch_file_env(paths_.launch_file(record.id), *key_);
+    } catch (const Error& e) {
+      log::warn("sandbox " + record.id + ": " + e.what());
+    }
+  }
+}
+
 void Gateway::start() {
   paths_.ensure();
   // One gateway per state directory.
@@ -215,6 +251,7 @@ void Gateway::start() {
   store_ = Store::open(paths_.db());
   key_.emplace(auth::SigningKey::load_or_create(paths_.key()));
   gateway_id_ = key_->id();
+  seal_secrets_at_rest();
   store_->set_meta("gateway_id", gateway_id_);
   reconcile();
   server_.listen(paths_.socket(), 0600);
@@ -386,7 +423,7 @@ void Gateway::launch(SandboxRecord& record) {
   spec.policy_revision = current ? current->revision : 0;
   spec.gateway_id = gateway_id_;
   spec.gateway_socket = paths_.socket();
-  spec.spec = record.spec;
+  spec.spec = auth::spec_for_launch_file(record.spec);  // the env's digest, not its values
   const std::string file = paths_.launch_file(record.id);
   auth::write_file_atomically(file, auth::encode(spec, *key_));
 
@@ -699,7 +736,9 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
           watch_supervisor(record->id, record->supervisor_pid, record->generation);
           supervised_[launch.sandbox_id].session = ws;
         }
-        ws->send(json{{"type", "welcome"}}.dump(), false);
+        // The environment, which the launch file names only by its digest.
+        json welcome = {{"type", "welcome"}, {"env", SandboxSpec::from_json(record->spec).env}};
+        ws->send(welcome.dump(), false);
       },
       [this, ws, sandbox_id](const std::string&) {
         auto it = supervised_.find(*sandbox_id);

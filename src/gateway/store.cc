@@ -351,6 +351,8 @@ void set_up(sqlite3* db) {
   }
   execute(db, "PRAGMA synchronous=FULL");
   execute(db, "PRAGMA foreign_keys=ON");
+  // What is deleted or overwritten is zeroed, not left in free pages.
+  execute(db, "PRAGMA secure_delete=ON");
 
   Transaction transaction(db);
   execute(db, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
@@ -408,7 +410,7 @@ void Store::insert(const SandboxRecord& record) {
     Statement statement(db_,
                         std::string("INSERT INTO sandboxes (") + kSandboxColumns +
                             ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
-    bind_record(db_, statement, record);
+    bind_record(db_, statement, sealed(record));
     try {
       statement.run();
     } catch (const SqliteError& e) {
@@ -427,7 +429,7 @@ void Store::update(const SandboxRecord& record) {
                         "exit_code = ?5, conditions = ?6, spec = ?7, labels = ?8, "
                         "supervisor_pid = ?9, supervisor_start = ?10, intent = ?11, "
                         "created_ms = ?12, updated_ms = ?13 WHERE id = ?1");
-    bind_record(db_, statement, record);
+    bind_record(db_, statement, sealed(record));
     try {
       statement.run();
     } catch (const SqliteError& e) {
@@ -449,19 +451,54 @@ void Store::remove(const std::string& id) {
 }
 
 std::optional<SandboxRecord> Store::find_by_name(std::string_view name) const {
-  return find_one(db_, "name", name);
+  return opened(find_one(db_, "name", name));
 }
 
 std::optional<SandboxRecord> Store::find_by_id(std::string_view id) const {
-  return find_one(db_, "id", id);
+  return opened(find_one(db_, "id", id));
 }
 
 std::vector<SandboxRecord> Store::list() const {
   Statement statement(
       db_, std::string("SELECT ") + kSandboxColumns + " FROM sandboxes ORDER BY created_ms, id");
   std::vector<SandboxRecord> records;
-  while (statement.step()) records.push_back(read_record(db_, statement));
+  while (statement.step()) records.push_back(*opened(read_record(db_, statement)));
   return records;
+}
+
+SandboxRecord Store::sealed(SandboxRecord record) const {
+  if (codec_.seal) record.spec = codec_.seal(record.id, record.spec);
+  return record;
+}
+
+std::optional<SandboxRecord> Store::opened(std::optional<SandboxRecord> record) const {
+  if (!record || !codec_.open) return record;
+  try {
+    record->spec = codec_.open(record->id, record->spec);
+  } catch (const Error& e) {
+    throw Error(db_path(db_) + ": sandbox '" + record->name + "' (" + record->id +
+                "): " + e.what());
+  }
+  return record;
+}
+
+size_t Store::reseal_specs() {
+  if (!codec_.seal || !codec_.in_plain) return 0;
+  std::vector<SandboxRecord> plain;
+  {
+    Statement statement(db_, std::string("SELECT ") + kSandboxColumns + " FROM sandboxes");
+    while (statement.step()) {
+      SandboxRecord record = read_record(db_, statement);
+      if (codec_.in_plain(record.spec)) plain.push_back(std::move(record));
+    }
+  }
+  for (const auto& record : plain) update(record);
+  if (!plain.empty()) {
+    Statement checkpoint(db_, "PRAGMA wal_checkpoint(TRUNCATE)");
+    while (checkpoint.step()) {
+    }
+  }
+  return plain.size();
 }
 
 void Store::append_event(const std::string& sandbox_id, const std::string& type,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -114,9 +115,26 @@ class Store {
   std::optional<std::string> meta(const std::string& key) const;
   void set_meta(const std::string& key, const std::string& value);
 
+  // How a sandbox's spec rests in the database: `seal` before every write,
+  // `open` after every read (so callers see the spec as it was given);
+  // `in_plain` tells a row written before (or without) sealing. Unset: the
+  // spec as it is.
+  struct SpecCodec {
+    std::function<std::string(const std::string& id, const std::string& spec)> seal, open;
+    std::function<bool(const std::string& spec)> in_plain;
+  };
+  void set_spec_codec(SpecCodec codec) { codec_ = std::move(codec); }
+  // Rewrites, sealed, every row whose spec is in plain text, then empties
+  // the write-ahead log (freed pages are zeroed: secure_delete), so that the
+  // files keep no copy of the plain text. Returns how many rows changed.
+  size_t reseal_specs();
+
  private:
   explicit Store(sqlite3* db);
+  SandboxRecord sealed(SandboxRecord record) const;
+  std::optional<SandboxRecord> opened(std::optional<SandboxRecord> record) const;
   sqlite3* db_;
+  SpecCodec codec_;
 };
 
 }  // namespace openshell::gateway

@@ -208,10 +208,14 @@ bool bind(int source_dirfd, const char* source, int target_fd, bool recursive, u
   return true;
 }
 
-bool mask_path(int root, const char* path, ChildFailure* f) {
+// unreachable_ok: a path the child cannot reach (EACCES, ENOTDIR) is
+// skipped, as the sandbox, with fewer rights than the child, cannot reach it
+// either.
+bool mask_path(int root, const char* path, ChildFailure* f, bool unreachable_ok = false) {
   int fd = openat2_in_root(root, path, O_PATH | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT || errno == ELOOP) return true;
+    if (unreachable_ok && (errno == EACCES || errno == ENOTDIR)) return true;
     return fail(f, errno, "mask", path);
   }
   ScopedFd target(fd);
@@ -450,6 +454,37 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
     if (spec_.home != "/") home_ = relative(spec_.home);
   }
   exe_ = in_oldroot(spec_.exe_path);
+  render_hidden();
+}
+
+// Where each hidden host path shows in the sandbox: below the host's root
+// (or a directory root) and below each bind source that contains it.
+void MountPlan::render_hidden() {
+  auto strictly_under = [](const std::string& path, const std::string& dir) {
+    if (dir == "/") return path.size() > 1 && path[0] == '/';
+    return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+           path[dir.size()] == '/';
+  };
+  auto join = [](const std::string& dir, const std::string& rest) {
+    std::string out = dir;
+    while (!out.empty() && out.back() == '/') out.pop_back();
+    out += rest;
+    size_t i = 0;
+    while (i < out.size() && out[i] == '/') ++i;
+    return out.substr(i);
+  };
+  for (const auto& hidden : spec_.hidden) {
+    if (hidden.empty() || hidden[0] != '/') throw Error("hidden path " + hidden + ": not absolute");
+    std::string root_source = spec_.root == RootKind::kHost ? "/"
+                              : spec_.layers.empty()        ? spec_.rootfs
+                                                            : "";
+    if (!root_source.empty() && strictly_under(hidden, root_source))
+      hidden_in_root_.push_back(
+          join("/", hidden.substr(root_source == "/" ? 0 : root_source.size())));
+    for (const Bind& b : binds_)
+      if (b.directory && strictly_under(hidden, b.host_source))
+        hidden_in_binds_.push_back(join(b.target, hidden.substr(b.host_source.size())));
+  }
 }
 
 std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid,
@@ -656,6 +691,10 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     if (!mask_path(root.fd, *p, f)) return false;
   for (const char* const* p = kReadOnlyPaths; *p; ++p)
     if (!make_read_only(root.fd, *p, f)) return false;
+  // openshell's own state and sockets, before the binds: a bind of one of
+  // them is the caller's explicit choice.
+  for (const auto& path : hidden_in_root_)
+    if (!mask_path(root.fd, path.c_str(), f, true)) return false;
 
   // 9. The caller's bind mounts.
   for (size_t i = 0; i < binds_.size(); ++i) {
@@ -673,6 +712,9 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b.read_only ? MOUNT_ATTR_RDONLY : 0);
     if (!bind(AT_FDCWD, b.source.c_str(), target.fd, true, attrs, b.target.c_str(), f)) return false;
   }
+  // What of openshell's a bind of a parent directory brought back.
+  for (const auto& path : hidden_in_binds_)
+    if (!mask_path(root.fd, path.c_str(), f, true)) return false;
 
   // 9b. Names resolve through the sandbox's own DNS stub: a read-only
   //     /etc/resolv.conf of ours over the image's.

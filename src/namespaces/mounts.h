@@ -49,6 +49,12 @@ struct FilesystemSpec {
   std::string home;            // another directory made like the workdir ("" none): the user's HOME
   std::string exe_path;        // host path of this binary, for the sealed init image
   bool dns_stub = false;       // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
+  // Host paths the sandbox never sees, wherever its root or a bind mount
+  // would show them (canonical; see runtime/private_paths.h): each directory
+  // becomes an empty read-only tmpfs, anything else /dev/null. A bind whose
+  // source is such a path itself (or lies inside one) is the caller's
+  // explicit choice and shows it. Paths missing in the sandbox are skipped.
+  std::vector<std::string> hidden;
 };
 
 // Paths the sandbox never sees: files become /dev/null, directories an empty
@@ -109,6 +115,8 @@ class MountPlan {
     std::string attach;    // "/lower<i>": where its idmapped tree goes in the staging root
   };
 
+  void render_hidden();
+
   FilesystemSpec spec_;
   std::vector<Lower> lowers_;  // kDirectory: top first
   // The "lowerdir" option for kernels before 6.8 (no "lowerdir+"): every
@@ -120,6 +128,10 @@ class MountPlan {
   std::string workdir_;    // relative to the new root
   std::string home_;       // relative to the new root; "" none
   std::vector<Bind> binds_;
+  // fs.hidden as the sandbox sees them, relative to the new root: those the
+  // root shows (masked before the binds), those the binds show (after).
+  std::vector<std::string> hidden_in_root_;
+  std::vector<std::string> hidden_in_binds_;
 };
 
 // Whether overlayfs can stack `lowers` (top first) under a writable layer

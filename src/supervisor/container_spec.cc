@@ -16,6 +16,7 @@
 #include "runtime/cleanup.h"
 #include "policy/policy.h"
 #include "runtime/landlock.h"
+#include "runtime/private_paths.h"
 #include "runtime/users.h"
 
 namespace openshell::supervisor {
@@ -89,6 +90,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   }
   c.fs.workdir = spec.image && !spec.image->working_dir.empty() ? spec.image->working_dir : kWorkspace;
   c.fs.home = kWorkspace;  // HOME, made for the sandbox's user when missing
+  c.fs.hidden = runtime::openshell_private_paths({paths});
 
   policy::Policy policy = spec.policy.empty()
                               ? policy::default_policy()

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "auth/launch.h"
+#include "auth/secrets.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -118,6 +119,7 @@ class Supervisor {
   void finish_soon();
   void maybe_exit();
   void fail_start(int code, const std::string& why);
+  void take_environment(const json& welcome);
   void start_egress();
   void apply_policy(const std::string& text, int64_t revision);
   void audit(const std::string& line);
@@ -372,6 +374,27 @@ void Supervisor::load() {
   try {
     spec_ = SandboxSpec::from_json(launch_.spec);
     prepare_root(spec_, launch_.sandbox_id, paths_);
+    container_spec_ = container_spec_for(spec_, launch_.sandbox_id, launch_.sandbox_name, paths_);
+  } catch (const Error& e) {
+    spec_error_ = e.what();
+  }
+}
+
+// The launch file names the environment by its digest; the gateway's
+// welcome carries the values, which must be the ones it signed.
+void Supervisor::take_environment(const json& welcome) {
+  const std::string want = auth::launch_env_digest(launch_.spec);
+  if (want.empty() || !spec_error_.empty()) return;
+  std::vector<std::string> env;
+  if (welcome.contains("env") && welcome["env"].is_array())
+    for (const auto& e : welcome["env"])
+      if (e.is_string()) env.push_back(e.get<std::string>());
+  if (auth::env_digest(env) != want) {
+    spec_error_ = "the environment from the gateway does not match the launch file";
+    return;
+  }
+  spec_.env = std::move(env);
+  try {
     container_spec_ = container_spec_for(spec_, launch_.sandbox_id, launch_.sandbox_name, paths_);
   } catch (const Error& e) {
     spec_error_ = e.what();
@@ -677,6 +700,7 @@ void Supervisor::on_session_message(const std::string& data) {
   if (type == "welcome") {
     session_welcome_ = true;
     if (!container_ && state_ == State::kRunning) {
+      take_environment(m);
       if (spec_error_.empty())
         start_container();
       else
