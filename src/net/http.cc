@@ -7,6 +7,7 @@
 // clang-format on
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1171,6 +1172,20 @@ Client::~Client() = default;
 
 Response Client::request(const std::string& method, const std::string& target,
                          const std::string& body) {
+  // A connection the server has closed since (its keep-alive or head
+  // deadline passed while we were busy) reads as ready: start afresh.
+  if (impl_->socket.is_open()) {
+    pollfd p{impl_->socket.native_handle(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) != 0) {
+      beast::error_code ignored;
+      impl_->socket.close(ignored);
+      try {
+        impl_->connect();
+      } catch (const ConnectError&) {
+        throw Error("the gateway closed the connection");  // and is gone
+      }
+    }
+  }
   if (!impl_->socket.is_open()) impl_->connect();
   BeastRequest request;
   bhttp::verb verb = bhttp::string_to_verb(method);

@@ -996,6 +996,24 @@ TEST_F(HttpLimits, AnIdleKeepAliveConnectionIsClosed) {
   EXPECT_LT(ms, 3000);
 }
 
+// A client that was busy past the head deadline between connecting and its
+// first request (or past the idle deadline between two) connects again.
+TEST_F(HttpLimits, ClientReconnectsWhenTheServerClosedItsConnection) {
+  serve_limited(short_limits());
+  std::unique_ptr<Client> client;
+  Response first, second;
+  ASSERT_TRUE(run_beside([&] { client = std::make_unique<Client>(socket_path()); }));
+  run_for(600ms);  // the head deadline passes: the server answers 408 and closes
+  ASSERT_TRUE(run_beside([&] { first = client->request("GET", "/first"); }));
+  run_for(600ms);  // the idle deadline passes
+  ASSERT_TRUE(run_beside([&] { second = client->request("GET", "/second"); }));
+  ASSERT_THAT(thread_errors, ::testing::IsEmpty());
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body, "{\"path\":\"/first\"}");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(served, 2);
+}
+
 TEST(ServerLimitsFromEnvironment, ReadsAndChecksTheVariables) {
   openshell::testing::ScopedEnv header("OPENSHELL_API_HEADER_TIMEOUT_MS", "1500");
   openshell::testing::ScopedEnv cap("OPENSHELL_API_MAX_CONNECTIONS_PER_UID", "7");
