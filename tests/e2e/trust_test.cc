@@ -193,6 +193,34 @@ TEST_P(GatewayTrust, RunDirectoryOfAnotherUserIsRefused) {
   ::rmdir(run_.c_str());
 }
 
+// The same where it matters most: without XDG_RUNTIME_DIR and with a state
+// directory too deep for the sockets' addresses, the run directory is
+// /tmp/openshell-UID, which anyone can make first. The line says what to
+// remove and that XDG_RUNTIME_DIR avoids it.
+TEST_P(GatewayTrust, SharedTmpRunDirectoryOfAnotherUserIsRefused) {
+  if (mode() == Mode::kRoot) GTEST_SKIP() << "root's run directory is /run/openshell";
+  const std::string tmp_run = "/tmp/openshell-" + me();
+  struct stat st;
+  if (::lstat(tmp_run.c_str(), &st) == 0) GTEST_SKIP() << tmp_run << " exists (not ours to touch)";
+  uid_t impostor = uid_of(other_than(mode()));
+  ASSERT_EQ(::mkdir(tmp_run.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(tmp_run.c_str(), 0777), 0);
+  ASSERT_EQ(::chown(tmp_run.c_str(), impostor, -1), 0);
+  {
+    FakeGateway fake(tmp_run + "/gateway.sock", impostor, 0777, impostor);
+    ASSERT_TRUE(fake.ready());
+    Options o;
+    o.env = {"XDG_STATE_HOME=" + home_ + "/" + std::string(70, 'd')};
+    Result r = openshell(mode(), {"sandbox", "list"}, o);
+    EXPECT_EQ(r.status, 125);
+    EXPECT_EQ(r.err, "openshell: " + tmp_run + " belongs to uid " + std::to_string(impostor) +
+                         ", not you (uid " + me() + "); remove it (as root: rm -rf " + tmp_run +
+                         ") or set XDG_RUNTIME_DIR\n");
+    EXPECT_EQ(fake.received(), "0 connections, 0 bytes");
+  }
+  ::rmdir(tmp_run.c_str());
+}
+
 // Our own directory, but a socket that is not the gateway's 0600 one.
 TEST_P(GatewayTrust, SocketWithTheWrongModeIsRefused) {
   make_run_dir(uid_of(mode()), 0700);
