@@ -51,6 +51,8 @@ constexpr size_t kReadChunk = 64u << 10;
 constexpr int kBacklog = 1024;
 constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+constexpr int kRefusalLogBurst = 20;
+constexpr auto kRefusalLogWindow = std::chrono::seconds(10);
 
 // --- small helpers -------------------------------------------------------------
 
@@ -519,12 +521,19 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
   // Whether a connection from this peer may be served; else it was answered
   // and closed.
   bool admit(Local::socket& socket);
+  // A refused or cut-off connection's log line: at most kRefusalLogBurst in
+  // each kRefusalLogWindow, so that a client looping on them cannot fill
+  // the log; how many were left out is said when logging resumes.
+  void log_refusal(const std::string& line);
 
   asio::io_context& io;
   Server::Handler handler;
   ServerLimits limits;
   Server::Admission admission;
   std::map<uid_t, size_t> connections_per_uid;
+  std::chrono::steady_clock::time_point refusal_window_start;
+  int refusals_logged = 0;
+  long refusals_unlogged = 0;
   Local::acceptor acceptor;
   asio::steady_timer retry_timer;
   std::string path;
@@ -657,8 +666,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::string why =
         what == Wait::head ? "no complete request head within " : "the request body stalled for ";
     why += std::to_string(limit.count()) + " ms";
-    log::warn("API: closing a connection from uid " + std::to_string(peer_.uid) + " (pid " +
-              std::to_string(peer_.pid) + "): " + why);
+    server_->log_refusal("API: closing a connection from uid " + std::to_string(peer_.uid) +
+                         " (pid " + std::to_string(peer_.pid) + "): " + why);
     answer_and_close(408, "request_timeout", why);
   }
 
@@ -928,8 +937,8 @@ bool ServerState::admit(Local::socket& socket) {
                             std::to_string(limits.max_connections_per_uid) + ")"};
   }
   if (!refusal) return true;
-  log::warn("API: refused a connection from uid " + std::to_string(peer.uid) + " (pid " +
-            std::to_string(peer.pid) + "): " + refusal->message);
+  log_refusal("API: refused a connection from uid " + std::to_string(peer.uid) + " (pid " +
+              std::to_string(peer.pid) + "): " + refusal->message);
   std::string body = error_body(refusal->code, refusal->message);
   int status = refusal->status >= 400 && refusal->status <= 599 ? refusal->status : 403;
   const char* reason = status == 403   ? "Forbidden"
@@ -945,6 +954,24 @@ bool ServerState::admit(Local::socket& socket) {
   beast::error_code ec;
   socket.close(ec);
   return false;
+}
+
+void ServerState::log_refusal(const std::string& line) {
+  auto now = std::chrono::steady_clock::now();
+  if (now - refusal_window_start >= kRefusalLogWindow) {
+    if (refusals_unlogged > 0)
+      log::warn("API: " + std::to_string(refusals_unlogged) +
+                " more refused or cut-off connections were not logged");
+    refusal_window_start = now;
+    refusals_logged = 0;
+    refusals_unlogged = 0;
+  }
+  if (refusals_logged >= kRefusalLogBurst) {
+    ++refusals_unlogged;
+    return;
+  }
+  ++refusals_logged;
+  log::warn(line);
 }
 
 void ServerState::stop_listening() {

@@ -1014,6 +1014,30 @@ TEST_F(HttpLimits, ClientReconnectsWhenTheServerClosedItsConnection) {
   EXPECT_EQ(served, 2);
 }
 
+// A client looping on refused connections cannot fill the log.
+TEST_F(HttpLimits, RefusalsAreLoggedAtMostTwentyAtATime) {
+  serve_limited(ServerLimits{});
+  server->set_admission([](int, const PeerCredentials&) -> std::optional<Refusal> {
+    return Refusal{403, "peer_in_sandbox", "no"};
+  });
+  std::string log_path = dir / "stderr";
+  int saved = ::dup(2);
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(log_fd, 0);
+  ::dup2(log_fd, 2);
+  std::vector<int> statuses;
+  bool ok = run_beside([&] {
+    for (int i = 0; i < 40; ++i)
+      statuses.push_back(Client(socket_path()).request("GET", "/").status);
+  });
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(log_fd);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(statuses, std::vector<int>(40, 403));
+  EXPECT_EQ(count(read_file(log_path), "API: refused a connection"), 20u);
+}
+
 TEST(ServerLimitsFromEnvironment, ReadsAndChecksTheVariables) {
   openshell::testing::ScopedEnv header("OPENSHELL_API_HEADER_TIMEOUT_MS", "1500");
   openshell::testing::ScopedEnv cap("OPENSHELL_API_MAX_CONNECTIONS_PER_UID", "7");
