@@ -681,7 +681,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       close();
       return;
     }
-    if (state_ != State::reading) wait_for(Wait::idle);  // after an answer: keep-alive
+    // After an answer: keep-alive, unless the next request has begun (pipelined).
+    if (state_ != State::reading) wait_for(buffer_.size() > 0 ? Wait::head : Wait::idle);
     state_ = State::reading;
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);

@@ -386,8 +386,9 @@ TEST_P(GatewayTrust, SlowClientsAreCutOffAndTheConnectionCapHolds) {
   ::usleep(200000);
   int extra = connect_raw();
   ASSERT_GE(extra, 0);
-  ASSERT_EQ(::send(extra, request.data(), request.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(request.size()));
+  // The refusal may come (and the connection close) before the request goes.
+  ssize_t ignored = ::send(extra, request.data(), request.size(), MSG_NOSIGNAL);
+  (void)ignored;
   std::string refused = read_all(extra);
   ::close(extra);
   EXPECT_THAT(refused, StartsWith("HTTP/1.1 503"));
