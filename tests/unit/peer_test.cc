@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -223,34 +224,62 @@ TEST(PrivateRunDir, WithoutXdgRuntimeDirTheRunDirIsUnderTheStateDir) {
   EXPECT_LT(longest.size(), sizeof(sockaddr_un{}.sun_path));
 }
 
-// A server of another uid, on a socket the client would otherwise use.
+// A server of another uid, on a socket the client would otherwise use: a
+// child that listens as nobody and reports how many bytes it was sent.
+class ImpostorServer {
+ public:
+  explicit ImpostorServer(const std::string& path) {
+    int ready[2];
+    if (::pipe2(ready, O_CLOEXEC) != 0 || ::pipe2(got_, O_CLOEXEC) != 0) return;
+    child_ = ::fork();
+    if (child_ == 0) {
+      if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0)
+        ::_exit(3);
+      UniqueFd listener = listen_at(path);
+      ssize_t ignored = ::write(ready[1], "r", 1);
+      UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      char buf[4096];
+      // Whatever the client sent before it gave up.
+      ssize_t n = conn ? ::read(conn.get(), buf, sizeof buf) : -1;
+      std::string said = std::to_string(n < 0 ? 0 : n);
+      ignored = ::write(got_[1], said.data(), said.size());
+      (void)ignored;
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    ::close(got_[1]);
+    char byte = 0;
+    ready_ = ::read(ready[0], &byte, 1) == 1;
+    ::close(ready[0]);
+  }
+  ~ImpostorServer() {
+    if (child_ > 0) {
+      ::kill(child_, SIGKILL);
+      ::waitpid(child_, nullptr, 0);
+    }
+    ::close(got_[0]);
+  }
+  bool ready() const { return ready_; }
+  // Bytes the impostor read (waits for it to finish).
+  std::string bytes_received() {
+    char buf[32] = {};
+    ssize_t n = ::read(got_[0], buf, sizeof buf - 1);
+    return std::string(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  }
+
+ private:
+  pid_t child_ = -1;
+  int got_[2] = {-1, -1};
+  bool ready_ = false;
+};
+
 TEST(UntrustedServer, ClientRefusesAServerOfAnotherUidBeforeSendingAnything) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root (to listen as another uid)";
   TempDir dir;
-  std::string path = dir / "gateway.sock";
-  int ready[2], got[2];
-  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(got, O_CLOEXEC), 0);
   ::chmod(dir.path().c_str(), 0777);
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) ::_exit(3);
-    UniqueFd listener = listen_at(path);
-    ssize_t ignored = ::write(ready[1], "r", 1);
-    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    char buf[4096];
-    // Whatever the client sent before it gave up.
-    ssize_t n = conn ? ::read(conn.get(), buf, sizeof buf) : -1;
-    std::string said = std::to_string(n < 0 ? 0 : n);
-    ignored = ::write(got[1], said.data(), said.size());
-    (void)ignored;
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  ::close(got[1]);
-  char byte;
-  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  std::string path = dir / "gateway.sock";
+  ImpostorServer impostor(path);
+  ASSERT_TRUE(impostor.ready());
   std::string error;
   try {
     net::Client client(path);
@@ -258,14 +287,28 @@ TEST(UntrustedServer, ClientRefusesAServerOfAnotherUidBeforeSendingAnything) {
   } catch (const Error& e) {
     error = e.what();
   }
-  char buf[32] = {};
-  ssize_t n = ::read(got[0], buf, sizeof buf - 1);
-  ::waitpid(child, nullptr, 0);
-  ::close(ready[0]);
-  ::close(got[0]);
   EXPECT_THAT(error,
               HasSubstr("runs as uid 65534, not as you (uid 0) or root: refusing to talk to it"));
-  EXPECT_EQ(std::string(buf, n > 0 ? n : 0), "0") << "the client sent bytes to the impostor";
+  EXPECT_EQ(impostor.bytes_received(), "0") << "the client sent bytes to the impostor";
+}
+
+// The streams' client (exec, logs, the supervisor's session) checks too.
+TEST(UntrustedServer, WebSocketClientRefusesAServerOfAnotherUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (to listen as another uid)";
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0777);
+  std::string path = dir / "gateway.sock";
+  ImpostorServer impostor(path);
+  ASSERT_TRUE(impostor.ready());
+  boost::asio::io_context io;
+  std::string error = "<none>";
+  net::WebSocket::connect(io, path, "/v1/sandboxes/x/exec",
+                          [&](std::shared_ptr<net::WebSocket> ws, std::string why) {
+                            error = ws ? "<connected>" : why;
+                          });
+  io.run_for(std::chrono::seconds(5));
+  EXPECT_THAT(error, HasSubstr("runs as uid 65534, not as you (uid 0) or root"));
+  EXPECT_EQ(impostor.bytes_received(), "0") << "the client sent the upgrade to the impostor";
 }
 
 }  // namespace
