@@ -3,7 +3,9 @@
 // OPENSHELL_HOME, when set, relocates everything: state in $OPENSHELL_HOME,
 // sockets in $OPENSHELL_HOME/run. Otherwise, as root: /var/lib/openshell and
 // /run/openshell; rootless: $XDG_STATE_HOME/openshell (~/.local/state) and
-// $XDG_RUNTIME_DIR/openshell (else /tmp/openshell-<uid>, mode 0700).
+// $XDG_RUNTIME_DIR/openshell, else the state directory's run/ (a place no
+// other user can make first), else, when the sockets' paths would not fit
+// there, /tmp/openshell-<uid>. Run directories are mode 0700.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,13 @@ struct Paths {
   // runtime directory belongs to us and is private. Throws Error.
   void ensure() const;
 
+  // Before a client connects: the run directory (when it exists) is a real
+  // directory of the caller's, mode 0700; the gateway's socket (when it
+  // exists) a socket of the caller's, mode 0600. Throws Error saying what is
+  // wrong and what to remove. The directory being private, what is in it
+  // cannot change under us: the server's uid is checked after connecting.
+  void check_private() const;
+
   std::string db() const { return state_dir + "/gateway.db"; }
   std::string lock() const { return state_dir + "/gateway.lock"; }
   std::string gateway_log() const { return state_dir + "/gateway.log"; }
@@ -37,5 +46,13 @@ struct Paths {
     return run_dir + "/s/" + id + "." + std::to_string(generation) + ".sock";
   }
 };
+
+// The longest run directory whose sockets all fit a Unix socket address.
+inline constexpr size_t kMaxRunDirLength = 67;
+
+// What is wrong with a directory or a socket that should be the caller's own
+// and private (mode & 077 == 0): "" when it is, or when it does not exist.
+std::string private_dir_problem(const std::string& dir);
+std::string private_socket_problem(const std::string& path);
 
 }  // namespace openshell

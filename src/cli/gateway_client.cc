@@ -99,6 +99,8 @@ void start_gateway_in_background(const Paths& paths) {
 }
 
 GatewayClient::GatewayClient(bool autostart) : paths_(Paths::resolve()) {
+  // Another user may have made the run directory, or put a socket there.
+  paths_.check_private();
   int err = 0;
   client_ = try_connect(paths_, &err);
   if (client_) return;

@@ -44,6 +44,7 @@ std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const Paths& paths
   std::shared_ptr<net::WebSocket> result;
   std::string error;
   bool done = false;
+  paths.check_private();
   net::WebSocket::connect(io, paths.socket(), target,
                           [&](std::shared_ptr<net::WebSocket> ws, std::string why) {
                             result = std::move(ws);

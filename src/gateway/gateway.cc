@@ -27,6 +27,7 @@
 
 #include "auth/launch.h"
 #include "auth/secrets.h"
+#include "auth/peer.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -254,6 +255,13 @@ void Gateway::start() {
   seal_secrets_at_rest();
   store_->set_meta("gateway_id", gateway_id_);
   reconcile();
+  // A sandbox running as our uid passes the socket's mode: the pid namespace tells.
+  server_.set_admission([](int fd, const net::PeerCredentials&) -> std::optional<net::Refusal> {
+    std::string why = auth::peer_in_sandbox(fd);
+    if (why.empty()) return std::nullopt;
+    return net::Refusal{403, "peer_in_sandbox",
+                        "the gateway serves no process inside a sandbox: " + why};
+  });
   server_.listen(paths_.socket(), 0600);
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) shutdown();

@@ -7,6 +7,7 @@
 // clang-format on
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,6 +22,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -29,6 +31,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/text.h"
 #include "base/unique_fd.h"
 
 namespace openshell::net {
@@ -48,6 +51,8 @@ constexpr size_t kReadChunk = 64u << 10;
 constexpr int kBacklog = 1024;
 constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
 constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
+constexpr int kRefusalLogBurst = 20;
+constexpr auto kRefusalLogWindow = std::chrono::seconds(10);
 
 // --- small helpers -------------------------------------------------------------
 
@@ -313,6 +318,13 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
                   return;
                 }
                 ws->peer_ = peer_credentials(ws->ws_.next_layer().native_handle());
+                if (std::string why =
+                        untrusted_server(ws->ws_.next_layer().native_handle(), socket_path);
+                    !why.empty()) {
+                  ws->fail(why);
+                  done(nullptr, why);
+                  return;
+                }
                 ws->handshake(target, done);
               },
               [ws] { ws->fail("exception in the connect callback"); });
@@ -500,15 +512,28 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
 class Connection;
 
 struct ServerState : std::enable_shared_from_this<ServerState> {
-  ServerState(asio::io_context& io, Server::Handler handler)
-      : io(io), handler(std::move(handler)), acceptor(io), retry_timer(io) {}
+  ServerState(asio::io_context& io, Server::Handler handler, ServerLimits limits)
+      : io(io), handler(std::move(handler)), limits(limits), acceptor(io), retry_timer(io) {}
 
   void accept_next();
   void stop_listening();
   void close_connections();
+  // Whether a connection from this peer may be served; else it was answered
+  // and closed.
+  bool admit(Local::socket& socket);
+  // A refused or cut-off connection's log line: at most kRefusalLogBurst in
+  // each kRefusalLogWindow, so that a client looping on them cannot fill
+  // the log; how many were left out is said when logging resumes.
+  void log_refusal(const std::string& line);
 
   asio::io_context& io;
   Server::Handler handler;
+  ServerLimits limits;
+  Server::Admission admission;
+  std::map<uid_t, size_t> connections_per_uid;
+  std::chrono::steady_clock::time_point refusal_window_start;
+  int refusals_logged = 0;
+  long refusals_unlogged = 0;
   Local::acceptor acceptor;
   asio::steady_timer retry_timer;
   std::string path;
@@ -521,13 +546,17 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(std::shared_ptr<ServerState> server, Local::socket socket)
-      : server_(std::move(server)), socket_(std::move(socket)) {
+      : server_(std::move(server)), socket_(std::move(socket)), deadline_(server_->io) {
     peer_ = peer_credentials(socket_.native_handle());
   }
   ~Connection() { forget(); }
 
   void start() {
     server_->connections[this] = weak_from_this();
+    ++server_->connections_per_uid[peer_.uid];
+    counted_ = true;
+    // A fresh connection owes its first request's head at once.
+    wait_for(Wait::head);
     read_request();
   }
 
@@ -591,7 +620,55 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class State { reading, handling, writing, closed, gone };
 
   void forget() {
-    if (server_) server_->connections.erase(this);
+    deadline_.cancel();
+    if (!server_) return;
+    server_->connections.erase(this);
+    if (counted_) {
+      counted_ = false;
+      auto it = server_->connections_per_uid.find(peer_.uid);
+      if (it != server_->connections_per_uid.end() && --it->second == 0)
+        server_->connections_per_uid.erase(it);
+    }
+  }
+
+  // What the connection's deadline waits for.
+  enum class Wait { none, idle, head, body, refusal };
+
+  // (Re)arms the deadline; Wait::none cancels it.
+  void wait_for(Wait what) {
+    waiting_for_ = what;
+    if (what == Wait::none) {
+      deadline_.cancel();
+      return;
+    }
+    const ServerLimits& limits = server_->limits;
+    deadline_.expires_after(what == Wait::idle   ? limits.idle_timeout
+                            : what == Wait::body ? limits.body_timeout
+                                                 : limits.header_timeout);
+    deadline_.async_wait([weak = weak_from_this(), what](beast::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->guard([&] { self->on_deadline(what); });
+    });
+  }
+
+  void on_deadline(Wait what) {
+    if (what != waiting_for_ || state_ == State::gone || state_ == State::closed) return;
+    if (what == Wait::refusal || state_ != State::reading) {
+      // An answer the client does not take, or a refusal it does not read.
+      close();
+      return;
+    }
+    if (what == Wait::idle) {
+      close();  // a keep-alive connection nobody uses any more
+      return;
+    }
+    auto limit = what == Wait::head ? server_->limits.header_timeout : server_->limits.body_timeout;
+    std::string why =
+        what == Wait::head ? "no complete request head within " : "the request body stalled for ";
+    why += std::to_string(limit.count()) + " ms";
+    server_->log_refusal("API: closing a connection from uid " + std::to_string(peer_.uid) +
+                         " (pid " + std::to_string(peer_.pid) + "): " + why);
+    answer_and_close(408, "request_timeout", why);
   }
 
   template <class F>
@@ -604,6 +681,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       close();
       return;
     }
+    // After an answer: keep-alive, unless the next request has begun (pipelined).
+    if (state_ != State::reading) wait_for(buffer_.size() > 0 ? Wait::head : Wait::idle);
     state_ = State::reading;
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
@@ -665,7 +744,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     buffer_.commit(n);
+    // The first byte of a request starts its head's clock; a body's clock
+    // restarts with every byte of it.
+    if (waiting_for_ == Wait::idle) wait_for(Wait::head);
     parse_and_read();
+    if (state_ == State::reading && parser_ && parser_->is_header_done()) wait_for(Wait::body);
   }
 
   void dispatch() {
@@ -689,6 +772,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     version_ = message.version();
     keep_alive_ = message.keep_alive();
     state_ = State::handling;
+    wait_for(Wait::none);  // a handler may take its time (it waits for a sandbox)
 
     auto handler = server_->handler;
     if (!handler) {
@@ -712,15 +796,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static void fail_exchange(Exchange& exchange, const std::string& what);
 
   void bad_request(const std::string& why) {
+    answer_and_close(400, "bad_request", "bad request: " + why);
+  }
+
+  void answer_and_close(unsigned status, const std::string& code, const std::string& message) {
     state_ = State::handling;
     version_ = 11;
     auto response = std::make_shared<BeastResponse>();
     response->version(11);
-    response->result(bhttp::status::bad_request);
+    response->result(status);
     response->set(bhttp::field::server, "openshell");
     response->set(bhttp::field::content_type, "application/json");
-    response->body() = error_body("bad_request", "bad request: " + why);
+    response->body() = error_body(code, message);
     state_ = State::writing;
+    // The answer goes out or the connection goes.
+    wait_for(Wait::refusal);
     write(std::move(response), false);
   }
 
@@ -746,6 +836,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ServerState> server_;
   Local::socket socket_;
   PeerCredentials peer_;
+  asio::steady_timer deadline_;
+  Wait waiting_for_ = Wait::none;
+  bool counted_ = false;  // in server_->connections_per_uid
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string raw_;
@@ -821,11 +914,65 @@ void ServerState::accept_next() {
         "API accept",
         [&] {
           set_cloexec(socket.native_handle());
-          std::make_shared<Connection>(self, std::move(socket))->start();
+          if (self->admit(socket)) std::make_shared<Connection>(self, std::move(socket))->start();
         },
         nullptr);
     self->accept_next();
   });
+}
+
+// A refusal is written at once, without waiting: it is small and the socket
+// is fresh. The client still reads it after the close (a Unix socket keeps
+// what was sent), even when its own request was never read.
+bool ServerState::admit(Local::socket& socket) {
+  int fd = socket.native_handle();
+  PeerCredentials peer = peer_credentials(fd);
+  std::optional<Refusal> refusal;
+  if (admission) refusal = admission(fd, peer);
+  if (!refusal && limits.max_connections_per_uid > 0) {
+    auto it = connections_per_uid.find(peer.uid);
+    if (it != connections_per_uid.end() && it->second >= limits.max_connections_per_uid)
+      refusal = Refusal{503, "too_many_connections",
+                        "uid " + std::to_string(peer.uid) + " already has " +
+                            std::to_string(it->second) + " connections open (the limit is " +
+                            std::to_string(limits.max_connections_per_uid) + ")"};
+  }
+  if (!refusal) return true;
+  log_refusal("API: refused a connection from uid " + std::to_string(peer.uid) + " (pid " +
+              std::to_string(peer.pid) + "): " + refusal->message);
+  std::string body = error_body(refusal->code, refusal->message);
+  int status = refusal->status >= 400 && refusal->status <= 599 ? refusal->status : 403;
+  const char* reason = status == 403   ? "Forbidden"
+                       : status == 503 ? "Service Unavailable"
+                                       : "Refused";
+  std::string answer =
+      "HTTP/1.1 " + std::to_string(status) + " " + reason +
+      "\r\nServer: openshell\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  ssize_t ignored = ::send(fd, answer.data(), answer.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)ignored;
+  ::shutdown(fd, SHUT_WR);
+  beast::error_code ec;
+  socket.close(ec);
+  return false;
+}
+
+void ServerState::log_refusal(const std::string& line) {
+  auto now = std::chrono::steady_clock::now();
+  if (now - refusal_window_start >= kRefusalLogWindow) {
+    if (refusals_unlogged > 0)
+      log::warn("API: " + std::to_string(refusals_unlogged) +
+                " more refused or cut-off connections were not logged");
+    refusal_window_start = now;
+    refusals_logged = 0;
+    refusals_unlogged = 0;
+  }
+  if (refusals_logged >= kRefusalLogBurst) {
+    ++refusals_unlogged;
+    return;
+  }
+  ++refusals_logged;
+  log::warn(line);
 }
 
 void ServerState::stop_listening() {
@@ -859,8 +1006,37 @@ struct Server::Impl : ServerState {
   using ServerState::ServerState;
 };
 
-Server::Server(asio::io_context& io, Handler handler)
-    : impl_(std::make_shared<Impl>(io, std::move(handler))) {}
+namespace {
+
+// A limit from the environment: a decimal number, at least 1.
+template <class T>
+void limit_from_env(const char* name, T* value) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return;
+  auto parsed = text::parse_uint(text, 86400000);
+  if (!parsed || *parsed == 0)
+    throw Error(std::string(name) + "=" + text + ": expected a whole number from 1 to 86400000");
+  if constexpr (std::is_same_v<T, size_t>)
+    *value = static_cast<size_t>(*parsed);
+  else
+    *value = std::chrono::milliseconds(*parsed);
+}
+
+}  // namespace
+
+ServerLimits ServerLimits::from_environment() {
+  ServerLimits limits;
+  limit_from_env("OPENSHELL_API_HEADER_TIMEOUT_MS", &limits.header_timeout);
+  limit_from_env("OPENSHELL_API_BODY_TIMEOUT_MS", &limits.body_timeout);
+  limit_from_env("OPENSHELL_API_IDLE_TIMEOUT_MS", &limits.idle_timeout);
+  limit_from_env("OPENSHELL_API_MAX_CONNECTIONS_PER_UID", &limits.max_connections_per_uid);
+  return limits;
+}
+
+Server::Server(asio::io_context& io, Handler handler, ServerLimits limits)
+    : impl_(std::make_shared<Impl>(io, std::move(handler), limits)) {}
+
+void Server::set_admission(Admission admission) { impl_->admission = std::move(admission); }
 
 Server::~Server() {
   close();
@@ -960,6 +1136,18 @@ std::shared_ptr<WebSocket> WebSocket::accept_handed_over(asio::io_context& io, i
 
 // --- client ----------------------------------------------------------------------
 
+std::string untrusted_server(int fd, const std::string& socket_path) {
+  ucred cred{};
+  socklen_t length = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0)
+    return errno_message("the server at " + socket_path + ": its credentials (SO_PEERCRED)", errno);
+  uid_t own = ::geteuid();
+  if (cred.uid == own || cred.uid == 0) return "";
+  return "the server at " + socket_path + " runs as uid " + std::to_string(cred.uid) +
+         ", not as you (uid " + std::to_string(own) +
+         ") or root: refusing to talk to it (someone else may be impersonating the gateway)";
+}
+
 struct Client::Impl {
   explicit Impl(std::string path) : path(std::move(path)) {}
 
@@ -981,6 +1169,7 @@ struct Client::Impl {
       int err = errno;
       throw ConnectError(errno_message("connect " + path, err), err);
     }
+    if (std::string why = untrusted_server(fd.get(), path); !why.empty()) throw Error(why);
     beast::error_code ec;
     socket.assign(Local(), fd.get(), ec);
     if (ec) throw ConnectError("connect " + path + ": " + ec.message(), ec.value());
@@ -1011,6 +1200,20 @@ Client::~Client() = default;
 
 Response Client::request(const std::string& method, const std::string& target,
                          const std::string& body) {
+  // A connection the server has closed since (its keep-alive or head
+  // deadline passed while we were busy) reads as ready: start afresh.
+  if (impl_->socket.is_open()) {
+    pollfd p{impl_->socket.native_handle(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) != 0) {
+      beast::error_code ignored;
+      impl_->socket.close(ignored);
+      try {
+        impl_->connect();
+      } catch (const ConnectError&) {
+        throw Error("the gateway closed the connection");  // and is gone
+      }
+    }
+  }
   if (!impl_->socket.is_open()) impl_->connect();
   BeastRequest request;
   bhttp::verb verb = bhttp::string_to_verb(method);
@@ -1029,15 +1232,20 @@ Response Client::request(const std::string& method, const std::string& target,
   }
   request.prepare_payload();
 
-  beast::error_code ec;
-  bhttp::write(impl_->socket, request, ec);
-  if (ec) impl_->connection_failed(ec);
+  beast::error_code write_ec;
+  bhttp::write(impl_->socket, request, write_ec);
+  // A server that refuses a connection answers and closes it before it reads
+  // the request: its answer may still be there to read.
+  bool unsent = write_ec &&
+                (write_ec == asio::error::broken_pipe || write_ec == asio::error::connection_reset);
+  if (write_ec && !unsent) impl_->connection_failed(write_ec);
 
+  beast::error_code ec;
   bhttp::response_parser<bhttp::string_body> parser;
   parser.header_limit(kHeaderLimit);
   parser.body_limit(boost::none);
   bhttp::read(impl_->socket, impl_->buffer, parser, ec);
-  if (ec) impl_->connection_failed(ec);
+  if (ec) impl_->connection_failed(unsent ? write_ec : ec);
   bool keep_alive = parser.keep_alive();
   BeastResponse& message = parser.get();
   Response response;

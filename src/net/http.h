@@ -14,9 +14,11 @@
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -115,10 +117,42 @@ class Exchange {
   virtual int release() = 0;
 };
 
+// How long a connection may keep the server waiting, and how many one uid
+// may hold open. A WebSocket, once upgraded (or a connection handed over),
+// is no longer the server's: these no longer apply to it.
+struct ServerLimits {
+  // From the connection's start, or from the first byte of a later request,
+  // to the end of the request's head.
+  std::chrono::milliseconds header_timeout{10000};
+  // The longest pause while a request's body arrives.
+  std::chrono::milliseconds body_timeout{10000};
+  // Keep-alive: the longest wait for the next request.
+  std::chrono::milliseconds idle_timeout{60000};
+  // Connections (reading, being answered) from one peer uid at once.
+  size_t max_connections_per_uid = 128;
+
+  // The defaults, overridden by OPENSHELL_API_HEADER_TIMEOUT_MS,
+  // OPENSHELL_API_BODY_TIMEOUT_MS, OPENSHELL_API_IDLE_TIMEOUT_MS and
+  // OPENSHELL_API_MAX_CONNECTIONS_PER_UID. Throws Error on a bad value.
+  static ServerLimits from_environment();
+};
+
+// A connection the server will not serve: it is answered with this status
+// and the API's error body, and closed, before any of its request is read.
+struct Refusal {
+  int status = 403;
+  std::string code;
+  std::string message;
+};
+
 class Server {
  public:
   using Handler = std::function<void(std::shared_ptr<Exchange>)>;
-  Server(asio::io_context& io, Handler handler);
+  // Decides, as a connection is accepted, whether its peer may use the
+  // server: nullopt admits it. fd is the connection's socket.
+  using Admission = std::function<std::optional<Refusal>(int fd, const PeerCredentials& peer)>;
+  Server(asio::io_context& io, Handler handler,
+         ServerLimits limits = ServerLimits::from_environment());
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -127,6 +161,8 @@ class Server {
   // file mode. Throws Error, also when the path is not a socket or a server
   // still listens on it.
   void listen(const std::string& socket_path, unsigned mode);
+  // Checks every connection accepted from now on (see Admission).
+  void set_admission(Admission admission);
   // Stops accepting and removes the socket file; open connections finish
   // their exchange, then close. The destructor also closes open connections
   // (but not exchanges handed over or upgraded).
@@ -148,10 +184,16 @@ class ConnectError : public Error {
   int err_;
 };
 
+// Why the server on a connected Unix socket is not one to talk to: its
+// SO_PEERCRED uid is neither ours (the effective uid) nor root's. "" when it
+// is. Both clients below refuse such a server before they send anything.
+std::string untrusted_server(int fd, const std::string& socket_path);
+
 // Synchronous client for the command line: one connection, keep-alive.
 class Client {
  public:
-  explicit Client(const std::string& socket_path);  // throws ConnectError
+  // Throws ConnectError; Error when the server is not ours (untrusted_server).
+  explicit Client(const std::string& socket_path);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -19,6 +19,7 @@
 
 #include "auth/launch.h"
 #include "auth/secrets.h"
+#include "auth/peer.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -625,6 +626,11 @@ void Supervisor::accept_exec() {
       socklen_t len = sizeof cred;
       if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid())
         continue;
+      // A sandbox of our uid could reach this socket too: only host processes hand over.
+      if (std::string why = auth::peer_in_sandbox(conn.get()); !why.empty()) {
+        log::error("exec handover refused (uid " + std::to_string(cred.uid) + "): " + why);
+        continue;
+      }
       std::string packet;
       int fds[3];
       long n = runtime::receive_packet(conn.get(), &packet, fds);

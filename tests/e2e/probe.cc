@@ -26,6 +26,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -98,6 +99,93 @@ int read_file(const char* path) {
   ::close(fd);
   errno = err;
   return result(n < 0 ? -1 : 0, std::to_string(total) + " bytes");
+}
+
+int unix_connect(const char* path, int type) {
+  int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path, sizeof address.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+// Reads what arrives within timeout_ms of quiet, up to EOF.
+std::string read_for(int fd, int timeout_ms) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) break;
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// One HTTP request over a Unix socket (an API client, as curl would be):
+// prints "ok: " and the answer's status line and body.
+int http_unix(const char* path, const char* method, const char* target, const char* body) {
+  int fd = unix_connect(path, SOCK_STREAM);
+  if (fd < 0) return result(-1);
+  std::string request =
+      std::string(method) + " " + target + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n";
+  if (body) {
+    request +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(std::strlen(body)) +
+        "\r\n\r\n" + body;
+  } else {
+    request += "\r\n";
+  }
+  ssize_t ignored = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  (void)ignored;
+  std::string answer = read_for(fd, 5000);
+  ::close(fd);
+  size_t line_end = answer.find("\r\n");
+  size_t body_at = answer.find("\r\n\r\n");
+  std::string status = answer.substr(0, line_end);
+  std::string rest = body_at == std::string::npos ? "" : answer.substr(body_at + 4);
+  return result(0, status + " " + rest);
+}
+
+// Hands a connection of ours to a supervisor's exec socket as the gateway
+// does; "ok: upgraded" when the supervisor took it (answered the upgrade).
+int exec_handoff(const char* path) {
+  int fd = unix_connect(path, SOCK_SEQPACKET);
+  if (fd < 0) return result(-1);
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return result(-1);
+  std::string upgrade =
+      "GET /v1/sandboxes/x/exec HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+      "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+      "Sec-WebSocket-Version: 13\r\n\r\n";
+  std::string packet = std::string("handoff") + '\0' + upgrade + '\0';
+  iovec iov{packet.data(), packet.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &pair[1], sizeof(int));
+  if (::sendmsg(fd, &msg, MSG_NOSIGNAL) < 0) return result(-1);
+  ::close(pair[1]);
+  ::close(fd);
+  std::string answer = read_for(pair[0], 3000);
+  if (answer.rfind("HTTP/1.1 101", 0) == 0) return result(0, "upgraded");
+  std::printf("denied: no upgrade (%zu bytes)\n", answer.size());
+  return 1;
 }
 
 int tcp_connect(const char* host, int port) {
@@ -354,6 +442,8 @@ int main(int argc, char** argv) {
   if (action == "packet-socket") return result(::socket(AF_PACKET, SOCK_RAW, 0));
   if (action == "tcp-socket") return result(::socket(AF_INET, SOCK_STREAM, 0));
   if (action == "connect") return tcp_connect(arg(2), std::atoi(arg(3)));
+  if (action == "http-unix") return http_unix(arg(2), arg(3), arg(4), argc > 5 ? argv[5] : nullptr);
+  if (action == "exec-handoff") return exec_handoff(arg(2));
   if (action == "write") return write_file(arg(2), argc > 3 ? argv[3] : "osh-probe\n");
   if (action == "read") return read_file(arg(2));
   if (action == "mknod") return result(::mknod(arg(2), S_IFCHR | 0600, makedev(1, 3)));

@@ -39,6 +39,7 @@ using openshell::testing::TempDir;
 using openshell::testing::write_file;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 using ::testing::StartsWith;
 
@@ -898,6 +899,224 @@ TEST_F(WebSocketEcho, PlainRequestToAStreamGets404) {
   Response response;
   ASSERT_TRUE(run_beside([&] { response = Client(socket_path()).request("GET", "/v1/echo"); }));
   EXPECT_EQ(response.status, 404);
+}
+
+// --- deadlines and the per-uid cap --------------------------------------------------
+
+class HttpLimits : public NetFixture {
+ protected:
+  void serve_limited(ServerLimits limits) {
+    server = std::make_unique<Server>(
+        io,
+        [this](std::shared_ptr<Exchange> exchange) {
+          ++served;
+          exchange->respond({200, "{\"path\":\"" + exchange->request().path + "\"}"});
+        },
+        limits);
+    server->listen(socket_path(), 0600);
+  }
+
+  // raw_exchange, and how long the server kept the connection.
+  std::string timed_exchange(const std::string& bytes, long* elapsed_ms) {
+    auto start = std::chrono::steady_clock::now();
+    std::string reply = raw_exchange(socket_path(), bytes, false);
+    *elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+    return reply;
+  }
+
+  int served = 0;
+};
+
+ServerLimits short_limits() {
+  ServerLimits limits;
+  limits.header_timeout = 300ms;
+  limits.body_timeout = 300ms;
+  limits.idle_timeout = 300ms;
+  return limits;
+}
+
+// A slow client holds half a request head: the server answers 408 and closes
+// at the deadline, and serves another client meanwhile.
+TEST_F(HttpLimits, HalfAHeadIsClosedAtTheHeaderDeadlineWhileOthersAreServed) {
+  serve_limited(short_limits());
+  std::string slow;
+  long slow_ms = 0;
+  Response fast;
+  ASSERT_TRUE(run_beside(std::vector<std::function<void()>>{
+      [&] { slow = timed_exchange("GET /slow HTTP/1.1\r\nHost: loc", &slow_ms); },
+      [&] {
+        std::this_thread::sleep_for(50ms);
+        fast = Client(socket_path()).request("GET", "/fast");
+      }}));
+  ASSERT_THAT(thread_errors, ::testing::IsEmpty());
+  EXPECT_THAT(slow, StartsWith("HTTP/1.1 408"));
+  EXPECT_THAT(slow, HasSubstr("no complete request head within 300 ms"));
+  EXPECT_GE(slow_ms, 250);
+  EXPECT_LT(slow_ms, 3000);
+  EXPECT_EQ(fast.status, 200);
+  EXPECT_EQ(served, 1);
+}
+
+TEST_F(HttpLimits, AConnectionThatSendsNothingIsClosed) {
+  serve_limited(short_limits());
+  std::string reply;
+  long ms = 0;
+  ASSERT_TRUE(run_beside([&] { reply = timed_exchange("", &ms); }));
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 408"));
+  EXPECT_LT(ms, 3000);
+}
+
+TEST_F(HttpLimits, AStalledBodyIsClosed) {
+  serve_limited(short_limits());
+  std::string reply;
+  long ms = 0;
+  ASSERT_TRUE(run_beside([&] {
+    reply = timed_exchange("POST /x HTTP/1.1\r\nHost: l\r\nContent-Length: 10\r\n\r\nabc", &ms);
+  }));
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 408"));
+  EXPECT_THAT(reply, HasSubstr("the request body stalled for 300 ms"));
+  EXPECT_LT(ms, 3000);
+  EXPECT_EQ(served, 0);
+}
+
+// After an answer, a keep-alive connection left unused closes.
+TEST_F(HttpLimits, AnIdleKeepAliveConnectionIsClosed) {
+  ServerLimits limits = short_limits();
+  limits.header_timeout = 10s;
+  serve_limited(limits);
+  std::string reply;
+  long ms = 0;
+  ASSERT_TRUE(
+      run_beside([&] { reply = timed_exchange("GET /once HTTP/1.1\r\nHost: l\r\n\r\n", &ms); }));
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(reply, Not(HasSubstr("<timeout>")));
+  EXPECT_GE(ms, 250);
+  EXPECT_LT(ms, 3000);
+}
+
+// A client that was busy past the head deadline between connecting and its
+// first request (or past the idle deadline between two) connects again.
+TEST_F(HttpLimits, ClientReconnectsWhenTheServerClosedItsConnection) {
+  serve_limited(short_limits());
+  std::unique_ptr<Client> client;
+  Response first, second;
+  ASSERT_TRUE(run_beside([&] { client = std::make_unique<Client>(socket_path()); }));
+  run_for(600ms);  // the head deadline passes: the server answers 408 and closes
+  ASSERT_TRUE(run_beside([&] { first = client->request("GET", "/first"); }));
+  run_for(600ms);  // the idle deadline passes
+  ASSERT_TRUE(run_beside([&] { second = client->request("GET", "/second"); }));
+  ASSERT_THAT(thread_errors, ::testing::IsEmpty());
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body, "{\"path\":\"/first\"}");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(served, 2);
+}
+
+// A client looping on refused connections cannot fill the log.
+TEST_F(HttpLimits, RefusalsAreLoggedAtMostTwentyAtATime) {
+  serve_limited(ServerLimits{});
+  server->set_admission([](int, const PeerCredentials&) -> std::optional<Refusal> {
+    return Refusal{403, "peer_in_sandbox", "no"};
+  });
+  std::string log_path = dir / "stderr";
+  int saved = ::dup(2);
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(log_fd, 0);
+  ::dup2(log_fd, 2);
+  std::vector<int> statuses;
+  bool ok = run_beside([&] {
+    for (int i = 0; i < 40; ++i)
+      statuses.push_back(Client(socket_path()).request("GET", "/").status);
+  });
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(log_fd);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(statuses, std::vector<int>(40, 403));
+  EXPECT_EQ(count(read_file(log_path), "API: refused a connection"), 20u);
+}
+
+TEST(ServerLimitsFromEnvironment, ReadsAndChecksTheVariables) {
+  openshell::testing::ScopedEnv header("OPENSHELL_API_HEADER_TIMEOUT_MS", "1500");
+  openshell::testing::ScopedEnv cap("OPENSHELL_API_MAX_CONNECTIONS_PER_UID", "7");
+  ServerLimits limits = ServerLimits::from_environment();
+  EXPECT_EQ(limits.header_timeout, 1500ms);
+  EXPECT_EQ(limits.max_connections_per_uid, 7u);
+  EXPECT_EQ(limits.idle_timeout, 60000ms);
+  openshell::testing::ScopedEnv bad("OPENSHELL_API_IDLE_TIMEOUT_MS", "soon");
+  try {
+    ServerLimits::from_environment();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "OPENSHELL_API_IDLE_TIMEOUT_MS=soon: expected a whole number from 1 to 86400000");
+  }
+}
+
+int connect_raw(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// cap connections held open by one uid: the next is refused with a 503 line,
+// and once one closes the server serves again.
+TEST_F(HttpLimits, ConnectionsPerUidAreCapped) {
+  ServerLimits limits;
+  limits.max_connections_per_uid = 3;
+  serve_limited(limits);
+  std::vector<int> held;
+  for (int i = 0; i < 3; ++i) held.push_back(connect_raw(socket_path()));
+  for (int fd : held) ASSERT_GE(fd, 0);
+  run_for(200ms);  // the server accepts them
+  std::string extra;
+  Response refused;
+  ASSERT_TRUE(run_beside([&] {
+    extra = raw_exchange(socket_path(), "GET /extra HTTP/1.1\r\nHost: l\r\n\r\n", false);
+    refused = Client(socket_path()).request("GET", "/extra");
+  }));
+  ASSERT_THAT(thread_errors, ::testing::IsEmpty());
+  EXPECT_THAT(extra, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(extra, HasSubstr("too_many_connections"));
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_THAT(refused.body, HasSubstr("already has 3 connections open (the limit is 3)"));
+  EXPECT_EQ(served, 0);
+  ::close(held[0]);
+  run_for(200ms);
+  Response again;
+  ASSERT_TRUE(run_beside([&] { again = Client(socket_path()).request("GET", "/again"); }));
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(served, 1);
+  for (size_t i = 1; i < held.size(); ++i) ::close(held[i]);
+}
+
+// An admission that refuses: the client reads the refusal, the handler never
+// runs, and nothing of the request was read.
+TEST_F(HttpLimits, AdmissionRefusesWithItsLine) {
+  serve_limited(ServerLimits{});
+  server->set_admission([](int, const PeerCredentials& peer) -> std::optional<Refusal> {
+    return Refusal{403, "peer_in_sandbox", "not for uid " + std::to_string(peer.uid)};
+  });
+  Response response;
+  std::string ws_error = "<none>";
+  ASSERT_TRUE(run_beside([&] { response = Client(socket_path()).request("POST", "/v1/x", "{}"); }));
+  WebSocket::connect(
+      io, socket_path(), "/v1/stream",
+      [&](std::shared_ptr<WebSocket> ws, std::string why) { ws_error = ws ? "<connected>" : why; });
+  ASSERT_TRUE(run_until([&] { return ws_error != "<none>"; }));
+  EXPECT_EQ(response.status, 403);
+  EXPECT_EQ(response.body, "{\"error\":{\"code\":\"peer_in_sandbox\",\"message\":\"not for uid " +
+                               std::to_string(::geteuid()) + "\"}}");
+  EXPECT_THAT(ws_error, HasSubstr("refused: 403"));
+  EXPECT_EQ(served, 0);
 }
 
 }  // namespace
