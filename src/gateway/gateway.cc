@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "auth/launch.h"
-#include "auth/secrets.h"
 #include "auth/peer.h"
+#include "auth/secrets.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
