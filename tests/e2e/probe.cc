@@ -27,6 +27,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -357,6 +358,17 @@ int main(int argc, char** argv) {
   if (action == "write") return write_file(arg(2), argc > 3 ? argv[3] : "osh-probe\n");
   if (action == "read") return read_file(arg(2));
   if (action == "mknod") return result(::mknod(arg(2), S_IFCHR | 0600, makedev(1, 3)));
+  if (action == "setcap") {
+    // A file capability (vfs_cap_data, VFS_CAP_REVISION_2): CAP_SETUID
+    // permitted and effective, as `setcap cap_setuid+ep FILE` writes it.
+    unsigned char caps[20] = {};
+    caps[0] = 0x01;  // VFS_CAP_FLAGS_EFFECTIVE
+    caps[3] = 0x02;  // VFS_CAP_REVISION_2
+    caps[4] = 0x80;  // permitted: bit 7, CAP_SETUID
+    return result(::setxattr(arg(2), "security.capability", caps, sizeof caps, 0));
+  }
+  if (action == "setxattr")
+    return result(::setxattr(arg(2), arg(3), arg(4), std::strlen(arg(4)), 0));
   if (action == "chroot") return result(::chroot(arg(2)));
   if (action == "setuid") return result(::setuid(static_cast<uid_t>(std::atoi(arg(2)))));
   if (action == "sethostname") return result(::sethostname("escaped", 7));
