@@ -16,6 +16,7 @@
 #include "auth/launch.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/root_files.h"
 #include "base/logfile.h"
 #include "image/digest.h"
 #include "image/unpack.h"
@@ -212,12 +213,18 @@ Platform parse_platform(std::string_view text) {
 
 std::string read_from_layers(const std::vector<std::string>& layer_roots_top_first,
                              const std::string& path) {
+  // The topmost layer that has the name decides, and what it has is read
+  // inside that layer alone: a symlink there resolves in that layer (a
+  // cross-layer one reads as missing), never on the host.
   for (const auto& layer : layer_roots_top_first) {
-    struct stat st;
-    const std::string file = layer + "/" + path;
-    if (::lstat(file.c_str(), &st) != 0) continue;
-    if (!S_ISREG(st.st_mode)) return "";  // a whiteout, or not a file
-    return files::try_read(file).value_or("");
+    switch (files::layer_entry(layer, path)) {
+      case files::LayerEntry::kAbsent:
+        continue;
+      case files::LayerEntry::kWhiteout:
+        return "";
+      case files::LayerEntry::kPresent:
+        return files::read_in_root(layer, path).value_or("");
+    }
   }
   return "";
 }

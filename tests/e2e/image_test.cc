@@ -13,6 +13,7 @@
 
 #include <gmock/gmock.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -382,6 +383,78 @@ TEST_P(Images, ImageConfigEnvWorkdirUserEntrypointAndCmd) {
   write_file(group_policy, "version = 1\n[process]\nrun_as_group = \"2345\"\n");
   Result grouped = run_in("configured2", {"sh", "-c", "id -u; id -g"}, {"--policy", group_policy});
   EXPECT_EQ(grouped.out, "1234\n2345\n") << grouped.err;
+}
+
+// An image whose User is root by another spelling ("00", "0000", "0:0", or
+// a name its passwd maps to uid 0) runs as the sandbox user, as one whose
+// User is "root" does: through the gateway and through run --image alike.
+TEST_P(Images, ImageUserThatIsRootRunsAsTheSandboxUser) {
+  for (const std::string user : {"00", "0000", "0:0", "toor", "toor:toor"}) {
+    SCOPED_TRACE(user);
+    std::string tag = user;
+    for (char& c : tag)
+      if (c == ':') c = '-';
+    const std::string layout = derived_layout(
+        "rootuser-" + tag + "-" + mode_name(mode()),
+        "rm -rf t t.tar && mkdir -p t/etc && "
+        "printf 'root:x:0:0:root:/root:/bin/sh\\nsandbox:x:1000:1000::/home/sandbox:/bin/sh\\n"
+        "toor:x:0:0::/:/bin/sh\\n' > t/etc/passwd && "
+        "printf 'root:x:0:\\nsandbox:x:1000:\\ntoor:x:0:\\n' > t/etc/group && "
+        "tar -C t -cf t.tar etc && umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t t.tar && "
+        "umoci config --image \"$L:latest\" --config.user " + user);
+    ASSERT_EQ(os({"image", "import", layout, "rootuser-" + tag}).status, 0);
+    Result created = run_in("rootuser-" + tag, {"sh", "-c", "id -u; id -g"});
+    EXPECT_EQ(created.status, 0) << created.err;
+    EXPECT_EQ(created.out, "1000\n1000\n") << created.err;
+    Result ran = os({"run", "--image", "rootuser-" + tag, "--", "sh", "-c", "id -u; id -g"});
+    EXPECT_EQ(ran.status, 0) << ran.err;
+    EXPECT_EQ(ran.out, "1000\n1000\n") << ran.err;
+  }
+}
+
+// The image's /etc/passwd and /etc/group are read inside the image, a
+// regular file of at most 4 MiB: "etc/passwd -> /dev/zero" (an endless
+// read), a FIFO (a read that never returns) and a huge file are clear
+// errors or no user, and "etc -> /etc" never finds a user of the host's.
+TEST_P(Images, HostileUserFilesStayInsideTheImage) {
+  struct Case {
+    std::string name, snippet, user, expect;
+  };
+  const std::vector<Case> cases = {
+      {"zero", "mkdir -p t/etc && ln -s /dev/zero t/etc/passwd", "sandbox", "user sandbox: no such user"},
+      {"fifo", "mkdir -p t/etc && mkfifo t/etc/passwd", "sandbox", "/etc/passwd: not a regular file"},
+      {"huge", "mkdir -p t/etc && yes 'u:x:5:5::/:/bin/sh' | head -c 5000000 > t/etc/passwd", "sandbox",
+       "/etc/passwd: larger than 4 MiB"},
+      // osh-e2e-sub is a user of the host's, not of the image's.
+      {"etc", "mkdir t && ln -s /etc t/etc", "osh-e2e-sub", "/etc/passwd: too many levels of symbolic links"},
+      {"dotdot", "mkdir -p t/etc && ln -s ../../../../../../etc/passwd t/etc/passwd", "osh-e2e-sub",
+       "/etc/passwd: too many levels of symbolic links"},
+      {"group", "mkdir -p t/etc && ln -s /etc/group t/etc/group", "sandbox:osh-e2e-sub",
+       "/etc/group: too many levels of symbolic links"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string layout = derived_layout(
+        "hostile-user-" + c.name + "-" + mode_name(mode()),
+        "rm -rf t t.tar && " + c.snippet + " && tar -C t -cf t.tar etc && "
+        "umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t t.tar && "
+        "umoci config --image \"$L:latest\" --config.user " + c.user);
+    ASSERT_EQ(os({"image", "import", layout, "hostile-" + c.name}).status, 0);
+    Result created = run_in("hostile-" + c.name, {"id", "-u"});
+    EXPECT_NE(created.status, 0) << created.out;
+    EXPECT_THAT(created.err, HasSubstr(c.expect));
+    EXPECT_EQ(std::count(created.err.begin(), created.err.end(), '\n'), 1) << created.err;
+    Result ran = os({"run", "--image", "hostile-" + c.name, "--", "id", "-u"});
+    EXPECT_EQ(ran.status, 125) << ran.out;
+    EXPECT_THAT(ran.err, HasSubstr(c.expect));
+  }
+  // The same image's copy (the sandbox's own root) is read inside it too.
+  Options copy;
+  copy.env.push_back("OPENSHELL_STORAGE=copy");
+  os({"gateway", "stop"});
+  Result c = os({"sandbox", "create", "--no-keep", "--from", "hostile-etc", "--", "id", "-u"}, copy);
+  EXPECT_NE(c.status, 0) << c.out;
+  EXPECT_THAT(c.err, HasSubstr("/etc/passwd: too many levels of symbolic links"));
 }
 
 TEST_P(Images, WorkspaceAndChangesPersistAcrossStopAndStart) {
