@@ -53,6 +53,14 @@ Shell sh(const std::string& command) {
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
+// The string value of "key" in (pretty-printed) JSON text; "" when absent.
+std::string field_of(const std::string& json, const std::string& key) {
+  auto pos = json.find("\"" + key + "\": \"");
+  if (pos == std::string::npos) return "";
+  pos += key.size() + 5;
+  return json.substr(pos, json.find('"', pos) - pos);
+}
+
 // How many names a space-separated list holds.
 size_t count_words(const std::string& list) {
   size_t n = 0;
@@ -455,6 +463,31 @@ TEST_P(Images, HostileUserFilesStayInsideTheImage) {
   Result c = os({"sandbox", "create", "--no-keep", "--from", "hostile-etc", "--", "id", "-u"}, copy);
   EXPECT_NE(c.status, 0) << c.out;
   EXPECT_THAT(c.err, HasSubstr("/etc/passwd: too many levels of symbolic links"));
+}
+
+// The storage is the gateway's choice: an API client's "storage":"copy"
+// (a whole copy of the root per sandbox, on the gateway's disk) is refused,
+// unless the gateway copies every root anyway (OPENSHELL_STORAGE=copy).
+TEST_P(Images, ClientsDoNotChooseTheStorage) {
+  import_busybox();
+  ASSERT_EQ(os({"sandbox", "list"}).status, 0);  // starts the gateway
+  const std::string sock = home_ + "/run/gateway.sock";
+  auto create = [&](const std::string& name) {
+    return sh("curl -s --unix-socket " + q(sock) + " -X POST http://localhost/v1/sandboxes -d " +
+              q("{\"name\":\"" + name +
+                "\",\"spec\":{\"from\":\"busybox\",\"storage\":\"copy\",\"command\":[\"true\"]}}"));
+  };
+  Shell refused = create("copy1");
+  EXPECT_THAT(refused.out, HasSubstr("\"invalid_spec\""));
+  EXPECT_THAT(refused.out, HasSubstr("storage 'copy': chosen by the gateway, not by its clients"));
+  EXPECT_THAT(os({"sandbox", "list"}).out, Not(HasSubstr("copy1")));
+  os({"gateway", "stop"});
+  Options copy;
+  copy.env.push_back("OPENSHELL_STORAGE=copy");
+  ASSERT_EQ(os({"sandbox", "list"}, copy).status, 0);
+  Shell accepted = create("copy2");
+  EXPECT_THAT(accepted.out, Not(HasSubstr("\"error\"")));
+  EXPECT_EQ(field_of(os({"sandbox", "get", "copy2", "-o", "json"}).out, "storage"), "copy");
 }
 
 TEST_P(Images, WorkspaceAndChangesPersistAcrossStopAndStart) {
