@@ -926,7 +926,12 @@ void Extractor::apply_directory(const std::string& path, const DirectoryMetadata
   }
   if (metadata.from_entry && keeps_owners() && ::fchown(fd, metadata.uid, metadata.gid) != 0)
     fail_errno("chown");
-  if (::fchmod(fd, metadata.mode) != 0) fail_errno("chmod");
+  // A parent the archive does not list gets 0755, less the caller's umask
+  // for files out of a sandbox.
+  const mode_t mode = !metadata.from_entry && options_.from_sandbox
+                          ? metadata.mode & ~options_.umask
+                          : metadata.mode;
+  if (::fchmod(fd, mode) != 0) fail_errno("chmod");
   if (metadata.from_entry) {
     const timespec times[2] = {metadata.mtime, metadata.mtime};
     if (::futimens(fd, times) != 0) fail_errno("set times");

@@ -959,6 +959,13 @@ TEST_F(ImageUnpack, FilesFromASandboxLoseModesOwnersAndXattrs) {
   EXPECT_EQ(mode_of(layer + "/out"), 01777u);
 }
 
+TEST_F(ImageUnpack, FilesFromASandboxUnlistedParentsTakeTheUmask) {
+  unpack(tar_of({file("out/deep/f", "x", 0666)}), dest_, sandbox_files(077));
+  EXPECT_EQ(mode_of(dest_ + "/out"), 0700u);
+  EXPECT_EQ(mode_of(dest_ + "/out/deep"), 0700u);
+  EXPECT_EQ(mode_of(dest_ + "/out/deep/f"), 0600u);
+}
+
 TEST_F(ImageUnpack, FilesFromASandboxWithoutUmask) {
   unpack(tar_of({dir("d/", 0777), file("d/f", "x", 04777)}), dest_, sandbox_files(0));
   EXPECT_EQ(mode_of(dest_ + "/d"), 0777u);
