@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <chrono>
 #include <random>
@@ -327,6 +328,35 @@ TEST_P(Sandbox, DownloadedFilesAreUntrusted) {
     struct stat st;
     EXPECT_NE(::lstat((out + name).c_str(), &st), 0) << name;
   }
+}
+
+// The tar that makes a download's archive is the sandbox's own, and it can
+// send anything: here one whose root has a tar that forges set-uid root
+// programs with a file capability. As root before this was guarded, the
+// download wrote security.capability (cap_setuid+ep) on a root-owned file.
+TEST_P(Sandbox, ADownloadFromAForgedTarCarriesNoCapabilities) {
+  const std::string root = scratch() + "/forged-tar-root-" + mode_name(mode());
+  ASSERT_EQ(std::system(("rm -rf '" + root + "' && cp -a '" + rootfs() + "' '" + root + "' && rm -f '" + root +
+                         "/bin/tar' && printf '#!/bin/sh\\nexec osh-probe forge-tar x\\n' > '" + root +
+                         "/bin/tar' && chmod 0755 '" + root + "/bin/tar'")
+                            .c_str()),
+            0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "forger", "--from", root}).status, 0);
+  const std::string out = make_dir(mode(), "forged-" + mode_name(mode()), 0700);
+  const mode_t saved = ::umask(022);
+  Result down = os({"sandbox", "download", "forger", "/sandbox/x", out});
+  ::umask(saved);
+  ASSERT_EQ(down.status, 0) << down.err;
+  for (const char* name : {"/x", "/x/capped", "/x/sgid"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat((out + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 07777, 0755u) << name;
+    EXPECT_EQ(st.st_uid, uid_of(mode())) << name;
+    char buf[64];
+    EXPECT_LT(::getxattr((out + name).c_str(), "security.capability", buf, sizeof buf), 0) << name;
+    EXPECT_EQ(::llistxattr((out + name).c_str(), nullptr, 0), 0) << name;
+  }
+  std::system(("rm -rf '" + root + "'").c_str());
 }
 
 TEST_P(Sandbox, LogsTailAndFollow) {
