@@ -839,6 +839,13 @@ TEST_P(Images, AnImageLargerThanTheUnpackedBoundIsRefused) {
   Options env;
   env.env.push_back("OPENSHELL_MAX_UNPACKED=16M");
   expect_refused(os({"image", "import", "-q", layout, "bomb"}, env), "OPENSHELL_MAX_UNPACKED");
+  // An archive whose own files are the bomb: counted as they are staged.
+  const std::string archive = scratch() + "/bomb-archive-" + mode_name(mode()) + ".tar.gz";
+  Shell made = sh("cd " + q(layout) + " && truncate -s 64M junk && tar -czf " + q(archive) +
+                  " . && rm junk && chmod a+r " + q(archive));
+  ASSERT_EQ(made.status, 0) << made.out;
+  expect_refused(os({"image", "import", "-q", "--max-unpacked-size", "16M", archive, "bomb"}),
+                 "--max-unpacked-size");
   // The same from a registry.
   FakeRegistry fake(layout, "ok");
   ASSERT_TRUE(fake.ok()) << "osh-fake-registry did not start";
