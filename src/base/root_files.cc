@@ -7,7 +7,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include "base/error.h"
 #include "base/unique_fd.h"
@@ -90,7 +92,7 @@ std::optional<std::string> read_in_root(const std::string& root, const std::stri
   return out;
 }
 
-LayerEntry layer_entry(const std::string& root, const std::string& path) {
+LayerEntry layer_entry(const std::string& root, const std::string& path, std::string* link_target) {
   const std::string shown = shown_path(root, path);
   UniqueFd dir = open_root(root, root);
   UniqueFd found(open_in_root(dir.get(), path, O_PATH | O_NOFOLLOW));
@@ -106,7 +108,38 @@ LayerEntry layer_entry(const std::string& root, const std::string& path) {
     throw_errno("stat " + shown, err);
   }
   if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) return LayerEntry::kWhiteout;
+  if (S_ISLNK(st.st_mode) && link_target) {
+    char buf[4096];
+    ssize_t n = ::readlinkat(found.get(), "", buf, sizeof buf);
+    if (n < 0) {
+      const int err = errno;
+      throw_errno("read the link " + shown, err);
+    }
+    link_target->assign(buf, static_cast<size_t>(n));
+    return LayerEntry::kSymlink;
+  }
   return LayerEntry::kPresent;
+}
+
+std::string join_in_root(const std::string& dir, const std::string& target) {
+  std::vector<std::string> parts;
+  auto add = [&parts](const std::string& text) {
+    for (size_t start = 0; start <= text.size();) {
+      size_t end = std::min(text.find('/', start), text.size());
+      const std::string part = text.substr(start, end - start);
+      if (part == "..") {
+        if (!parts.empty()) parts.pop_back();
+      } else if (!part.empty() && part != ".") {
+        parts.push_back(part);
+      }
+      start = end + 1;
+    }
+  };
+  if (target.empty() || target.front() != '/') add(dir);
+  add(target);
+  std::string out;
+  for (const auto& part : parts) out += (out.empty() ? "" : "/") + part;
+  return out;
 }
 
 }  // namespace openshell::files

@@ -26,8 +26,17 @@ std::optional<std::string> read_in_root(const std::string& root, const std::stri
 
 // What `path` is in the layer `root` on its own, without following its last
 // component: kAbsent, kWhiteout (a character device 0:0: it hides lower
-// layers' path), or kPresent (anything else, a symlink loop included).
-enum class LayerEntry { kAbsent, kWhiteout, kPresent };
-LayerEntry layer_entry(const std::string& root, const std::string& path);
+// layers' path), kSymlink (with link_target given: its target, read into
+// *link_target), or kPresent (anything else, a symlink loop among its
+// parents included).
+enum class LayerEntry { kAbsent, kWhiteout, kSymlink, kPresent };
+LayerEntry layer_entry(const std::string& root, const std::string& path,
+                       std::string* link_target = nullptr);
+
+// Where a symlink in directory `dir` (relative to a root) pointing at
+// `target` leads, relative to that root, as the root's own processes see
+// it: an absolute target starts at the root, and ".." stops there. Lexical:
+// what it names is looked up inside a root again.
+std::string join_in_root(const std::string& dir, const std::string& target);
 
 }  // namespace openshell::files

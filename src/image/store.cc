@@ -214,19 +214,34 @@ Platform parse_platform(std::string_view text) {
 std::string read_from_layers(const std::vector<std::string>& layer_roots_top_first,
                              const std::string& path) {
   // The topmost layer that has the name decides, and what it has is read
-  // inside that layer alone: a symlink there resolves in that layer (a
-  // cross-layer one reads as missing), never on the host.
-  for (const auto& layer : layer_roots_top_first) {
-    switch (files::layer_entry(layer, path)) {
-      case files::LayerEntry::kAbsent:
-        continue;
-      case files::LayerEntry::kWhiteout:
-        return "";
-      case files::LayerEntry::kPresent:
-        return files::read_in_root(layer, path).value_or("");
+  // inside that layer alone, never on the host. A symlink there is followed
+  // as the merged root would follow it, by looking its target up in the
+  // layers again (so /etc/passwd may lead to another layer's file).
+  std::string current = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    bool followed = false;
+    for (const auto& layer : layer_roots_top_first) {
+      std::string target;
+      switch (files::layer_entry(layer, current, &target)) {
+        case files::LayerEntry::kAbsent:
+          continue;
+        case files::LayerEntry::kWhiteout:
+          return "";
+        case files::LayerEntry::kSymlink: {
+          const size_t slash = current.rfind('/');
+          current = files::join_in_root(slash == std::string::npos ? "" : current.substr(0, slash),
+                                        target);
+          followed = true;
+          break;
+        }
+        case files::LayerEntry::kPresent:
+          return files::read_in_root(layer, current).value_or("");
+      }
+      break;
     }
+    if (!followed) return "";
   }
-  return "";
+  throw Error("/" + path + " in the image: too many levels of symbolic links");
 }
 
 Reference local_reference(std::string_view text) {

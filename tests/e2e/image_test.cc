@@ -429,16 +429,19 @@ TEST_P(Images, HostileUserFilesStayInsideTheImage) {
     std::string name, snippet, user, expect;
   };
   const std::vector<Case> cases = {
-      {"zero", "mkdir -p t/etc && ln -s /dev/zero t/etc/passwd", "sandbox", "user sandbox: no such user"},
-      {"fifo", "mkdir -p t/etc && mkfifo t/etc/passwd", "sandbox", "/etc/passwd: not a regular file"},
-      {"huge", "mkdir -p t/etc && yes 'u:x:5:5::/:/bin/sh' | head -c 5000000 > t/etc/passwd", "sandbox",
-       "/etc/passwd: larger than 4 MiB"},
+      {"zero", "mkdir -p t/etc && ln -s /dev/zero t/etc/passwd", "sandbox",
+       "user sandbox: no such user"},
+      {"fifo", "mkdir -p t/etc && mkfifo t/etc/passwd", "sandbox",
+       "/etc/passwd: not a regular file"},
+      {"huge", "mkdir -p t/etc && yes 'u:x:5:5::/:/bin/sh' | head -c 5000000 > t/etc/passwd",
+       "sandbox", "/etc/passwd: larger than 4 MiB"},
       // osh-e2e-sub is a user of the host's, not of the image's.
-      {"etc", "mkdir t && ln -s /etc t/etc", "osh-e2e-sub", "/etc/passwd: too many levels of symbolic links"},
+      {"etc", "mkdir t && ln -s /etc t/etc", "osh-e2e-sub",
+       "etc/passwd: too many levels of symbolic links"},
       {"dotdot", "mkdir -p t/etc && ln -s ../../../../../../etc/passwd t/etc/passwd", "osh-e2e-sub",
-       "/etc/passwd: too many levels of symbolic links"},
+       "/etc/passwd in the image: too many levels of symbolic links"},
       {"group", "mkdir -p t/etc && ln -s /etc/group t/etc/group", "sandbox:osh-e2e-sub",
-       "/etc/group: too many levels of symbolic links"},
+       "/etc/group in the image: too many levels of symbolic links"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

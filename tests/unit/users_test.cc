@@ -6,6 +6,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "base/error.h"
@@ -273,6 +274,19 @@ TEST(ReadFromLayers, TopmostLayerDecidesInsideItself) {
     FAIL() << "etc -> /etc was followed";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), top.path() + "/etc/passwd: too many levels of symbolic links");
+  }
+  // A link from one layer into another is followed there, as the merged
+  // root would; ".." stops at the root.
+  ASSERT_EQ(::unlink((top / "etc").c_str()), 0);
+  openshell::testing::write_file(bottom / "usr/lib/passwd", "nix:x:3:3::/:/bin/sh\n");
+  for (const char* target :
+       {"/usr/lib/passwd", "../usr/lib/passwd", "../../../../usr/lib/passwd"}) {
+    ::unlink((top / "etc/passwd").c_str());
+    std::filesystem::create_directories(top / "etc");
+    ASSERT_EQ(::symlink(target, (top / "etc/passwd").c_str()), 0);
+    EXPECT_EQ(image::read_from_layers({top.path(), bottom.path()}, "etc/passwd"),
+              "nix:x:3:3::/:/bin/sh\n")
+        << target;
   }
   ASSERT_EQ(::mkfifo((bottom / "etc/group").c_str(), 0644), 0);
   EXPECT_THROW(image::read_from_layers({top.path(), bottom.path()}, "etc/group"), Error);
