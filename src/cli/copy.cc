@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -188,6 +189,19 @@ void write_tar(const std::string& local, int fd) {
 
 namespace {
 
+// The process's umask, read without changing it (umask(2) only swaps, and
+// other threads may create files meanwhile).
+mode_t current_umask() {
+  if (auto status = files::try_read("/proc/self/status")) {
+    auto at = status->find("\nUmask:");
+    if (at != std::string::npos)
+      return static_cast<mode_t>(std::strtoul(status->c_str() + at + 7, nullptr, 8)) & 0777;
+  }
+  const mode_t mask = ::umask(022);
+  ::umask(mask);
+  return mask;
+}
+
 int tar_status(int status, const char* what) {
   if (status == 127)
     throw Error(std::string(what) + ": the sandbox has no tar, which it needs", 125);
@@ -244,6 +258,7 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
   struct stat st;
   if (::lstat(final_path.c_str(), &st) == 0)
     throw Error("download: " + final_path + " exists; nothing was changed");
+  const mode_t caller_umask = current_umask();
   // Unpacked first into a directory of our own next to it, then moved.
   std::string staging = local_dir + "/.openshell-download-XXXXXX";
   if (!::mkdtemp(staging.data())) throw_errno("download: create a directory in " + local_dir);
@@ -275,6 +290,8 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
     image::UnpackOptions unpack;
     unpack.preserve_owners = false;
     unpack.whiteouts = false;
+    unpack.from_sandbox = true;
+    unpack.umask = caller_umask;
     image::unpack_layer(read_end.get(), staging, unpack, "download of " + remote);
   } catch (const std::exception& e) {
     unpack_error = e.what();
@@ -298,6 +315,17 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
   if (!unpack_error.empty()) {
     clean();
     throw Error(unpack_error);
+  }
+  // What the sandbox names must be a file or a directory (never a symbolic
+  // link, say to /etc, that the caller would then write through).
+  struct stat top {};
+  if (::lstat((staging + "/" + leaf).c_str(), &top) != 0 ||
+      !(S_ISREG(top.st_mode) || S_ISDIR(top.st_mode))) {
+    const bool link = S_ISLNK(top.st_mode);
+    clean();
+    throw Error("download: " + remote +
+                (link ? " is a symbolic link in the sandbox" : " is not a file or directory") +
+                ": only a file or a directory can be downloaded; nothing was changed");
   }
   if (::rename((staging + "/" + leaf).c_str(), final_path.c_str()) != 0) {
     int err = errno;

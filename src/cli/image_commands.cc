@@ -157,7 +157,23 @@ struct PullFlags {
   std::string platform;
   bool quiet = false;
   std::string output = "table";
+  std::string max_unpacked;  // --max-unpacked-size
 };
+
+// --max-unpacked-size in bytes; 0 when not given.
+uint64_t max_unpacked_of(const PullFlags& flags) {
+  if (flags.max_unpacked.empty()) return 0;
+  auto bytes = text::parse_size(flags.max_unpacked);
+  if (!bytes || *bytes == 0)
+    throw Error("--max-unpacked-size " + flags.max_unpacked + ": not a size (like 512M or 20G)");
+  return *bytes;
+}
+
+void add_max_unpacked_option(CLI::App* c, PullFlags* flags) {
+  c->add_option("--max-unpacked-size", flags->max_unpacked,
+                "The most the image may unpack to, like 2G (default: OPENSHELL_MAX_UNPACKED, else "
+                "the smaller of 32G and 90% of the store's free space)");
+}
 
 std::optional<image::Platform> platform_of(const std::string& text) {
   if (text.empty()) return std::nullopt;
@@ -172,6 +188,7 @@ image::ImageRecord do_pull(const std::string& text, const PullFlags& flags) {
   options.insecure = flags.insecure;
   options.platform = platform_of(flags.platform);
   options.progress = &display;
+  options.max_unpacked = max_unpacked_of(flags);
   return image::pull(store, ref, options);
 }
 
@@ -213,6 +230,7 @@ void add_image_commands(CLI::App& app, Action* action) {
     c->add_option("reference", *ref, "The image: NAME[:TAG] or NAME@DIGEST")->required();
     c->add_flag("--insecure", flags->insecure, "Plain HTTP to this registry (localhost registries use it anyway)");
     c->add_option("--platform", flags->platform, "OS/ARCH[/VARIANT] to pull (default: this machine's)");
+    add_max_unpacked_option(c, flags.get());
     c->add_flag("-q,--quiet", flags->quiet, "No progress; print only the image's id");
     c->add_option("-o,--output", flags->output, "Output format: table or json")
         ->check(CLI::IsMember({"table", "json"}));
@@ -239,6 +257,7 @@ void add_image_commands(CLI::App& app, Action* action) {
         ->required();
     c->add_option("name", *name, "What to call it (default: the name the archive gives)");
     c->add_option("--platform", flags->platform, "OS/ARCH[/VARIANT] to import from a multi-platform layout");
+    add_max_unpacked_option(c, flags.get());
     c->add_flag("-q,--quiet", flags->quiet, "No progress; print only the image's id");
     c->add_option("-o,--output", flags->output, "Output format: table or json")
         ->check(CLI::IsMember({"table", "json"}));
@@ -255,6 +274,7 @@ void add_image_commands(CLI::App& app, Action* action) {
         options.name = *name;
         options.platform = platform_of(flags->platform);
         options.progress = &display;
+        options.max_unpacked = max_unpacked_of(*flags);
         image::ImageRecord record = image::import_image(store, *file, options);
         report_stored(store, record, *flags);
         return 0;

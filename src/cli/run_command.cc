@@ -181,7 +181,8 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   // default) or the policy names one.
   if (user.empty() && img && !img->config.user.empty() && !policy.process.run_as_user) {
     const std::string name = img->config.user.substr(0, img->config.user.find(':'));
-    if (name != "root" && name != "0") user = img->config.user;
+    if (!runtime::names_root(name, image::read_from_layers(spec.fs.layers, "etc/passwd")))
+      user = img->config.user;
     // The policy's group, when it names one, wins over the image's.
     if (!user.empty() && policy.process.run_as_group) user = name + ":" + *policy.process.run_as_group;
   }

@@ -912,6 +912,19 @@ void Gateway::resolve_image(SandboxSpec* spec) {
   spec->env = std::move(env);
 }
 
+// The storage is the gateway's to choose, not its clients': a copy costs
+// the gateway's disk a whole root per sandbox, and a sandbox's own copy is
+// a root the sandbox can rewrite. A client's "copy" is accepted only where
+// every root is a copy anyway (OPENSHELL_STORAGE=copy).
+static void check_client_storage(const SandboxSpec& spec) {
+  if (spec.storage.empty()) return;
+  const char* setting = std::getenv("OPENSHELL_STORAGE");
+  if (spec.storage == "copy" && setting && std::string(setting) == "copy") return;
+  throw Error("storage '" + spec.storage +
+              "': chosen by the gateway, not by its clients (a gateway started with "
+              "OPENSHELL_STORAGE=copy gives every sandbox a copy)");
+}
+
 void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
   const char* forced = std::getenv("OPENSHELL_STORAGE");
   const std::string setting = forced ? forced : "";
@@ -955,6 +968,7 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   try {
     spec = SandboxSpec::from_json(body.contains("spec") ? body["spec"].dump() : "{}");
     spec.validate();
+    check_client_storage(spec);
   } catch (const Error& e) {
     throw ApiError(400, "invalid_spec", e.what());
   }

@@ -17,6 +17,7 @@
 #include "base/files.h"
 #include "base/logfile.h"
 #include "base/text.h"
+#include "image/budget.h"
 #include "image/digest.h"
 #include "image/manifest.h"
 #include "image/registry.h"
@@ -91,14 +92,15 @@ struct StoredLayer {
 // Unpacks the layer in fd into the store, checking both of its digests.
 // blob_digest may be "" (unknown: a docker save archive's layer file).
 StoredLayer store_layer(const Store& store, int fd, const std::string& blob_digest,
-                     const std::string& diff_id, const std::string& work_dir,
-                     const std::function<void(uint64_t)>& progress) {
+                        const std::string& diff_id, const std::string& work_dir,
+                        const std::function<void(uint64_t)>& progress, UnpackBudget& budget) {
   const std::string what = "layer " + short_digest(blob_digest.empty() ? diff_id : blob_digest);
   if (::mkdir(work_dir.c_str(), 0700) != 0) throw_errno("create " + work_dir);
   const std::string root = work_dir + "/root";
   if (::mkdir(root.c_str(), 0755) != 0) throw_errno("create " + root);
   UnpackOptions options;
   options.progress = progress;
+  options.account = [&budget](uint64_t bytes) { budget.add_entry(bytes); };
   UnpackResult result = unpack_layer(fd, root, options, what);
   if (!blob_digest.empty() && result.compressed_digest != blob_digest)
     throw Error(what + ": content does not match its digest (got " + result.compressed_digest + ")");
@@ -177,6 +179,8 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
     missing.push_back(i);
     missing_bytes += static_cast<uint64_t>(manifest.layers[i].size);
   }
+  UnpackBudget budget(what, store.dir(), options.max_unpacked);
+  budget.check_free_space(missing_bytes);
   SharedProgress progress(options.progress);
   progress.start(what, diff_ids.size(), missing.size(), missing_bytes);
   TempDir temp(store);
@@ -200,7 +204,7 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
         UniqueFd fd(::open(blob.c_str(), O_RDONLY | O_CLOEXEC));
         if (!fd) throw_errno("open " + blob);
         uint64_t size = store_layer(store, fd.get(), layer.digest, diff_ids[i],
-                                    temp.path() + "/layer-" + std::to_string(i), nullptr)
+                                    temp.path() + "/layer-" + std::to_string(i), nullptr, budget)
                             .size;
         fd.reset();
         ::unlink(blob.c_str());
@@ -265,7 +269,8 @@ class DirectorySource : public Source {
 // layers) and resolved inside the archive only.
 class ArchiveSource : public Source {
  public:
-  ArchiveSource(const std::string& file, const std::string& staging, const std::string& what)
+  ArchiveSource(const std::string& file, const std::string& staging, const std::string& what,
+                UnpackBudget& budget)
       : staging_(staging) {
     struct archive* a = archive_read_new();
     archive_read_support_format_tar(a);
@@ -304,6 +309,8 @@ class ArchiveSource : public Source {
         continue;
       }
       if (type != AE_IFREG) continue;
+      const int64_t declared = archive_entry_size(entry);
+      budget.add_entry(kEntryCost + (declared > 0 ? static_cast<uint64_t>(declared) : 0));
       make_parents(name);
       const std::string out = staging_ + "/" + name;
       UniqueFd fd(::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -408,18 +415,19 @@ std::string layer_media_type(const std::string& file) {
 
 // Stores the layers the store lacks, from files of the source; fills in the
 // digests of the blobs it read.
-void import_layers(const Store& store, const Source& source, const std::vector<std::string>& files_in,
-                   std::vector<std::string>* blob_digests, const std::vector<std::string>& diff_ids,
-                   const std::string& work, SharedProgress& progress, const std::string& what) {
+void import_layers(const Store& store, const Source& source,
+                   const std::vector<std::string>& files_in, std::vector<std::string>* blob_digests,
+                   const std::vector<std::string>& diff_ids, const std::string& work,
+                   SharedProgress& progress, const std::string& what, UnpackBudget& budget) {
   for (size_t i = 0; i < diff_ids.size(); ++i) {
     if (store.has_layer(diff_ids[i])) continue;
     const std::string file = source.path(files_in[i]);
     if (file.empty()) throw Error(what + ": layer " + files_in[i] + " is missing");
     UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) throw_errno("open " + file);
-    StoredLayer stored = store_layer(store, fd.get(), (*blob_digests)[i], diff_ids[i],
-                                     work + "/layer-" + std::to_string(i),
-                                     [&, i](uint64_t done) { progress.layer_bytes(i, done); });
+    StoredLayer stored = store_layer(
+        store, fd.get(), (*blob_digests)[i], diff_ids[i], work + "/layer-" + std::to_string(i),
+        [&, i](uint64_t done) { progress.layer_bytes(i, done); }, budget);
     (*blob_digests)[i] = stored.blob_digest;
     progress.layer_done(diff_ids[i], stored.size);
   }
@@ -431,7 +439,8 @@ uint64_t file_size(const std::string& path) {
 }
 
 ImageRecord import_oci(const Store& store, const Source& source, const ImportOptions& options,
-                       const std::string& what, const std::string& work, SharedProgress& progress) {
+                       const std::string& what, const std::string& work, SharedProgress& progress,
+                       UnpackBudget& budget) {
   auto read_verified = [&](const std::string& digest) {
     std::string bytes = source.read(blob_inside(digest), what);
     if (sha256_digest(bytes) != digest) throw Error(what + ": blob " + digest + " does not match its digest");
@@ -493,12 +502,13 @@ ImageRecord import_oci(const Store& store, const Source& source, const ImportOpt
     if (!store.has_layer(diff_ids[i])) ++missing, bytes += static_cast<uint64_t>(manifest.layers[i].size);
   }
   progress.start(ref.familiar(), diff_ids.size(), missing, bytes);
-  import_layers(store, source, files_in, &blob_digests, diff_ids, work, progress, what);
+  import_layers(store, source, files_in, &blob_digests, diff_ids, work, progress, what, budget);
   return finish(store, ref.canonical(), manifest_json, config_json, diff_ids, config, "import " + what);
 }
 
 ImageRecord import_docker(const Store& store, const Source& source, const ImportOptions& options,
-                          const std::string& what, const std::string& work, SharedProgress& progress) {
+                          const std::string& what, const std::string& work,
+                          SharedProgress& progress, UnpackBudget& budget) {
   json list = json::parse(source.read("manifest.json", what), nullptr, false);
   if (list.is_discarded() || !list.is_array() || list.empty())
     throw Error(what + ": manifest.json is not a list of images");
@@ -544,7 +554,7 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
   for (size_t i = 0; i < files_in.size(); ++i)
     if (!store.has_layer(diff_ids[i])) ++missing, bytes += file_size(source.path(files_in[i]));
   progress.start(ref.familiar(), diff_ids.size(), missing, bytes);
-  import_layers(store, source, files_in, &blob_digests, diff_ids, work, progress, what);
+  import_layers(store, source, files_in, &blob_digests, diff_ids, work, progress, what, budget);
 
   // A manifest of our own, so the image is stored as any other.
   Descriptor config_desc{std::string(media_type::kOciConfig), sha256_digest(config_json),
@@ -589,20 +599,21 @@ ImageRecord import_image(const Store& store, const std::string& path, const Impo
   if (::stat(path.c_str(), &st) != 0) throw_errno("import " + path);
   UniqueFd working = store.begin_work();
   TempDir temp(store);
+  UnpackBudget budget(what, store.dir(), options.max_unpacked);
   std::unique_ptr<Source> source;
   if (S_ISDIR(st.st_mode)) {
     source = std::make_unique<DirectorySource>(path);
   } else {
     const std::string staging = temp.path() + "/archive";
     if (::mkdir(staging.c_str(), 0700) != 0) throw_errno("create " + staging);
-    source = std::make_unique<ArchiveSource>(path, staging, what);
+    source = std::make_unique<ArchiveSource>(path, staging, what, budget);
   }
   SharedProgress progress(options.progress);
   ImageRecord record;
   if (source->has("index.json") && !(source->has("manifest.json") && !source->has("oci-layout"))) {
-    record = import_oci(store, *source, options, what, temp.path(), progress);
+    record = import_oci(store, *source, options, what, temp.path(), progress, budget);
   } else if (source->has("manifest.json")) {
-    record = import_docker(store, *source, options, what, temp.path(), progress);
+    record = import_docker(store, *source, options, what, temp.path(), progress, budget);
   } else {
     throw Error(what + ": neither an OCI image layout (index.json) nor a docker save archive (manifest.json)");
   }

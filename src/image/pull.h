@@ -34,6 +34,10 @@ struct PullOptions {
   Progress* progress = nullptr;
   int jobs = 3;                        // layers fetched at once
   int attempts = 4;                    // per request, for transient failures
+  // The most the image may unpack to, in bytes (see image/budget.h); 0:
+  // OPENSHELL_MAX_UNPACKED when set, else min(32 GiB, 90% of the store's
+  // free space).
+  uint64_t max_unpacked = 0;
 };
 
 // Pulls ref into the store and names it ref.canonical(). Throws Error (one
@@ -44,6 +48,7 @@ struct ImportOptions {
   std::string name;                    // what to call it; default: the name the archive gives
   std::optional<Platform> platform;
   Progress* progress = nullptr;
+  uint64_t max_unpacked = 0;           // as PullOptions::max_unpacked
 };
 
 // Imports an OCI image layout (directory or tar) or a docker save archive

@@ -16,6 +16,7 @@
 #include "auth/launch.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/root_files.h"
 #include "base/logfile.h"
 #include "image/digest.h"
 #include "image/unpack.h"
@@ -212,14 +213,35 @@ Platform parse_platform(std::string_view text) {
 
 std::string read_from_layers(const std::vector<std::string>& layer_roots_top_first,
                              const std::string& path) {
-  for (const auto& layer : layer_roots_top_first) {
-    struct stat st;
-    const std::string file = layer + "/" + path;
-    if (::lstat(file.c_str(), &st) != 0) continue;
-    if (!S_ISREG(st.st_mode)) return "";  // a whiteout, or not a file
-    return files::try_read(file).value_or("");
+  // The topmost layer that has the name decides, and what it has is read
+  // inside that layer alone, never on the host. A symlink there is followed
+  // as the merged root would follow it, by looking its target up in the
+  // layers again (so /etc/passwd may lead to another layer's file).
+  std::string current = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    bool followed = false;
+    for (const auto& layer : layer_roots_top_first) {
+      std::string target;
+      switch (files::layer_entry(layer, current, &target)) {
+        case files::LayerEntry::kAbsent:
+          continue;
+        case files::LayerEntry::kWhiteout:
+          return "";
+        case files::LayerEntry::kSymlink: {
+          const size_t slash = current.rfind('/');
+          current = files::join_in_root(slash == std::string::npos ? "" : current.substr(0, slash),
+                                        target);
+          followed = true;
+          break;
+        }
+        case files::LayerEntry::kPresent:
+          return files::read_in_root(layer, current).value_or("");
+      }
+      break;
+    }
+    if (!followed) return "";
   }
-  return "";
+  throw Error("/" + path + " in the image: too many levels of symbolic links");
 }
 
 Reference local_reference(std::string_view text) {

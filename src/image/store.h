@@ -143,7 +143,10 @@ class Store {
 };
 
 // The file at `path` (relative) in the topmost of the layer roots (top
-// first) that has it; "" when none has it, or a whiteout hides it.
+// first) that has it; "" when none has it, or a whiteout hides it. Read as
+// files::read_in_root reads it from that layer: symlinks resolve inside the
+// layer (a link that is the file itself is looked up in the layers again),
+// a regular file only, at most 4 MiB (else Error).
 std::string read_from_layers(const std::vector<std::string>& layer_roots_top_first,
                              const std::string& path);
 

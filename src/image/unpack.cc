@@ -489,6 +489,9 @@ class Extractor {
   void forget_directories(const std::string& path);
 
   void owner_of(archive_entry* entry, uid_t* uid, gid_t* gid);
+  bool keeps_owners() const { return options_.preserve_owners && !options_.from_sandbox; }
+  mode_t mode_of(archive_entry* entry) const;
+  void check_symlink_target(const char* target) const;
   void set_metadata(int fd, archive_entry* entry, bool regular);
   void set_link_metadata(int parent, archive_entry* entry);
   void copy_data(int fd, archive_entry* entry);
@@ -538,7 +541,12 @@ void Extractor::extract(archive_entry* entry) {
   size_t slash = path_.rfind('/');
   leaf_at_ = slash == std::string::npos ? 0 : slash + 1;
 
-  if (options_.whiteouts) {
+  if (options_.account) {
+    const bool data = archive_entry_filetype(entry) == AE_IFREG && !archive_entry_hardlink(entry);
+    const int64_t size = data ? archive_entry_size(entry) : 0;
+    options_.account(kEntryCost + (size > 0 ? static_cast<uint64_t>(size) : 0));
+  }
+  if (options_.whiteouts && !options_.from_sandbox) {
     if (const size_t at = whiteout_above(); at != std::string::npos) {
       if (path_.compare(at, 8, ".wh..wh.") == 0) return;  // inside aufs's own (".wh..wh.plnk/")
       refuse("goes through the whiteout name " + quoted(path_.substr(0, path_.find('/', at))));
@@ -549,19 +557,21 @@ void Extractor::extract(archive_entry* entry) {
   const mode_t type = archive_entry_filetype(entry);
   if (type == AE_IFDIR) return make_directory(entry);
   if (path_.empty()) refuse("names the layer's root but is not a directory");
+  const char* in = options_.from_sandbox ? "in files from a sandbox" : "in a layer";
   switch (type) {
     case AE_IFREG:
       return make_file(entry);
     case AE_IFLNK:
       return make_symlink(entry);
     case AE_IFIFO:
+      if (options_.from_sandbox) refuse(std::string("FIFO (not allowed ") + in + ")");
       return make_fifo(entry);
     case AE_IFCHR:
-      refuse("character device (device nodes are not allowed in a layer)");
+      refuse(std::string("character device (device nodes are not allowed ") + in + ")");
     case AE_IFBLK:
-      refuse("block device (device nodes are not allowed in a layer)");
+      refuse(std::string("block device (device nodes are not allowed ") + in + ")");
     case AE_IFSOCK:
-      refuse("socket (not allowed in a layer)");
+      refuse(std::string("socket (not allowed ") + in + ")");
     default:
       refuse("unknown entry type");
   }
@@ -675,10 +685,10 @@ void Extractor::forget_directories(const std::string& path) {
 
 void Extractor::make_directory(archive_entry* entry) {
   DirectoryMetadata metadata;
-  metadata.mode = archive_entry_perm(entry) & 07777;
+  metadata.mode = mode_of(entry);
   metadata.mtime = mtime_of(entry);
   metadata.from_entry = true;
-  if (options_.preserve_owners) owner_of(entry, &metadata.uid, &metadata.gid);
+  if (keeps_owners()) owner_of(entry, &metadata.uid, &metadata.gid);
   if (!path_.empty()) {
     int parent = parent_fd();
     if (::mkdirat(parent, leaf(), 0700) != 0) {
@@ -732,6 +742,7 @@ void Extractor::copy_data(int fd, archive_entry* entry) {
 void Extractor::make_symlink(archive_entry* entry) {
   const char* target = archive_entry_symlink(entry);
   if (!target || !*target) refuse("symbolic link without a target");
+  if (options_.from_sandbox) check_symlink_target(target);
   int parent = parent_fd();
   if (create_replacing(parent, [&] { return ::symlinkat(target, parent, leaf()); }) != 0)
     fail_errno("create");
@@ -810,6 +821,39 @@ void Extractor::make_opaque() {
     fail_errno("set user.overlay.opaque on its directory");
 }
 
+// A symbolic link out of a sandbox stays inside the top-level entry it came
+// with, whatever the names it goes through turn out to be: its target is
+// relative, and climbs (with leading ".." only) no higher than that entry.
+// A ".." after a name could climb out through a symlink ("l" -> "." makes
+// "l/.." the parent), so it is refused.
+void Extractor::check_symlink_target(const char* target) const {
+  const std::string_view text(target);
+  if (leaf_at_ == 0)
+    refuse("a top-level symbolic link (only a file or a directory can be downloaded)");
+  if (text.front() == '/') refuse("symbolic link to an absolute path (" + quoted(text) + ")");
+  // The directories the link's parent lies below, its top-level entry being 1.
+  int64_t depth = std::count(path_.begin(), path_.end(), '/');
+  bool named = false;
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = std::min(text.find('/', start), text.size());
+    std::string_view part = text.substr(start, end - start);
+    if (part == "..") {
+      if (named) refuse("symbolic link with '..' after a name (" + quoted(text) + ")");
+      if (--depth < 1) refuse("symbolic link out of the download (" + quoted(text) + ")");
+    } else if (!part.empty() && part != ".") {
+      named = true;
+    }
+    start = end + 1;
+  }
+}
+
+// The entry's mode as it is applied: a layer's own; for files out of a
+// sandbox, without set-uid, set-gid and sticky bits, less the umask.
+mode_t Extractor::mode_of(archive_entry* entry) const {
+  const mode_t mode = archive_entry_perm(entry) & 07777;
+  return options_.from_sandbox ? mode & 0777 & ~options_.umask : mode;
+}
+
 void Extractor::owner_of(archive_entry* entry, uid_t* uid, gid_t* gid) {
   const int64_t u = archive_entry_uid(entry);
   const int64_t g = archive_entry_gid(entry);
@@ -824,14 +868,14 @@ void Extractor::owner_of(archive_entry* entry, uid_t* uid, gid_t* gid) {
 // Owner, mode, file capabilities, mtime, in that order: chown clears setuid
 // bits and capabilities.
 void Extractor::set_metadata(int fd, archive_entry* entry, bool regular) {
-  if (options_.preserve_owners) {
+  if (keeps_owners()) {
     uid_t uid;
     gid_t gid;
     owner_of(entry, &uid, &gid);
     if (::fchown(fd, uid, gid) != 0) fail_errno("chown");
   }
-  if (::fchmod(fd, archive_entry_perm(entry) & 07777) != 0) fail_errno("chmod");
-  if (regular && privileged_ && archive_entry_xattr_reset(entry) > 0) {
+  if (::fchmod(fd, mode_of(entry)) != 0) fail_errno("chmod");
+  if (regular && privileged_ && !options_.from_sandbox && archive_entry_xattr_reset(entry) > 0) {
     // Of the archive's extended attributes, only file capabilities; a
     // failure (no support, no privilege) leaves the file without them.
     const char* name;
@@ -845,7 +889,7 @@ void Extractor::set_metadata(int fd, archive_entry* entry, bool regular) {
 }
 
 void Extractor::set_link_metadata(int parent, archive_entry* entry) {
-  if (options_.preserve_owners) {
+  if (keeps_owners()) {
     uid_t uid;
     gid_t gid;
     owner_of(entry, &uid, &gid);
@@ -880,10 +924,14 @@ void Extractor::apply_directory(const std::string& path, const DirectoryMetadata
     }
     fd = opened.get();
   }
-  if (metadata.from_entry && options_.preserve_owners &&
-      ::fchown(fd, metadata.uid, metadata.gid) != 0)
+  if (metadata.from_entry && keeps_owners() && ::fchown(fd, metadata.uid, metadata.gid) != 0)
     fail_errno("chown");
-  if (::fchmod(fd, metadata.mode) != 0) fail_errno("chmod");
+  // A parent the archive does not list gets 0755, less the caller's umask
+  // for files out of a sandbox.
+  const mode_t mode = !metadata.from_entry && options_.from_sandbox
+                          ? metadata.mode & ~options_.umask
+                          : metadata.mode;
+  if (::fchmod(fd, mode) != 0) fail_errno("chmod");
   if (metadata.from_entry) {
     const timespec times[2] = {metadata.mtime, metadata.mtime};
     if (::futimens(fd, times) != 0) fail_errno("set times");

@@ -18,6 +18,8 @@
 //   - Extended attributes from the archive are ignored, except
 //     security.capability when running as root (trusted.* and user.overlay.*
 //     would steer overlayfs).
+//   - Files out of a sandbox (UnpackOptions::from_sandbox) are held to
+//     narrower rules still: see there.
 // Whiteouts become what overlayfs reads (our mounts use "userxattr"):
 // ".wh.NAME" becomes NAME as a character device 0:0, and ".wh..wh..opq" in D
 // sets user.overlay.opaque="y" on D. No ".wh." name is ever created.
@@ -42,11 +44,32 @@ struct UnpackOptions {
   // true: ".wh." names are overlayfs whiteouts (an image layer); false: a
   // plain archive, whose ".wh." names are files like any other.
   bool whiteouts = true;
+  // true: the archive holds files out of a sandbox (sandbox download), which
+  // are more hostile than an image layer, and the rules are narrower:
+  //   - entries belong to the caller (preserve_owners is ignored);
+  //   - modes lose set-uid, set-gid and sticky bits, and `umask` applies;
+  //   - no extended attribute is written (security.capability included);
+  //   - FIFOs are refused like device nodes and sockets;
+  //   - a symbolic link must point inside the archive's top-level entry: a
+  //     relative target whose ".." components (leading ones only) do not
+  //     climb out of it; a top-level symbolic link is refused;
+  //   - ".wh." names are plain names (whiteouts is ignored).
+  bool from_sandbox = false;
+  mode_t umask = 022;  // with from_sandbox: the caller's
+  // Optional: called before each entry is written with what it adds to the
+  // unpacked size (its declared size for a regular file, sparse or not, plus
+  // kEntryCost for any entry: hard links and directories take an inode too).
+  // An exception thrown here stops the extraction and comes out of
+  // unpack_layer; the bytes are not written.
+  std::function<void(uint64_t bytes)> account;
   // Optional: compressed bytes read so far, called every 256 KiB or so and
   // once at the end. An exception thrown here stops the extraction and comes
   // out of unpack_layer.
   std::function<void(uint64_t bytes_read)> progress;
 };
+
+// What an entry costs in UnpackOptions::account beyond its data.
+inline constexpr uint64_t kEntryCost = 512;
 
 struct UnpackResult {
   std::string diff_id;            // "sha256:..." of the uncompressed tar stream

@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/root_files.h"
 #include "base/text.h"
 
 namespace openshell::runtime {
@@ -73,8 +74,16 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
 
 ResolvedUser resolve_user_in_root(std::string_view spec, const std::string& root) {
   std::string base = root == "/" ? "" : root;
-  return resolve_user(spec, files::try_read(base + "/etc/passwd").value_or(""),
-                      files::try_read(base + "/etc/group").value_or(""), base);
+  return resolve_user(spec, files::read_in_root(root, "etc/passwd").value_or(""),
+                      files::read_in_root(root, "etc/group").value_or(""), base);
+}
+
+bool names_root(std::string_view spec, std::string_view passwd) {
+  const std::string_view user_part = spec.substr(0, spec.find(':'));
+  if (user_part == "root") return true;
+  if (auto number = text::parse_uint(user_part, 0xFFFFFFFE)) return *number == 0;
+  auto entry = find_entry(passwd, user_part, 2, 7);
+  return entry && text::parse_uint((*entry)[2], 0xFFFFFFFE) == 0;
 }
 
 }  // namespace openshell::runtime

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/root_files.h"
 #include "image/flatten.h"
 #include "image/store.h"
 #include "namespaces/userns.h"
@@ -23,14 +24,16 @@ namespace openshell::supervisor {
 
 namespace {
 
-// An image's User, unless it names root (the sandbox never runs as root:
-// such images get the sandbox user).
-std::optional<std::string> image_user(const SandboxSpec& spec) {
+// An image's User, unless it names root (runtime::names_root, against the
+// root's own passwd: the sandbox never runs as root, such images get the
+// sandbox user).
+std::optional<std::string> image_user(const SandboxSpec& spec, const std::vector<std::string>& layers,
+                                      const std::string& root_dir) {
   if (!spec.image || spec.image->user.empty()) return std::nullopt;
-  const std::string& u = spec.image->user;
-  const std::string name = u.substr(0, u.find(':'));
-  if (name == "root" || name == "0") return std::nullopt;
-  return u;
+  const std::string passwd = layers.empty() ? files::read_in_root(root_dir, "etc/passwd").value_or("")
+                                            : image::read_from_layers(layers, "etc/passwd");
+  if (runtime::names_root(spec.image->user, passwd)) return std::nullopt;
+  return spec.image->user;
 }
 
 }  // namespace
@@ -107,7 +110,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   if (policy.process.run_as_user) {
     user = *policy.process.run_as_user;
     if (policy.process.run_as_group) user += ":" + *policy.process.run_as_group;
-  } else if (auto from_image = image_user(spec)) {
+  } else if (auto from_image = image_user(spec, c.fs.layers, root_dir)) {
     user = *from_image;
     // The policy's group, when it names one, wins over the image's.
     if (policy.process.run_as_group) user = user.substr(0, user.find(':')) + ":" + *policy.process.run_as_group;

@@ -13,6 +13,7 @@
 
 #include <gmock/gmock.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -51,6 +52,14 @@ Shell sh(const std::string& command) {
 }
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
+
+// The string value of "key" in (pretty-printed) JSON text; "" when absent.
+std::string field_of(const std::string& json, const std::string& key) {
+  auto pos = json.find("\"" + key + "\": \"");
+  if (pos == std::string::npos) return "";
+  pos += key.size() + 5;
+  return json.substr(pos, json.find('"', pos) - pos);
+}
 
 // How many names a space-separated list holds.
 size_t count_words(const std::string& list) {
@@ -384,6 +393,106 @@ TEST_P(Images, ImageConfigEnvWorkdirUserEntrypointAndCmd) {
   EXPECT_EQ(grouped.out, "1234\n2345\n") << grouped.err;
 }
 
+// An image whose User is root by another spelling ("00", "0000", "0:0", or
+// a name its passwd maps to uid 0) runs as the sandbox user, as one whose
+// User is "root" does: through the gateway and through run --image alike.
+TEST_P(Images, ImageUserThatIsRootRunsAsTheSandboxUser) {
+  for (const std::string user : {"00", "0000", "0:0", "toor", "toor:toor"}) {
+    SCOPED_TRACE(user);
+    std::string tag = user;
+    for (char& c : tag)
+      if (c == ':') c = '-';
+    const std::string layout = derived_layout(
+        "rootuser-" + tag + "-" + mode_name(mode()),
+        "rm -rf t t.tar && mkdir -p t/etc && "
+        "printf 'root:x:0:0:root:/root:/bin/sh\\nsandbox:x:1000:1000::/home/sandbox:/bin/sh\\n"
+        "toor:x:0:0::/:/bin/sh\\n' > t/etc/passwd && "
+        "printf 'root:x:0:\\nsandbox:x:1000:\\ntoor:x:0:\\n' > t/etc/group && "
+        "tar -C t -cf t.tar etc && umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t t.tar && "
+        "umoci config --image \"$L:latest\" --config.user " + user);
+    ASSERT_EQ(os({"image", "import", layout, "rootuser-" + tag}).status, 0);
+    Result created = run_in("rootuser-" + tag, {"sh", "-c", "id -u; id -g"});
+    EXPECT_EQ(created.status, 0) << created.err;
+    EXPECT_EQ(created.out, "1000\n1000\n") << created.err;
+    Result ran = os({"run", "--image", "rootuser-" + tag, "--", "sh", "-c", "id -u; id -g"});
+    EXPECT_EQ(ran.status, 0) << ran.err;
+    EXPECT_EQ(ran.out, "1000\n1000\n") << ran.err;
+  }
+}
+
+// The image's /etc/passwd and /etc/group are read inside the image, a
+// regular file of at most 4 MiB: "etc/passwd -> /dev/zero" (an endless
+// read), a FIFO (a read that never returns) and a huge file are clear
+// errors or no user, and "etc -> /etc" never finds a user of the host's.
+TEST_P(Images, HostileUserFilesStayInsideTheImage) {
+  struct Case {
+    std::string name, snippet, user, expect;
+  };
+  const std::vector<Case> cases = {
+      {"zero", "mkdir -p t/etc && ln -s /dev/zero t/etc/passwd", "sandbox",
+       "user sandbox: no such user"},
+      {"fifo", "mkdir -p t/etc && mkfifo t/etc/passwd", "sandbox",
+       "/etc/passwd: not a regular file"},
+      {"huge", "mkdir -p t/etc && yes 'u:x:5:5::/:/bin/sh' | head -c 5000000 > t/etc/passwd",
+       "sandbox", "/etc/passwd: larger than 4 MiB"},
+      // osh-e2e-sub is a user of the host's, not of the image's.
+      {"etc", "mkdir t && ln -s /etc t/etc", "osh-e2e-sub",
+       "etc/passwd: too many levels of symbolic links"},
+      {"dotdot", "mkdir -p t/etc && ln -s ../../../../../../etc/passwd t/etc/passwd", "osh-e2e-sub",
+       "/etc/passwd in the image: too many levels of symbolic links"},
+      {"group", "mkdir -p t/etc && ln -s /etc/group t/etc/group", "sandbox:osh-e2e-sub",
+       "/etc/group in the image: too many levels of symbolic links"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string layout = derived_layout(
+        "hostile-user-" + c.name + "-" + mode_name(mode()),
+        "rm -rf t t.tar && " + c.snippet + " && tar -C t -cf t.tar etc && "
+        "umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t t.tar && "
+        "umoci config --image \"$L:latest\" --config.user " + c.user);
+    ASSERT_EQ(os({"image", "import", layout, "hostile-" + c.name}).status, 0);
+    Result created = run_in("hostile-" + c.name, {"id", "-u"});
+    EXPECT_NE(created.status, 0) << created.out;
+    EXPECT_THAT(created.err, HasSubstr(c.expect));
+    EXPECT_EQ(std::count(created.err.begin(), created.err.end(), '\n'), 1) << created.err;
+    Result ran = os({"run", "--image", "hostile-" + c.name, "--", "id", "-u"});
+    EXPECT_EQ(ran.status, 125) << ran.out;
+    EXPECT_THAT(ran.err, HasSubstr(c.expect));
+  }
+  // The same image's copy (the sandbox's own root) is read inside it too.
+  Options copy;
+  copy.env.push_back("OPENSHELL_STORAGE=copy");
+  os({"gateway", "stop"});
+  Result c = os({"sandbox", "create", "--no-keep", "--from", "hostile-etc", "--", "id", "-u"}, copy);
+  EXPECT_NE(c.status, 0) << c.out;
+  EXPECT_THAT(c.err, HasSubstr("/etc/passwd: too many levels of symbolic links"));
+}
+
+// The storage is the gateway's choice: an API client's "storage":"copy"
+// (a whole copy of the root per sandbox, on the gateway's disk) is refused,
+// unless the gateway copies every root anyway (OPENSHELL_STORAGE=copy).
+TEST_P(Images, ClientsDoNotChooseTheStorage) {
+  import_busybox();
+  ASSERT_EQ(os({"sandbox", "list"}).status, 0);  // starts the gateway
+  const std::string sock = home_ + "/run/gateway.sock";
+  auto create = [&](const std::string& name) {
+    return sh("curl -s --unix-socket " + q(sock) + " -X POST http://localhost/v1/sandboxes -d " +
+              q("{\"name\":\"" + name +
+                "\",\"spec\":{\"from\":\"busybox\",\"storage\":\"copy\",\"command\":[\"true\"]}}"));
+  };
+  Shell refused = create("copy1");
+  EXPECT_THAT(refused.out, HasSubstr("\"invalid_spec\""));
+  EXPECT_THAT(refused.out, HasSubstr("storage 'copy': chosen by the gateway, not by its clients"));
+  EXPECT_THAT(os({"sandbox", "list"}).out, Not(HasSubstr("copy1")));
+  os({"gateway", "stop"});
+  Options copy;
+  copy.env.push_back("OPENSHELL_STORAGE=copy");
+  ASSERT_EQ(os({"sandbox", "list"}, copy).status, 0);
+  Shell accepted = create("copy2");
+  EXPECT_THAT(accepted.out, Not(HasSubstr("\"error\"")));
+  EXPECT_EQ(field_of(os({"sandbox", "get", "copy2", "-o", "json"}).out, "storage"), "copy");
+}
+
 TEST_P(Images, WorkspaceAndChangesPersistAcrossStopAndStart) {
   import_busybox();
   ASSERT_EQ(os({"sandbox", "create", "--name", "keep", "--from", "busybox", "-d", "--", "sleep", "600"}).status, 0);
@@ -691,7 +800,9 @@ TEST_P(Images, AFullDiskLeavesNoImage) {
   ASSERT_EQ(::mount("tmpfs", home_.c_str(), "tmpfs", 0, "size=6m,mode=0700"), 0);
   Result r = os({"image", "import", layout, "big"});
   EXPECT_EQ(r.status, 125);
-  EXPECT_THAT(r.err, HasSubstr("No space left on device"));
+  // The default bound (90% of the free space) refuses it, or the disk does.
+  EXPECT_THAT(r.err, testing::AnyOf(HasSubstr("No space left on device"),
+                                    HasSubstr("unpacks to more than")));
   // No image, no work in progress; the layer that fitted stays for the next
   // try until a prune.
   EXPECT_EQ(names(), "");
@@ -700,6 +811,52 @@ TEST_P(Images, AFullDiskLeavesNoImage) {
   EXPECT_EQ(layers(), "");
   os({"gateway", "stop"});
   EXPECT_EQ(::umount2(home_.c_str(), MNT_DETACH), 0);
+}
+
+// A gzip bomb: 64 MiB of zeros in a layer of about 64 KiB. A bound on the
+// unpacked size (--max-unpacked-size, OPENSHELL_MAX_UNPACKED) refuses it
+// with one line, before the bytes are written, and leaves no image, no
+// layer of it and no work in progress.
+TEST_P(Images, AnImageLargerThanTheUnpackedBoundIsRefused) {
+  const std::string layout = derived_layout(
+      "bomb-" + mode_name(mode()),
+      "rm -rf b b.tar && mkdir b && truncate -s 64M b/zeros && tar -C b -cf b.tar zeros && "
+      "umoci raw add-layer --image \"$L:latest\" b.tar && rm -rf b b.tar");
+  Shell blobs = sh("du -sk " + q(layout + "/blobs"));
+  EXPECT_LT(std::atol(blobs.out.c_str()), 8192) << "the bomb is not small: " << blobs.out;
+  auto expect_refused = [&](const Result& r, const std::string& bound) {
+    EXPECT_EQ(r.status, 125) << r.out;
+    EXPECT_THAT(r.err, HasSubstr(": unpacks to more than 16.0 MiB (" + bound +
+                                 "); set a larger bound with "
+                                 "--max-unpacked-size SIZE or OPENSHELL_MAX_UNPACKED=SIZE"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(names(), "");
+    EXPECT_EQ(file_contents_of_dir(home_ + "/images/tmp"), "");
+    // Only the busybox layer below it may stay, until a prune.
+    EXPECT_LE(count_words(layers()), 1u) << layers();
+    EXPECT_EQ(os({"image", "prune"}).status, 0);
+    EXPECT_EQ(layers(), "");
+  };
+  expect_refused(os({"image", "import", "-q", "--max-unpacked-size", "16M", layout, "bomb"}),
+                 "--max-unpacked-size");
+  Options env;
+  env.env.push_back("OPENSHELL_MAX_UNPACKED=16M");
+  expect_refused(os({"image", "import", "-q", layout, "bomb"}, env), "OPENSHELL_MAX_UNPACKED");
+  // An archive whose own files are the bomb: counted as they are staged.
+  const std::string archive = scratch() + "/bomb-archive-" + mode_name(mode()) + ".tar.gz";
+  Shell made = sh("cd " + q(layout) + " && truncate -s 64M junk && tar -czf " + q(archive) +
+                  " . && rm junk && chmod a+r " + q(archive));
+  ASSERT_EQ(made.status, 0) << made.out;
+  expect_refused(os({"image", "import", "-q", "--max-unpacked-size", "16M", archive, "bomb"}),
+                 "--max-unpacked-size");
+  // The same from a registry.
+  FakeRegistry fake(layout, "ok");
+  ASSERT_TRUE(fake.ok()) << "osh-fake-registry did not start";
+  expect_refused(os({"image", "pull", "-q", "--max-unpacked-size", "16M", fake.ref()}),
+                 "--max-unpacked-size");
+  Result bad = os({"image", "import", "--max-unpacked-size", "lots", layout, "bomb"});
+  EXPECT_EQ(bad.status, 125);
+  EXPECT_THAT(bad.err, HasSubstr("--max-unpacked-size lots: not a size"));
 }
 
 TEST_P(Images, DefaultBaseImageRunsPython) {

@@ -28,9 +28,11 @@
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -261,6 +263,57 @@ int alloc_mb(long mb) {
   return result(0, "allocated " + std::to_string(mb) + " MiB");
 }
 
+// A tar header block (ustar) for one entry.
+std::string tar_header(const std::string& name, char type, unsigned mode, size_t size) {
+  std::string h(512, '\0');
+  std::memcpy(&h[0], name.data(), std::min<size_t>(name.size(), 100));
+  std::snprintf(&h[100], 8, "%07o", mode);
+  std::snprintf(&h[108], 8, "%07o", 0u);
+  std::snprintf(&h[116], 8, "%07o", 0u);
+  std::snprintf(&h[124], 12, "%011zo", size);
+  std::snprintf(&h[136], 12, "%011o", 1600000000u);
+  h[156] = type;
+  std::memcpy(&h[257], "ustar", 6);
+  std::memcpy(&h[263], "00", 2);
+  std::memset(&h[148], ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(&h[148], 8, "%06o", sum);
+  h[155] = ' ';
+  return h;
+}
+
+void tar_pad(std::string* out) { out->append((512 - out->size() % 512) % 512, '\0'); }
+
+// What a hostile `tar -c` in a sandbox can send instead of the files asked
+// for: DIR/ with a set-uid root program that carries a file capability
+// (CAP_SETUID, as a pax SCHILY.xattr record) and a set-gid one.
+int forge_tar(const char* dir) {
+  std::string caps(20, '\0');
+  caps[0] = 0x01;                     // VFS_CAP_FLAGS_EFFECTIVE
+  caps[3] = 0x02;                     // VFS_CAP_REVISION_2
+  caps[4] = static_cast<char>(0x80);  // CAP_SETUID permitted
+  const std::string key = "SCHILY.xattr.security.capability";
+  const size_t body = key.size() + caps.size() + 3;
+  size_t length = body + 2;
+  while (std::to_string(length).size() + body != length)
+    length = std::to_string(length).size() + body;
+  const std::string record = std::to_string(length) + " " + key + "=" + caps + "\n";
+  const std::string d = dir;
+  std::string out = tar_header(d + "/", '5', 0755, 0);
+  out += tar_header("PaxHeaders/capped", 'x', 0644, record.size());
+  out += record;
+  tar_pad(&out);
+  out += tar_header(d + "/capped", '0', 04755, 2);
+  out += "x\n";
+  tar_pad(&out);
+  out += tar_header(d + "/sgid", '0', 02755, 2);
+  out += "x\n";
+  tar_pad(&out);
+  out.append(1024, '\0');
+  return std::fwrite(out.data(), 1, out.size(), stdout) == out.size() ? 0 : 1;
+}
+
 int list_fds() {
   DIR* dir = ::opendir("/proc/self/fd");
   if (!dir) return result(-1);
@@ -447,6 +500,18 @@ int main(int argc, char** argv) {
   if (action == "write") return write_file(arg(2), argc > 3 ? argv[3] : "osh-probe\n");
   if (action == "read") return read_file(arg(2));
   if (action == "mknod") return result(::mknod(arg(2), S_IFCHR | 0600, makedev(1, 3)));
+  if (action == "setcap") {
+    // A file capability (vfs_cap_data, VFS_CAP_REVISION_2): CAP_SETUID
+    // permitted and effective, as `setcap cap_setuid+ep FILE` writes it.
+    unsigned char caps[20] = {};
+    caps[0] = 0x01;  // VFS_CAP_FLAGS_EFFECTIVE
+    caps[3] = 0x02;  // VFS_CAP_REVISION_2
+    caps[4] = 0x80;  // permitted: bit 7, CAP_SETUID
+    return result(::setxattr(arg(2), "security.capability", caps, sizeof caps, 0));
+  }
+  if (action == "setxattr")
+    return result(::setxattr(arg(2), arg(3), arg(4), std::strlen(arg(4)), 0));
+  if (action == "forge-tar") return forge_tar(arg(2));
   if (action == "chroot") return result(::chroot(arg(2)));
   if (action == "setuid") return result(::setuid(static_cast<uid_t>(std::atoi(arg(2)))));
   if (action == "sethostname") return result(::sethostname("escaped", 7));

@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <gmock/gmock.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <chrono>
 #include <random>
@@ -268,6 +270,93 @@ TEST_P(Sandbox, UploadAndDownloadFilesAndDirectories) {
   Result stopped = os({"sandbox", "upload", "files", src});
   EXPECT_EQ(stopped.status, 125);
   EXPECT_THAT(stopped.err, HasSubstr("upload needs a Ready sandbox"));
+}
+
+// What the sandbox's user makes of its files must not become a set-uid
+// program, a capability or a world-writable directory on the host, nor a
+// FIFO or a symbolic link that leads out of what was downloaded.
+TEST_P(Sandbox, DownloadedFilesAreUntrusted) {
+  ASSERT_EQ(os({"sandbox", "create", "--name", "hostile", "--from", rootfs()}).status, 0);
+  Result made = os({"sandbox", "exec", "hostile", "--", "sh", "-c",
+                    "set -e; cd /sandbox; mkdir modes; cd modes;"
+                    "for f in suid sgid open capped; do echo x > $f; done;"
+                    "chmod 4755 suid; chmod 2755 sgid; chmod 0666 open; chmod 0755 capped;"
+                    "mkdir sticky world; chmod 1777 sticky; chmod 0777 world;"
+                    "osh-probe setcap capped || true; osh-probe setxattr capped user.note hi || true;"
+                    "stat -c '%a %n' suid sgid sticky world;"
+                    "cd /sandbox; mkdir fifo link up; mkfifo fifo/f; ln -s /etc/passwd link/pw;"
+                    "ln -s ../.. up/out; ln -s /etc top; ln -s modes toprel"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("4755 suid\n2755 sgid\n1777 sticky\n777 world\n"));
+
+  const std::string out = make_dir(mode(), "untrusted-" + mode_name(mode()), 0700);
+  const mode_t saved = ::umask(027);  // the caller's, inherited by openshell
+  Result down = os({"sandbox", "download", "hostile", "/sandbox/modes", out});
+  ::umask(saved);
+  ASSERT_EQ(down.status, 0) << down.err;
+  const std::string got = out + "/modes";
+  const std::vector<std::pair<std::string, mode_t>> expected = {
+      {"", 0750}, {"/suid", 0750}, {"/sgid", 0750}, {"/open", 0640},
+      {"/capped", 0750}, {"/sticky", 0750}, {"/world", 0750}};
+  for (const auto& [name, want] : expected) {
+    struct stat st {};
+    ASSERT_EQ(::lstat((got + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 07777, want) << name;
+    EXPECT_EQ(st.st_uid, uid_of(mode())) << name;
+    EXPECT_EQ(::llistxattr((got + name).c_str(), nullptr, 0), 0) << name << ": extended attributes";
+  }
+  char buf[64];
+  EXPECT_LT(::getxattr((got + "/capped").c_str(), "security.capability", buf, sizeof buf), 0);
+
+  // Each refused with one line, exit status 125, nothing left behind.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"/sandbox/fifo", "entry 'fifo/f': FIFO (not allowed in files from a sandbox)"},
+      {"/sandbox/link", "entry 'link/pw': symbolic link to an absolute path ('/etc/passwd')"},
+      {"/sandbox/up", "entry 'up/out': symbolic link out of the download ('../..')"},
+      {"/sandbox/top", "entry 'top': a top-level symbolic link (only a file or a directory can be downloaded)"},
+      {"/sandbox/toprel", "entry 'toprel': a top-level symbolic link"},
+  };
+  for (const auto& [remote, message] : refused) {
+    SCOPED_TRACE(remote);
+    Result r = os({"sandbox", "download", "hostile", remote, out});
+    EXPECT_EQ(r.status, 125) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("download of " + remote + ": " + message));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_EQ(file_contents_of_dir(out), "modes");
+  for (const char* name : {"/fifo", "/link", "/up", "/top", "/toprel"}) {
+    struct stat st;
+    EXPECT_NE(::lstat((out + name).c_str(), &st), 0) << name;
+  }
+}
+
+// The tar that makes a download's archive is the sandbox's own, and it can
+// send anything: here one whose root has a tar that forges set-uid root
+// programs with a file capability. As root before this was guarded, the
+// download wrote security.capability (cap_setuid+ep) on a root-owned file.
+TEST_P(Sandbox, ADownloadFromAForgedTarCarriesNoCapabilities) {
+  const std::string root = scratch() + "/forged-tar-root-" + mode_name(mode());
+  ASSERT_EQ(std::system(("rm -rf '" + root + "' && cp -a '" + rootfs() + "' '" + root + "' && rm -f '" + root +
+                         "/bin/tar' && printf '#!/bin/sh\\nexec osh-probe forge-tar x\\n' > '" + root +
+                         "/bin/tar' && chmod 0755 '" + root + "/bin/tar'")
+                            .c_str()),
+            0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "forger", "--from", root}).status, 0);
+  const std::string out = make_dir(mode(), "forged-" + mode_name(mode()), 0700);
+  const mode_t saved = ::umask(022);
+  Result down = os({"sandbox", "download", "forger", "/sandbox/x", out});
+  ::umask(saved);
+  ASSERT_EQ(down.status, 0) << down.err;
+  for (const char* name : {"/x", "/x/capped", "/x/sgid"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat((out + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 07777, 0755u) << name;
+    EXPECT_EQ(st.st_uid, uid_of(mode())) << name;
+    char buf[64];
+    EXPECT_LT(::getxattr((out + name).c_str(), "security.capability", buf, sizeof buf), 0) << name;
+    EXPECT_EQ(::llistxattr((out + name).c_str(), nullptr, 0), 0) << name;
+  }
+  std::system(("rm -rf '" + root + "'").c_str());
 }
 
 TEST_P(Sandbox, LogsTailAndFollow) {

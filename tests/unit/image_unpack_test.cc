@@ -672,7 +672,8 @@ TEST_F(ImageUnpack, RefusesHostileEntries) {
 TEST_F(ImageUnpack, ALayerWithoutEndBlocksUnpacks) {
   const std::string tar = tar_of({file("a", "alpha"), file("b", "beta")});
   const std::string cut = tar.substr(0, tar.size() - 1024);
-  ASSERT_EQ(cut.find_last_not_of('\0') + 1 > cut.size() - 512, true) << "the test archive must end in data";
+  ASSERT_EQ(cut.find_last_not_of('\0') + 1 > cut.size() - 512, true)
+      << "the test archive must end in data";
   UnpackResult result = unpack(cut, dest_);
   EXPECT_EQ(result.diff_id, sha256_digest(cut));
   EXPECT_EQ(read_file(dest_ + "/b"), "beta");
@@ -893,6 +894,160 @@ TEST_F(ImageUnpack, DeepTreesNeedFewDescriptors) {
     }
   });
   EXPECT_EQ(report.text, "<no error>\nremoved\n");
+}
+
+// ---- files out of a sandbox ----------------------------------------------------------
+
+UnpackOptions sandbox_files(mode_t umask = 022) {
+  UnpackOptions options;
+  options.preserve_owners = false;
+  options.whiteouts = false;
+  options.from_sandbox = true;
+  options.umask = umask;
+  return options;
+}
+
+// What a sandbox's tar can send (its user may chmod 4755, and the tar is
+// the sandbox's to forge): set-uid, set-gid and sticky bits are dropped and
+// the caller's umask applies, owners are the caller's, and no extended
+// attribute is written, file capabilities above all (as root too).
+TEST_F(ImageUnpack, FilesFromASandboxLoseModesOwnersAndXattrs) {
+  // VFS_CAP_REVISION_2, effective, CAP_SETUID (7) and CAP_NET_BIND_SERVICE permitted.
+  std::string caps(20, '\0');
+  caps[0] = 0x01;
+  caps[3] = 0x02;
+  caps[4] = static_cast<char>(0x80);
+  caps[5] = 0x04;
+  Entry top = dir("out/", 01777);
+  Entry suid = file("out/suid", "x", 04755);
+  Entry sgid = file("out/sgid", "x", 02755);
+  Entry capped = file("out/capped", "x", 0755);
+  capped.xattrs = {
+      {"security.capability", caps}, {"user.note", "n"}, {"trusted.overlay.opaque", "y"}};
+  Entry open_dir = dir("out/open/", 0777);
+  open_dir.xattrs = {{"user.overlay.opaque", "y"}};
+  Entry sticky_file = file("out/open/sticky", "x", 07777);
+  for (Entry* e : {&top, &suid, &sgid, &capped, &open_dir, &sticky_file}) {
+    e->uid = 0;
+    e->gid = 0;
+  }
+  unpack(tar_of({top, suid, sgid, capped, open_dir, sticky_file, file("out/.wh.plain", "w")}),
+         dest_, sandbox_files(027));
+  EXPECT_EQ(mode_of(dest_ + "/out"), 0750u);
+  EXPECT_EQ(mode_of(dest_ + "/out/suid"), 0750u);
+  EXPECT_EQ(mode_of(dest_ + "/out/sgid"), 0750u);
+  EXPECT_EQ(mode_of(dest_ + "/out/capped"), 0750u);
+  EXPECT_EQ(mode_of(dest_ + "/out/open"), 0750u);
+  EXPECT_EQ(mode_of(dest_ + "/out/open/sticky"), 0750u);
+  for (const char* name :
+       {"/out", "/out/suid", "/out/sgid", "/out/capped", "/out/open", "/out/open/sticky"}) {
+    EXPECT_EQ(stat_of(dest_ + name).st_uid, ::geteuid()) << name;
+    EXPECT_EQ(stat_of(dest_ + name).st_gid, ::getegid()) << name;
+  }
+  EXPECT_EQ(xattr_of(dest_ + "/out/capped", "security.capability"), "<none>");
+  EXPECT_EQ(xattr_of(dest_ + "/out/capped", "user.note"), "<none>");
+  EXPECT_EQ(xattr_of(dest_ + "/out/capped", "trusted.overlay.opaque"), "<none>");
+  EXPECT_EQ(xattr_of(dest_ + "/out/open", "user.overlay.opaque"), "<none>");
+  EXPECT_EQ(::listxattr((dest_ + "/out/capped").c_str(), nullptr, 0), 0);
+  EXPECT_EQ(read_file(dest_ + "/out/.wh.plain"), "w");  // a name, not a whiteout
+  // The same archive as an image layer keeps its modes: the rules are the download's own.
+  TempDir other;
+  const std::string layer = other / "layer";
+  ASSERT_EQ(::mkdir(layer.c_str(), 0755), 0);
+  unpack(tar_of({top, suid}), layer);
+  EXPECT_EQ(mode_of(layer + "/out/suid"), 04755u);
+  EXPECT_EQ(mode_of(layer + "/out"), 01777u);
+}
+
+TEST_F(ImageUnpack, FilesFromASandboxUnlistedParentsTakeTheUmask) {
+  unpack(tar_of({file("out/deep/f", "x", 0666)}), dest_, sandbox_files(077));
+  EXPECT_EQ(mode_of(dest_ + "/out"), 0700u);
+  EXPECT_EQ(mode_of(dest_ + "/out/deep"), 0700u);
+  EXPECT_EQ(mode_of(dest_ + "/out/deep/f"), 0600u);
+}
+
+TEST_F(ImageUnpack, FilesFromASandboxWithoutUmask) {
+  unpack(tar_of({dir("d/", 0777), file("d/f", "x", 04777)}), dest_, sandbox_files(0));
+  EXPECT_EQ(mode_of(dest_ + "/d"), 0777u);
+  EXPECT_EQ(mode_of(dest_ + "/d/f"), 0777u);
+}
+
+TEST_F(ImageUnpack, FilesFromASandboxKeepLinksInside) {
+  unpack(tar_of({dir("out/"), dir("out/a/"), file("out/f", "x"), symlink("out/l1", "f"),
+                 symlink("out/a/l2", "../f"), symlink("out/a/l3", "./b/c"),
+                 symlink("out/self", "."), hardlink("out/a/h", "out/f")}),
+         dest_, sandbox_files());
+  EXPECT_EQ(readlink_of(dest_ + "/out/l1"), "f");
+  EXPECT_EQ(readlink_of(dest_ + "/out/a/l2"), "../f");
+  EXPECT_EQ(readlink_of(dest_ + "/out/a/l3"), "./b/c");
+  EXPECT_EQ(read_file(dest_ + "/out/a/h"), "x");
+}
+
+TEST_F(ImageUnpack, FilesFromASandboxRefuseWhatALayerMayHave) {
+  const std::vector<Hostile> cases = {
+      {"fifo",
+       {dir("out/"), device("out/fifo", '6', 0, 0)},
+       "entry 'out/fifo': FIFO (not allowed in files from a sandbox)"},
+      {"char device",
+       {dir("out/"), device("out/null", '3', 1, 3)},
+       "entry 'out/null': character device"},
+      {"block device",
+       {dir("out/"), device("out/sda", '4', 8, 0)},
+       "entry 'out/sda': block device"},
+      {"absolute symlink",
+       {dir("out/"), symlink("out/passwd", "/etc/passwd")},
+       "entry 'out/passwd': symbolic link to an absolute path ('/etc/passwd')"},
+      {"symlink up and out",
+       {dir("out/"), symlink("out/up", "..")},
+       "entry 'out/up': symbolic link out of the download ('..')"},
+      {"deeper symlink out",
+       {dir("out/a/"), symlink("out/a/up", "../../x")},
+       "entry 'out/a/up': symbolic link out of the download ('../../x')"},
+      {"dotdot after a name",
+       {dir("out/"), symlink("out/s", "."), symlink("out/t", "s/../..")},
+       "entry 'out/t': symbolic link with '..' after a name ('s/../..')"},
+      {"top-level symlink", {symlink("x", "/etc")}, "entry 'x': a top-level symbolic link"},
+      {"top-level relative symlink", {symlink("x", "etc")}, "entry 'x': a top-level symbolic link"},
+  };
+  for (const Hostile& c : cases) {
+    SCOPED_TRACE(c.title);
+    TempDir tmp;
+    const std::string dest = tmp / "layer";
+    ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
+    std::string message = unpack_error(tar_of(c.entries), dest, sandbox_files());
+    EXPECT_THAT(message, HasSubstr("layer test: " + c.expect));
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    expect_sentinel_untouched();
+  }
+}
+
+// The unpacked size is counted before anything is written: declared sizes
+// (a sparse file's too) and a cost for every entry, hard links included.
+TEST_F(ImageUnpack, AccountsDeclaredSizesBeforeWriting) {
+  uint64_t counted = 0;
+  UnpackOptions options;
+  options.account = [&](uint64_t bytes) { counted += bytes; };
+  unpack(tar_of({dir("d/"), file("d/a", std::string(1000, 'a')), file("d/b", "bb"),
+                 hardlink("d/h", "d/a"), symlink("d/l", "a")}),
+         dest_, options);
+  EXPECT_EQ(counted, 5 * kEntryCost + 1002);
+
+  // A bound: the accountant throws, and the entry that would pass it is not written.
+  TempDir tmp;
+  const std::string dest = tmp / "layer";
+  ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
+  uint64_t total = 0;
+  options.account = [&](uint64_t bytes) {
+    total += bytes;
+    if (total > 4096) throw Error("over the bound");
+  };
+  EXPECT_EQ(
+      unpack_error(compress(tar_of({file("small", "s"), file("big", std::string(8192, '\0'))}),
+                            Compression::kGzip),
+                   dest, options),
+      "over the bound");
+  EXPECT_TRUE(path_exists(dest + "/small"));
+  EXPECT_FALSE(path_exists(dest + "/big"));
 }
 
 }  // namespace

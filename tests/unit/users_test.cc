@@ -2,10 +2,16 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "base/error.h"
+#include "base/root_files.h"
+#include "image/store.h"
 #include "test_util.h"
 
 namespace openshell::runtime {
@@ -31,6 +37,15 @@ constexpr const char* kGroup =
 
 ResolvedUser resolve(const std::string& spec) {
   return resolve_user(spec, kPasswd, kGroup, "/rootfs");
+}
+
+std::string error_of_in_root(const std::string& spec, const std::string& root) {
+  try {
+    resolve_user_in_root(spec, root);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
 }
 
 std::string error_of(const std::string& spec) {
@@ -168,6 +183,127 @@ TEST(ResolveUserInRoot, HostRoot) {
   ResolvedUser u = resolve_user_in_root("0", "/");
   EXPECT_EQ(u.uid, 0u);
   EXPECT_EQ(u.name, "root");  // from the host's /etc/passwd
+}
+
+// A hostile root's symlinks lead nowhere on the host: "etc -> /etc" and
+// "etc/passwd -> /etc/passwd" resolve inside the root, so the host's own
+// users (root among them) are not found there.
+TEST(ResolveUserInRoot, SymlinksStayInsideTheRoot) {
+  for (const char* kind : {"etc", "passwd", "dotdot"}) {
+    SCOPED_TRACE(kind);
+    openshell::testing::TempDir root;
+    const std::string k = kind;
+    if (k == "etc") {
+      ASSERT_EQ(::symlink("/etc", (root / "etc").c_str()), 0);
+    } else {
+      openshell::testing::write_file(root / "etc/group", "");
+      ASSERT_EQ(::symlink(k == "passwd" ? "/etc/passwd" : "../../../../../../../etc/passwd",
+                          (root / "etc/passwd").c_str()),
+                0);
+    }
+    try {
+      resolve_user_in_root("root", root.path());
+      FAIL() << "the host's passwd was read";
+    } catch (const Error& e) {
+      EXPECT_THAT(std::string(e.what()),
+                  ::testing::AnyOf(HasSubstr("no such user"), HasSubstr("symbolic links")));
+    }
+  }
+  // A symlink inside the root is followed there.
+  openshell::testing::TempDir root;
+  openshell::testing::write_file(root / "usr/etc/passwd", "app:x:2000:2001::/srv/app:/bin/sh\n");
+  ASSERT_EQ(::symlink("/usr/etc", (root / "etc").c_str()), 0);
+  EXPECT_EQ(resolve_user_in_root("app", root.path()).uid, 2000u);
+}
+
+TEST(ResolveUserInRoot, OnlyBoundedRegularFiles) {
+  openshell::testing::TempDir root;
+  openshell::testing::write_file(root / "etc/group", "");
+  // A FIFO would block a plain read forever; /dev/zero would never end.
+  ASSERT_EQ(::mkfifo((root / "etc/passwd").c_str(), 0644), 0);
+  EXPECT_THROW(
+      {
+        try {
+          resolve_user_in_root("app", root.path());
+        } catch (const Error& e) {
+          EXPECT_EQ(std::string(e.what()), root.path() + "/etc/passwd: not a regular file");
+          throw;
+        }
+      },
+      Error);
+  ::unlink((root / "etc/passwd").c_str());
+  ASSERT_EQ(::symlink("/dev/zero", (root / "etc/passwd").c_str()), 0);
+  EXPECT_THAT(error_of_in_root("app", root.path()), HasSubstr("no such user"));
+  ::unlink((root / "etc/passwd").c_str());
+  std::string huge;
+  while (huge.size() <= files::kMaxRootFile) huge += "u:x:5:5::/:/bin/sh\n";
+  openshell::testing::write_file(root / "etc/passwd", huge);
+  EXPECT_EQ(error_of_in_root("app", root.path()), root.path() + "/etc/passwd: larger than 4 MiB");
+  huge.resize(files::kMaxRootFile - 100);
+  huge += "\napp:x:7:7::/:/bin/sh\n";
+  openshell::testing::write_file(root / "etc/passwd", huge);
+  EXPECT_EQ(resolve_user_in_root("app", root.path()).uid, 7u);
+}
+
+// Layers, top first: the topmost that has the name decides; a whiteout
+// hides lower ones; a symlink resolves inside its own layer.
+TEST(ReadFromLayers, TopmostLayerDecidesInsideItself) {
+  openshell::testing::TempDir top, bottom;
+  openshell::testing::write_file(bottom / "etc/passwd", "low:x:1:1::/:/bin/sh\n");
+  openshell::testing::write_file(top / "etc/group", "");
+  EXPECT_EQ(image::read_from_layers({top.path(), bottom.path()}, "etc/passwd"),
+            "low:x:1:1::/:/bin/sh\n");
+  if (::geteuid() == 0) {  // a whiteout
+    ASSERT_EQ(::mknod((top / "etc/passwd").c_str(), S_IFCHR, makedev(0, 0)), 0);
+    EXPECT_EQ(image::read_from_layers({top.path(), bottom.path()}, "etc/passwd"), "");
+    ::unlink((top / "etc/passwd").c_str());
+  }
+  ASSERT_EQ(::symlink("/etc/passwd", (top / "etc/passwd").c_str()), 0);
+  // Inside the top layer "/etc/passwd" is the link itself: a loop, not the host's file.
+  EXPECT_THROW(image::read_from_layers({top.path(), bottom.path()}, "etc/passwd"), Error);
+  ::unlink((top / "etc/passwd").c_str());
+  ASSERT_EQ(::symlink("/dev/zero", (top / "etc/passwd").c_str()), 0);
+  EXPECT_EQ(image::read_from_layers({top.path(), bottom.path()}, "etc/passwd"),
+            "");  // no dev/zero there
+  ::unlink((top / "etc/passwd").c_str());
+  ::unlink((top / "etc/group").c_str());
+  ASSERT_EQ(::rmdir((top / "etc").c_str()), 0);
+  ASSERT_EQ(::symlink("/etc", (top / "etc").c_str()), 0);
+  try {
+    image::read_from_layers({top.path(), bottom.path()}, "etc/passwd");
+    FAIL() << "etc -> /etc was followed";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), top.path() + "/etc/passwd: too many levels of symbolic links");
+  }
+  // A link from one layer into another is followed there, as the merged
+  // root would; ".." stops at the root.
+  ASSERT_EQ(::unlink((top / "etc").c_str()), 0);
+  openshell::testing::write_file(bottom / "usr/lib/passwd", "nix:x:3:3::/:/bin/sh\n");
+  for (const char* target :
+       {"/usr/lib/passwd", "../usr/lib/passwd", "../../../../usr/lib/passwd"}) {
+    ::unlink((top / "etc/passwd").c_str());
+    std::filesystem::create_directories(top / "etc");
+    ASSERT_EQ(::symlink(target, (top / "etc/passwd").c_str()), 0);
+    EXPECT_EQ(image::read_from_layers({top.path(), bottom.path()}, "etc/passwd"),
+              "nix:x:3:3::/:/bin/sh\n")
+        << target;
+  }
+  ASSERT_EQ(::mkfifo((bottom / "etc/group").c_str(), 0644), 0);
+  EXPECT_THROW(image::read_from_layers({top.path(), bottom.path()}, "etc/group"), Error);
+}
+
+// An image's User names root by number, by "root", or by a name its passwd
+// maps to uid 0.
+TEST(NamesRoot, ComparesResolvedIds) {
+  const std::string passwd =
+      std::string(kPasswd) + "toor:x:0:0::/:/bin/sh\nzero:x:00:5::/:/bin/sh\n";
+  for (const char* spec :
+       {"0", "00", "0000", "0:0", "00:1000", "root", "root:staff", "toor", "toor:0", "zero"})
+    EXPECT_TRUE(names_root(spec, passwd)) << spec;
+  for (const char* spec :
+       {"1000", "sandbox", "1000:0", "sandbox:root", "nosuch", "daemon", "", "broken"})
+    EXPECT_FALSE(names_root(spec, passwd)) << spec;
+  EXPECT_TRUE(names_root("root", ""));  // whatever passwd says
 }
 
 }  // namespace
