@@ -33,7 +33,9 @@ struct SandboxSpec {
   std::vector<std::string> env;       // KEY=VALUE
   std::optional<double> cpus;
   std::optional<uint64_t> memory_bytes;
-  std::optional<uint64_t> pids;
+  std::optional<uint64_t> pids;            // 0: no limit
+  std::optional<uint64_t> tmp_size_bytes;  // the size of /tmp (a tmpfs)
+  std::optional<uint64_t> shm_size_bytes;  // the size of /dev/shm (a tmpfs)
   std::map<std::string, std::string> labels;
   bool no_keep = false;               // delete the sandbox once the main process exits
   std::string policy;                 // policy TOML text; empty: the default policy

@@ -31,6 +31,7 @@
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
+#include "base/sandbox_limits.h"
 #include "base/sandbox_spec.h"
 #include "base/text.h"
 #include "gateway/store.h"
@@ -297,6 +298,7 @@ json Gateway::view(const SandboxRecord& r) const {
   if (spec.image) j["image"] = {{"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
   j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
+  j["limits"] = json::parse(limits::view_json(spec));
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
 }
@@ -922,6 +924,13 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
                    "sandbox name '" + name +
                        "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or "
                        "ending with '-')");
+  // What the sandbox did not ask for, the gateway's defaults decide: fixed
+  // now, so that `sandbox get` shows what holds.
+  try {
+    limits::apply_defaults(&spec, limits::load_defaults(paths_.gateway_config()), limits::memory_total());
+  } catch (const Error& e) {
+    throw ApiError(500, "bad_config", e.what());
+  }
   const bool directory = spec.from[0] == '/' && files::is_directory(spec.from);
   if (spec.from != "host" && !directory) resolve_image(&spec);
   if (spec.from != "host") choose_storage(&spec, id);

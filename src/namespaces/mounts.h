@@ -49,6 +49,11 @@ struct FilesystemSpec {
   std::string home;            // another directory made like the workdir ("" none): the user's HOME
   std::string exe_path;        // host path of this binary, for the sealed init image
   bool dns_stub = false;       // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
+  // Sizes of the sandbox's memory file systems, in bytes (0: the kernel's
+  // default, half the RAM each): /tmp, which also bounds a throw-away
+  // writable layer, and /dev/shm. Their inodes are bounded with them.
+  uint64_t tmp_size = 0;
+  uint64_t shm_size = 0;
 };
 
 // Paths the sandbox never sees: files become /dev/null, directories an empty
@@ -120,6 +125,9 @@ class MountPlan {
   std::string workdir_;    // relative to the new root
   std::string home_;       // relative to the new root; "" none
   std::vector<Bind> binds_;
+  // Rendered tmpfs options ("" where the kernel's default applies).
+  std::string tmp_size_, tmp_inodes_, shm_size_, shm_inodes_;
+  std::string staging_options_;  // mount(2) data of the staging tmpfs
 };
 
 // Whether overlayfs can stack `lowers` (top first) under a writable layer

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/sandbox_limits.h"
 #include "image/flatten.h"
 #include "image/store.h"
 #include "namespaces/userns.h"
@@ -147,7 +148,13 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
 
   c.limits.cpus = spec.cpus;
   c.limits.memory_bytes = spec.memory_bytes;
-  c.limits.pids = spec.pids;
+  // Sandboxes created before the defaults existed get them at launch.
+  SandboxSpec limited = spec;
+  limits::apply_defaults(&limited, limits::Defaults{}, limits::memory_total());
+  if (*limited.pids > 0) c.limits.pids = limited.pids;
+  c.limits.pids_default = !spec.pids;
+  c.fs.tmp_size = *limited.tmp_size_bytes;
+  c.fs.shm_size = *limited.shm_size_bytes;
   c.rlimits.push_back(runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
   c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.
