@@ -251,7 +251,6 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     if (*pids > 0) spec.limits.pids = pids;
   } else {
     spec.limits.pids = limits::kDefaultPids;
-    spec.limits.pids_default = true;
   }
   spec.fs.tmp_size = parse_tmpfs_size("--tmp-size", o.tmp_size).value_or(
       limits::default_tmp_size(spec.limits.memory_bytes, limits::memory_total()));

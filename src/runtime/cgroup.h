@@ -20,9 +20,6 @@ struct Limits {
   std::optional<uint64_t> memory_bytes;
   std::optional<uint64_t> pids;
   std::optional<double> cpus;
-  // pids is the built-in default, not the caller's: where no cgroup can hold
-  // it, RLIMIT_NPROC in the sandbox's own user namespace does, silently.
-  bool pids_default = false;
   bool any() const { return memory_bytes || pids || cpus; }
 };
 

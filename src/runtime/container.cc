@@ -55,17 +55,18 @@ struct ChildContext {
   size_t rlimit_count;
 };
 
-// A default pids limit that no cgroup can hold (rootless without a
-// delegated cgroup): RLIMIT_NPROC instead. In the sandbox's own user
-// namespace it counts the processes of the sandbox's user there, and the
-// sandbox cannot raise it (no CAP_SYS_RESOURCE in the host's namespace).
+// A pids limit that no cgroup can hold (rootless without a delegated
+// cgroup): RLIMIT_NPROC instead. In the sandbox's own user namespace it
+// counts the processes and threads of the sandbox's user there (not the
+// caller's others on the host), and the sandbox cannot raise it (it has no
+// CAP_SYS_RESOURCE in the host's namespace).
 void nproc_fallback(const ContainerSpec& spec, std::vector<Rlimit>* rlimits) {
   for (const Rlimit& r : *rlimits)
     if (r.resource == RLIMIT_NPROC) return;  // the caller's own --rlimit nproc
   rlim_t n = static_cast<rlim_t>(*spec.limits.pids);
   rlimits->push_back(Rlimit{RLIMIT_NPROC, n, n, "nproc"});
-  log::debug("pids: no cgroup can hold the default limit of " + std::to_string(n) +
-             "; RLIMIT_NPROC holds it");
+  log::debug("--pids: no cgroup can hold the limit of " + std::to_string(n) +
+             "; RLIMIT_NPROC holds it (per user inside the sandbox)");
 }
 
 // The parent's go-ahead, sent once the id maps are written: what the child
@@ -315,7 +316,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     container->cgroups_ =
         CgroupSet::create(CgroupLayout::discover(), name, spec.limits, &not_enforced);
     for (const auto& why : not_enforced) {
-      if (spec.limits.pids_default && why.rfind("--pids", 0) == 0) {
+      if (why.rfind("--pids", 0) == 0) {
         nproc_fallback(spec, &rlimits);
         continue;
       }

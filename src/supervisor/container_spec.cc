@@ -152,7 +152,6 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   SandboxSpec limited = spec;
   limits::apply_defaults(&limited, limits::Defaults{}, limits::memory_total());
   if (*limited.pids > 0) c.limits.pids = limited.pids;
-  c.limits.pids_default = !spec.pids;
   c.fs.tmp_size = *limited.tmp_size_bytes;
   c.fs.shm_size = *limited.shm_size_bytes;
   c.rlimits.push_back(runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});

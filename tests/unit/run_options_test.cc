@@ -224,7 +224,6 @@ TEST(BuildSpec, TmpfsSizes) {
 TEST(BuildSpec, Pids) {
   RunOptions o = with_command();
   EXPECT_EQ(build_spec(o).limits.pids, openshell::limits::kDefaultPids);
-  EXPECT_TRUE(build_spec(o).limits.pids_default);
   o.pids = "0";
   EXPECT_FALSE(build_spec(o).limits.pids);
   o.pids = "x";
