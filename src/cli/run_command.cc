@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
+#include "cli/stdio_relay.h"
 #include "cli/terminal.h"
 #include "image/store.h"
 #include "policy/policy.h"
@@ -399,11 +400,15 @@ void add_run_command(CLI::App& app, Action* action) {
       }
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
+      StdioRelay relay(&spec);
       block_forwarded_signals();
       auto container = runtime::Container::start(spec);
+      relay.start();
       std::unique_ptr<EgressThread> egress;
       if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, options->network_log);
-      return attach(*container);
+      int status = attach(*container);
+      relay.finish();
+      return status;
     };
   });
 }
