@@ -49,6 +49,8 @@ std::string SandboxSpec::to_json() const {
   if (pids) j["pids"] = *pids;
   if (tmp_size_bytes) j["tmp_size_bytes"] = *tmp_size_bytes;
   if (shm_size_bytes) j["shm_size_bytes"] = *shm_size_bytes;
+  if (host_uid_start && host_gid_start)
+    j["host_ids"] = {{"uid_start", *host_uid_start}, {"gid_start", *host_gid_start}};
   if (image)
     j["image"] = {{"name", image->name},     {"id", image->id},
                   {"digest", image->digest}, {"layers", image->layers},
@@ -78,6 +80,10 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
       s.tmp_size_bytes = j["tmp_size_bytes"].get<uint64_t>();
     if (j.contains("shm_size_bytes") && !j["shm_size_bytes"].is_null())
       s.shm_size_bytes = j["shm_size_bytes"].get<uint64_t>();
+    if (j.contains("host_ids") && j["host_ids"].is_object()) {
+      s.host_uid_start = j["host_ids"].at("uid_start").get<uint32_t>();
+      s.host_gid_start = j["host_ids"].at("gid_start").get<uint32_t>();
+    }
     if (j.contains("image") && j["image"].is_object()) {
       const json& i = j["image"];
       SandboxImage image;

@@ -25,6 +25,7 @@
 #include "cli/stdio_relay.h"
 #include "cli/terminal.h"
 #include "image/store.h"
+#include "namespaces/id_pool.h"
 #include "policy/policy.h"
 #include "runtime/container.h"
 #include "runtime/landlock.h"
@@ -401,6 +402,12 @@ void add_run_command(CLI::App& app, Action* action) {
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       StdioRelay relay(&spec);
+      // As root, host ids of this run's own, held until it ends.
+      namespaces::RangeClaim ids;
+      if (::geteuid() == 0) {
+        ids = namespaces::claim_host_range("", true);
+        spec.host_range = ids.range();
+      }
       block_forwarded_signals();
       auto container = runtime::Container::start(spec);
       relay.start();

@@ -296,7 +296,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   std::unique_ptr<Container> container(new Container());
 
   namespaces::Identity caller = namespaces::current_identity();
-  container->id_map_ = namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid);
+  container->id_map_ = namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid, spec.host_range);
   namespaces::IdMap& id_map = container->id_map_;
   namespaces::FilesystemSpec fs = spec.fs;
   fs.workdir_uid = spec.uid;

@@ -153,6 +153,8 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   limits::apply_defaults(&limited, limits::Defaults{}, limits::memory_total());
   if (*limited.pids > 0) c.limits.pids = limited.pids;
   c.fs.tmp_size = *limited.tmp_size_bytes;
+  if (spec.host_uid_start && spec.host_gid_start)
+    c.host_range = namespaces::HostRange{*spec.host_uid_start, *spec.host_gid_start};
   c.fs.shm_size = *limited.shm_size_bytes;
   c.rlimits.push_back(runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
   c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
