@@ -27,6 +27,7 @@
 #include "image/store.h"
 #include "namespaces/id_pool.h"
 #include "policy/policy.h"
+#include "runtime/cgroup_reaper.h"
 #include "runtime/container.h"
 #include "runtime/landlock.h"
 #include "runtime/users.h"
@@ -409,7 +410,10 @@ void add_run_command(CLI::App& app, Action* action) {
         spec.host_range = ids.range();
       }
       block_forwarded_signals();
+      std::optional<runtime::CgroupReaper> reaper;  // outlives the container
       auto container = runtime::Container::start(spec);
+      // Should this process be killed outright, the cgroups still go.
+      reaper.emplace(container->cgroup_dirs());
       relay.start();
       std::unique_ptr<EgressThread> egress;
       if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, options->network_log);

@@ -1,0 +1,33 @@
+// The cgroups of a sandbox whose owner is killed outright (SIGKILL) have
+// no one left to remove them: the sandbox's init ends everything when its
+// owner goes, but it lives inside them. A small helper process, forked by
+// the owner, waits for the owner to go and then removes them once they are
+// empty. The owner's normal end tells it to go without doing anything.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "base/unique_fd.h"
+
+namespace openshell::runtime {
+
+class CgroupReaper {
+ public:
+  CgroupReaper() = default;
+  // Forks the helper for these directories (children before parents). Call
+  // while the process has a single thread. Nothing happens for none.
+  explicit CgroupReaper(const std::vector<std::string>& dirs);
+  CgroupReaper(const CgroupReaper&) = delete;
+  CgroupReaper& operator=(const CgroupReaper&) = delete;
+  // The owner has removed them itself: the helper exits.
+  ~CgroupReaper();
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd done_;  // a byte: the owner cleaned up; EOF alone: it died
+};
+
+}  // namespace openshell::runtime
