@@ -2,6 +2,7 @@
 // relays, never the terminal itself, so it cannot change the caller's
 // terminal settings or make it its controlling terminal.
 #include <gmock/gmock.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -72,6 +73,42 @@ TEST_P(Terminal, WithTtyTheSandboxHasItsOwnTerminal) {
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("own-terminal"));
   EXPECT_EQ(r.pty_settings_after, r.pty_settings_before);
+}
+
+// The gateway's sandboxes never get the caller's terminal either: exec
+// without -t and a main process run on the supervisor's pipes.
+TEST_P(Terminal, GatewaySandboxesWithoutTtyGetNoTerminal) {
+  static int counter = 0;
+  const std::string home =
+      make_dir(mode(), "tty-home-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
+  auto os = [&](const std::vector<std::string>& args, Options o) {
+    o.env.push_back("OPENSHELL_HOME=" + home);
+    return openshell(mode(), args, o);
+  };
+  Result create =
+      os({"sandbox", "create", "--name", "t", "--from", rootfs(), "--", "osh-probe", "tty-attack"},
+         on_pty());
+  EXPECT_EQ(create.status, 0) << create.out << create.err;
+  EXPECT_THAT(create.out, HasSubstr("fd 0 isatty 0"));
+  EXPECT_THAT(create.out, Not(HasSubstr("tcsetattr ok")));
+  EXPECT_EQ(create.pty_settings_after, create.pty_settings_before);
+  Result idle = os({"sandbox", "create", "--name", "idle", "--from", rootfs()}, Options{});
+  ASSERT_EQ(idle.status, 0) << idle.err;
+  Result exec = os({"sandbox", "exec", "idle", "--", "osh-probe", "tty-attack"}, on_pty());
+  EXPECT_EQ(exec.status, 0) << exec.out << exec.err;
+  EXPECT_THAT(exec.out, HasSubstr("fd 0 isatty 0"));
+  EXPECT_THAT(exec.out, HasSubstr("fd 1 isatty 0"));
+  EXPECT_THAT(exec.out, Not(HasSubstr("tcsetattr ok")));
+  EXPECT_EQ(exec.pty_settings_after, exec.pty_settings_before);
+  os({"sandbox", "delete", "--all"}, Options{});
+  os({"gateway", "stop"}, Options{});
+  for (int i = 0; i < 300; ++i) {
+    bool any = false;
+    for (const auto& pid : processes_matching("openshell"))
+      any = any || environment_of(pid).find("OPENSHELL_HOME=" + home + '\0') != std::string::npos;
+    if (!any) break;
+    ::usleep(10000);
+  }
 }
 
 }  // namespace
