@@ -139,6 +139,20 @@ TEST_P(Limits, TmpAndShmFillUpAtTheirSize) {
                 std::to_string(4 << 20) + "\nfiles 4095\n");
 }
 
+// A run's throw-away writable layer is in memory as well: bounded by
+// --tmp-size like /tmp.
+TEST_P(Limits, ThrowAwayRootLayerFillsUpAtTheTmpSize) {
+  // Root inside may write /, whoever owns the directory on the host.
+  Result r = sandbox(mode(), {"--tmp-size", "4M", "--user", "0"},
+                     {"sh", "-c",
+                      "dd if=/dev/zero of=/big bs=1M count=16 2>&1 | grep -o 'No space left on device'; "
+                      "ls -l /big | awk '{print $5}'"});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("No space left on device\n"));
+  ASSERT_NE(r.out.find('\n'), std::string::npos);
+  EXPECT_LE(std::stoull(r.out.substr(r.out.find('\n') + 1)), 4ull << 20);
+}
+
 // With no flags, the sizes are the documented defaults: /tmp a tenth of
 // the RAM, /dev/shm half of that (whole MiB), one inode per 16 KiB; with
 // --memory, /tmp is the memory limit.
