@@ -969,7 +969,12 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   record.intent = "launch";
   record.created_ms = record.updated_ms = now_ms();
   record.conditions.push_back(Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
-  store_->insert(record);  // the intent is on disk before anything is done
+  try {
+    store_->insert(record);  // the intent is on disk before anything is done
+  } catch (...) {
+    release_id_range(record);  // no record, no sandbox: its ids are free again
+    throw;
+  }
   store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
   store_->append_event(id, "Created",
                        "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
