@@ -136,7 +136,16 @@ RangeClaim claim_range(const std::string& registry_dir, const std::string& owner
   while (::flock(lock.get(), LOCK_EX) != 0)
     if (errno != EINTR) throw_errno("lock " + lock_path);
 
-  for (uint32_t slot = 0; slot < pool.slots; ++slot) {
+  // Round robin from after the last claim: a range freed by one sandbox or
+  // run goes to another only once the rest of the pool has been used, so
+  // files the first left in a shared host directory are not soon the
+  // second's.
+  const std::string next_path = registry_dir + "/.next";
+  uint32_t first = 0;
+  if (auto text = files::try_read(next_path))
+    if (auto n = text::parse_uint(text::trim(*text), UINT32_MAX)) first = static_cast<uint32_t>(*n);
+  for (uint32_t i = 0; i < pool.slots; ++i) {
+    const uint32_t slot = pool.slots ? (first + i) % pool.slots : 0;
     if (!slot_clear(pool, slot, reserved)) continue;
     RangeClaim claim;
     claim.range_ = {pool.uid_start + slot * kRangeSize, pool.gid_start + slot * kRangeSize};
@@ -157,6 +166,7 @@ RangeClaim claim_range(const std::string& registry_dir, const std::string& owner
       if (::flock(fd.get(), LOCK_EX) != 0) throw_errno("lock " + claim.path_);
       claim.lock_ = std::move(fd);
     }
+    files::write(next_path, std::to_string(slot + 1) + "\n");
     return claim;
   }
   throw Error("no free id range for a sandbox: the " + std::to_string(pool.slots) +

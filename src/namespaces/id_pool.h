@@ -14,6 +14,8 @@
 //    deleted (it is in the sandbox's spec as well); stale once DIR is gone;
 //  - "run PID": `openshell run`'s, flock-held for the run; stale once no
 //    one holds the lock.
+// Ranges are handed out round robin (.next holds where the next search
+// starts).
 #pragma once
 
 #include <cstdint>

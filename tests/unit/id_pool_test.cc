@@ -84,12 +84,16 @@ TEST(IdPool, ARunsClaimLastsAsLongAsTheRun) {
   {
     RangeClaim run = claim_range(registry, "", true, pool, none);
     EXPECT_EQ(run.range().uid_start, 1000000u);
-    // While it holds it, others get the next one.
+    EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), 0);
+    // While it holds it, others get another.
     EXPECT_EQ(claim_range(registry, "", true, pool, none).range().uid_start, 1000000u + 65536);
   }
   // Gone with it.
-  EXPECT_EQ(claim_range(registry, "", true, pool, none).range().uid_start, 1000000u);
-  // A run killed without cleaning up leaves a file no one holds: stale.
+  EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), -1);
+  // Round robin: the next run gets the range after the last one claimed.
+  EXPECT_EQ(claim_range(registry, "", true, pool, none).range().uid_start, 1000000u + 2 * 65536);
+  // A run killed without cleaning up leaves a file no one holds: stale,
+  // and claimed again when its turn comes.
   pid_t child = ::fork();
   if (child == 0) {
     RangeClaim run = claim_range(registry, "", true, pool, none);
@@ -99,6 +103,8 @@ TEST(IdPool, ARunsClaimLastsAsLongAsTheRun) {
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), 0) << "the killed run's claim";
+  RangeClaim held = claim_range(registry, "", true, pool, none);   // slot 1
+  RangeClaim held2 = claim_range(registry, "", true, pool, none);  // slot 2
   EXPECT_EQ(claim_range(registry, "", true, pool, none).range().uid_start, 1000000u);
 }
 
