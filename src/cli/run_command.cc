@@ -410,10 +410,9 @@ void add_run_command(CLI::App& app, Action* action) {
         spec.host_range = ids.range();
       }
       block_forwarded_signals();
-      std::optional<runtime::CgroupReaper> reaper;  // outlives the container
+      // Should this process be killed outright, its cgroups still go.
+      runtime::CgroupReaper reaper(spec.cgroup_name);  // outlives the container
       auto container = runtime::Container::start(spec);
-      // Should this process be killed outright, the cgroups still go.
-      reaper.emplace(container->cgroup_dirs());
       relay.start();
       std::unique_ptr<EgressThread> egress;
       if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, options->network_log);

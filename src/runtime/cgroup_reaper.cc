@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "base/error.h"
+#include "runtime/cgroup.h"
 
 namespace openshell::runtime {
 
@@ -42,7 +43,12 @@ namespace {
 
 }  // namespace
 
-CgroupReaper::CgroupReaper(const std::vector<std::string>& dirs) {
+CgroupReaper::CgroupReaper(const std::string& name) {
+  CgroupLayout layout = CgroupLayout::discover();
+  std::vector<std::string> dirs;
+  if (layout.unified) dirs.push_back(layout.unified->dir + "/" + name);
+  for (const auto& [controller, hierarchy] : layout.controllers)
+    dirs.push_back(hierarchy.dir + "/" + name);
   if (dirs.empty()) return;
   std::vector<const char*> paths;
   for (const auto& d : dirs) paths.push_back(d.c_str());

@@ -17,9 +17,11 @@ namespace openshell::runtime {
 class CgroupReaper {
  public:
   CgroupReaper() = default;
-  // Forks the helper for these directories (children before parents). Call
-  // while the process has a single thread. Nothing happens for none.
-  explicit CgroupReaper(const std::vector<std::string>& dirs);
+  // Forks the helper for the cgroups named `name` below this process's own
+  // in every hierarchy (those CgroupSet::create may make): before they
+  // exist, so that no instant is left uncovered. Call while the process
+  // has a single thread.
+  explicit CgroupReaper(const std::string& name);
   CgroupReaper(const CgroupReaper&) = delete;
   CgroupReaper& operator=(const CgroupReaper&) = delete;
   // The owner has removed them itself: the helper exits.

@@ -7,7 +7,6 @@
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "base/unique_fd.h"
 #include "namespaces/userns.h"
@@ -56,8 +55,6 @@ class Container {
   bool poll_exit(int* status);
   // Processes the kernel killed at the memory limit (known once ended).
   int oom_kills() const { return oom_kills_; }
-  // The cgroup directories made for it (removed when it ends).
-  const std::vector<std::string>& cgroup_dirs() const { return cgroups_.dirs(); }
 
  private:
   Container() = default;
