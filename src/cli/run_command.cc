@@ -411,7 +411,12 @@ void add_run_command(CLI::App& app, Action* action) {
       }
       block_forwarded_signals();
       // Should this process be killed outright, its cgroups still go.
-      runtime::CgroupReaper reaper(spec.cgroup_name);  // outlives the container
+      std::function<void()> release_ids;
+      if (spec.host_range)
+        release_ids = [start = spec.host_range->uid_start, pid = ::getpid()] {
+          namespaces::release_run_range(namespaces::kRegistryDir, start, pid);
+        };
+      runtime::CgroupReaper reaper(spec.cgroup_name, release_ids);  // outlives the container
       auto container = runtime::Container::start(spec);
       relay.start();
       std::unique_ptr<EgressThread> egress;

@@ -182,6 +182,19 @@ RangeClaim claim_host_range(const std::string& owner, bool for_run) {
                                    files::try_read("/etc/group").value_or("")));
 }
 
+void release_run_range(const std::string& registry_dir, uint32_t uid_start, pid_t pid) {
+  const std::string lock_path = registry_dir + "/.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  if (!lock) return;
+  while (::flock(lock.get(), LOCK_EX) != 0)
+    if (errno != EINTR) return;
+  const std::string path = registry_dir + "/" + std::to_string(uid_start);
+  std::string text;
+  if (files::read_into(path, &text) != 0) return;
+  if (std::string(text::trim(text)) == "run " + std::to_string(pid) && stale(path))
+    ::unlink(path.c_str());
+}
+
 void release_sandbox_range(const std::string& registry_dir, uint32_t uid_start,
                            const std::string& owner) {
   const std::string path = registry_dir + "/" + std::to_string(uid_start);

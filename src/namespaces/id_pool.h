@@ -18,6 +18,8 @@
 // starts).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -80,6 +82,10 @@ RangeClaim claim_range(const std::string& registry_dir, const std::string& owner
 
 // The same with the host's files and kRegistryDir.
 RangeClaim claim_host_range(const std::string& owner, bool for_run);
+
+// Frees the range of a run that ended without doing so (killed), if the
+// claim is still that process's: for the helper that outlives it.
+void release_run_range(const std::string& registry_dir, uint32_t uid_start, pid_t pid);
 
 // Frees a sandbox's range (its claim file), if it is this owner's.
 void release_sandbox_range(const std::string& registry_dir, uint32_t uid_start,

@@ -15,8 +15,9 @@ namespace openshell::runtime {
 
 namespace {
 
-// The helper, between fork and _exit: raw system calls only.
-[[noreturn]] void reap(int done_fd, const char* const* dirs, size_t count) {
+// The helper, between fork and _exit.
+[[noreturn]] void reap(int done_fd, const char* const* dirs, size_t count,
+                       const std::function<void()>& after_death) {
   // Out of the terminal's process group (a ^C is the owner's to forward),
   // deaf to signals, holding nothing of the owner's but its pipe.
   ::setpgid(0, 0);
@@ -38,12 +39,18 @@ namespace {
     if (!left) break;
     ::nanosleep(&pause, nullptr);
   }
+  if (after_death) {
+    try {
+      after_death();
+    } catch (...) {
+    }
+  }
   ::_exit(0);
 }
 
 }  // namespace
 
-CgroupReaper::CgroupReaper(const std::string& name) {
+CgroupReaper::CgroupReaper(const std::string& name, std::function<void()> after_death) {
   CgroupLayout layout = CgroupLayout::discover();
   std::vector<std::string> dirs;
   if (layout.unified) dirs.push_back(layout.unified->dir + "/" + name);
@@ -55,7 +62,7 @@ CgroupReaper::CgroupReaper(const std::string& name) {
   Pipe pipe = Pipe::create();
   pid_t pid = ::fork();
   if (pid < 0) throw_errno("fork the cgroup cleanup helper");
-  if (pid == 0) reap(pipe.read.get(), paths.data(), paths.size());
+  if (pid == 0) reap(pipe.read.get(), paths.data(), paths.size(), after_death);
   pid_ = pid;
   done_ = std::move(pipe.write);
 }

@@ -103,6 +103,11 @@ TEST(IdPool, ARunsClaimLastsAsLongAsTheRun) {
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), 0) << "the killed run's claim";
+  // The helper that outlives a run frees it; only that run's.
+  release_run_range(registry, 1000000, child + 1);
+  EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), 0);
+  release_run_range(registry, 1000000, child);
+  EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), -1);
   RangeClaim held = claim_range(registry, "", true, pool, none);   // slot 1
   RangeClaim held2 = claim_range(registry, "", true, pool, none);  // slot 2
   EXPECT_EQ(claim_range(registry, "", true, pool, none).range().uid_start, 1000000u);
