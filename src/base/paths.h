@@ -33,6 +33,8 @@ struct Paths {
 
   std::string db() const { return state_dir + "/gateway.db"; }
   std::string lock() const { return state_dir + "/gateway.lock"; }
+  // Optional settings of the gateway (TOML; see base/sandbox_limits.h).
+  std::string gateway_config() const { return state_dir + "/gateway.toml"; }
   std::string gateway_log() const { return state_dir + "/gateway.log"; }
   std::string key() const { return state_dir + "/keys/gateway.key"; }
   std::string sandboxes() const { return state_dir + "/sandboxes"; }

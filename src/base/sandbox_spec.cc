@@ -33,7 +33,9 @@ void SandboxSpec::validate() const {
   }
   if (cpus && (*cpus <= 0 || *cpus > 4096)) throw Error("--cpu: must be between 0 and 4096");
   if (memory_bytes && *memory_bytes < (4u << 20)) throw Error("--memory: below the minimum of 4M");
-  if (pids && *pids < 1) throw Error("--pids: must be positive");
+  if (pids && *pids > 4194304) throw Error("--pids: at most 4194304 (0: no limit)");
+  if (tmp_size_bytes && *tmp_size_bytes < (1u << 20)) throw Error("--tmp-size: below the minimum of 1M");
+  if (shm_size_bytes && *shm_size_bytes < (1u << 20)) throw Error("--shm-size: below the minimum of 1M");
   for (const auto& [k, v] : labels)
     if (auto why = check_label(k, v); !why.empty()) throw Error("--label " + k + "=" + v + ": " + why);
   if (!policy.empty()) policy::parse(policy, policy_source.empty() ? "policy" : policy_source);
@@ -45,6 +47,10 @@ std::string SandboxSpec::to_json() const {
   if (cpus) j["cpus"] = *cpus;
   if (memory_bytes) j["memory_bytes"] = *memory_bytes;
   if (pids) j["pids"] = *pids;
+  if (tmp_size_bytes) j["tmp_size_bytes"] = *tmp_size_bytes;
+  if (shm_size_bytes) j["shm_size_bytes"] = *shm_size_bytes;
+  if (host_uid_start && host_gid_start)
+    j["host_ids"] = {{"uid_start", *host_uid_start}, {"gid_start", *host_gid_start}};
   if (image)
     j["image"] = {{"name", image->name},     {"id", image->id},
                   {"digest", image->digest}, {"layers", image->layers},
@@ -70,6 +76,14 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
     if (j.contains("memory_bytes") && !j["memory_bytes"].is_null())
       s.memory_bytes = j["memory_bytes"].get<uint64_t>();
     if (j.contains("pids") && !j["pids"].is_null()) s.pids = j["pids"].get<uint64_t>();
+    if (j.contains("tmp_size_bytes") && !j["tmp_size_bytes"].is_null())
+      s.tmp_size_bytes = j["tmp_size_bytes"].get<uint64_t>();
+    if (j.contains("shm_size_bytes") && !j["shm_size_bytes"].is_null())
+      s.shm_size_bytes = j["shm_size_bytes"].get<uint64_t>();
+    if (j.contains("host_ids") && j["host_ids"].is_object()) {
+      s.host_uid_start = j["host_ids"].at("uid_start").get<uint32_t>();
+      s.host_gid_start = j["host_ids"].at("gid_start").get<uint32_t>();
+    }
     if (j.contains("image") && j["image"].is_object()) {
       const json& i = j["image"];
       SandboxImage image;

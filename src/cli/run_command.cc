@@ -18,12 +18,16 @@
 #include "base/log.h"
 #include "base/text.h"
 #include "base/paths.h"
+#include "base/sandbox_limits.h"
 #include "cli/commands.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
+#include "cli/stdio_relay.h"
 #include "cli/terminal.h"
 #include "image/store.h"
+#include "namespaces/id_pool.h"
 #include "policy/policy.h"
+#include "runtime/cgroup_reaper.h"
 #include "runtime/container.h"
 #include "runtime/landlock.h"
 #include "runtime/private_paths.h"
@@ -59,6 +63,14 @@ rlim_t parse_rlimit_value(const std::string& value, const std::string& option) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  auto bytes = text::parse_size(value);
+  if (!bytes) throw Error(option + " " + value + ": not a size (like 256M or 1G)");
+  if (*bytes < limits::kMinTmpfsSize) throw Error(option + " " + value + ": below the minimum of 1M");
+  return bytes;
+}
 
 namespaces::BindSpec parse_bind(const std::string& text) {
   auto parts = text::split(text, ':');
@@ -241,9 +253,15 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   }
   if (!o.pids.empty()) {
     auto pids = text::parse_uint(o.pids, 4194304);
-    if (!pids || *pids < 1) throw Error("--pids " + o.pids + ": not a positive number");
-    spec.limits.pids = pids;
+    if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
+    if (*pids > 0) spec.limits.pids = pids;
+  } else {
+    spec.limits.pids = limits::kDefaultPids;
   }
+  spec.fs.tmp_size = parse_tmpfs_size("--tmp-size", o.tmp_size).value_or(
+      limits::default_tmp_size(spec.limits.memory_bytes, limits::memory_total()));
+  spec.fs.shm_size = parse_tmpfs_size("--shm-size", o.shm_size).value_or(
+      limits::default_shm_size(spec.limits.memory_bytes, limits::memory_total()));
   if (!o.cpus.empty()) {
     auto cpus = text::parse_positive_decimal(o.cpus);
     if (!cpus || *cpus > 4096) throw Error("--cpus " + o.cpus + ": not a positive number of CPUs");
@@ -360,7 +378,11 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_option("--hostname", o->hostname, "Host name inside")->capture_default_str();
   run->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
   run->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
-  run->add_option("--pids", o->pids, "Most processes and threads at once");
+  run->add_option("--pids", o->pids, "Most processes and threads at once (default 4096; 0: no limit)");
+  run->add_option("--tmp-size", o->tmp_size,
+                  "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
+                  "of the RAM)");
+  run->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
   run->add_option("--cpus", o->cpus, "CPU time, in CPUs (1.5 = one and a half)");
   repeatable(run->add_option("--rlimit", o->rlimits,
                   "Resource limit NAME=SOFT[:HARD], e.g. nofile=1024 (repeatable; core=0 unless "
@@ -383,11 +405,28 @@ void add_run_command(CLI::App& app, Action* action) {
       }
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
+      StdioRelay relay(&spec);
+      // As root, host ids of this run's own, held until it ends.
+      namespaces::RangeClaim ids;
+      if (::geteuid() == 0) {
+        ids = namespaces::claim_host_range("", true);
+        spec.host_range = ids.range();
+      }
       block_forwarded_signals();
+      // Should this process be killed outright, its cgroups still go.
+      std::function<void()> release_ids;
+      if (spec.host_range)
+        release_ids = [start = spec.host_range->uid_start, pid = ::getpid()] {
+          namespaces::release_run_range(namespaces::kRegistryDir, start, pid);
+        };
+      runtime::CgroupReaper reaper(spec.cgroup_name, release_ids);  // outlives the container
       auto container = runtime::Container::start(spec);
+      relay.start();
       std::unique_ptr<EgressThread> egress;
       if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, options->network_log);
-      return attach(*container);
+      int status = attach(*container);
+      relay.finish();
+      return status;
     };
   });
 }

@@ -1,6 +1,8 @@
 // `openshell run` options and their translation into a container spec.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +22,9 @@ struct RunOptions {
   std::string hostname = "sandbox";
   bool tty = false;
   std::string memory;                // "64M"
-  std::string pids;                  // "100"
+  std::string pids;                  // "100"; default kDefaultPids, "0" no limit
+  std::string tmp_size;              // /tmp's size, "256M"; default: see base/sandbox_limits.h
+  std::string shm_size;              // /dev/shm's size
   std::string cpus;                  // "1.5"
   std::vector<std::string> rlimits;  // NAME=SOFT[:HARD]
   std::vector<std::string> cap_add;
@@ -35,6 +39,8 @@ struct RunOptions {
 runtime::ContainerSpec build_spec(const RunOptions& options);
 
 // Pieces, exposed for tests.
+// --tmp-size/--shm-size: bytes, or nullopt when not given; throws Error.
+std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::string& value);
 namespaces::BindSpec parse_bind(const std::string& text);
 runtime::Rlimit parse_rlimit(const std::string& text);
 // Applies --env entries to a base environment ("K=V" strings); "K" alone

@@ -20,6 +20,7 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/sandbox_spec.h"
+#include "cli/run_options.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "cli/commands.h"
@@ -134,6 +135,19 @@ std::string why(const json& sandbox) {
   return "";
 }
 
+// "pids=4096 memory=64.0 MiB tmp=2.3 GiB shm=1.2 GiB"; what is not limited is left out.
+std::string limits_text(const json& s) {
+  const json l = s.value("limits", json::object());
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
+  if (l.contains("pids")) add(l["pids"].get<uint64_t>() ? "pids=" + std::to_string(l["pids"].get<uint64_t>()) : "pids=unlimited");
+  if (l.contains("memory_bytes")) add("memory=" + text::format_bytes(l["memory_bytes"].get<uint64_t>()));
+  if (l.contains("cpus")) add("cpus=" + l["cpus"].dump());
+  if (l.contains("tmp_size_bytes")) add("tmp=" + text::format_bytes(l["tmp_size_bytes"].get<uint64_t>()));
+  if (l.contains("shm_size_bytes")) add("shm=" + text::format_bytes(l["shm_size_bytes"].get<uint64_t>()));
+  return out.empty() ? "-" : out;
+}
+
 void print_sandbox(const json& s, const std::string& output) {
   if (output == "json") {
     std::printf("%s\n", s.dump(2).c_str());
@@ -152,6 +166,7 @@ void print_sandbox(const json& s, const std::string& output) {
       {"Storage:", s.value("storage", "") +
                        (s.contains("storage_note") ? ": " + s.value("storage_note", "") : "")},
       {"Command:", command_text(s)},
+      {"Limits:", limits_text(s)},
       {"Created:", s.value("created_at", "")}};
   std::string labels;
   const json label_map = s.value("labels", json::object());
@@ -192,7 +207,7 @@ void check_name(const std::string& name) {
 }
 
 struct CreateOptions {
-  std::string name, from = "base", policy, cpu, memory, pids, output = "table";
+  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table";
   std::vector<std::string> env, labels, command;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
@@ -218,9 +233,11 @@ int create(const CreateOptions& o) {
   }
   if (!o.pids.empty()) {
     auto pids = text::parse_uint(o.pids, 4194304);
-    if (!pids || *pids < 1) throw Error("--pids " + o.pids + ": not a positive number");
+    if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
     spec.pids = pids;
   }
+  spec.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
+  spec.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
   for (const auto& label : o.labels) {
     auto eq = label.find('=');
     if (eq == std::string::npos) throw Error("--label " + label + ": expected KEY=VALUE");
@@ -283,7 +300,11 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
     c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
     c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
-    c->add_option("--pids", o->pids, "Most processes and threads at once");
+    c->add_option("--pids", o->pids, "Most processes and threads at once (default 4096; 0: no limit)");
+    c->add_option("--tmp-size", o->tmp_size,
+                  "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
+                  "of the RAM)");
+    c->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
     repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
     c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
     c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");

@@ -33,10 +33,12 @@
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
+#include "base/sandbox_limits.h"
 #include "base/sandbox_spec.h"
 #include "base/text.h"
 #include "gateway/store.h"
 #include "image/store.h"
+#include "namespaces/id_pool.h"
 #include "namespaces/mounts.h"
 #include "namespaces/userns.h"
 #include "net/http.h"
@@ -140,6 +142,7 @@ class Gateway {
   void handle(std::shared_ptr<net::Exchange> exchange);
   void route(const std::shared_ptr<net::Exchange>& exchange);
   json view(const SandboxRecord& record) const;
+  void release_id_range(const SandboxRecord& record) const;
   SandboxRecord find(const std::string& name) const;
 
   void create(const std::shared_ptr<net::Exchange>& exchange);
@@ -342,8 +345,17 @@ json Gateway::view(const SandboxRecord& r) const {
   if (spec.image) j["image"] = {{"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
   j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
+  j["limits"] = json::parse(limits::view_json(spec));
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
+}
+
+// Once its files are gone, the sandbox's host ids may go to another.
+void Gateway::release_id_range(const SandboxRecord& record) const {
+  SandboxSpec spec = SandboxSpec::from_json(record.spec);
+  if (spec.host_uid_start)
+    namespaces::release_sandbox_range(namespaces::kRegistryDir, *spec.host_uid_start,
+                                      paths_.sandbox(record.id));
 }
 
 SandboxRecord Gateway::find(const std::string& name) const {
@@ -618,6 +630,7 @@ void Gateway::finish_delete(const std::string& id) {
   try {
     runtime::remove_tree(paths_.sandbox(id));
     image::Store(paths_.images()).release(id);
+    release_id_range(*record);
   } catch (const Error& e) {
     log::error(e.what());
   }
@@ -983,9 +996,29 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
                    "sandbox name '" + name +
                        "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or "
                        "ending with '-')");
+  // What the sandbox did not ask for, the gateway's defaults decide: fixed
+  // now, so that `sandbox get` shows what holds.
+  try {
+    limits::apply_defaults(&spec, limits::load_defaults(paths_.gateway_config()), limits::memory_total());
+  } catch (const Error& e) {
+    throw ApiError(500, "bad_config", e.what());
+  }
   const bool directory = spec.from[0] == '/' && files::is_directory(spec.from);
   if (spec.from != "host" && !directory) resolve_image(&spec);
   if (spec.from != "host") choose_storage(&spec, id);
+  // As root, the sandbox's own host ids, never a client's choice: claimed
+  // host-wide (other gateways' sandboxes and runs too) until its delete.
+  spec.host_uid_start.reset();
+  spec.host_gid_start.reset();
+  if (::geteuid() == 0) {
+    try {
+      namespaces::HostRange range = namespaces::claim_host_range(paths_.sandbox(id), false).range();
+      spec.host_uid_start = range.uid_start;
+      spec.host_gid_start = range.gid_start;
+    } catch (const Error& e) {
+      throw ApiError(503, "no_id_range", e.what());
+    }
+  }
 
   SandboxRecord record;
   record.id = id;
@@ -997,7 +1030,12 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   record.intent = "launch";
   record.created_ms = record.updated_ms = now_ms();
   record.conditions.push_back(Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
-  store_->insert(record);  // the intent is on disk before anything is done
+  try {
+    store_->insert(record);  // the intent is on disk before anything is done
+  } catch (...) {
+    release_id_range(record);  // no record, no sandbox: its ids are free again
+    throw;
+  }
   store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
   store_->append_event(id, "Created",
                        "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
@@ -1023,7 +1061,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
     // As root the sandbox runs as unprivileged ids: its layer and workspace
     // are theirs.
     if (::geteuid() == 0) {
-      namespaces::IdMap map = namespaces::plan_id_map_for_host(namespaces::current_identity(), 0, 0);
+      namespaces::IdMap map = namespaces::plan_id_map_for_host(
+          namespaces::current_identity(), 0, 0,
+          namespaces::HostRange{*spec.host_uid_start, *spec.host_gid_start});
       auto own = [&](const std::string& path, uint32_t inside_uid, uint32_t inside_gid) {
         if (::chown(path.c_str(), map.host_uid(inside_uid).value_or(0),
                     map.host_gid(inside_gid).value_or(0)) != 0)

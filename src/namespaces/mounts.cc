@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "policy/policy.h"
 
@@ -246,7 +247,8 @@ bool make_read_only(int root, const char* path, ChildFailure* f) {
               f);
 }
 
-bool build_dev(int root, bool tty_group, ChildFailure* f) {
+bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_inodes,
+               ChildFailure* f) {
   ScopedFd target(open_in_root(root, "dev", Create::kDirectory, f));
   if (target.fd < 0) return false;
   Option opts[] = {{"mode", "0755"}, {"size", "65536"}};
@@ -281,8 +283,8 @@ bool build_dev(int root, bool tty_group, ChildFailure* f) {
 
   ScopedFd shm(open_in_root(root, "dev/shm", Create::kDirectory, f));
   if (shm.fd < 0) return false;
-  Option shm_opts[] = {{"mode", "1777"}};
-  ScopedFd shm_mount(mount_fs("tmpfs", shm_opts, 1,
+  Option shm_opts[] = {{"mode", "1777"}, {"size", shm_size}, {"nr_inodes", shm_inodes}};
+  ScopedFd shm_mount(mount_fs("tmpfs", shm_opts, shm_size[0] ? 3 : 1,
                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, shm.fd,
                               "dev/shm", f));
   if (shm_mount.fd < 0) return false;
@@ -394,6 +396,18 @@ int seal_self(const char* exe_path, int self_exe_fd, ChildFailure* f) {
 }  // namespace
 
 MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
+  // A memory file system's inodes cost kernel memory that its size does not
+  // count: bounded with it.
+  staging_options_ = "mode=0700";
+  if (spec_.tmp_size) {
+    tmp_size_ = std::to_string(spec_.tmp_size);
+    tmp_inodes_ = std::to_string(limits::tmpfs_inodes(spec_.tmp_size));
+    staging_options_ += ",size=" + tmp_size_ + ",nr_inodes=" + tmp_inodes_;
+  }
+  if (spec_.shm_size) {
+    shm_size_ = std::to_string(spec_.shm_size);
+    shm_inodes_ = std::to_string(limits::tmpfs_inodes(spec_.shm_size));
+  }
   auto in_oldroot = [](const std::string& host_path) {
     return host_path == "/" ? std::string("/oldroot") : "/oldroot" + host_path;
   };
@@ -543,7 +557,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
 
   // 2. A tmpfs becomes a staging root with the host's tree below it at
   //    /oldroot; every source is then "/oldroot/...", even one under /tmp.
-  if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700") != 0)
+  if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, staging_options_.c_str()) != 0)
     return fail(f, errno, "mount staging tmpfs on", "/tmp");
   if (::chdir("/tmp") != 0) return fail(f, errno, "chdir", "/tmp");
   for (const char* dir : {"newroot", "oldroot", "upper", "work"})
@@ -651,7 +665,7 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   }
 
   // 5. /dev without mknod.
-  if (!build_dev(root.fd, tty_group, f)) return false;
+  if (!build_dev(root.fd, tty_group, shm_size_.c_str(), shm_inodes_.c_str(), f)) return false;
 
   // 6. /sys read-only: a fresh sysfs shows only this network namespace.
   {
@@ -679,9 +693,11 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       if (!dir) continue;
       ScopedFd target(open_in_root(root.fd, dir, Create::kDirectory, f));
       if (target.fd < 0) return false;
-      Option opts[] = {{"mode", dir[0] == 't' ? "1777" : "0755"}};
-      ScopedFd mnt(mount_fs("tmpfs", opts, 1, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, target.fd, dir,
-                            f));
+      Option opts[] = {{"mode", dir[0] == 't' ? "1777" : "0755"},
+                       {"size", tmp_size_.c_str()},
+                       {"nr_inodes", tmp_inodes_.c_str()}};
+      ScopedFd mnt(mount_fs("tmpfs", opts, tmp_size_.empty() ? 1 : 3,
+                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, target.fd, dir, f));
       if (mnt.fd < 0) return false;
     }
   }

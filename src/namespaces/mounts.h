@@ -55,6 +55,11 @@ struct FilesystemSpec {
   // source is such a path itself (or lies inside one) is the caller's
   // explicit choice and shows it. Paths missing in the sandbox are skipped.
   std::vector<std::string> hidden;
+  // Sizes of the sandbox's memory file systems, in bytes (0: the kernel's
+  // default, half the RAM each): /tmp, which also bounds a throw-away
+  // writable layer, and /dev/shm. Their inodes are bounded with them.
+  uint64_t tmp_size = 0;
+  uint64_t shm_size = 0;
 };
 
 // Paths the sandbox never sees: files become /dev/null, directories an empty
@@ -132,6 +137,9 @@ class MountPlan {
   // root shows (masked before the binds), those the binds show (after).
   std::vector<std::string> hidden_in_root_;
   std::vector<std::string> hidden_in_binds_;
+  // Rendered tmpfs options ("" where the kernel's default applies).
+  std::string tmp_size_, tmp_inodes_, shm_size_, shm_inodes_;
+  std::string staging_options_;  // mount(2) data of the staging tmpfs
 };
 
 // Whether overlayfs can stack `lowers` (top first) under a writable layer

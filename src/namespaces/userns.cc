@@ -169,10 +169,14 @@ Identity current_identity() {
   return id;
 }
 
-IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid) {
+IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid,
+                           std::optional<HostRange> root_range) {
   std::optional<SubordinateRange> subuid, subgid;
   bool helpers = false;
-  if (caller.host_uid == 0) {
+  if (caller.host_uid == 0 && root_range) {
+    subuid = SubordinateRange{root_range->uid_start, kRangeSize};
+    subgid = SubordinateRange{root_range->gid_start, kRangeSize};
+  } else if (caller.host_uid == 0) {
     if (auto text = files::try_read("/etc/subuid"))
       subuid = find_subordinate(*text, "root", 0);
     if (auto text = files::try_read("/etc/subgid"))

@@ -38,6 +38,14 @@ struct SubordinateRange {
   uint32_t count;
 };
 
+// As root, a sandbox's own host ids (see namespaces/id_pool.h): inside
+// 0-65535 map to uid_start.. and gid_start...
+struct HostRange {
+  uint32_t uid_start;
+  uint32_t gid_start;
+  bool operator==(const HostRange&) const = default;
+};
+
 struct IdMap {
   enum class Method { kDirect, kHelper };  // write /proc/PID/*_map, or newuidmap/newgidmap
   Method method = Method::kDirect;
@@ -71,7 +79,10 @@ IdMap plan_id_map(const Identity& caller, uint32_t target_uid, uint32_t target_g
                   bool helpers_available);
 
 // Reads /etc/subuid, /etc/subgid and looks for newuidmap/newgidmap, then plans.
-IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid);
+// root_range (as root only): the sandbox's own range instead of root's
+// subordinate one; ignored for other callers, whose own ranges apply.
+IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid,
+                           std::optional<HostRange> root_range = std::nullopt);
 
 Identity current_identity();
 

@@ -51,7 +51,23 @@ struct ChildContext {
   size_t tty_fd_arg_size;
   int keep_fds[12];
   int keep_count;
+  const Rlimit* rlimits;  // spec->rlimits, and any the parent added
+  size_t rlimit_count;
 };
+
+// A pids limit that no cgroup can hold (rootless without a delegated
+// cgroup): RLIMIT_NPROC instead. In the sandbox's own user namespace it
+// counts the processes and threads of the sandbox's user there (not the
+// caller's others on the host), and the sandbox cannot raise it (it has no
+// CAP_SYS_RESOURCE in the host's namespace).
+void nproc_fallback(const ContainerSpec& spec, std::vector<Rlimit>* rlimits) {
+  for (const Rlimit& r : *rlimits)
+    if (r.resource == RLIMIT_NPROC) return;  // the caller's own --rlimit nproc
+  rlim_t n = static_cast<rlim_t>(*spec.limits.pids);
+  rlimits->push_back(Rlimit{RLIMIT_NPROC, n, n, "nproc"});
+  log::debug("--pids: no cgroup can hold the limit of " + std::to_string(n) +
+             "; RLIMIT_NPROC holds it (per user inside the sandbox)");
+}
 
 // The parent's go-ahead, sent once the id maps are written: what the child
 // may do with them.
@@ -221,7 +237,8 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   }
 
   // Resource limits (core dumps off unless asked for).
-  for (const Rlimit& r : spec.rlimits) {
+  for (size_t i = 0; i < c.rlimit_count; ++i) {
+    const Rlimit& r = c.rlimits[i];
     rlimit value{r.soft, r.hard};
     if (::setrlimit(r.resource, &value) != 0) fail(&f, errno, "--rlimit", r.name), die();
   }
@@ -279,7 +296,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   std::unique_ptr<Container> container(new Container());
 
   namespaces::Identity caller = namespaces::current_identity();
-  container->id_map_ = namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid);
+  container->id_map_ = namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid, spec.host_range);
   namespaces::IdMap& id_map = container->id_map_;
   namespaces::FilesystemSpec fs = spec.fs;
   fs.workdir_uid = spec.uid;
@@ -291,13 +308,20 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   namespaces::MountPlan mounts(fs);
 
   // Limits: a cgroup per hierarchy that holds a needed controller.
+  std::vector<Rlimit> rlimits = spec.rlimits;
   if (spec.limits.any()) {
     std::string name = spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid())
                                                 : spec.cgroup_name;
     std::vector<std::string> not_enforced;
     container->cgroups_ =
         CgroupSet::create(CgroupLayout::discover(), name, spec.limits, &not_enforced);
-    for (const auto& why : not_enforced) log::warn(why + " (the limit is NOT enforced)");
+    for (const auto& why : not_enforced) {
+      if (why.rfind("--pids", 0) == 0) {
+        nproc_fallback(spec, &rlimits);
+        continue;
+      }
+      log::warn(why + " (the limit is NOT enforced)");
+    }
   }
 
   Pipe sync = Pipe::create();
@@ -329,6 +353,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
 
   ChildContext ctx{};
   ctx.spec = &spec;
+  ctx.rlimits = rlimits.data();
+  ctx.rlimit_count = rlimits.size();
   ctx.mounts = &mounts;
   ctx.sync_fd = sync.read.get();
   ctx.report_fd = report.write.get();

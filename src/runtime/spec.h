@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct ContainerSpec {
   std::vector<std::string> argv;  // the main process
   std::vector<std::string> env;   // "KEY=VALUE", exactly the main process's environment
   std::string hostname = "sandbox";
+  // As root: the sandbox's own host id range (namespaces/id_pool.h); none:
+  // root's subordinate range, shared (sandboxes made before ranges were
+  // per sandbox keep it, their files are its).
+  std::optional<namespaces::HostRange> host_range;
   uint32_t uid = kDefaultUid;  // inside the sandbox
   uint32_t gid = kDefaultGid;
   std::vector<uint32_t> supplementary_gids;

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/root_files.h"
+#include "base/sandbox_limits.h"
 #include "image/flatten.h"
 #include "image/store.h"
 #include "namespaces/userns.h"
@@ -152,7 +153,14 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
 
   c.limits.cpus = spec.cpus;
   c.limits.memory_bytes = spec.memory_bytes;
-  c.limits.pids = spec.pids;
+  // Sandboxes created before the defaults existed get them at launch.
+  SandboxSpec limited = spec;
+  limits::apply_defaults(&limited, limits::Defaults{}, limits::memory_total());
+  if (*limited.pids > 0) c.limits.pids = limited.pids;
+  c.fs.tmp_size = *limited.tmp_size_bytes;
+  if (spec.host_uid_start && spec.host_gid_start)
+    c.host_range = namespaces::HostRange{*spec.host_uid_start, *spec.host_gid_start};
+  c.fs.shm_size = *limited.shm_size_bytes;
   c.rlimits.push_back(runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
   c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.

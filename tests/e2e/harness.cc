@@ -8,6 +8,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <pty.h>
+#include <termios.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -167,6 +168,21 @@ gid_t gid_of(Mode mode) {
   return mode == Mode::kRoot ? 0 : mode == Mode::kRootlessSubuid ? g.sub_gid : g.single_gid;
 }
 
+namespace {
+
+// A pty's settings, read through its master (which reads the slave's).
+std::string pty_settings(int master) {
+  termios t{};
+  if (::tcgetattr(master, &t) != 0) return "unreadable";
+  std::string out = "iflag=" + std::to_string(t.c_iflag) + " oflag=" + std::to_string(t.c_oflag) +
+                    " cflag=" + std::to_string(t.c_cflag) + " lflag=" + std::to_string(t.c_lflag) +
+                    " cc=";
+  for (cc_t c : t.c_cc) out += std::to_string(c) + ",";
+  return out;
+}
+
+}  // namespace
+
 Result openshell(Mode mode, const std::vector<std::string>& args, const Options& options) {
   Result result;
   if (::geteuid() != 0) {
@@ -181,6 +197,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
       result.err = "openpty failed";
       return result;
     }
+    result.pty_settings_before = pty_settings(master);
   }
   if (::pipe2(out_pipe, O_CLOEXEC) || ::pipe2(err_pipe, O_CLOEXEC) || ::pipe2(in_pipe, O_CLOEXEC)) {
     result.err = "pipe failed";
@@ -268,6 +285,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
       if (n > 0) {
         (i == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
       } else if (n == 0 || errno != EINTR) {
+        if (options.pty && fds[i].fd == master) result.pty_settings_after = pty_settings(master);
         ::close(fds[i].fd);
         (i == 0 ? out_fd : err_fd) = -1;
       }
@@ -281,6 +299,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
       }
     }
   }
+  if (options.pty && out_fd == master) result.pty_settings_after = pty_settings(master);
   for (int fd : {out_fd, err_fd, in_fd})
     if (fd >= 0) ::close(fd);
   int status = 0;

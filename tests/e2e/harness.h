@@ -30,6 +30,9 @@ struct Result {
   std::string out;
   std::string err;
   bool timed_out = false;
+  // With Options::pty: the terminal's settings (termios, as text) before
+  // openshell started and once it ended.
+  std::string pty_settings_before, pty_settings_after;
 };
 
 struct Options {

@@ -29,6 +29,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -422,6 +423,36 @@ int exe_reopen(const char* pid) {
 
 }  // namespace
 
+// What a sandbox could do to a terminal it was handed: for each of fd 0-2,
+// whether it is a terminal, turning its echo off (tcsetattr), and making it
+// the controlling terminal; then opening /dev/tty. One line each.
+int tty_attack() {
+  for (int fd = 0; fd < 3; ++fd) {
+    std::printf("fd %d isatty %d\n", fd, ::isatty(fd));
+    termios t{};
+    if (::tcgetattr(fd, &t) == 0) {
+      t.c_lflag &= ~static_cast<tcflag_t>(ECHO | ICANON);
+      int rc = ::tcsetattr(fd, TCSANOW, &t);
+      std::printf("fd %d tcsetattr %s\n", fd, rc == 0 ? "ok" : std::strerror(errno));
+    } else {
+      std::printf("fd %d tcgetattr %s\n", fd, std::strerror(errno));
+    }
+    int rc = ::ioctl(fd, TIOCSCTTY, 1);
+    std::printf("fd %d TIOCSCTTY %s\n", fd, rc == 0 ? "ok" : std::strerror(errno));
+  }
+  int fd = ::open("/dev/tty", O_RDWR | O_CLOEXEC);
+  std::printf("open /dev/tty %s\n", fd >= 0 ? "ok" : std::strerror(errno));
+  if (fd >= 0) {
+    termios t{};
+    if (::tcgetattr(fd, &t) == 0) {
+      t.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+      std::printf("/dev/tty tcsetattr %s\n", ::tcsetattr(fd, TCSANOW, &t) == 0 ? "ok" : std::strerror(errno));
+    }
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: osh-probe ACTION [ARGS...]\n");
@@ -521,6 +552,7 @@ int main(int argc, char** argv) {
   }
   if (action == "syscall") return result(::syscall(std::atol(arg(2)), 0, 0, 0, 0, 0));
   if (action == "fork") return fork_many(std::atoi(arg(2)));
+  if (action == "tty-attack") return tty_attack();
   if (action == "alloc") return alloc_mb(std::atol(arg(2)));
   if (action == "fds") return list_fds();
   if (action == "spin") return spin_cpu(std::atol(arg(2)));

@@ -1,5 +1,6 @@
 #include "base/files.h"
 #include "base/text.h"
+#include "base/sandbox_limits.h"
 #include "cli/run_options.h"
 
 #include <gmock/gmock.h>
@@ -165,7 +166,8 @@ TEST(BuildSpec, Defaults) {
   EXPECT_EQ(spec.hostname, "sandbox");
   EXPECT_TRUE(spec.seccomp);
   EXPECT_EQ(spec.cap_add, 0u);
-  EXPECT_FALSE(spec.limits.any());
+  EXPECT_EQ(spec.limits.pids, openshell::limits::kDefaultPids);  // the only limit by default
+  EXPECT_FALSE(spec.limits.memory_bytes || spec.limits.cpus);
   EXPECT_FALSE(spec.landlock.enabled);  // no policy, no Landlock
   EXPECT_EQ(spec.cgroup_name, "openshell-run-" + std::to_string(::getpid()));
   EXPECT_THAT(spec.env, Contains(StartsWith("PATH=/usr/local/sbin:")));
@@ -200,10 +202,32 @@ TEST(BuildSpec, Memory) {
   EXPECT_EQ(build_spec(o).limits.memory_bytes, 3ull << 29);
 }
 
+TEST(BuildSpec, TmpfsSizes) {
+  RunOptions o = with_command();
+  const uint64_t total = openshell::limits::memory_total();
+  ASSERT_GT(total, 0u);
+  EXPECT_EQ(build_spec(o).fs.tmp_size, openshell::limits::default_tmp_size(std::nullopt, total));
+  EXPECT_EQ(build_spec(o).fs.shm_size, openshell::limits::default_shm_size(std::nullopt, total));
+  o.memory = "64M";
+  EXPECT_EQ(build_spec(o).fs.tmp_size, 64u << 20);
+  EXPECT_EQ(build_spec(o).fs.shm_size, 32u << 20);
+  o.tmp_size = "8M";
+  o.shm_size = "2M";
+  EXPECT_EQ(build_spec(o).fs.tmp_size, 8u << 20);
+  EXPECT_EQ(build_spec(o).fs.shm_size, 2u << 20);
+  o.tmp_size = "512k";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--tmp-size 512k: below the minimum of 1M"));
+  o.tmp_size = "lots";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--tmp-size lots: not a size"));
+}
+
 TEST(BuildSpec, Pids) {
   RunOptions o = with_command();
+  EXPECT_EQ(build_spec(o).limits.pids, openshell::limits::kDefaultPids);
   o.pids = "0";
-  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--pids 0: not a positive number"));
+  EXPECT_FALSE(build_spec(o).limits.pids);
+  o.pids = "x";
+  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--pids x: not a number of processes"));
   o.pids = "-5";
   EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--pids -5:"));
   o.pids = "4194305";

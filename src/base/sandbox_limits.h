@@ -1,0 +1,62 @@
+// The limits every sandbox gets unless it asks for others: a bound on its
+// processes, and on the memory its /tmp and /dev/shm (tmpfs) may take. The
+// kernel's own default for a tmpfs is half the RAM, each, and a pid limit
+// none at all: one sandbox could exhaust the host's memory or pids.
+//
+//  - pids: 4096 (0: no limit);
+//  - /tmp: the memory limit when there is one, else a tenth of the RAM;
+//  - /dev/shm: half of /tmp's default;
+//  - inodes of each: one per 16 KiB of its size (at least 4096), so empty
+//    files cannot take unaccounted kernel memory without bound.
+//
+// The gateway's configuration ($STATE_DIR/gateway.toml, [sandbox_defaults])
+// may replace each default for its sandboxes (a size given there applies
+// whatever the memory limit).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace openshell {
+
+struct SandboxSpec;
+
+namespace limits {
+
+inline constexpr uint64_t kDefaultPids = 4096;
+inline constexpr uint64_t kMinTmpfsSize = 1u << 20;  // 1 MiB
+inline constexpr uint64_t kInodeBytes = 16u << 10;
+inline constexpr uint64_t kMinInodes = 4096;
+
+// MemTotal of /proc/meminfo in bytes; 0 when it cannot be read.
+uint64_t memory_total();
+
+// The defaults above, from a memory limit (if any) and the RAM's size;
+// rounded down to whole MiB.
+uint64_t default_tmp_size(std::optional<uint64_t> memory_limit, uint64_t memory_total);
+uint64_t default_shm_size(std::optional<uint64_t> memory_limit, uint64_t memory_total);
+// nr_inodes for a tmpfs of this size.
+uint64_t tmpfs_inodes(uint64_t size);
+
+// What a gateway's configuration says; unset fields keep the built-in rule.
+struct Defaults {
+  std::optional<uint64_t> pids;
+  std::optional<uint64_t> tmp_size;
+  std::optional<uint64_t> shm_size;
+};
+
+// Reads [sandbox_defaults] of a TOML file (pids = N, tmp_size = "1G",
+// shm_size = "512M"); a missing file gives no changes. Throws Error naming
+// the file, line and key at fault.
+Defaults load_defaults(const std::string& path);
+
+// Fills what the spec leaves unset: pids, tmp_size_bytes, shm_size_bytes.
+void apply_defaults(SandboxSpec* spec, const Defaults& defaults, uint64_t memory_total);
+
+// The spec's limits as a JSON object (for `sandbox get`): pids, memory_bytes,
+// cpus, tmp_size_bytes, shm_size_bytes; unset ones are left out.
+std::string view_json(const SandboxSpec& spec);
+
+}  // namespace limits
+}  // namespace openshell

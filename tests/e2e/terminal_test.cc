@@ -1,0 +1,115 @@
+// The caller's terminal without --tty: the sandbox gets pipes that openshell
+// relays, never the terminal itself, so it cannot change the caller's
+// terminal settings or make it its controlling terminal.
+#include <gmock/gmock.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+using testing::HasSubstr;
+using testing::Not;
+
+namespace e2e {
+namespace {
+
+class Terminal : public ModeTest {};
+E2E_ALL_MODES(Terminal);
+
+Options on_pty() {
+  Options o;
+  o.pty = true;
+  return o;
+}
+
+// The attack: tcsetattr (echo and canonical mode off) and TIOCSCTTY on fds
+// 0-2, then /dev/tty. With the terminal's fds it would have worked.
+TEST_P(Terminal, WithoutTtyTheSandboxCannotTouchTheCallersTerminal) {
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{}, std::vector<std::string>{"--user", "0", "--cap-add", "ALL"}}) {
+    Result r = sandbox(mode(), extra, {"osh-probe", "tty-attack"}, on_pty());
+    ASSERT_EQ(r.status, 0) << r.out << r.err;
+    ASSERT_FALSE(r.pty_settings_before.empty());
+    EXPECT_EQ(r.pty_settings_after, r.pty_settings_before) << "the caller's terminal was changed";
+    for (int fd = 0; fd < 3; ++fd) {
+      std::string n = std::to_string(fd);
+      EXPECT_THAT(r.out, HasSubstr("fd " + n + " isatty 0")) << r.out;
+      EXPECT_THAT(r.out, HasSubstr("fd " + n + " tcgetattr Inappropriate ioctl")) << r.out;
+      EXPECT_THAT(r.out, Not(HasSubstr("fd " + n + " tcsetattr ok"))) << r.out;
+      EXPECT_THAT(r.out, Not(HasSubstr("fd " + n + " TIOCSCTTY ok"))) << r.out;
+    }
+    EXPECT_THAT(r.out, HasSubstr("open /dev/tty No such device or address")) << r.out;
+  }
+}
+
+// What still works: input reaches the command, output comes in order, the
+// exit status passes through.
+TEST_P(Terminal, WithoutTtyStdioStillFlows) {
+  Options o = on_pty();
+  o.stdin_data = "hello\n";
+  Result r = sandbox(mode(), {},
+                     {"sh", "-c",
+                      "read line; echo \"got $line\"; echo to-stderr >&2; echo to-stdout; "
+                      "test -t 0 || echo stdin-not-a-terminal; "
+                      "test -t 1 || echo stdout-not-a-terminal; exit 7"},
+                     o);
+  EXPECT_EQ(r.status, 7) << r.out << r.err;
+  auto got = r.out.find("got hello\r\n");
+  auto err = r.out.find("to-stderr\r\n");
+  auto out = r.out.find("to-stdout\r\n");
+  ASSERT_NE(got, std::string::npos) << r.out;
+  ASSERT_NE(err, std::string::npos) << r.out;
+  ASSERT_NE(out, std::string::npos) << r.out;
+  EXPECT_LT(got, err);
+  EXPECT_LT(err, out);
+  EXPECT_THAT(r.out, HasSubstr("stdin-not-a-terminal"));
+  EXPECT_THAT(r.out, HasSubstr("stdout-not-a-terminal"));
+  EXPECT_EQ(r.pty_settings_after, r.pty_settings_before);
+}
+
+// With --tty the sandbox has a terminal of its own (not the caller's).
+TEST_P(Terminal, WithTtyTheSandboxHasItsOwnTerminal) {
+  Result r = sandbox(mode(), {"-t"}, {"sh", "-c", "test -t 0 && test -t 1 && echo own-terminal"},
+                     on_pty());
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("own-terminal"));
+  EXPECT_EQ(r.pty_settings_after, r.pty_settings_before);
+}
+
+// The gateway's sandboxes never get the caller's terminal either: exec
+// without -t and a main process run on the supervisor's pipes.
+TEST_P(Terminal, GatewaySandboxesWithoutTtyGetNoTerminal) {
+  static int counter = 0;
+  const std::string home =
+      make_dir(mode(), "tty-home-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
+  auto os = [&](const std::vector<std::string>& args, Options o) {
+    o.env.push_back("OPENSHELL_HOME=" + home);
+    return openshell(mode(), args, o);
+  };
+  Result create =
+      os({"sandbox", "create", "--name", "t", "--from", rootfs(), "--", "osh-probe", "tty-attack"},
+         on_pty());
+  EXPECT_EQ(create.status, 0) << create.out << create.err;
+  EXPECT_THAT(create.out, HasSubstr("fd 0 isatty 0"));
+  EXPECT_THAT(create.out, Not(HasSubstr("tcsetattr ok")));
+  EXPECT_EQ(create.pty_settings_after, create.pty_settings_before);
+  Result idle = os({"sandbox", "create", "--name", "idle", "--from", rootfs()}, Options{});
+  ASSERT_EQ(idle.status, 0) << idle.err;
+  Result exec = os({"sandbox", "exec", "idle", "--", "osh-probe", "tty-attack"}, on_pty());
+  EXPECT_EQ(exec.status, 0) << exec.out << exec.err;
+  EXPECT_THAT(exec.out, HasSubstr("fd 0 isatty 0"));
+  EXPECT_THAT(exec.out, HasSubstr("fd 1 isatty 0"));
+  EXPECT_THAT(exec.out, Not(HasSubstr("tcsetattr ok")));
+  EXPECT_EQ(exec.pty_settings_after, exec.pty_settings_before);
+  os({"sandbox", "delete", "--all"}, Options{});
+  os({"gateway", "stop"}, Options{});
+  for (int i = 0; i < 300; ++i) {
+    bool any = false;
+    for (const auto& pid : processes_matching("openshell"))
+      any = any || environment_of(pid).find("OPENSHELL_HOME=" + home + '\0') != std::string::npos;
+    if (!any) break;
+    ::usleep(10000);
+  }
+}
+
+}  // namespace
+}  // namespace e2e
