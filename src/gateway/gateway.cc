@@ -1407,8 +1407,18 @@ int run(int ready_fd) {
     Gateway gateway(io, Paths::resolve());
     gateway.start();
     tell("ok");
-    io.run();
-    return 0;
+    // A handler that fails (a store write on a full disk, say) fails its
+    // own operation, not the gateway: the store rolled its transaction
+    // back, and reconciliation settles that sandbox. run() goes on where
+    // the failed handler left off.
+    for (;;) {
+      try {
+        io.run();
+        return 0;
+      } catch (const Error& e) {
+        log::error(std::string("gateway: ") + e.what() + " (the gateway goes on)");
+      }
+    }
   } catch (const std::exception& e) {
     log::error(std::string("gateway: ") + e.what());
     tell(std::string("error: ") + e.what());
