@@ -15,6 +15,7 @@
 #include <cctype>
 #include <chrono>
 
+#include "base/json_text.h"
 #include "base/logfile.h"
 #include "base/text.h"
 #include "egress/identity.h"
@@ -50,6 +51,11 @@ struct SplicePipe {
 constexpr auto kHeadTimeout = std::chrono::seconds(30);
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr uint32_t kDnsTtl = 30;
+// Longest fields of an audit line: a DNS name has at most 253 characters, a
+// path PATH_MAX bytes; a reason quotes a host.
+constexpr size_t kMaxAuditHost = 256;
+constexpr size_t kMaxAuditPath = 4096;
+constexpr size_t kMaxAuditReason = 1024;
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -304,18 +310,20 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
     else
       ++counters.denied;
     if (!options.audit) return;
+    // The sandbox chooses the host (up to a whole request head) and the
+    // binary's path, in any bytes: each is clipped, and written as UTF-8.
     json line = {{"time", logfile::format_time(logfile::now_ns())},
                  {"sandbox", options.sandbox},
                  {"kind", kind},
-                 {"binary", caller.exe},
+                 {"binary", clip(caller.exe, kMaxAuditPath)},
                  {"pid", caller.pid},
-                 {"host", host},
+                 {"host", clip(host, kMaxAuditHost)},
                  {"port", port},
                  {"decision", allowed ? "allow" : "deny"},
                  {"rule", rule},
-                 {"reason", reason}};
+                 {"reason", clip(reason, kMaxAuditReason)}};
     if (!address.empty()) line["address"] = address;
-    options.audit(line.dump());
+    options.audit(json_text(line));
   }
 
   void accept();

@@ -28,6 +28,7 @@
 #include "auth/launch.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/json_text.h"
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
@@ -88,11 +89,11 @@ json error_body(const std::string& code, const std::string& message) {
 }
 
 net::Response error_response(int status, const std::string& code, const std::string& message) {
-  return net::Response{status, error_body(code, message).dump() + "\n", "application/json"};
+  return net::Response{status, json_text(error_body(code, message)) + "\n", "application/json"};
 }
 
 net::Response json_response(int status, const json& body) {
-  return net::Response{status, body.dump() + "\n", "application/json"};
+  return net::Response{status, json_text(body) + "\n", "application/json"};
 }
 
 // An error the API answers with a status and a code.
@@ -334,7 +335,7 @@ void Gateway::notify(const std::string& id) {
   // Watchers first: they see every change.
   json event = record ? json{{"type", "phase"}, {"sandbox", view(*record)}}
                       : json{{"type", "deleted"}, {"id", id}};
-  std::string text = event.dump();
+  std::string text = json_text(event);
   for (auto it = watchers_.begin(); it != watchers_.end();) {
     if (auto ws = it->lock()) {
       ws->send(text, false);
@@ -657,7 +658,7 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
             record->intent = "";
             set_phase(*record, Phase::kError, "LaunchFileInvalid", e.what());
           }
-          ws->send(json{{"type", "rejected"}, {"message", e.what()}}.dump(), false);
+          ws->send(json_text(json{{"type", "rejected"}, {"message", e.what()}}), false);
           ws->close();
           return;
         }
@@ -669,10 +670,9 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
         }
         if (finished(record->phase)) {
           // Its run is over (stopped, or its supervisor was given up for lost).
-          ws->send(json{{"type", "rejected"},
-                        {"message", "sandbox '" + record->name + "' is " +
-                                        std::string(phase_name(record->phase))}}
-                       .dump(),
+          ws->send(json_text(json{{"type", "rejected"},
+                                  {"message", "sandbox '" + record->name + "' is " +
+                                                  std::string(phase_name(record->phase))}}),
                    false);
           ws->close();
           return;
@@ -1156,7 +1156,7 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
         end["phase"] = last->second.value("phase", "");
         if (last->second.contains("exit_code")) end["exit_code"] = last->second["exit_code"];
       }
-      ws->send(end.dump(), false);
+      ws->send(json_text(end), false);
       ws->close();
       *poll = nullptr;  // break the cycle
       return;
@@ -1275,7 +1275,7 @@ void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const s
     policy_acks_.erase({id, revision});
     respond(false, "the sandbox's supervisor did not acknowledge the policy");
   });
-  s->second.session->send(json{{"type", "policy"}, {"revision", revision}, {"text", text}}.dump(), false);
+  s->second.session->send(json_text(json{{"type", "policy"}, {"revision", revision}, {"text", text}}), false);
 }
 
 void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
