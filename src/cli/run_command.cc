@@ -399,7 +399,7 @@ void add_run_command(CLI::App& app, Action* action) {
       }
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
-      auto network_log = open_network_log(*options);
+      auto network_log = spec.egress ? open_network_log(*options) : nullptr;
       block_forwarded_signals();
       auto container = runtime::Container::start(spec);
       std::unique_ptr<EgressThread> egress;

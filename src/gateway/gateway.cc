@@ -403,7 +403,8 @@ void Gateway::launch(SandboxRecord& record) {
   // Where state lives, and how the sandbox's DNS resolves on the host (the
   // same settings as the gateway's own).
   for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME",
-                           "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS"})
+                           "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS",
+                           "OPENSHELL_DNS_QUERY_RATE", "OPENSHELL_DNS_QUERY_BURST"})
     if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
