@@ -16,6 +16,7 @@
 #include <chrono>
 
 #include "base/json_text.h"
+#include "base/log.h"
 #include "base/logfile.h"
 #include "base/text.h"
 #include "egress/identity.h"
@@ -306,6 +307,17 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io_, Options o, ResolverConfig config)
       : io(io_), options(std::move(o)), resolver(io_, std::move(config)), acceptor(io_), dns(io_) {}
 
+  // The audit is written in the middle of a connection's decision: nothing
+  // in it may throw into the connection (which would then hang, unanswered,
+  // until its timer).
+  void write_audit(const json& line) {
+    try {
+      options.audit(json_text(line));
+    } catch (const std::exception& e) {
+      log::error(std::string("egress audit: a line is lost: ") + e.what());
+    }
+  }
+
   void audit(const std::string& kind, const Caller& caller, const std::string& host, uint16_t port,
              bool allowed, const std::string& rule, const std::string& reason,
              const std::string& address = {}) {
@@ -327,7 +339,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
                  {"rule", rule},
                  {"reason", clip(reason, kMaxAuditReason)}};
     if (!address.empty()) line["address"] = address;
-    options.audit(json_text(line));
+    write_audit(line);
   }
 
   // A query of the DNS stub for a name some rule names: where its answer
@@ -348,7 +360,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
                  {"answers", answers},
                  {"rule", ""},
                  {"reason", clip(reason, kMaxAuditReason)}};
-    options.audit(json_text(line));
+    write_audit(line);
   }
 
   // Queries refused by the resolver's rate limit: one line a second at
@@ -375,7 +387,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
                  {"rule", ""},
                  {"reason", clip(reason, kMaxAuditReason)}};
     rate_limited_unlogged = 0;
-    options.audit(json_text(line));
+    write_audit(line);
   }
   std::optional<std::chrono::steady_clock::time_point> rate_limited_logged;
   uint64_t rate_limited_unlogged = 0;
