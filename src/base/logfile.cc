@@ -97,13 +97,13 @@ namespace {
 // write through a link someone planted, nor into a FIFO or a device.
 // O_NONBLOCK makes a FIFO without reader fail instead of hanging.
 int open_log(const std::string& path, int extra_flags, std::string* error) {
-  int fd = ::open(path.c_str(),
-                  O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK |
-                      extra_flags,
-                  0600);
+  int fd = ::open(
+      path.c_str(),
+      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | extra_flags,
+      0600);
   if (fd < 0) {
     int err = errno;
-    *error = err == ELOOP ? "is a symbolic link (a log file is never opened through one)"
+    *error = err == ELOOP   ? "is a symbolic link (a log file is never opened through one)"
              : err == ENXIO ? "is not a regular file"
                             : std::strerror(err);
     return -1;

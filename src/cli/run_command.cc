@@ -330,7 +330,8 @@ std::unique_ptr<logfile::RotatingFile> open_network_log(const RunOptions& o) {
   if (!o.network_log_max.empty()) {
     auto bytes = text::parse_size(o.network_log_max);
     if (!bytes || *bytes < 4096)
-      throw Error("--network-log-max " + o.network_log_max + ": not a size of at least 4K (like 16M)");
+      throw Error("--network-log-max " + o.network_log_max +
+                  ": not a size of at least 4K (like 16M)");
     max_bytes = *bytes;
   }
   if (o.network_log.empty()) return nullptr;
@@ -387,8 +388,9 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_option("--network-log", o->network_log,
                   "Append the egress proxy's decisions to this file (JSON lines; never through "
                   "a symbolic link; rotated into FILE.1 at --network-log-max)");
-  run->add_option("--network-log-max", o->network_log_max,
-                  "Size at which --network-log starts afresh, keeping one older part (default 16M)");
+  run->add_option(
+      "--network-log-max", o->network_log_max,
+      "Size at which --network-log starts afresh, keeping one older part (default 16M)");
   run->add_option("command", o->command, "The command and its arguments")->required(false);
 
   run->callback([options, action]() {
@@ -403,7 +405,8 @@ void add_run_command(CLI::App& app, Action* action) {
       block_forwarded_signals();
       auto container = runtime::Container::start(spec);
       std::unique_ptr<EgressThread> egress;
-      if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, std::move(network_log));
+      if (spec.egress)
+        egress = std::make_unique<EgressThread>(*container, spec, std::move(network_log));
       return attach(*container);
     };
   });

@@ -1276,7 +1276,8 @@ void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const s
     policy_acks_.erase({id, revision});
     respond(false, "the sandbox's supervisor did not acknowledge the policy");
   });
-  s->second.session->send(json_text(json{{"type", "policy"}, {"revision", revision}, {"text", text}}), false);
+  s->second.session->send(
+      json_text(json{{"type", "policy"}, {"revision", revision}, {"text", text}}), false);
 }
 
 void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {

@@ -153,7 +153,8 @@ std::string non_utf8_attacks(const std::string& port) {
          "printf 'GET http://\\377.example.test/ HTTP/1.1\\r\\nHost: \\376\\377\\r\\n\\r\\n' | nc "
          "127.0.0.1 3128; "
          "osh-probe dns-bad-label example.test; "
-         "p=/tmp/$(printf '\\377\\376'); cp /usr/bin/osh-probe \"$p\" && \"$p\" proxy-connect localhost " +
+         "p=/tmp/$(printf '\\377\\376'); cp /usr/bin/osh-probe \"$p\" && \"$p\" proxy-connect "
+         "localhost " +
          port + " echo; ";
 }
 
@@ -473,11 +474,12 @@ TEST_P(Network, MalformedPoliciesAreRejectedWithLineAndField) {
 // an allowed request still went through, and every audit line must be JSON.
 TEST_P(Network, BytesThatAreNotUtf8NeitherEndTheRunNorBreakTheAuditLog) {
   std::string log = network_log("utf8");
-  Result r = run(policy(local_rule("localhost", "") +
-                        "[network_policies.wild]\nendpoints = [ { host = \"*.example.test\", port = 80 } ]\n"),
-                 {"sh", "-c",
-                  non_utf8_attacks(port()) + "wget -q -O- http://localhost:" + port() + "/ && exit 7"},
-                 {"--network-log", log});
+  Result r = run(
+      policy(local_rule("localhost", "") +
+             "[network_policies.wild]\nendpoints = [ { host = \"*.example.test\", port = 80 } ]\n"),
+      {"sh", "-c",
+       non_utf8_attacks(port()) + "wget -q -O- http://localhost:" + port() + "/ && exit 7"},
+      {"--network-log", log});
   EXPECT_EQ(r.status, 7) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("403 Forbidden"));
   EXPECT_THAT(r.out, HasSubstr("no answer"));  // the bad label: dropped, as any malformed query
@@ -487,8 +489,10 @@ TEST_P(Network, BytesThatAreNotUtf8NeitherEndTheRunNorBreakTheAuditLog) {
   bool host_seen = false, binary_seen = false;
   for (const auto& line : json_lines(file_contents(log))) {
     std::string host = line.value("host", ""), binary = line.value("binary", "");
-    if (host == kReplacement + kReplacement + ".example" && line["decision"] == "deny") host_seen = true;
-    if (binary == "/tmp/" + kReplacement + kReplacement && line["decision"] == "allow") binary_seen = true;
+    if (host == kReplacement + kReplacement + ".example" && line["decision"] == "deny")
+      host_seen = true;
+    if (binary == "/tmp/" + kReplacement + kReplacement && line["decision"] == "allow")
+      binary_seen = true;
   }
   EXPECT_TRUE(host_seen) << file_contents(log);
   EXPECT_TRUE(binary_seen) << file_contents(log);
@@ -499,13 +503,18 @@ TEST_P(Network, BytesThatAreNotUtf8LeaveAGatewaySandboxServing) {
   Options o = env();
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
-  ASSERT_EQ(os({"sandbox", "create", "--name", "utf8", "--from", rootfs(), "--policy", policy(local_rule())}).status, 0);
-  Result attacks = os({"sandbox", "exec", "utf8", "--", "sh", "-c", non_utf8_attacks(port()) + "exit 3"});
+  ASSERT_EQ(os({"sandbox", "create", "--name", "utf8", "--from", rootfs(), "--policy",
+                policy(local_rule())})
+                .status,
+            0);
+  Result attacks =
+      os({"sandbox", "exec", "utf8", "--", "sh", "-c", non_utf8_attacks(port()) + "exit 3"});
   EXPECT_EQ(attacks.status, 3) << attacks.out << attacks.err;
   EXPECT_THAT(attacks.out, HasSubstr("403 Forbidden"));
   EXPECT_THAT(attacks.out, HasSubstr("proxy: HTTP/1.1 200"));
   // The supervisor is still there: a later exec and an allowed request work.
-  Result after = os({"sandbox", "exec", "utf8", "--", "wget", "-q", "-O-", "http://localhost:" + port() + "/"});
+  Result after = os(
+      {"sandbox", "exec", "utf8", "--", "wget", "-q", "-O-", "http://localhost:" + port() + "/"});
   EXPECT_EQ(after.status, 0) << after.err;
   EXPECT_EQ(after.out, "hello from the test server\n");
   EXPECT_THAT(os({"sandbox", "get", "utf8", "-o", "json"}).out, HasSubstr("\"phase\": \"Ready\""));
@@ -563,7 +572,8 @@ TEST_P(Network, TheNetworkLogIsBoundedAndItsLinesShort) {
                  {"--network-log", log, "--network-log-max", "64K"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("refused=500"));
-  struct stat now {}, older {};
+  struct stat now {
+  }, older{};
   ASSERT_EQ(::stat(log.c_str(), &now), 0);
   ASSERT_EQ(::stat((log + ".1").c_str(), &older), 0) << "rotated into FILE.1";
   EXPECT_LE(now.st_size, 64 * 1024);
@@ -594,7 +604,8 @@ TEST_P(Network, DnsAnswersAreCachedAndLookupsUpstreamRateLimited) {
   ::unlink(log.c_str());
   before = dns_.queries();
   auto start = std::chrono::steady_clock::now();
-  Result flood = run(p, {"osh-probe", "dns-query", "*.example.test", "200"}, {"--network-log", log});
+  Result flood =
+      run(p, {"osh-probe", "dns-query", "*.example.test", "200"}, {"--network-log", log});
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(flood.status, 0) << flood.err;
   int upstream = dns_.queries() - before;

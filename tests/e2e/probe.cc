@@ -319,16 +319,27 @@ int dns_query(const std::string& name, int count) {
       asked += name.substr(1);
     }
     switch (dns_ask(asked, 2000, static_cast<uint16_t>(std::rand()))) {
-      case 0: ++noerror; break;
-      case 2: ++servfail; break;
-      case 3: ++nxdomain; break;
-      case 5: ++refused; break;
-      case -1: ++none; break;
-      default: ++other;
+      case 0:
+        ++noerror;
+        break;
+      case 2:
+        ++servfail;
+        break;
+      case 3:
+        ++nxdomain;
+        break;
+      case 5:
+        ++refused;
+        break;
+      case -1:
+        ++none;
+        break;
+      default:
+        ++other;
     }
   }
-  std::printf("noerror=%d nxdomain=%d refused=%d servfail=%d none=%d other=%d\n", noerror,
-              nxdomain, refused, servfail, none, other);
+  std::printf("noerror=%d nxdomain=%d refused=%d servfail=%d none=%d other=%d\n", noerror, nxdomain,
+              refused, servfail, none, other);
   return 0;
 }
 

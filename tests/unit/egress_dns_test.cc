@@ -1134,8 +1134,7 @@ TEST_F(ResolverCacheTest, TheRateLimitRefusesLookupsOverItWithoutAQuery) {
   config.query_burst = 5;
   Resolver resolver(io_, config);
   for (int i = 0; i < 5; ++i)
-    EXPECT_EQ(lookup_and_wait(io_, resolver, numbered("n", i)).source,
-              Source::kUpstream)
+    EXPECT_EQ(lookup_and_wait(io_, resolver, numbered("n", i)).source, Source::kUpstream)
         << "the burst";
   Resolution over = lookup_and_wait(io_, resolver, "n5.example");
   EXPECT_EQ(over.source, Source::kRateLimited);
@@ -1152,9 +1151,7 @@ TEST_F(ResolverCacheTest, TheRateLimitRefusesLookupsOverItWithoutAQuery) {
   now_ += 1h;
   int allowed = 0;
   for (int i = 0; i < 20; ++i)
-    if (lookup_and_wait(io_, resolver, numbered("m", i)).source ==
-        Source::kUpstream)
-      ++allowed;
+    if (lookup_and_wait(io_, resolver, numbered("m", i)).source == Source::kUpstream) ++allowed;
   EXPECT_EQ(allowed, 5);
   EXPECT_EQ(server.queries.size(), 2u * (5 + 1 + 5));
 }
@@ -1166,8 +1163,7 @@ TEST_F(ResolverCacheTest, ARateOfZeroIsNoLimit) {
   config.query_burst = 1;
   Resolver resolver(io_, config);
   for (int i = 0; i < 10; ++i)
-    EXPECT_EQ(lookup_and_wait(io_, resolver, numbered("z", i)).source,
-              Source::kUpstream);
+    EXPECT_EQ(lookup_and_wait(io_, resolver, numbered("z", i)).source, Source::kUpstream);
 }
 
 TEST_F(ResolverCacheTest, TheHostsFileAndLiteralsAreLocal) {

@@ -67,7 +67,6 @@ TEST(RotatingFile, KeepsOneOlderPartAndTheNewestLines) {
   EXPECT_EQ(read(path), "a line longer than ten bytes\n");
 }
 
-
 TEST(RotatingFile, NeverWritesThroughASymbolicLink) {
   TempDir dir;
   const std::string target = dir.path() + "/precious";
@@ -109,7 +108,8 @@ TEST(RotatingFile, AFloodStaysWithinTwiceTheLimit) {
     RotatingFile f(path, 64 * 1024);
     for (int i = 0; i < 5000; ++i) f.append(line + "\n");  // 5 MB offered
   }
-  struct stat now {}, older {};
+  struct stat now {
+  }, older{};
   ASSERT_EQ(::stat(path.c_str(), &now), 0);
   ASSERT_EQ(::stat((path + ".1").c_str(), &older), 0);
   EXPECT_LE(now.st_size, 64 * 1024);
