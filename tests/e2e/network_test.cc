@@ -616,7 +616,7 @@ TEST_P(Network, DnsAnswersAreCachedAndLookupsUpstreamRateLimited) {
   std::sscanf(flood.out.c_str(), "noerror=%d nxdomain=%*d refused=%d", &noerror, &refused);
   EXPECT_GT(refused, 0) << flood.out;
   EXPECT_EQ(noerror + refused, 200) << flood.out;
-  EXPECT_EQ(noerror, upstream / 2);
+  EXPECT_LE(2 * noerror, upstream) << "each answer took a lookup (an A and an AAAA query)";
   std::vector<nlohmann::json> lines = json_lines(file_contents(log));
   int upstream_lines = 0, limited_lines = 0, limited = 0;
   for (const auto& line : lines) {
