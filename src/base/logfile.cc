@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "base/text.h"
 
@@ -89,9 +90,39 @@ std::optional<Record> parse(std::string_view line) {
   return r;
 }
 
+namespace {
+
+// Opens a log file for appending without following a symbolic link at its
+// last component, and only when it is a regular file: a log must never
+// write through a link someone planted, nor into a FIFO or a device.
+// O_NONBLOCK makes a FIFO without reader fail instead of hanging.
+int open_log(const std::string& path, int extra_flags, std::string* error) {
+  int fd = ::open(
+      path.c_str(),
+      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | extra_flags,
+      0600);
+  if (fd < 0) {
+    int err = errno;
+    *error = err == ELOOP   ? "is a symbolic link (a log file is never opened through one)"
+             : err == ENXIO ? "is not a regular file"
+                            : std::strerror(err);
+    return -1;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    *error = "is not a regular file";
+    return -1;
+  }
+  ::fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);  // back to blocking writes
+  return fd;
+}
+
+}  // namespace
+
 RotatingFile::RotatingFile(std::string path, uint64_t max_bytes)
     : path_(std::move(path)), max_bytes_(max_bytes) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  fd_ = open_log(path_, 0, &error_);
   struct stat st;
   if (fd_ >= 0 && ::fstat(fd_, &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
 }
@@ -107,7 +138,7 @@ void RotatingFile::append(std::string_view lines) {
     std::string old = path_ + ".1";
     ::rename(path_.c_str(), old.c_str());
     ::close(fd_);
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0600);
+    fd_ = open_log(path_, O_TRUNC, &error_);
     size_ = 0;
     if (fd_ < 0) return;
   }

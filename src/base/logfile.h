@@ -27,10 +27,18 @@ std::optional<Record> parse(std::string_view line);  // line without its newline
 
 // An append-only file of whole lines that keeps one older part: when a
 // line would take it past max_bytes, the file becomes PATH.1 (replacing the
-// older one) and a new PATH starts. Readers read PATH.1, then PATH.
+// older one) and a new PATH starts. Readers read PATH.1, then PATH. So the
+// two take at most 2 * max_bytes (a single line longer than max_bytes
+// still lands, alone in its file).
+//
+// PATH is created 0600, and is never opened through a symbolic link (at its
+// last component) nor when it is not a regular file: is_open() is then
+// false and error() says why ("is a symbolic link (...)", "is not a regular
+// file", or the errno text).
 class RotatingFile {
  public:
-  explicit RotatingFile(std::string path, uint64_t max_bytes = 16 << 20);
+  static constexpr uint64_t kDefaultMaxBytes = 16 << 20;
+  explicit RotatingFile(std::string path, uint64_t max_bytes = kDefaultMaxBytes);
   ~RotatingFile();
   RotatingFile(const RotatingFile&) = delete;
   RotatingFile& operator=(const RotatingFile&) = delete;
@@ -38,12 +46,14 @@ class RotatingFile {
   void append(std::string_view lines);  // ends with a newline
   const std::string& path() const { return path_; }
   bool is_open() const { return fd_ >= 0; }
+  const std::string& error() const { return error_; }
 
  private:
   std::string path_;
   uint64_t max_bytes_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  std::string error_;
 };
 
 // Appends a stream's bytes as records: complete lines at once, a partial line

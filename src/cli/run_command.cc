@@ -15,7 +15,9 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/event_loop.h"
 #include "base/log.h"
+#include "base/logfile.h"
 #include "base/text.h"
 #include "base/paths.h"
 #include "base/sandbox_limits.h"
@@ -295,23 +297,18 @@ CLI::Option* repeatable(CLI::Option* option) {
 // this process for as long as the sandbox runs.
 class EgressThread {
  public:
+  // network_log: open already (see open_network_log), or null.
   EgressThread(runtime::Container& container, const runtime::ContainerSpec& spec,
-               const std::string& network_log) {
-    if (!network_log.empty()) {
-      log_.reset(::open(network_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-      if (!log_) throw_errno("--network-log " + network_log);
-    }
+               std::unique_ptr<logfile::RotatingFile> network_log)
+      : log_(std::move(network_log)) {
     egress::Proxy::Options options;
     options.sandbox = spec.hostname;
     options.init_pid = container.pid();
     options.audit = [this](const std::string& line) {
-      std::string out = line + "\n";
-      if (log_) {
-        ssize_t ignored = ::write(log_.get(), out.data(), out.size());
-        (void)ignored;
-      } else {
+      if (log_)
+        log_->append(line + "\n");
+      else
         log::debug(line);
-      }
     };
     proxy_ = std::make_unique<egress::Proxy>(io_, options);
     const pid_t init = container.pid();
@@ -324,7 +321,9 @@ class EgressThread {
     sigset_t all, saved;
     sigfillset(&all);
     ::pthread_sigmask(SIG_BLOCK, &all, &saved);
-    thread_ = std::thread([this] { io_.run(); });
+    // What the sandbox sends is served here: nothing it sends may end this
+    // process (and with it the run) from this thread.
+    thread_ = std::thread([this] { run_handling_exceptions(io_, "egress proxy"); });
     ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
   ~EgressThread() {
@@ -340,9 +339,27 @@ class EgressThread {
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::unique_ptr<egress::Proxy> proxy_;
-  UniqueFd log_;
+  std::unique_ptr<logfile::RotatingFile> log_;
   std::thread thread_;
 };
+
+// --network-log FILE, rotated at --network-log-max into FILE.1 as the
+// gateway's logs are; refused when FILE is a symbolic link or not a regular
+// file. Opened before the sandbox starts, so that a refusal runs nothing.
+std::unique_ptr<logfile::RotatingFile> open_network_log(const RunOptions& o) {
+  uint64_t max_bytes = logfile::RotatingFile::kDefaultMaxBytes;
+  if (!o.network_log_max.empty()) {
+    auto bytes = text::parse_size(o.network_log_max);
+    if (!bytes || *bytes < 4096)
+      throw Error("--network-log-max " + o.network_log_max +
+                  ": not a size of at least 4K (like 16M)");
+    max_bytes = *bytes;
+  }
+  if (o.network_log.empty()) return nullptr;
+  auto file = std::make_unique<logfile::RotatingFile>(o.network_log, max_bytes);
+  if (!file->is_open()) throw Error("--network-log " + o.network_log + ": " + file->error());
+  return file;
+}
 
 void add_run_command(CLI::App& app, Action* action) {
   auto options = std::make_shared<RunOptions>();
@@ -394,7 +411,11 @@ void add_run_command(CLI::App& app, Action* action) {
                   "Policy file (TOML): its filesystem_policy is enforced with Landlock; with "
                   "network_policies the sandbox reaches what they allow through an egress proxy");
   run->add_option("--network-log", o->network_log,
-                  "Append the egress proxy's decisions to this file (JSON lines)");
+                  "Append the egress proxy's decisions to this file (JSON lines; never through "
+                  "a symbolic link; rotated into FILE.1 at --network-log-max)");
+  run->add_option(
+      "--network-log-max", o->network_log_max,
+      "Size at which --network-log starts afresh, keeping one older part (default 16M)");
   run->add_option("command", o->command, "The command and its arguments")->required(false);
 
   run->callback([options, action]() {
@@ -405,6 +426,7 @@ void add_run_command(CLI::App& app, Action* action) {
       }
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
+      auto network_log = spec.egress ? open_network_log(*options) : nullptr;
       StdioRelay relay(&spec);
       // As root, host ids of this run's own, held until it ends.
       namespaces::RangeClaim ids;
@@ -423,7 +445,8 @@ void add_run_command(CLI::App& app, Action* action) {
       auto container = runtime::Container::start(spec);
       relay.start();
       std::unique_ptr<EgressThread> egress;
-      if (spec.egress) egress = std::make_unique<EgressThread>(*container, spec, options->network_log);
+      if (spec.egress)
+        egress = std::make_unique<EgressThread>(*container, spec, std::move(network_log));
       int status = attach(*container);
       relay.finish();
       return status;

@@ -31,6 +31,7 @@ struct RunOptions {
   std::string seccomp = "default";   // or "unconfined"
   std::string policy;                // TOML file
   std::string network_log;           // where the egress decisions go (JSON lines)
+  std::string network_log_max;       // "16M": its size before it rotates into FILE.1
   std::vector<std::string> command;
 };
 

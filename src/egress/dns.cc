@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,10 @@ constexpr int kMaxCnameHops = 16;
 uint16_t get16(std::string_view m, size_t at) {
   return static_cast<uint16_t>((static_cast<uint8_t>(m[at]) << 8) |
                                static_cast<uint8_t>(m[at + 1]));
+}
+
+uint32_t get32(std::string_view m, size_t at) {
+  return (static_cast<uint32_t>(get16(m, at)) << 16) | get16(m, at + 2);
 }
 
 void put16(std::string& out, uint16_t value) {
@@ -173,6 +178,7 @@ struct Record {
   std::string name;  // "" when not plain: matches no question
   uint16_t type = 0;
   uint16_t klass = 0;
+  uint32_t ttl = 0;
   std::string data;  // the address bytes, or the target of a CNAME
 };
 
@@ -209,6 +215,7 @@ std::optional<Response> parse_response(std::string_view message) {
     if (plain) record.name = *owner;
     record.type = get16(message, at);
     record.klass = get16(message, at + 2);
+    record.ttl = get32(message, at + 4);
     size_t length = get16(message, at + 8);
     at += 10;
     if (at + length > message.size()) return std::nullopt;
@@ -228,26 +235,36 @@ std::optional<Response> parse_response(std::string_view message) {
 }
 
 // The addresses of type `type` for name, following CNAMEs inside the answer
-// section; records of names off the chain are ignored.
+// section; records of names off the chain are ignored. *ttl: the least TTL
+// of the records used (the CNAMEs and the addresses).
 std::vector<Address> addresses_for(const std::vector<Record>& answers, std::string name,
-                                   uint16_t type) {
+                                   uint16_t type, uint32_t* ttl) {
   int family = type == kTypeA ? AF_INET : AF_INET6;
+  uint32_t least = UINT32_MAX;
   for (int hop = 0; hop <= kMaxCnameHops && !name.empty(); ++hop) {
     std::vector<Address> addresses;
     std::string alias;
+    uint32_t alias_ttl = UINT32_MAX;
     for (const Record& record : answers) {
       if (record.name != name || record.klass != kClassIN) continue;
       if (record.type == type) {
         Address address = address_from_bytes(family, record.data.data());
+        least = std::min(least, record.ttl);
         if (std::find(addresses.begin(), addresses.end(), address) == addresses.end())
           addresses.push_back(address);
       } else if (record.type == kTypeCname && alias.empty()) {
         alias = record.data;
+        alias_ttl = record.ttl;
       }
     }
-    if (!addresses.empty() || alias.empty()) return addresses;
+    if (!addresses.empty() || alias.empty()) {
+      *ttl = least;
+      return addresses;
+    }
+    least = std::min(least, alias_ttl);
     name = alias;
   }
+  *ttl = least;
   return {};
 }
 
@@ -467,6 +484,20 @@ ResolverConfig ResolverConfig::from_environment() {
       if (!server.empty()) config.servers.emplace_back(server);
     }
   }
+  auto number = [](const char* variable, double least, const char* what) -> std::optional<double> {
+    const char* value = std::getenv(variable);
+    if (!value || !*value) return std::nullopt;
+    char* end = nullptr;
+    double parsed = std::strtod(value, &end);
+    if (*end != '\0' || !std::isfinite(parsed) || parsed < least)
+      throw Error(std::string(variable) + "=" + value + ": not " + what);
+    return parsed;
+  };
+  if (auto rate = number("OPENSHELL_DNS_QUERY_RATE", 0,
+                         "a number of DNS lookups a second (like 20; 0 for no limit)"))
+    config.query_rate = *rate;
+  if (auto burst = number("OPENSHELL_DNS_QUERY_BURST", 1, "a number of DNS lookups of at least 1"))
+    config.query_burst = *burst;
   return config;
 }
 
@@ -475,6 +506,17 @@ ResolverConfig ResolverConfig::from_environment() {
 namespace {
 
 class Lookup;
+
+using Clock = std::chrono::steady_clock;
+
+// What one lookup through the nameservers ended with.
+struct LookupOutcome {
+  std::vector<Address> addresses;
+  std::string error;
+  bool cacheable = false;     // a final answer: addresses, none, or NXDOMAIN
+  uint32_t ttl = UINT32_MAX;  // the least TTL of the records used
+};
+using LookupDone = std::function<void(LookupOutcome)>;
 
 // What the lookups of one Resolver share; they keep it alive.
 struct ResolverState {
@@ -486,7 +528,71 @@ struct ResolverState {
   std::list<std::weak_ptr<Lookup>> active;
   bool closed = false;
 
-  ResolverState(asio::io_context& context, ResolverConfig c) : io(context), config(std::move(c)) {}
+  struct CacheEntry {
+    std::vector<Address> addresses;
+    std::string error;  // NXDOMAIN
+    Clock::time_point expires;
+    std::list<std::string>::iterator recent;  // its place in `recency`
+  };
+  std::unordered_map<std::string, CacheEntry> cache;
+  std::list<std::string> recency;  // most recently used first
+  // Names being looked up, and who waits for each.
+  std::unordered_map<std::string, std::vector<std::function<void(Resolution)>>> pending;
+  double tokens = 0;
+  Clock::time_point refilled;
+  bool bucket_started = false;
+
+  ResolverState(asio::io_context& context, ResolverConfig c) : io(context), config(std::move(c)) {
+    if (!config.now) config.now = Clock::now;
+  }
+
+  const CacheEntry* cached(const std::string& name) {
+    auto it = cache.find(name);
+    if (it == cache.end()) return nullptr;
+    if (config.now() >= it->second.expires) {
+      recency.erase(it->second.recent);
+      cache.erase(it);
+      return nullptr;
+    }
+    recency.splice(recency.begin(), recency, it->second.recent);
+    return &it->second;
+  }
+
+  void remember(const std::string& name, const LookupOutcome& outcome) {
+    if (config.cache_entries == 0 || !outcome.cacheable) return;
+    uint32_t ttl = outcome.addresses.empty() ? config.negative_ttl_s : outcome.ttl;
+    ttl = std::max(config.min_ttl_s, std::min(ttl, config.max_ttl_s));
+    if (auto it = cache.find(name); it != cache.end()) {
+      recency.erase(it->second.recent);
+      cache.erase(it);
+    }
+    while (cache.size() >= config.cache_entries) {
+      cache.erase(recency.back());
+      recency.pop_back();
+    }
+    recency.push_front(name);
+    cache[name] = {outcome.addresses, outcome.error, config.now() + std::chrono::seconds(ttl),
+                   recency.begin()};
+  }
+
+  // A token of the bucket for one lookup upstream; false when it is empty.
+  bool take_token() {
+    if (config.query_rate <= 0) return true;
+    Clock::time_point now = config.now();
+    if (!bucket_started) {
+      bucket_started = true;
+      tokens = config.query_burst;
+      refilled = now;
+    }
+    double elapsed = std::chrono::duration<double>(now - refilled).count();
+    if (elapsed > 0) {
+      tokens = std::min(config.query_burst, tokens + elapsed * config.query_rate);
+      refilled = now;
+    }
+    if (tokens < 1) return false;
+    tokens -= 1;
+    return true;
+  }
 };
 
 // One name through the nameservers: an A and an AAAA query to a server at a
@@ -496,7 +602,7 @@ struct ResolverState {
 class Lookup : public std::enable_shared_from_this<Lookup> {
  public:
   Lookup(std::shared_ptr<ResolverState> state, std::string name, std::vector<udp::endpoint> servers,
-         Resolver::Callback done)
+         LookupDone done)
       : state_(std::move(state)),
         name_(std::move(name)),
         servers_(std::move(servers)),
@@ -521,6 +627,7 @@ class Lookup : public std::enable_shared_from_this<Lookup> {
     bool answered = false;
     bool failed_this_round = false;
     std::vector<Address> addresses;
+    uint32_t ttl = UINT32_MAX;
   };
   struct Sent {
     size_t server;
@@ -622,19 +729,22 @@ class Lookup : public std::enable_shared_from_this<Lookup> {
     if (family.answered) return;
     uint8_t rcode = response->rcode();
     std::vector<Address> addresses;
-    if (rcode == kRcodeNoError) addresses = addresses_for(response->answers, name_, family.type);
-    if (rcode == kRcodeNxDomain) return finish({}, name_ + ": no such host");
+    uint32_t ttl = UINT32_MAX;
+    if (rcode == kRcodeNoError)
+      addresses = addresses_for(response->answers, name_, family.type, &ttl);
+    if (rcode == kRcodeNxDomain) return finish({}, name_ + ": no such host", true);
     if (rcode == kRcodeNoError && !(response->truncated() && addresses.empty())) {
       // A truncated answer is used for what it holds (no TCP fallback).
       family.answered = true;
       family.addresses = std::move(addresses);
+      family.ttl = ttl;
     } else {
       failure_ = endpoint_text(servers_[server]) + " answered " +
                  (rcode == kRcodeNoError ? "a truncated message" : rcode_name(rcode));
       if (sent->round == round_) family.failed_this_round = true;
     }
     if (std::all_of(families_.begin(), families_.end(), [](const Family& f) { return f.answered; }))
-      return finish(collect(), "");
+      return finish(collect(), "", true);
     if (round_failed()) next_server();
   }
 
@@ -660,9 +770,10 @@ class Lookup : public std::enable_shared_from_this<Lookup> {
 
   void give_up() {
     std::vector<Address> addresses = collect();
-    if (!addresses.empty()) return finish(std::move(addresses), "");  // one family answered
-    if (!failure_.empty()) return finish({}, name_ + ": DNS lookup failed: " + failure_);
-    finish({}, name_ + ": DNS servers did not answer");
+    // One family answered: used, but not kept (the other may answer next time).
+    if (!addresses.empty()) return finish(std::move(addresses), "", false);
+    if (!failure_.empty()) return finish({}, name_ + ": DNS lookup failed: " + failure_, false);
+    finish({}, name_ + ": DNS servers did not answer", false);
   }
 
   // IPv4 first: a host without an IPv6 route is more common than the opposite.
@@ -673,12 +784,15 @@ class Lookup : public std::enable_shared_from_this<Lookup> {
     return addresses;
   }
 
-  void finish(std::vector<Address> addresses, std::string error) {
+  void finish(std::vector<Address> addresses, std::string error, bool cacheable) {
     finished_ = true;
     stop();
     auto done = std::move(done_);
     done_ = nullptr;
-    if (done) done(std::move(addresses), std::move(error));
+    LookupOutcome outcome{std::move(addresses), std::move(error), cacheable, UINT32_MAX};
+    for (const Family& family : families_)
+      if (!family.addresses.empty()) outcome.ttl = std::min(outcome.ttl, family.ttl);
+    if (done) done(std::move(outcome));
   }
 
   void stop() {
@@ -694,7 +808,7 @@ class Lookup : public std::enable_shared_from_this<Lookup> {
   std::shared_ptr<ResolverState> state_;
   std::string name_;
   std::vector<udp::endpoint> servers_;
-  Resolver::Callback done_;
+  LookupDone done_;
   asio::steady_timer timer_;
   std::vector<std::unique_ptr<Socket>> sockets_;  // by server, opened on first use
   std::array<Family, 2> families_{Family(kTypeA), Family(kTypeAAAA)};
@@ -729,33 +843,88 @@ Resolver::~Resolver() {
 }
 
 void Resolver::resolve(const std::string& host, Callback done) {
+  lookup(host, [done = std::move(done)](Resolution result) {
+    done(std::move(result.addresses), std::move(result.error));
+  });
+}
+
+void Resolver::lookup(const std::string& host, std::function<void(Resolution)> done) {
   auto impl = impl_;
-  // Never call back from inside resolve(): the caller may still be setting up.
-  auto later = [impl](Callback callback, std::vector<Address> addresses, std::string error) {
-    asio::post(impl->io, [impl, callback = std::move(callback), addresses = std::move(addresses),
-                          error = std::move(error)]() mutable {
-      if (!impl->closed) callback(std::move(addresses), std::move(error));
-    });
+  // Never call back from inside lookup(): the caller may still be setting up.
+  auto later = [impl](std::function<void(Resolution)> callback, Resolution result) {
+    asio::post(impl->io,
+               [impl, callback = std::move(callback), result = std::move(result)]() mutable {
+                 if (!impl->closed) callback(std::move(result));
+               });
   };
 
-  if (auto literal = Address::parse(host)) return later(std::move(done), {*literal}, "");
+  if (auto literal = Address::parse(host))
+    return later(std::move(done), {{*literal}, "", Source::kLocal});
   auto name = normalize_host_name(host);
-  if (!name) return later(std::move(done), {}, "\"" + host + "\": not a valid host name");
+  if (!name)
+    return later(std::move(done), {{}, "\"" + host + "\": not a valid host name", Source::kLocal});
 
   const HostsTable& hosts = impl->hosts.get(impl->config.hosts_file);
   if (auto entry = hosts.find(*name); entry != hosts.end())
-    return later(std::move(done), entry->second, "");
+    return later(std::move(done), {entry->second, "", Source::kLocal});
+
+  if (const auto* entry = impl->cached(*name))
+    return later(std::move(done), {entry->addresses, entry->error, Source::kCached});
+  if (auto waiting = impl->pending.find(*name); waiting != impl->pending.end()) {
+    waiting->second.push_back(std::move(done));  // one query for them all
+    return;
+  }
 
   std::vector<udp::endpoint> servers = impl->configured_servers;
   if (servers.empty()) servers = impl->resolv.get(impl->config.resolv_conf);
   if (servers.empty())
-    return later(std::move(done), {},
-                 *name + ": no DNS servers (no nameserver in " + impl->config.resolv_conf + ")");
+    return later(std::move(done),
+                 {{},
+                  *name + ": no DNS servers (no nameserver in " + impl->config.resolv_conf + ")",
+                  Source::kLocal});
 
+  if (!impl->take_token()) {
+    std::ostringstream rate;
+    rate << impl->config.query_rate;
+    return later(std::move(done),
+                 {{},
+                  *name + ": too many DNS lookups (over " + rate.str() + " a second)",
+                  Source::kRateLimited});
+  }
+
+  impl->pending[*name].push_back(std::move(done));
+  ResolverState* state = impl.get();  // the lookup holds it alive
+  auto finished = [state, name = *name](LookupOutcome outcome) {
+    state->remember(name, outcome);
+    auto waiting = state->pending.find(name);
+    if (waiting == state->pending.end()) return;
+    auto callbacks = std::move(waiting->second);
+    state->pending.erase(waiting);
+    Source source = Source::kUpstream;  // the first asked; the others shared its answer
+    for (auto& callback : callbacks) {
+      if (state->closed) return;
+      callback({outcome.addresses, outcome.error, source});
+      source = Source::kCached;
+    }
+  };
   impl->active.remove_if([](const std::weak_ptr<Lookup>& weak) { return weak.expired(); });
-  auto lookup = std::make_shared<Lookup>(impl, *name, std::move(servers), std::move(done));
+  auto lookup = std::make_shared<Lookup>(impl, *name, std::move(servers), std::move(finished));
   impl->active.push_back(lookup);
   lookup->start();
+}
+
+const char* source_name(Source source) {
+  switch (source) {
+    case Source::kLocal:
+      return "local";
+    case Source::kCached:
+      return "cached";
+    case Source::kUpstream:
+      return "upstream";
+    case Source::kRateLimited:
+      return "rate_limited";
+  }
+  return "local";
 }
 
 }  // namespace openshell::egress

@@ -9,6 +9,7 @@
 // clang-format on
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,13 +74,53 @@ struct ResolverConfig {
   int timeout_ms = 2000;
   int attempts = 2;
 
+  // Answers from the nameservers are kept for their TTL (the least of the
+  // records used), held between min_ttl_s and max_ttl_s; NXDOMAIN and
+  // answers without addresses for negative_ttl_s. At most cache_entries
+  // names, the least recently used going first; 0: no cache.
+  size_t cache_entries = 4096;
+  uint32_t min_ttl_s = 5;
+  uint32_t max_ttl_s = 300;
+  uint32_t negative_ttl_s = 30;
+  // Lookups sent to the nameservers (each an A and an AAAA query): a
+  // token bucket of query_burst tokens that refills at query_rate a
+  // second. A lookup over the limit fails at once, without a query.
+  // query_rate 0: no limit.
+  double query_rate = 20;
+  double query_burst = 50;
+
+  // The clock of the cache and the limit (tests replace it).
+  std::function<std::chrono::steady_clock::time_point()> now = std::chrono::steady_clock::now;
+
   // From the environment: OPENSHELL_HOSTS_FILE, OPENSHELL_RESOLV_CONF,
-  // OPENSHELL_DNS_SERVERS (comma separated) override the defaults.
+  // OPENSHELL_DNS_SERVERS (comma separated) override the defaults, and
+  // OPENSHELL_DNS_QUERY_RATE and OPENSHELL_DNS_QUERY_BURST (numbers; a rate
+  // of 0 lifts the limit). Throws Error for a value that is not a number.
   static ResolverConfig from_environment();
+};
+
+// Where a resolution came from.
+enum class Source {
+  kLocal,        // an IP literal or the hosts file
+  kCached,       // the cache, or a lookup of the same name already under way
+  kUpstream,     // a lookup sent to the nameservers
+  kRateLimited,  // refused: the lookup would have gone over query_rate
+};
+const char* source_name(Source source);  // "local", "cached", "upstream", "rate_limited"
+
+struct Resolution {
+  std::vector<Address> addresses;
+  std::string error;  // as Resolver::resolve gives it
+  Source source = Source::kLocal;
 };
 
 // Asynchronous A and AAAA lookups: the hosts file first, then the
 // nameservers. Runs on the caller's io_context (one thread).
+//
+// Names the hosts file does not have go through a cache and a rate limit
+// (see ResolverConfig): what a sandbox asks for reaches the nameservers at
+// most once per TTL and at most query_rate times a second, and lookups of a
+// name already under way wait for it instead of asking again.
 //
 // The hosts file and resolv.conf are read again when they change. Names are
 // taken as absolute: no search domains, no ndots. Each lookup sends an A and
@@ -106,6 +147,9 @@ class Resolver {
   // "\"NAME\": not a valid host name". When only one family answered in
   // the end, its addresses are the result.
   void resolve(const std::string& host, Callback done);
+  // The same, saying where the answer came from. A lookup refused by the
+  // rate limit has the error "NAME: too many DNS lookups (over N a second)".
+  void lookup(const std::string& host, std::function<void(Resolution)> done);
 
  private:
   struct Impl;

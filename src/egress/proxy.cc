@@ -15,6 +15,8 @@
 #include <cctype>
 #include <chrono>
 
+#include "base/json_text.h"
+#include "base/log.h"
 #include "base/logfile.h"
 #include "base/text.h"
 #include "egress/identity.h"
@@ -50,6 +52,15 @@ struct SplicePipe {
 constexpr auto kHeadTimeout = std::chrono::seconds(30);
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr uint32_t kDnsTtl = 30;
+// Longest fields of an audit line: a DNS name has at most 253 characters, a
+// path PATH_MAX bytes; a reason quotes a host.
+constexpr size_t kMaxAuditHost = 256;
+constexpr size_t kMaxAuditPath = 4096;
+constexpr size_t kMaxAuditReason = 1024;
+
+std::string qtype_name(uint16_t qtype) {
+  return qtype == kTypeA ? "A" : qtype == kTypeAAAA ? "AAAA" : std::to_string(qtype);
+}
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -296,6 +307,17 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io_, Options o, ResolverConfig config)
       : io(io_), options(std::move(o)), resolver(io_, std::move(config)), acceptor(io_), dns(io_) {}
 
+  // The audit is written in the middle of a connection's decision: nothing
+  // in it may throw into the connection (which would then hang, unanswered,
+  // until its timer).
+  void write_audit(const json& line) {
+    try {
+      options.audit(json_text(line));
+    } catch (const std::exception& e) {
+      log::error(std::string("egress audit: a line is lost: ") + e.what());
+    }
+  }
+
   void audit(const std::string& kind, const Caller& caller, const std::string& host, uint16_t port,
              bool allowed, const std::string& rule, const std::string& reason,
              const std::string& address = {}) {
@@ -304,19 +326,71 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
     else
       ++counters.denied;
     if (!options.audit) return;
+    // The sandbox chooses the host (up to a whole request head) and the
+    // binary's path, in any bytes: each is clipped, and written as UTF-8.
     json line = {{"time", logfile::format_time(logfile::now_ns())},
                  {"sandbox", options.sandbox},
                  {"kind", kind},
-                 {"binary", caller.exe},
+                 {"binary", clip(caller.exe, kMaxAuditPath)},
                  {"pid", caller.pid},
-                 {"host", host},
+                 {"host", clip(host, kMaxAuditHost)},
                  {"port", port},
                  {"decision", allowed ? "allow" : "deny"},
                  {"rule", rule},
-                 {"reason", reason}};
+                 {"reason", clip(reason, kMaxAuditReason)}};
     if (!address.empty()) line["address"] = address;
-    options.audit(line.dump());
+    write_audit(line);
   }
+
+  // A query of the DNS stub for a name some rule names: where its answer
+  // came from (local, cached, upstream) and how many addresses it got.
+  void audit_dns(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
+                 const std::string& reason) {
+    ++counters.allowed;
+    if (!options.audit) return;
+    json line = {{"time", logfile::format_time(logfile::now_ns())},
+                 {"sandbox", options.sandbox},
+                 {"kind", "dns"},
+                 {"binary", ""},
+                 {"pid", 0},
+                 {"host", clip(name, kMaxAuditHost)},
+                 {"port", 0},
+                 {"qtype", qtype_name(qtype)},
+                 {"decision", decision},
+                 {"answers", answers},
+                 {"rule", ""},
+                 {"reason", clip(reason, kMaxAuditReason)}};
+    write_audit(line);
+  }
+
+  // Queries refused by the resolver's rate limit: one line a second at
+  // most, counting the refusals since the last, so that a flood of queries
+  // cannot flood the log too.
+  void audit_rate_limited(const std::string& name, uint16_t qtype, const std::string& reason) {
+    ++counters.denied;
+    ++rate_limited_unlogged;
+    auto now = std::chrono::steady_clock::now();
+    if (rate_limited_logged && now - *rate_limited_logged < std::chrono::seconds(1)) return;
+    rate_limited_logged = now;
+    if (!options.audit) return;
+    json line = {{"time", logfile::format_time(logfile::now_ns())},
+                 {"sandbox", options.sandbox},
+                 {"kind", "dns"},
+                 {"binary", ""},
+                 {"pid", 0},
+                 {"host", clip(name, kMaxAuditHost)},
+                 {"port", 0},
+                 {"qtype", qtype_name(qtype)},
+                 {"decision", "rate_limited"},
+                 {"answers", 0},
+                 {"refused", rate_limited_unlogged},
+                 {"rule", ""},
+                 {"reason", clip(reason, kMaxAuditReason)}};
+    rate_limited_unlogged = 0;
+    write_audit(line);
+  }
+  std::optional<std::chrono::steady_clock::time_point> rate_limited_logged;
+  uint64_t rate_limited_unlogged = 0;
 
   void accept();
   void serve_dns();
@@ -782,17 +856,27 @@ void Proxy::Impl::serve_dns() {
     if (query->question.type != kTypeA && query->question.type != kTypeAAAA)
       return reply(build_response(*query, kRcodeNoError, {}, kDnsTtl));
     Query q = *query;
-    self->resolver.resolve(name, [self, q, reply, rules, name](std::vector<Address> addresses, std::string error) {
-      if (!error.empty()) {
+    self->resolver.lookup(name, [self, q, reply, rules, name](Resolution result) {
+      if (result.source == Source::kRateLimited) {
+        self->audit_rate_limited(name, q.question.type, result.error);
+        return reply(build_response(q, kRcodeRefused, {}, kDnsTtl));
+      }
+      if (!result.error.empty()) {
+        const std::string& error = result.error;
         bool missing = error.size() >= 14 && error.compare(error.size() - 14, 14, ": no such host") == 0;
+        self->audit_dns(name, q.question.type, source_name(result.source), 0, error);
         return reply(build_response(q, missing ? kRcodeNxDomain : kRcodeServFail, {}, kDnsTtl));
       }
       // Only addresses a connection could use (the SSRF guard holds here too).
       std::vector<Address> usable;
-      for (const auto& a : addresses)
-        if (rules->address_allowed_for_host(name, a)) usable.push_back(a);
-      Caller nobody;
-      self->audit("dns", nobody, name, 0, true, "", "");
+      size_t answers = 0;
+      int family = q.question.type == kTypeA ? AF_INET : AF_INET6;
+      for (const auto& a : result.addresses) {
+        if (!rules->address_allowed_for_host(name, a)) continue;
+        usable.push_back(a);
+        if (a.family == family) ++answers;
+      }
+      self->audit_dns(name, q.question.type, source_name(result.source), answers, "");
       reply(build_response(q, kRcodeNoError, usable, kDnsTtl));
     });
   });

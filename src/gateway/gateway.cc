@@ -29,7 +29,9 @@
 #include "auth/peer.h"
 #include "auth/secrets.h"
 #include "base/error.h"
+#include "base/event_loop.h"
 #include "base/files.h"
+#include "base/json_text.h"
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
@@ -92,11 +94,11 @@ json error_body(const std::string& code, const std::string& message) {
 }
 
 net::Response error_response(int status, const std::string& code, const std::string& message) {
-  return net::Response{status, error_body(code, message).dump() + "\n", "application/json"};
+  return net::Response{status, json_text(error_body(code, message)) + "\n", "application/json"};
 }
 
 net::Response json_response(int status, const json& body) {
-  return net::Response{status, body.dump() + "\n", "application/json"};
+  return net::Response{status, json_text(body) + "\n", "application/json"};
 }
 
 // An error the API answers with a status and a code.
@@ -391,7 +393,7 @@ void Gateway::notify(const std::string& id) {
   // Watchers first: they see every change.
   json event = record ? json{{"type", "phase"}, {"sandbox", view(*record)}}
                       : json{{"type", "deleted"}, {"id", id}};
-  std::string text = event.dump();
+  std::string text = json_text(event);
   for (auto it = watchers_.begin(); it != watchers_.end();) {
     if (auto ws = it->lock()) {
       ws->send(text, false);
@@ -459,7 +461,8 @@ void Gateway::launch(SandboxRecord& record) {
   // Where state lives, and how the sandbox's DNS resolves on the host (the
   // same settings as the gateway's own).
   for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME",
-                           "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS"})
+                           "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS",
+                           "OPENSHELL_DNS_QUERY_RATE", "OPENSHELL_DNS_QUERY_BURST"})
     if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
@@ -715,7 +718,7 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
             record->intent = "";
             set_phase(*record, Phase::kError, "LaunchFileInvalid", e.what());
           }
-          ws->send(json{{"type", "rejected"}, {"message", e.what()}}.dump(), false);
+          ws->send(json_text(json{{"type", "rejected"}, {"message", e.what()}}), false);
           ws->close();
           return;
         }
@@ -727,10 +730,9 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
         }
         if (finished(record->phase)) {
           // Its run is over (stopped, or its supervisor was given up for lost).
-          ws->send(json{{"type", "rejected"},
-                        {"message", "sandbox '" + record->name + "' is " +
-                                        std::string(phase_name(record->phase))}}
-                       .dump(),
+          ws->send(json_text(json{{"type", "rejected"},
+                                  {"message", "sandbox '" + record->name + "' is " +
+                                                  std::string(phase_name(record->phase))}}),
                    false);
           ws->close();
           return;
@@ -1257,7 +1259,7 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
         end["phase"] = last->second.value("phase", "");
         if (last->second.contains("exit_code")) end["exit_code"] = last->second["exit_code"];
       }
-      ws->send(end.dump(), false);
+      ws->send(json_text(end), false);
       ws->close();
       *poll = nullptr;  // break the cycle
       return;
@@ -1376,7 +1378,8 @@ void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const s
     policy_acks_.erase({id, revision});
     respond(false, "the sandbox's supervisor did not acknowledge the policy");
   });
-  s->second.session->send(json{{"type", "policy"}, {"revision", revision}, {"text", text}}.dump(), false);
+  s->second.session->send(
+      json_text(json{{"type", "policy"}, {"revision", revision}, {"text", text}}), false);
 }
 
 void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
@@ -1411,14 +1414,8 @@ int run(int ready_fd) {
     // own operation, not the gateway: the store rolled its transaction
     // back, and reconciliation settles that sandbox. run() goes on where
     // the failed handler left off.
-    for (;;) {
-      try {
-        io.run();
-        return 0;
-      } catch (const Error& e) {
-        log::error(std::string("gateway: ") + e.what() + " (the gateway goes on)");
-      }
-    }
+    run_handling_exceptions(io, "gateway");
+    return 0;
   } catch (const std::exception& e) {
     log::error(std::string("gateway: ") + e.what());
     tell(std::string("error: ") + e.what());

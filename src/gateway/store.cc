@@ -15,6 +15,7 @@
 #include <charconv>
 #include <limits>
 
+#include "base/json_text.h"
 #include "base/unique_fd.h"
 
 namespace openshell::gateway {
@@ -204,7 +205,7 @@ std::string conditions_to_json(const std::vector<Condition>& conditions) {
                      {"reason", c.reason},
                      {"message", c.message},
                      {"last_transition_ms", c.last_transition_ms}});
-  return array.dump();
+  return json_text(array);  // a message may quote what a sandbox or its image holds
 }
 
 std::vector<Condition> conditions_from_json(const std::string& text) {
@@ -224,7 +225,7 @@ std::vector<Condition> conditions_from_json(const std::string& text) {
 }
 
 std::string labels_to_json(const std::map<std::string, std::string>& labels) {
-  return json(labels).dump();
+  return json_text(json(labels));
 }
 
 std::map<std::string, std::string> labels_from_json(const std::string& text) {

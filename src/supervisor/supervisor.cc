@@ -21,7 +21,9 @@
 #include "auth/peer.h"
 #include "auth/secrets.h"
 #include "base/error.h"
+#include "base/event_loop.h"
 #include "base/files.h"
+#include "base/json_text.h"
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
@@ -244,7 +246,7 @@ void ExecSession::started(int pty_master) {
     read_stream(out_, 1);
     read_stream(err_, 2);
   }
-  ws_->send(json{{"type", "started"}}.dump(), false);
+  ws_->send(json_text(json{{"type", "started"}}), false);
   write_stdin();
 }
 
@@ -353,7 +355,7 @@ void ExecSession::finish() {
 void ExecSession::end(json message) {
   if (ended_) return;
   ended_ = true;
-  ws_->send(message.dump(), false);
+  ws_->send(json_text(message), false);
   ws_->close();
   boost::system::error_code ignored;
   stdin_.close(ignored);
@@ -422,7 +424,9 @@ int Supervisor::run() {
   // The sandbox starts once the gateway has accepted our launch file: a
   // superseded launch never runs anything.
   connect_session();
-  io_.run();
+  // What a sandbox sends its proxy and DNS stub is served on this loop: a
+  // handler that throws must not take the supervisor, and the sandbox, down.
+  run_handling_exceptions(io_, "supervisor");
   ::unlink(socket_path_.c_str());
   return result_;
 }
@@ -537,7 +541,8 @@ void Supervisor::write_exit_file() {
                  {"reason", reason_},
                  {"message", message_}};
   try {
-    auth::write_file_atomically(paths_.sandbox(launch_.sandbox_id) + "/exit.json", record.dump());
+    auth::write_file_atomically(paths_.sandbox(launch_.sandbox_id) + "/exit.json",
+                                json_text(record));
   } catch (const Error& e) {
     log::error(e.what());
   }
@@ -695,7 +700,7 @@ void Supervisor::connect_session() {
         // The launch file is read afresh on every connection: it is our identity.
         std::string bytes;
         files::read_into(launch_file_, &bytes);
-        ws->send(json{{"type", "hello"}, {"launch", bytes}, {"pid", ::getpid()}}.dump(), false);
+        ws->send(json_text(json{{"type", "hello"}, {"launch", bytes}, {"pid", ::getpid()}}), false);
       });
 }
 
@@ -732,7 +737,7 @@ void Supervisor::on_session_message(const std::string& data) {
     } catch (const std::exception& e) {
       ack["error"] = e.what();
     }
-    if (session_) session_->send(ack.dump(), false);
+    if (session_) session_->send(json_text(ack), false);
   }
 }
 
@@ -745,13 +750,13 @@ void Supervisor::report_status() {
     status["reason"] = reason_;
     status["message"] = message_;
     final_sent_ = true;
-    session_->send(status.dump(), false);
+    session_->send(json_text(status), false);
     session_->close();
   } else {
     status["state"] = "running";
     // The gateway waits for it to be gone before it removes the sandbox.
     status["init_pid"] = container_ ? container_->pid() : 0;
-    session_->send(status.dump(), false);
+    session_->send(json_text(status), false);
   }
 }
 

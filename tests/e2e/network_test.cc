@@ -5,14 +5,18 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <gmock/gmock.h>
+#include <nlohmann/json.hpp>
 
 #include "harness.h"
 
@@ -120,6 +124,38 @@ class KeepAliveServer {
 // \r\n) to the proxy on one connection and prints what comes back.
 std::string to_proxy(const std::string& bytes) {
   return "printf '" + bytes + "' | nc 127.0.0.1 3128";
+}
+
+// The lines of a network log, each parsed (a line that is not JSON, or not
+// UTF-8, fails the test).
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    try {
+      lines.push_back(nlohmann::json::parse(line));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a JSON line (" << e.what() << "): " << line.substr(0, 200);
+    }
+  }
+  return lines;
+}
+
+const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
+
+// Inside the sandbox: what a sandbox may send its proxy and DNS stub in
+// bytes that are not UTF-8. A host of \377\376 for CONNECT, the same in a
+// plain request's URL and Host field, a DNS label of them, and a connection
+// from a program whose path holds them.
+std::string non_utf8_attacks(const std::string& port) {
+  return "printf 'CONNECT \\377\\376.example:443 HTTP/1.1\\r\\n\\r\\n' | nc 127.0.0.1 3128; "
+         "printf 'GET http://\\377.example.test/ HTTP/1.1\\r\\nHost: \\376\\377\\r\\n\\r\\n' | nc "
+         "127.0.0.1 3128; "
+         "osh-probe dns-bad-label example.test; "
+         "p=/tmp/$(printf '\\377\\376'); cp /usr/bin/osh-probe \"$p\" && \"$p\" proxy-connect "
+         "localhost " +
+         port + " echo; ";
 }
 
 size_t count_of(const std::string& text, const std::string& part) {
@@ -430,6 +466,176 @@ TEST_P(Network, MalformedPoliciesAreRejectedWithLineAndField) {
   Result ok = openshell(mode(), {"policy", "validate", policy(local_rule())});
   EXPECT_EQ(ok.status, 0) << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("valid (1 network policies, 1 endpoints)"));
+}
+
+// Bytes that are not UTF-8 in what the sandbox sends made the audit line's
+// JSON dump throw: `openshell run` aborted (134) and a gateway sandbox's
+// supervisor died. The run must end with the command's own status, after
+// an allowed request still went through, and every audit line must be JSON.
+TEST_P(Network, BytesThatAreNotUtf8NeitherEndTheRunNorBreakTheAuditLog) {
+  std::string log = network_log("utf8");
+  Result r = run(
+      policy(local_rule("localhost", "") +
+             "[network_policies.wild]\nendpoints = [ { host = \"*.example.test\", port = 80 } ]\n"),
+      {"sh", "-c",
+       non_utf8_attacks(port()) + "wget -q -O- http://localhost:" + port() + "/ && exit 7"},
+      {"--network-log", log});
+  EXPECT_EQ(r.status, 7) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("403 Forbidden"));
+  EXPECT_THAT(r.out, HasSubstr("no answer"));  // the bad label: dropped, as any malformed query
+  EXPECT_THAT(r.out, HasSubstr("proxy: HTTP/1.1 200"));
+  EXPECT_THAT(r.out, HasSubstr("echo: ping through the proxy"));
+  EXPECT_THAT(r.out, HasSubstr("hello from the test server"));
+  bool host_seen = false, binary_seen = false;
+  for (const auto& line : json_lines(file_contents(log))) {
+    std::string host = line.value("host", ""), binary = line.value("binary", "");
+    if (host == kReplacement + kReplacement + ".example" && line["decision"] == "deny")
+      host_seen = true;
+    if (binary == "/tmp/" + kReplacement + kReplacement && line["decision"] == "allow")
+      binary_seen = true;
+  }
+  EXPECT_TRUE(host_seen) << file_contents(log);
+  EXPECT_TRUE(binary_seen) << file_contents(log);
+}
+
+TEST_P(Network, BytesThatAreNotUtf8LeaveAGatewaySandboxServing) {
+  std::string home = make_dir(mode(), "utf8home-" + mode_name(mode()), 0700);
+  Options o = env();
+  o.env.push_back("OPENSHELL_HOME=" + home);
+  auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
+  ASSERT_EQ(os({"sandbox", "create", "--name", "utf8", "--from", rootfs(), "--policy",
+                policy(local_rule())})
+                .status,
+            0);
+  Result attacks =
+      os({"sandbox", "exec", "utf8", "--", "sh", "-c", non_utf8_attacks(port()) + "exit 3"});
+  EXPECT_EQ(attacks.status, 3) << attacks.out << attacks.err;
+  EXPECT_THAT(attacks.out, HasSubstr("403 Forbidden"));
+  EXPECT_THAT(attacks.out, HasSubstr("proxy: HTTP/1.1 200"));
+  // The supervisor is still there: a later exec and an allowed request work.
+  Result after = os(
+      {"sandbox", "exec", "utf8", "--", "wget", "-q", "-O-", "http://localhost:" + port() + "/"});
+  EXPECT_EQ(after.status, 0) << after.err;
+  EXPECT_EQ(after.out, "hello from the test server\n");
+  EXPECT_THAT(os({"sandbox", "get", "utf8", "-o", "json"}).out, HasSubstr("\"phase\": \"Ready\""));
+  Result audit = os({"logs", "utf8", "--source", "network"});
+  std::vector<nlohmann::json> lines = json_lines(audit.out);
+  EXPECT_GE(lines.size(), 4u) << audit.out << audit.err;
+  EXPECT_THAT(audit.out, HasSubstr(kReplacement + kReplacement + ".example"));
+  EXPECT_THAT(audit.out, HasSubstr("\"binary\":\"/tmp/" + kReplacement + kReplacement + "\""));
+  os({"sandbox", "delete", "--all"});
+  os({"gateway", "stop"});
+}
+
+// --network-log followed a link at its path: whoever could plant one made
+// the proxy's lines land in a file of their choosing (as root: any file).
+TEST_P(Network, TheNetworkLogIsNeverOpenedThroughASymbolicLink) {
+  std::string dir = make_dir(mode(), "loglink-" + mode_name(mode()), 0777);
+  std::string target = write_file(dir + "/precious", "keep me\n", 0666);
+  std::string link = dir + "/network.log";
+  ::unlink(link.c_str());
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  std::string p = policy(local_rule());
+  Result r = run(p, {"echo", "ran"}, {"--network-log", link});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.err, "openshell: --network-log " + link +
+                       ": is a symbolic link (a log file is never opened through one)\n");
+  EXPECT_EQ(r.out, "") << "nothing ran";
+  EXPECT_EQ(file_contents(target), "keep me\n");
+  // A dangling link does not create its target either.
+  std::string dangling = dir + "/dangling.log";
+  ::unlink(dangling.c_str());
+  ASSERT_EQ(::symlink((dir + "/created").c_str(), dangling.c_str()), 0);
+  EXPECT_EQ(run(p, {"true"}, {"--network-log", dangling}).status, 125);
+  EXPECT_EQ(::access((dir + "/created").c_str(), F_OK), -1);
+  // Nor a FIFO (a reader's end) or a device.
+  std::string fifo = dir + "/fifo";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  ::chmod(fifo.c_str(), 0666);  // the mode's user may open it: only its type is wrong
+  Result f = run(p, {"true"}, {"--network-log", fifo});
+  EXPECT_EQ(f.status, 125);
+  EXPECT_EQ(f.err, "openshell: --network-log " + fifo + ": is not a regular file\n");
+  EXPECT_EQ(run(p, {"true"}, {"--network-log", "/dev/null"}).status, 125);
+  Result bad = run(p, {"true"}, {"--network-log", dir + "/ok.log", "--network-log-max", "1k"});
+  EXPECT_EQ(bad.status, 125);
+  EXPECT_EQ(bad.err, "openshell: --network-log-max 1k: not a size of at least 4K (like 16M)\n");
+}
+
+// 500 refusals of hosts of 60000 bytes once wrote 60 MB at once: a line was
+// as long as its host, twice, and the file had no bound.
+TEST_P(Network, TheNetworkLogIsBoundedAndItsLinesShort) {
+  std::string log = network_log("logcap");
+  ::unlink(log.c_str());
+  ::unlink((log + ".1").c_str());
+  Result r = run(policy(local_rule()), {"osh-probe", "proxy-flood", "500", "60000"},
+                 {"--network-log", log, "--network-log-max", "64K"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("refused=500"));
+  struct stat now {
+  }, older{};
+  ASSERT_EQ(::stat(log.c_str(), &now), 0);
+  ASSERT_EQ(::stat((log + ".1").c_str(), &older), 0) << "rotated into FILE.1";
+  EXPECT_LE(now.st_size, 64 * 1024);
+  EXPECT_LE(older.st_size, 64 * 1024);
+  EXPECT_EQ(now.st_mode & 07777, 0600u);
+  std::string text = file_contents(log + ".1") + file_contents(log);
+  std::vector<nlohmann::json> lines = json_lines(text);
+  ASSERT_FALSE(lines.empty());
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) EXPECT_LT(line.size(), 2048u);
+  EXPECT_THAT(lines.back()["host"].get<std::string>(), HasSubstr("...(600"));
+}
+
+// A wildcard endpoint let a sandbox send names of its choosing upstream,
+// each time asked: an exfiltration channel and an amplifier. The same name
+// is asked once; a flood of fresh names goes upstream only at the rate.
+TEST_P(Network, DnsAnswersAreCachedAndLookupsUpstreamRateLimited) {
+  std::string p = policy(
+      "[network_policies.wild]\nendpoints = [ { host = \"*.example.test\", port = 443, "
+      "allowed_ips = [\"127.0.0.1/32\"] } ]\n");
+  int before = dns_.queries();
+  Result same = run(p, {"osh-probe", "dns-query", "same.example.test", "20"});
+  EXPECT_EQ(same.status, 0) << same.err;
+  EXPECT_THAT(same.out, HasSubstr("noerror=20 "));
+  EXPECT_EQ(dns_.queries() - before, 2) << "one lookup upstream (an A and an AAAA query), not 20";
+
+  std::string log = network_log("dnsflood");
+  ::unlink(log.c_str());
+  before = dns_.queries();
+  auto start = std::chrono::steady_clock::now();
+  Result flood =
+      run(p, {"osh-probe", "dns-query", "*.example.test", "200"}, {"--network-log", log});
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(flood.status, 0) << flood.err;
+  int upstream = dns_.queries() - before;
+  // The default limit: a burst of 50 lookups, then 20 a second.
+  EXPECT_LE(upstream, 2 * (50 + 20 * elapsed + 1)) << "over " << elapsed << " s";
+  EXPECT_GE(upstream, 2 * 50);
+  int noerror = 0, refused = 0;
+  std::sscanf(flood.out.c_str(), "noerror=%d nxdomain=%*d refused=%d", &noerror, &refused);
+  EXPECT_GT(refused, 0) << flood.out;
+  EXPECT_EQ(noerror + refused, 200) << flood.out;
+  EXPECT_LE(2 * noerror, upstream) << "each answer took a lookup (an A and an AAAA query)";
+  std::vector<nlohmann::json> lines = json_lines(file_contents(log));
+  int upstream_lines = 0, limited_lines = 0, limited = 0;
+  for (const auto& line : lines) {
+    if (line["kind"] != "dns") continue;
+    if (line["decision"] == "upstream") {
+      ++upstream_lines;
+      EXPECT_EQ(line["qtype"], "A");
+      EXPECT_EQ(line["answers"], 1);
+    }
+    if (line["decision"] == "rate_limited") {
+      ++limited_lines;
+      limited += line["refused"].get<int>();
+    }
+  }
+  EXPECT_EQ(upstream_lines, noerror) << "each lookup upstream is audited";
+  EXPECT_GE(limited_lines, 1);
+  EXPECT_LE(limited_lines, elapsed + 1) << "at most one rate_limited line a second";
+  EXPECT_GE(limited, 1);
+  EXPECT_LE(limited, refused);
 }
 
 // A client that resets its tunnel while the server still sends makes the

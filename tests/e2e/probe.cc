@@ -406,6 +406,110 @@ int proxy_connect(const char* host, const char* port, const std::string& mode) {
   return line_through("ping through the proxy\n") ? 0 : 1;
 }
 
+// One DNS query for name (type A) to the sandbox's stub, 127.0.0.1:53; the
+// answer's rcode, or -1 when none came within wait_ms. name is sent as
+// given: its labels may hold any bytes.
+int dns_ask(const std::string& name, int wait_ms, uint16_t id) {
+  std::string q;
+  q.push_back(static_cast<char>(id >> 8));
+  q.push_back(static_cast<char>(id & 0xFF));
+  q += std::string("\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00", 10);  // RD, one question
+  size_t start = 0;
+  while (start < name.size()) {
+    size_t dot = name.find('.', start);
+    if (dot == std::string::npos) dot = name.size();
+    q.push_back(static_cast<char>(dot - start));
+    q += name.substr(start, dot - start);
+    start = dot + 1;
+  }
+  q += std::string("\x00\x00\x01\x00\x01", 5);  // root, A, IN
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(53);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::sendto(fd, q.data(), q.size(), 0, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int rcode = -1;
+  pollfd p{fd, POLLIN, 0};
+  char buf[1500];
+  while (::poll(&p, 1, wait_ms) == 1) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n >= 12 && static_cast<uint8_t>(buf[0]) == (id >> 8) &&
+        static_cast<uint8_t>(buf[1]) == (id & 0xFF)) {
+      rcode = static_cast<uint8_t>(buf[3]) & 0x0F;
+      break;
+    }
+  }
+  ::close(fd);
+  return rcode;
+}
+
+// COUNT A queries of NAME, one after the other; a NAME of "*.SUFFIX" asks a
+// fresh random label each time. Prints how the stub answered them.
+int dns_query(const std::string& name, int count) {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  std::srand(static_cast<unsigned>(now.tv_nsec ^ ::getpid()));
+  int noerror = 0, nxdomain = 0, refused = 0, servfail = 0, none = 0, other = 0;
+  for (int i = 0; i < count; ++i) {
+    std::string asked = name;
+    if (asked.rfind("*.", 0) == 0) {
+      asked = "x";
+      asked += std::to_string(std::rand());
+      asked += "-";
+      asked += std::to_string(i);
+      asked += name.substr(1);
+    }
+    switch (dns_ask(asked, 2000, static_cast<uint16_t>(std::rand()))) {
+      case 0:
+        ++noerror;
+        break;
+      case 2:
+        ++servfail;
+        break;
+      case 3:
+        ++nxdomain;
+        break;
+      case 5:
+        ++refused;
+        break;
+      case -1:
+        ++none;
+        break;
+      default:
+        ++other;
+    }
+  }
+  std::printf("noerror=%d nxdomain=%d refused=%d servfail=%d none=%d other=%d\n", noerror, nxdomain,
+              refused, servfail, none, other);
+  return 0;
+}
+
+// COUNT CONNECTs to the proxy, each for a host of LENGTH bytes (a refusal
+// with a long host), one after the other. Prints how many got a 403.
+int proxy_flood(int count, int length) {
+  int refused = 0;
+  for (int i = 0; i < count; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(3128);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return result(-1);
+    std::string request = "CONNECT " + std::string(static_cast<size_t>(length), 'h') + "-" +
+                          std::to_string(i) + ".example:443 HTTP/1.1\r\n\r\n";
+    ::write(fd, request.data(), request.size());
+    std::string reply;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) reply.append(buf, static_cast<size_t>(n));
+    if (reply.find(" 403 ") != std::string::npos) ++refused;
+    ::close(fd);
+  }
+  std::printf("refused=%d\n", refused);
+  return 0;
+}
+
 // CVE-2019-5736's step: get a handle on the init's binary, then try to
 // reopen it for writing.
 int exe_reopen(const char* pid) {
@@ -558,6 +662,14 @@ int main(int argc, char** argv) {
   if (action == "spin") return spin_cpu(std::atol(arg(2)));
   if (action == "exe-reopen") return exe_reopen(arg(2));
   if (action == "proxy-connect") return proxy_connect(arg(2), arg(3), argc > 4 ? argv[4] : "echo");
+  if (action == "dns-query") return dns_query(arg(2), std::atoi(arg(3)));
+  if (action == "dns-bad-label") {
+    // A label of bytes that are neither a host name's nor UTF-8.
+    int rcode = dns_ask(std::string("\xff\xfe.") + arg(2), 500, 0x4242);
+    std::printf(rcode < 0 ? "no answer\n" : "rcode %d\n", rcode);
+    return 0;
+  }
+  if (action == "proxy-flood") return proxy_flood(std::atoi(arg(2)), std::atoi(arg(3)));
   if (action == "exe-write") {
     int fd = ::open(arg(2), O_WRONLY | O_CLOEXEC);
     return result(fd);

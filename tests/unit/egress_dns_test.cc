@@ -4,6 +4,11 @@
 #include <utility>  // before Asio with GCC 12 in C++20
 // clang-format on
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
@@ -23,6 +29,9 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/unique_fd.h"
+#include "egress/proxy.h"
+#include "policy/policy.h"
 #include "test_util.h"
 
 namespace openshell::egress {
@@ -127,6 +136,14 @@ Address addr(const std::string& text) {
   auto address = Address::parse(text);
   EXPECT_TRUE(address) << text;
   return address.value_or(Address{});
+}
+
+// "PREFIX" + i + ".example" (built so that GCC 12 sees no overlapping copy).
+std::string numbered(const char* prefix, int i) {
+  std::string name(prefix);
+  name += std::to_string(i);
+  name += ".example";
+  return name;
 }
 
 std::vector<std::string> texts(const std::vector<Address>& addresses) {
@@ -793,10 +810,12 @@ TEST_F(ResolverTest, OneFamilyAnsweringIsEnoughInTheEnd) {
 }
 
 TEST_F(ResolverTest, QueryIdsAndSourcePortsAreRandom) {
-  FakeDnsServer server(io_, table({{"r.example", {"192.0.2.9"}}}));
+  std::map<std::string, std::vector<std::string>> names;
+  for (int i = 0; i < 8; ++i) names[numbered("r", i)] = {"192.0.2.9"};
+  FakeDnsServer server(io_, table(names));
   Resolver resolver(io_, config_with({server.address()}));
-  for (int i = 0; i < 8; ++i) {
-    Outcome out = resolve_and_wait(io_, resolver, "r.example");
+  for (int i = 0; i < 8; ++i) {  // names of their own: each is a lookup, not the cache
+    Outcome out = resolve_and_wait(io_, resolver, numbered("r", i));
     EXPECT_EQ(out.error, "");
   }
   std::set<uint16_t> ids, ports;
@@ -937,6 +956,392 @@ TEST_F(ResolverTest, DestroyingTheResolverDropsPendingLookups) {
   EXPECT_EQ(server.queries.size(), 2u);
 }
 
+// ---- the cache and the rate limit ------------------------------------------------
+
+struct Looked {
+  int calls = 0;
+  Resolution result;
+};
+
+// Starts a lookup; the caller runs the loop.
+std::shared_ptr<Looked> start_lookup(Resolver& resolver, const std::string& host) {
+  auto looked = std::make_shared<Looked>();
+  resolver.lookup(host, [looked](Resolution result) {
+    ++looked->calls;
+    looked->result = std::move(result);
+  });
+  return looked;
+}
+
+Resolution lookup_and_wait(asio::io_context& io, Resolver& resolver, const std::string& host) {
+  auto looked = start_lookup(resolver, host);
+  EXPECT_EQ(looked->calls, 0) << "called back from inside lookup()";
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (looked->calls == 0 && std::chrono::steady_clock::now() < deadline) {
+    io.restart();
+    io.run_for(5ms);
+  }
+  EXPECT_EQ(looked->calls, 1) << host;
+  return looked->result;
+}
+
+// Answers every name with 192.0.2.1 (and 2001:db8::1) with this TTL.
+FakeDnsServer::Reply with_ttl(uint32_t ttl) {
+  return [ttl](const Query& query, const std::string&) {
+    return std::vector<std::string>{
+        build_response(query, kRcodeNoError, {addr("192.0.2.1"), addr("2001:db8::1")}, ttl)};
+  };
+}
+
+class ResolverCacheTest : public ResolverTest {
+ protected:
+  // A clock the test moves.
+  ResolverConfig config_for(const FakeDnsServer& server) {
+    ResolverConfig config = config_with({server.address()});
+    config.now = [this] { return now_; };
+    return config;
+  }
+  std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::now();
+};
+
+TEST_F(ResolverCacheTest, ACachedNameIsNotAskedAgain) {
+  FakeDnsServer server(io_, with_ttl(60));
+  Resolver resolver(io_, config_for(server));
+  Resolution first = lookup_and_wait(io_, resolver, "same.example.test");
+  EXPECT_EQ(first.source, Source::kUpstream);
+  EXPECT_EQ(first.error, "");
+  EXPECT_THAT(texts(first.addresses), ElementsAre("192.0.2.1", "2001:db8::1"));
+  for (int i = 0; i < 20; ++i) {
+    Resolution again =
+        lookup_and_wait(io_, resolver, i % 2 ? "SAME.example.test." : "same.example.test");
+    EXPECT_EQ(again.source, Source::kCached);
+    EXPECT_THAT(texts(again.addresses), ElementsAre("192.0.2.1", "2001:db8::1"));
+  }
+  EXPECT_EQ(server.queries.size(), 2u) << "one lookup: an A and an AAAA query";
+}
+
+TEST_F(ResolverCacheTest, AnAnswerExpiresWithItsTtl) {
+  FakeDnsServer server(io_, with_ttl(60));
+  Resolver resolver(io_, config_for(server));
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "ttl.example").source, Source::kUpstream);
+  now_ += 59s;
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "ttl.example").source, Source::kCached);
+  now_ += 2s;
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "ttl.example").source, Source::kUpstream);
+  EXPECT_EQ(server.queries.size(), 4u);
+}
+
+TEST_F(ResolverCacheTest, TheTtlIsHeldBetweenTheFloorAndTheCeiling) {
+  FakeDnsServer zero(io_, with_ttl(0));
+  Resolver short_lived(io_, config_for(zero));
+  EXPECT_EQ(lookup_and_wait(io_, short_lived, "zero.example").source, Source::kUpstream);
+  now_ += 4s;
+  EXPECT_EQ(lookup_and_wait(io_, short_lived, "zero.example").source, Source::kCached)
+      << "a TTL of 0 is kept for the 5 s floor";
+  now_ += 2s;
+  EXPECT_EQ(lookup_and_wait(io_, short_lived, "zero.example").source, Source::kUpstream);
+
+  FakeDnsServer week(io_, with_ttl(7 * 24 * 3600));
+  Resolver long_lived(io_, config_for(week));
+  EXPECT_EQ(lookup_and_wait(io_, long_lived, "week.example").source, Source::kUpstream);
+  now_ += 299s;
+  EXPECT_EQ(lookup_and_wait(io_, long_lived, "week.example").source, Source::kCached);
+  now_ += 2s;
+  EXPECT_EQ(lookup_and_wait(io_, long_lived, "week.example").source, Source::kUpstream)
+      << "a week's TTL is kept for the 300 s ceiling only";
+}
+
+TEST_F(ResolverCacheTest, TheTtlIsTheLeastOfTheChain) {
+  // A CNAME with TTL 10 to addresses with TTL 3600: the answer is good for 10 s.
+  FakeDnsServer server(io_, [](const Query& query, const std::string& raw) {
+    std::string m = header(query.id, 0x8180, 1, 2) + raw.substr(12);
+    m += record(pointer(12), 5, wire_name("target.example"), 10);
+    m += record(wire_name("target.example"), query.question.type,
+                address_bytes(query.question.type == kTypeA ? "192.0.2.7" : "2001:db8::7"), 3600);
+    return std::vector<std::string>{m};
+  });
+  Resolver resolver(io_, config_for(server));
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "alias.example").error, "");
+  now_ += 9s;
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "alias.example").source, Source::kCached);
+  now_ += 2s;
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "alias.example").source, Source::kUpstream);
+}
+
+TEST_F(ResolverCacheTest, NxDomainIsCachedToo) {
+  FakeDnsServer server(io_, table({}));
+  Resolver resolver(io_, config_for(server));
+  Resolution first = lookup_and_wait(io_, resolver, "gone.example");
+  EXPECT_EQ(first.error, "gone.example: no such host");
+  EXPECT_EQ(first.source, Source::kUpstream);
+  size_t asked = server.queries.size();
+  Resolution again = lookup_and_wait(io_, resolver, "gone.example");
+  EXPECT_EQ(again.error, "gone.example: no such host");
+  EXPECT_EQ(again.source, Source::kCached);
+  EXPECT_EQ(server.queries.size(), asked);
+  now_ += 31s;  // negative_ttl_s
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "gone.example").source, Source::kUpstream);
+}
+
+TEST_F(ResolverCacheTest, FailuresAreNotCached) {
+  FakeDnsServer server(io_, silence());
+  ResolverConfig config = config_for(server);
+  config.timeout_ms = 30;
+  config.attempts = 1;
+  Resolver resolver(io_, config);
+  EXPECT_THAT(lookup_and_wait(io_, resolver, "silent.example").error, HasSubstr("did not answer"));
+  EXPECT_THAT(lookup_and_wait(io_, resolver, "silent.example").error, HasSubstr("did not answer"));
+  EXPECT_EQ(server.queries.size(), 4u);
+}
+
+TEST_F(ResolverCacheTest, LookupsOfANameUnderWayShareOneQuery) {
+  FakeDnsServer server(io_, with_ttl(60));
+  Resolver resolver(io_, config_for(server));
+  std::vector<std::shared_ptr<Looked>> all;
+  for (int i = 0; i < 5; ++i) all.push_back(start_lookup(resolver, "busy.example"));
+  for (int i = 0; i < 100 && all.back()->calls == 0; ++i) {
+    io_.restart();
+    io_.run_for(5ms);
+  }
+  int upstream = 0;
+  for (const auto& looked : all) {
+    EXPECT_EQ(looked->calls, 1);
+    EXPECT_THAT(texts(looked->result.addresses), ElementsAre("192.0.2.1", "2001:db8::1"));
+    if (looked->result.source == Source::kUpstream) ++upstream;
+  }
+  EXPECT_EQ(upstream, 1);
+  EXPECT_EQ(server.queries.size(), 2u);
+}
+
+TEST_F(ResolverCacheTest, TheCacheHoldsAtMostItsEntriesDroppingTheLeastRecent) {
+  FakeDnsServer server(io_, with_ttl(60));
+  ResolverConfig config = config_for(server);
+  config.cache_entries = 2;
+  Resolver resolver(io_, config);
+  lookup_and_wait(io_, resolver, "a.example");
+  lookup_and_wait(io_, resolver, "b.example");
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "a.example").source, Source::kCached);  // a: recent
+  lookup_and_wait(io_, resolver, "c.example");                                     // drops b
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "a.example").source, Source::kCached);
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "c.example").source, Source::kCached);
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "b.example").source, Source::kUpstream);
+}
+
+TEST_F(ResolverCacheTest, TheRateLimitRefusesLookupsOverItWithoutAQuery) {
+  FakeDnsServer server(io_, with_ttl(60));
+  ResolverConfig config = config_for(server);
+  config.query_rate = 10;
+  config.query_burst = 5;
+  Resolver resolver(io_, config);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(lookup_and_wait(io_, resolver, numbered("n", i)).source, Source::kUpstream)
+        << "the burst";
+  Resolution over = lookup_and_wait(io_, resolver, "n5.example");
+  EXPECT_EQ(over.source, Source::kRateLimited);
+  EXPECT_EQ(over.error, "n5.example: too many DNS lookups (over 10 a second)");
+  EXPECT_THAT(over.addresses, IsEmpty());
+  EXPECT_EQ(server.queries.size(), 10u);
+  // Cached names are still answered: the limit is on what goes upstream.
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "n0.example").source, Source::kCached);
+  // 10 a second: a tenth of a second later, one more.
+  now_ += 100ms;
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "n6.example").source, Source::kUpstream);
+  EXPECT_EQ(lookup_and_wait(io_, resolver, "n7.example").source, Source::kRateLimited);
+  // A long pause refills the bucket up to its burst, no more.
+  now_ += 1h;
+  int allowed = 0;
+  for (int i = 0; i < 20; ++i)
+    if (lookup_and_wait(io_, resolver, numbered("m", i)).source == Source::kUpstream) ++allowed;
+  EXPECT_EQ(allowed, 5);
+  EXPECT_EQ(server.queries.size(), 2u * (5 + 1 + 5));
+}
+
+TEST_F(ResolverCacheTest, ARateOfZeroIsNoLimit) {
+  FakeDnsServer server(io_, with_ttl(60));
+  ResolverConfig config = config_for(server);
+  config.query_rate = 0;
+  config.query_burst = 1;
+  Resolver resolver(io_, config);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(lookup_and_wait(io_, resolver, numbered("z", i)).source, Source::kUpstream);
+}
+
+TEST_F(ResolverCacheTest, TheHostsFileAndLiteralsAreLocal) {
+  write_file(dir_ / "hosts", "10.1.2.3 local.test\n");
+  FakeDnsServer server(io_, with_ttl(60));
+  ResolverConfig config = config_for(server);
+  config.hosts_file = dir_ / "hosts";
+  config.query_rate = 1;
+  config.query_burst = 1;
+  Resolver resolver(io_, config);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(lookup_and_wait(io_, resolver, "local.test").source, Source::kLocal);
+    EXPECT_EQ(lookup_and_wait(io_, resolver, "192.0.2.5").source, Source::kLocal);
+  }
+  EXPECT_TRUE(server.queries.empty());
+  EXPECT_STREQ(source_name(Source::kRateLimited), "rate_limited");
+  EXPECT_STREQ(source_name(Source::kUpstream), "upstream");
+}
+
+// ---- the proxy's DNS stub and its audit lines ---------------------------------------
+
+// A Proxy serving a DNS stub and a proxy listener on 127.0.0.1, with the
+// rules of a policy that allows *.example.test, resolving through upstream.
+class StubTest : public ::testing::Test {
+ protected:
+  void start(ResolverConfig config) {
+    Proxy::Options options;
+    options.sandbox = "stub-test";
+    options.init_pid = ::getpid();
+    options.audit = [this](const std::string& line) { lines_.push_back(line); };
+    config.hosts_file = dir_ / "hosts-missing";
+    proxy_ = std::make_unique<Proxy>(io_, options, config);
+    proxy_->set_rules(std::make_shared<NetworkRules>(NetworkRules::compile(policy::parse(
+        "version = 1\n[network_policies.t]\nendpoints = [ { host = \"*.example.test\", port = 443, "
+        "allowed_ips = [\"192.0.2.0/24\", \"2001:db8::/32\"] } ]\n",
+        "test.toml"))));
+    int dns = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof stub_;
+    EXPECT_EQ(::bind(dns, reinterpret_cast<sockaddr*>(&any), sizeof any), 0);
+    EXPECT_EQ(::getsockname(dns, reinterpret_cast<sockaddr*>(&stub_), &length), 0);
+    EXPECT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any), 0);
+    EXPECT_EQ(::listen(listener, 16), 0);
+    length = sizeof proxy_address_;
+    EXPECT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&proxy_address_), &length), 0);
+    proxy_->serve(UniqueFd(listener), UniqueFd(dns), UniqueFd());
+  }
+
+  // Sends one datagram to the stub; its answer, or nullopt after 300 ms.
+  std::optional<std::string> ask(const std::string& message) {
+    int client = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ::sendto(client, message.data(), message.size(), 0, reinterpret_cast<sockaddr*>(&stub_),
+             sizeof stub_);
+    std::optional<std::string> answer;
+    auto deadline = std::chrono::steady_clock::now() + 300ms;
+    while (!answer && std::chrono::steady_clock::now() < deadline) {
+      io_.restart();
+      io_.run_for(2ms);
+      char buffer[1500];
+      ssize_t n = ::recv(client, buffer, sizeof buffer, 0);
+      if (n > 0) answer = std::string(buffer, static_cast<size_t>(n));
+    }
+    ::close(client);
+    return answer;
+  }
+  std::optional<std::string> ask(const std::string& name, uint16_t type) {
+    return ask(query_message(static_cast<uint16_t>(++id_), name, type));
+  }
+  static int rcode(const std::optional<std::string>& answer) {
+    return answer ? static_cast<uint8_t>((*answer)[3]) & 0x0F : -1;
+  }
+  nlohmann::json line(size_t index) {
+    EXPECT_LT(index, lines_.size());
+    if (index >= lines_.size()) return {};
+    return nlohmann::json::parse(lines_[index]);  // throws when not valid JSON or UTF-8
+  }
+
+  asio::io_context io_;
+  TempDir dir_;
+  std::unique_ptr<Proxy> proxy_;
+  sockaddr_in stub_{}, proxy_address_{};
+  std::vector<std::string> lines_;
+  int id_ = 0;
+};
+
+TEST_F(StubTest, UpstreamCachedAndRateLimitedQueriesAreAuditedWithoutFloodingTheLog) {
+  FakeDnsServer upstream(io_, with_ttl(60));
+  ResolverConfig config;
+  config.servers = {upstream.address()};
+  config.query_rate = 1;
+  config.query_burst = 2;
+  start(config);
+
+  EXPECT_EQ(rcode(ask("a.example.test", kTypeA)), kRcodeNoError);
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_EQ(line(0)["kind"], "dns");
+  EXPECT_EQ(line(0)["host"], "a.example.test");
+  EXPECT_EQ(line(0)["qtype"], "A");
+  EXPECT_EQ(line(0)["decision"], "upstream");
+  EXPECT_EQ(line(0)["answers"], 1);
+  EXPECT_EQ(line(0)["sandbox"], "stub-test");
+  EXPECT_EQ(upstream.queries.size(), 2u);
+
+  EXPECT_EQ(rcode(ask("a.example.test", kTypeAAAA)), kRcodeNoError);
+  EXPECT_EQ(line(1)["decision"], "cached");
+  EXPECT_EQ(line(1)["qtype"], "AAAA");
+  EXPECT_EQ(line(1)["answers"], 1);
+  EXPECT_EQ(upstream.queries.size(), 2u) << "the cache answered";
+
+  EXPECT_EQ(rcode(ask("b.example.test", kTypeA)), kRcodeNoError);  // the burst's second token
+  EXPECT_EQ(line(2)["decision"], "upstream");
+
+  // Over the limit: refused here, nothing sent, one line for the lot.
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(rcode(ask(numbered("x", i) + ".test", kTypeA)), kRcodeRefused);
+  EXPECT_EQ(upstream.queries.size(), 4u);
+  ASSERT_EQ(lines_.size(), 4u) << "one rate_limited line a second, not one a query";
+  EXPECT_EQ(line(3)["decision"], "rate_limited");
+  EXPECT_EQ(line(3)["host"], "x0.example.test");
+  EXPECT_EQ(line(3)["refused"], 1);
+  EXPECT_THAT(line(3)["reason"].get<std::string>(), HasSubstr("too many DNS lookups"));
+  // Names no rule names are refused here as before, and never asked.
+  EXPECT_EQ(rcode(ask("other.org", kTypeA)), kRcodeNxDomain);
+  EXPECT_EQ(line(4)["decision"], "deny");
+  EXPECT_EQ(upstream.queries.size(), 4u);
+}
+
+TEST_F(StubTest, ANameOfBytesThatAreNotAHostNameIsDroppedNotAsked) {
+  FakeDnsServer upstream(io_, with_ttl(60));
+  ResolverConfig config;
+  config.servers = {upstream.address()};
+  start(config);
+  std::string bad =
+      header(7, 0x0100, 1) +
+      question(std::string("\x02\xff\xfe\x07") + "example\x04test" + std::string(1, '\0'), kTypeA);
+  EXPECT_EQ(ask(bad), std::nullopt);
+  EXPECT_TRUE(upstream.queries.empty());
+  EXPECT_TRUE(lines_.empty());
+  EXPECT_EQ(rcode(ask("after.example.test", kTypeA)), kRcodeNoError) << "the stub still serves";
+}
+
+TEST_F(StubTest, AConnectToAHostThatIsNotUtf8IsAuditedAsValidJson) {
+  ResolverConfig config;
+  config.servers = {"127.0.0.1:9"};
+  start(config);
+  for (const std::string& request :
+       {std::string("CONNECT \xff\xfe.example:443 HTTP/1.1\r\n\r\n"),
+        std::string("GET http://\xff.example.test/ HTTP/1.1\r\nHost: \xfe\xff\r\n\r\n"),
+        "CONNECT " + std::string(60000, '\xff') + ".example:443 HTTP/1.1\r\n\r\n"}) {
+    size_t before = lines_.size();
+    int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(
+        ::connect(client, reinterpret_cast<sockaddr*>(&proxy_address_), sizeof proxy_address_), 0);
+    ASSERT_EQ(::send(client, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    std::string reply;
+    auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (reply.find("\r\n\r\n") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      io_.restart();
+      io_.run_for(2ms);  // a handler that threw would end the test here
+      char buffer[4096];
+      ssize_t n = ::recv(client, buffer, sizeof buffer, MSG_DONTWAIT);
+      if (n > 0) reply.append(buffer, static_cast<size_t>(n));
+    }
+    ::close(client);
+    EXPECT_THAT(reply, HasSubstr(" 403 "));
+    ASSERT_EQ(lines_.size(), before + 1);
+    nlohmann::json audit = line(before);
+    EXPECT_EQ(audit["decision"], "deny");
+    EXPECT_THAT(audit["host"].get<std::string>(), HasSubstr("\xEF\xBF\xBD"));  // U+FFFD
+    EXPECT_LT(lines_.back().size(), 4096u) << "the host is clipped";
+  }
+}
+
 // ---- ResolverConfig::from_environment -------------------------------------------
 
 TEST(ResolverConfigTest, DefaultsWithoutTheEnvironment) {
@@ -949,6 +1354,46 @@ TEST(ResolverConfigTest, DefaultsWithoutTheEnvironment) {
   EXPECT_THAT(config.servers, IsEmpty());
   EXPECT_EQ(config.timeout_ms, 2000);
   EXPECT_EQ(config.attempts, 2);
+}
+
+TEST(ResolverConfigTest, CacheAndRateLimitDefaults) {
+  ScopedEnv rate("OPENSHELL_DNS_QUERY_RATE", nullptr);
+  ScopedEnv burst("OPENSHELL_DNS_QUERY_BURST", nullptr);
+  ResolverConfig config = ResolverConfig::from_environment();
+  EXPECT_EQ(config.cache_entries, 4096u);
+  EXPECT_EQ(config.min_ttl_s, 5u);
+  EXPECT_EQ(config.max_ttl_s, 300u);
+  EXPECT_EQ(config.query_rate, 20);
+  EXPECT_EQ(config.query_burst, 50);
+}
+
+TEST(ResolverConfigTest, TheRateLimitComesFromTheEnvironment) {
+  {
+    ScopedEnv rate("OPENSHELL_DNS_QUERY_RATE", "2.5");
+    ScopedEnv burst("OPENSHELL_DNS_QUERY_BURST", "7");
+    ResolverConfig config = ResolverConfig::from_environment();
+    EXPECT_EQ(config.query_rate, 2.5);
+    EXPECT_EQ(config.query_burst, 7);
+  }
+  {
+    ScopedEnv rate("OPENSHELL_DNS_QUERY_RATE", "0");
+    EXPECT_EQ(ResolverConfig::from_environment().query_rate, 0);
+  }
+  for (const char* bad : {"x", "-1", "nan", "inf", "5/s", "1e999"}) {
+    ScopedEnv rate("OPENSHELL_DNS_QUERY_RATE", bad);
+    try {
+      ResolverConfig::from_environment();
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("OPENSHELL_DNS_QUERY_RATE=") + bad +
+                                           ": not a number of DNS lookups a second (like 20; 0 "
+                                           "for no limit)");
+    }
+  }
+  for (const char* bad : {"0", "0.5", "many"}) {
+    ScopedEnv burst("OPENSHELL_DNS_QUERY_BURST", bad);
+    EXPECT_THROW(ResolverConfig::from_environment(), Error) << bad;
+  }
 }
 
 TEST(ResolverConfigTest, TheEnvironmentOverrides) {

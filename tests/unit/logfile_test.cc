@@ -2,6 +2,9 @@
 // part when they grow past their limit.
 #include "base/logfile.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -62,6 +65,57 @@ TEST(RotatingFile, KeepsOneOlderPartAndTheNewestLines) {
   }
   EXPECT_EQ(read(path + ".1"), "eeee\n");
   EXPECT_EQ(read(path), "a line longer than ten bytes\n");
+}
+
+TEST(RotatingFile, NeverWritesThroughASymbolicLink) {
+  TempDir dir;
+  const std::string target = dir.path() + "/precious";
+  const std::string link = dir.path() + "/network.log";
+  openshell::testing::write_file(target, "keep me\n");
+  ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
+  RotatingFile f(link, 1 << 20);
+  EXPECT_FALSE(f.is_open());
+  EXPECT_EQ(f.error(), "is a symbolic link (a log file is never opened through one)");
+  f.append("planted\n");
+  EXPECT_EQ(read(target), "keep me\n");
+  // A dangling link is not followed to create its target either.
+  const std::string dangling = dir.path() + "/dangling.log";
+  ASSERT_EQ(::symlink((dir.path() + "/created").c_str(), dangling.c_str()), 0);
+  EXPECT_FALSE(RotatingFile(dangling).is_open());
+  EXPECT_EQ(::access((dir.path() + "/created").c_str(), F_OK), -1);
+}
+
+TEST(RotatingFile, RefusesWhatIsNotARegularFile) {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  RotatingFile f(fifo);  // without O_NONBLOCK this would hang for a reader
+  EXPECT_FALSE(f.is_open());
+  EXPECT_EQ(f.error(), "is not a regular file");
+  RotatingFile null("/dev/null");
+  EXPECT_FALSE(null.is_open());
+  EXPECT_EQ(null.error(), "is not a regular file");
+  RotatingFile missing(dir.path() + "/no/such/dir/log");
+  EXPECT_FALSE(missing.is_open());
+  EXPECT_EQ(missing.error(), "No such file or directory");
+}
+
+TEST(RotatingFile, AFloodStaysWithinTwiceTheLimit) {
+  TempDir dir;
+  const std::string path = dir.path() + "/network.log";
+  const std::string line(999, 'x');
+  {
+    RotatingFile f(path, 64 * 1024);
+    for (int i = 0; i < 5000; ++i) f.append(line + "\n");  // 5 MB offered
+  }
+  struct stat now {
+  }, older{};
+  ASSERT_EQ(::stat(path.c_str(), &now), 0);
+  ASSERT_EQ(::stat((path + ".1").c_str(), &older), 0);
+  EXPECT_LE(now.st_size, 64 * 1024);
+  EXPECT_LE(older.st_size, 64 * 1024);
+  EXPECT_GT(older.st_size, 60 * 1024);
+  EXPECT_EQ(now.st_mode & 07777, 0600u);
 }
 
 }  // namespace
