@@ -49,6 +49,9 @@ struct FilesystemSpec {
   std::string home;            // another directory made like the workdir ("" none): the user's HOME
   std::string exe_path;        // host path of this binary, for the sealed init image
   bool dns_stub = false;       // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
+  // /proc mounted read-only, so that no process opens another's
+  // /proc/PID/mem for writing (where no Landlock policy covers /proc).
+  bool proc_read_only = false;
 };
 
 // Paths the sandbox never sees: files become /dev/null, directories an empty
