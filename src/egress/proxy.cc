@@ -15,6 +15,7 @@
 #include <boost/asio.hpp>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/log.h"
 #include "base/logfile.h"
 #include "base/text.h"
 #include "egress/identity.h"
@@ -833,7 +835,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // `bytes` to the client, then the relay from the server (when it is still
   // open) until the server closes.
   void final_response(std::string bytes, bool relay) {
-    response_.clear();
+    std::string().swap(response_);  // its memory too
     response_started_ = true;
     if (request_forwarded_ && request_.upgrade) after_response_head();
     auto self = shared_from_this();
@@ -1063,8 +1065,25 @@ void Proxy::Impl::serve_dns() {
   });
 }
 
+namespace {
+
+// OPENSHELL_PROXY_MAX_CONNECTIONS, when set, overrides the limit.
+Proxy::Options with_environment(Proxy::Options options) {
+  const char* text = std::getenv("OPENSHELL_PROXY_MAX_CONNECTIONS");
+  if (!text || !*text) return options;
+  auto value = text::parse_uint(text, 1 << 20);
+  if (value && *value > 0)
+    options.max_connections = static_cast<size_t>(*value);
+  else
+    log::warn(std::string("OPENSHELL_PROXY_MAX_CONNECTIONS=") + text + ": not a number from 1 to 1048576; the limit stays " +
+              std::to_string(options.max_connections));
+  return options;
+}
+
+}  // namespace
+
 Proxy::Proxy(asio::io_context& io, Options options, ResolverConfig resolver)
-    : impl_(std::make_shared<Impl>(io, std::move(options), std::move(resolver))) {}
+    : impl_(std::make_shared<Impl>(io, with_environment(std::move(options)), std::move(resolver))) {}
 
 Proxy::~Proxy() {
   close();
