@@ -489,6 +489,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void abort() {
+    timer_.cancel();  // its wait holds the connection (and its place under the limit)
     boost::system::error_code ignored;
     client_.close(ignored);
     upstream_.close(ignored);
