@@ -481,9 +481,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec) self->abort();
     });
-    // Who holds the socket now, at once: a process that connects and then
-    // hands the socket to another (or execs one) has held it.
-    if (proxy_->identifies()) identify(true);
+    // Who holds the socket now, at once, where a rule names binaries: a
+    // process that connects and then hands the socket to another (or execs
+    // one) has held it.
+    if (proxy_->worker && proxy_->rules->names_binaries()) identify(true);
     read_head();
   }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -653,6 +654,14 @@ TEST_P(Network, RevokedEndpointClosesItsOpenTunnels) {
       policy("[network_policies.local]\nendpoints = [ { host = \"localhost\", port = " + port() +
              ", allowed_ips = [\"127.0.0.1/32\"] }, { host = \"localhost\", port = " + b_port +
              ", allowed_ips = [\"127.0.0.1/32\"] } ]\n");
+  // Whatever fails below, the sandbox and the gateway go.
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    os({"sandbox", "delete", "--all"});
+    os({"gateway", "stop"});
+  }};
   ASSERT_EQ(
       os({"sandbox", "create", "--name", "revoke", "--from", rootfs(), "--policy", both}).status,
       0);
@@ -683,8 +692,6 @@ TEST_P(Network, RevokedEndpointClosesItsOpenTunnels) {
   EXPECT_THAT(audit.out,
               HasSubstr("\"reason\":\"policy revision 2: no rule allows localhost:" + port()));
   EXPECT_EQ(count_of(audit.out, "\"decision\":\"closed\""), 1u) << audit.out;
-  os({"sandbox", "delete", "--all"});
-  os({"gateway", "stop"});
 }
 
 }  // namespace
