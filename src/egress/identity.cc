@@ -267,6 +267,18 @@ std::string writable_by(pid_t pid, const std::string& path, const std::vector<ui
   return {};
 }
 
+// When the process started (clock ticks since boot, /proc/PID/stat's 22nd
+// field): with the pid, it names one process, not a later one with the same
+// number.
+uint64_t start_time(pid_t pid) {
+  auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return 0;
+  size_t paren = stat->rfind(')');  // the name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
+  return fields.size() > 19 ? text::parse_uint(fields[19]).value_or(0) : 0;
+}
+
 Caller caller_of(pid_t pid) {
   Caller caller;
   caller.pid = pid;
@@ -417,18 +429,30 @@ void CallerFinder::give_up_sock_diag(const std::string& why) {
 // grows with the sandbox's processes and their fds: it reads at most
 // `budget` entries. Every holder counts, not only the first found: a
 // process the policy names may hold a socket that another one uses.
-Holders CallerFinder::holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget) {
+Holders CallerFinder::holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget,
+                              const Holders* since) {
   Holders out;
   const size_t start = budget;
   const uint64_t inode = inode_of(client, proxy);
   if (!inode) return out;
   const std::string wanted = "socket:[" + std::to_string(inode) + "]";
   std::vector<pid_t> pids = sandbox_processes(init_pid_, &budget);
+  const bool incremental = since && !since->budget_exceeded && !since->seen.empty();
   for (pid_t pid : pids) {
     if (budget == 0) break;
+    --budget;
+    const std::pair<pid_t, uint64_t> process{pid, start_time(pid)};
+    out.seen.push_back(process);
+    if (incremental && std::binary_search(since->seen.begin(), since->seen.end(), process)) {
+      bool held = false;
+      for (const auto& c : since->processes) held = held || c.pid == pid;
+      if (!held) continue;
+    }
     if (holds_socket(pid, wanted, &budget)) out.processes.push_back(caller_of(pid));
   }
   out.budget_exceeded = budget == 0;
+  if (out.budget_exceeded) out.seen.clear();
+  std::sort(out.seen.begin(), out.seen.end());
   out.entries = start - budget;
   return out;
 }

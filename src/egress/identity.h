@@ -40,9 +40,14 @@ struct Holders {
   std::vector<Caller> processes;  // oldest first (in the order of the process tree)
   bool budget_exceeded = false;
   size_t entries = 0;  // /proc entries read
+  // Every process of the sandbox the search saw, (pid, start time) in pid
+  // order, when it saw them all: a later search of the same socket looks
+  // only at these holders and at processes that are new since.
+  std::vector<std::pair<pid_t, uint64_t>> seen;
 };
 
-// The fd and process entries one search may read: about 25 ms of a core.
+// The fd and process entries one search may read: a few hundred
+// milliseconds of a core at most (see docs/policy.md).
 inline constexpr size_t kIdentityBudget = 100000;
 
 // The rules for crediting a process as its executable (pure functions of
@@ -124,8 +129,13 @@ class CallerFinder {
   // `proxy` and the peer `client`: the newest of its holders.
   Caller find(const TcpEnd& client, const TcpEnd& proxy);
   // Every process holding the client's socket, each judged by the crediting
-  // rules above; at most `budget` /proc entries are read.
-  Holders holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget = kIdentityBudget);
+  // rules above; at most `budget` /proc entries are read. With `since` (an
+  // earlier complete search of the same socket), the fds of a process it
+  // saw that did not hold the socket then are not read again: such a
+  // process can hold it now only if a holder sent it (SCM_RIGHTS; pidfd_getfd
+  // is refused), and a holder then was credited as a program the rule names.
+  Holders holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget = kIdentityBudget,
+                  const Holders* since = nullptr);
 
   // Whether inodes come from sock_diag (until a query shows it cannot).
   // Safe to ask from another thread than the one that searches.

@@ -547,9 +547,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec || ec2 || !proxy_->worker) return false;
     auto self = shared_from_this();
     asio::io_context* io = &proxy_->io;
-    bool submitted = proxy_->worker->submit([self, io, at_accept, client = end_of(peer),
+    // The search at the request builds on the one at accept: the worker
+    // takes its jobs in order, so that one is done by then, and its result
+    // is read there, on the worker's thread, before the proxy's sees it.
+    if (at_accept) accept_search_ = std::make_shared<Holders>();
+    std::shared_ptr<Holders> earlier = accept_search_;
+    bool submitted = proxy_->worker->submit([self, io, at_accept, earlier, client = end_of(peer),
                                              own = end_of(local)](CallerFinder& finder) mutable {
-      Holders found = finder.holders(client, own);
+      Holders found;
+      if (!at_accept && earlier && earlier->budget_exceeded)
+        found.budget_exceeded = true;  // refused where it matters: no second search
+      else
+        found = finder.holders(client, own, kIdentityBudget, at_accept ? nullptr : earlier.get());
+      if (at_accept) *earlier = found;
       // The connection goes back to the proxy's thread, and ends there.
       asio::post(*io, [self = std::move(self), found = std::move(found), at_accept]() mutable {
         self->identified(std::move(found), at_accept);
@@ -1001,6 +1011,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Caller caller_;                // the process named in the audit
   std::vector<Caller> holders_;  // every process that held the socket
   Holders at_accept_, at_request_;
+  std::shared_ptr<Holders> accept_search_;  // written and read on the worker's thread
   bool accept_pending_ = false, request_pending_ = false, request_done_ = false, decided_ = false;
   bool budget_exceeded_ = false;
   std::shared_ptr<const NetworkRules> rules_;

@@ -378,8 +378,23 @@ TEST(CallerFinder, EveryHolderOfTheSocketIsFoundWithinTheBudget) {
   CallerFinder finder(::getpid(), std::move(diag));
   Holders all = finder.holders(l.client_end, l.server_end);
   Holders cut = finder.holders(l.client_end, l.server_end, 3);
+  // A later search from that one: a process started since (which inherits
+  // the socket) is found, the holders are found again.
+  pid_t later = ::fork();
+  if (later == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  for (int i = 0; i < 100 && finder.holders(l.client_end, l.server_end).processes.size() < 3; ++i)
+    ::usleep(10000);
+  Holders again = finder.holders(l.client_end, l.server_end, kIdentityBudget, &all);
+  ::kill(later, SIGKILL);
+  ::waitpid(later, nullptr, 0);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+  ASSERT_EQ(again.processes.size(), 3u);
+  EXPECT_EQ(again.processes[2].pid, later);
+  EXPECT_EQ(all.seen.size(), 2u);
   ASSERT_EQ(all.processes.size(), 2u);
   EXPECT_EQ(all.processes[0].pid, ::getpid());
   EXPECT_EQ(all.processes[1].pid, child);
