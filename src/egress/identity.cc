@@ -279,13 +279,17 @@ uint64_t start_time(pid_t pid) {
   return fields.size() > 19 ? text::parse_uint(fields[19]).value_or(0) : 0;
 }
 
-Caller caller_of(pid_t pid) {
+Caller caller_of(pid_t pid, bool examine) {
   Caller caller;
   caller.pid = pid;
   const std::string base = "/proc/" + std::to_string(pid);
   // A deleted or replaced binary reads "PATH (deleted)".
   caller.exe = without_deleted(readlink_string(base + "/exe"));
   if (caller.exe.empty()) return caller;
+  if (!examine) {
+    caller.untrusted = "it was not examined (no rule named binaries when it connected)";
+    return caller;
+  }
   auto environ = files::try_read(base + "/environ");
   if (!environ) {
     caller.untrusted = "its environment cannot be read";
@@ -430,7 +434,7 @@ void CallerFinder::give_up_sock_diag(const std::string& why) {
 // `budget` entries. Every holder counts, not only the first found: a
 // process the policy names may hold a socket that another one uses.
 Holders CallerFinder::holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget,
-                              const Holders* since) {
+                              const Holders* since, bool examine) {
   Holders out;
   const size_t start = budget;
   const uint64_t inode = inode_of(client, proxy);
@@ -448,7 +452,7 @@ Holders CallerFinder::holders(const TcpEnd& client, const TcpEnd& proxy, size_t 
       for (const auto& c : since->processes) held = held || c.pid == pid;
       if (!held) continue;
     }
-    if (holds_socket(pid, wanted, &budget)) out.processes.push_back(caller_of(pid));
+    if (holds_socket(pid, wanted, &budget)) out.processes.push_back(caller_of(pid, examine));
   }
   out.budget_exceeded = budget == 0;
   if (out.budget_exceeded) out.seen.clear();

@@ -134,8 +134,10 @@ class CallerFinder {
   // saw that did not hold the socket then are not read again: such a
   // process can hold it now only if a holder sent it (SCM_RIGHTS; pidfd_getfd
   // is refused), and a holder then was credited as a program the rule names.
+  // Without `examine`, the crediting rules are not applied (their reads are
+  // saved where no rule names binaries): each holder is then untrusted.
   Holders holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget = kIdentityBudget,
-                  const Holders* since = nullptr);
+                  const Holders* since = nullptr, bool examine = true);
 
   // Whether inodes come from sock_diag (until a query shows it cannot).
   // Safe to ask from another thread than the one that searches.

@@ -375,6 +375,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   // The connections with a server: each is asked, when the policy changes,
   // whether the new one still allows it.
   uint64_t next_id = 0;
+  int64_t revision = 0;  // of the rules
   std::map<uint64_t, std::function<void(int64_t revision)>> established;
 
   // Whether callers are identified: sock_diag makes it cheap, and a rule
@@ -552,13 +553,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // is read there, on the worker's thread, before the proxy's sees it.
     if (at_accept) accept_search_ = std::make_shared<Holders>();
     std::shared_ptr<Holders> earlier = accept_search_;
-    bool submitted = proxy_->worker->submit([self, io, at_accept, earlier, client = end_of(peer),
+    const bool examine = proxy_->rules->names_binaries();
+    bool submitted = proxy_->worker->submit([self, io, at_accept, earlier, examine,
+                                             client = end_of(peer),
                                              own = end_of(local)](CallerFinder& finder) mutable {
       Holders found;
       if (!at_accept && earlier && earlier->budget_exceeded)
         found.budget_exceeded = true;  // refused where it matters: no second search
       else
-        found = finder.holders(client, own, kIdentityBudget, at_accept ? nullptr : earlier.get());
+        found = finder.holders(client, own, kIdentityBudget, at_accept ? nullptr : earlier.get(),
+                               examine);
       if (at_accept) *earlier = found;
       // The connection goes back to the proxy's thread, and ends there.
       asio::post(*io, [self = std::move(self), found = std::move(found), at_accept]() mutable {
@@ -641,19 +645,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // A new policy: close this connection when it would refuse it now.
-  void recheck(const std::shared_ptr<const NetworkRules>& rules, int64_t revision) {
-    Caller blamed;
+  // Whether `rules` allow this connection to address_ (then they become its
+  // rules); *blamed and *why say why not.
+  bool still_allowed(const std::shared_ptr<const NetworkRules>& rules, Caller* blamed,
+                     Decision* why) {
     Match match;
-    Decision d = judge(*rules, &blamed, &match);
+    Decision d = judge(*rules, blamed, &match);
     if (d.allowed) {
       Decision a = rules->check_address(match, address_);
       if (!a.allowed) d = a;
     }
-    if (d.allowed) {
-      rules_ = rules;
-      match_ = std::move(match);
-      return;
+    if (!d.allowed) {
+      *why = d;
+      return false;
     }
+    rules_ = rules;
+    match_ = std::move(match);
+    return true;
+  }
+
+  void recheck(const std::shared_ptr<const NetworkRules>& rules, int64_t revision) {
+    Caller blamed;
+    Decision d;
+    if (still_allowed(rules, &blamed, &d)) return;
     proxy_->established.erase(id_);
     proxy_->audit("connect", d.reason.empty() ? caller_ : blamed, host_, port_, false, d.rule,
                   "policy revision " + std::to_string(revision) + ": " + d.reason,
@@ -722,8 +736,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void connected(const Address& address) {
-    proxy_->audit("connect", caller_, host_, port_, true, match_.rule, "", address.to_string());
     address_ = address;
+    // A policy that changed while the name resolved and the server answered.
+    if (rules_ != proxy_->rules) {
+      Caller blamed;
+      Decision d;
+      if (!still_allowed(proxy_->rules, &blamed, &d)) {
+        boost::system::error_code ignored;
+        upstream_.close(ignored);
+        caller_ = blamed;
+        return deny("policy revision " + std::to_string(proxy_->revision) + ": " + d.reason,
+                    d.rule);
+      }
+    }
+    proxy_->audit("connect", caller_, host_, port_, true, match_.rule, "", address.to_string());
     std::weak_ptr<Connection> weak = shared_from_this();
     proxy_->established[id_] = [weak, this](int64_t revision) {
       if (auto self = weak.lock()) recheck(proxy_->rules, revision);
@@ -1106,6 +1132,7 @@ Proxy::~Proxy() {
 
 void Proxy::set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision) {
   impl_->rules = rules ? std::move(rules) : std::make_shared<NetworkRules>();
+  impl_->revision = revision;
   // Each open connection asks whether it is still allowed (and may close,
   // which takes it out of the map: iterate over a copy).
   auto established = impl_->established;
