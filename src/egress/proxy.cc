@@ -431,12 +431,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   void audit(const std::string& kind, const Caller& caller, const std::string& host, uint16_t port,
              bool allowed, const std::string& rule, const std::string& reason,
              const std::string& address = {}, const char* decision = nullptr) {
-    if (decision)
-      ;
-    else if (allowed)
-      ++counters.allowed;
-    else
-      ++counters.denied;
+    if (!decision) ++(allowed ? counters.allowed : counters.denied);
     if (!options.audit) return;
     json line = {{"time", logfile::format_time(logfile::now_ns())},
                  {"sandbox", options.sandbox},
@@ -644,7 +639,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return d;
   }
 
-  // A new policy: close this connection when it would refuse it now.
   // Whether `rules` allow this connection to address_ (then they become its
   // rules); *blamed and *why say why not.
   bool still_allowed(const std::shared_ptr<const NetworkRules>& rules, Caller* blamed,
@@ -664,6 +658,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return true;
   }
 
+  // A new policy: close this connection when it would refuse it now.
   void recheck(const std::shared_ptr<const NetworkRules>& rules, int64_t revision) {
     Caller blamed;
     Decision d;
