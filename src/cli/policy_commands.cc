@@ -44,7 +44,9 @@ int put_policy(const std::string& name, const std::string& text, const std::stri
   } else {
     long long revision = result.value("revision", 0LL);
     if (result.value("applied", false))
-      std::printf("%s: policy revision %lld applied to new connections\n", name.c_str(), revision);
+      std::printf(
+          "%s: policy revision %lld applied to new connections; open ones it refuses are closed\n",
+          name.c_str(), revision);
     else
       std::printf("%s: policy revision %lld saved; it applies when the sandbox next starts%s\n",
                   name.c_str(), revision,

@@ -188,6 +188,11 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   spec.egress = !policy.network.empty();
   spec.fs.dns_stub = spec.egress;
   spec.network_policy = policy;
+  // Without a filesystem policy no Landlock rule covers /proc, where a
+  // process could write another's memory (/proc/PID/mem: ptrace is refused,
+  // that file is not) and so act as a binary the network policy names. A
+  // gateway sandbox's default policy makes /proc read-only; so does this.
+  spec.fs.proc_read_only = !policy.has_filesystem_policy;
 
   // The user.
   std::string user = o.user;

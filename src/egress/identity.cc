@@ -179,8 +179,9 @@ uint64_t proc_socket_inode(pid_t pid, uint16_t client_port, uint16_t server_port
 
 // Whether one of the process's fds is `wanted` ("socket:[INODE]"). The
 // links are read relative to the fd directory: a lookup of one name, not of
-// a whole /proc path, for each.
-bool holds_socket(pid_t pid, std::string_view wanted) {
+// a whole /proc path, for each. Each entry read counts against *budget;
+// false with *budget 0 when it ran out before the last.
+bool holds_socket(pid_t pid, std::string_view wanted, size_t* budget) {
   std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* d = ::opendir(dir.c_str());
   if (!d) return false;
@@ -188,6 +189,8 @@ bool holds_socket(pid_t pid, std::string_view wanted) {
   char link[64];
   while (dirent* e = ::readdir(d)) {
     if (e->d_name[0] == '.') continue;
+    if (*budget == 0) break;
+    --*budget;
     ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof link);
     if (n == static_cast<ssize_t>(wanted.size()) && std::memcmp(link, wanted.data(), wanted.size()) == 0) {
       found = true;
@@ -198,15 +201,18 @@ bool holds_socket(pid_t pid, std::string_view wanted) {
   return found;
 }
 
-// init and its descendants, through /proc/PID/task/TID/children.
-std::vector<pid_t> sandbox_processes(pid_t init_pid) {
+// init and its descendants, through /proc/PID/task/TID/children; each
+// thread read counts against *budget.
+std::vector<pid_t> sandbox_processes(pid_t init_pid, size_t* budget) {
   std::vector<pid_t> out = {init_pid};
-  for (size_t i = 0; i < out.size() && out.size() < 65536; ++i) {
+  for (size_t i = 0; i < out.size() && *budget > 0; ++i) {
     std::string tasks = "/proc/" + std::to_string(out[i]) + "/task";
     DIR* d = ::opendir(tasks.c_str());
     if (!d) continue;
     while (dirent* e = ::readdir(d)) {
       if (e->d_name[0] == '.') continue;
+      if (*budget == 0) break;
+      --*budget;
       auto children = files::try_read(tasks + "/" + e->d_name + "/children");
       if (!children) continue;
       for (const auto& word : text::split(text::trim(*children), ' '))
@@ -217,26 +223,107 @@ std::vector<pid_t> sandbox_processes(pid_t init_pid) {
   return out;
 }
 
-Caller caller_of(pid_t pid) {
-  Caller caller;
-  caller.pid = pid;
-  caller.exe = readlink_string("/proc/" + std::to_string(pid) + "/exe");
-  // A deleted or replaced binary reads "PATH (deleted)".
+std::string without_deleted(std::string path) {
   const std::string deleted = " (deleted)";
-  if (caller.exe.size() > deleted.size() &&
-      caller.exe.compare(caller.exe.size() - deleted.size(), deleted.size(), deleted) == 0)
-    caller.exe.resize(caller.exe.size() - deleted.size());
-  return caller;
+  if (path.size() > deleted.size() &&
+      path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    path.resize(path.size() - deleted.size());
+  return path;
 }
 
-bool pid_namespace(pid_t pid, struct stat* out) {
-  return ::stat(("/proc/" + std::to_string(pid) + "/ns/pid").c_str(), out) == 0;
+// The process's real and effective uid, as the host numbers them.
+std::vector<uid_t> uids_of(pid_t pid) {
+  auto status = files::try_read("/proc/" + std::to_string(pid) + "/status");
+  std::vector<uid_t> out;
+  if (!status) return out;
+  for (const auto& line : text::split(*status, '\n')) {
+    if (line.rfind("Uid:", 0) != 0) continue;
+    for (const auto& word : text::split(line.substr(4), '\t'))
+      if (auto uid = text::parse_uint(text::trim(word))) out.push_back(static_cast<uid_t>(*uid));
+  }
+  return out;
+}
+
+// Why the file at `path` in the process's root (or its directory) is one
+// the process could have written; "" when it could not.
+std::string writable_by(pid_t pid, const std::string& path, const std::vector<uid_t>& uids) {
+  UniqueFd root(
+      ::open(("/proc/" + std::to_string(pid) + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return "its root cannot be opened";
+  for (std::string p = path; p.size() > 1; p = p.substr(0, std::max<size_t>(p.rfind('/'), 1))) {
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
+    UniqueFd fd(
+        static_cast<int>(::syscall(SYS_openat2, root.get(), p.c_str() + 1, &how, sizeof how)));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0) return p + " cannot be examined";
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) return p + " is group- or world-writable";
+    if (std::find(uids.begin(), uids.end(), st.st_uid) != uids.end())
+      return p + " belongs to the process's user";
+    if (p == path && !S_ISREG(st.st_mode)) return p + " is not a regular file";
+    if (p != path) break;  // the file and the directory holding it
+  }
+  return {};
+}
+
+// When the process started (clock ticks since boot, /proc/PID/stat's 22nd
+// field): with the pid, it names one process, not a later one with the same
+// number.
+uint64_t start_time(pid_t pid) {
+  auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return 0;
+  size_t paren = stat->rfind(')');  // the name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
+  return fields.size() > 19 ? text::parse_uint(fields[19]).value_or(0) : 0;
+}
+
+Caller caller_of(pid_t pid, bool examine) {
+  Caller caller;
+  caller.pid = pid;
+  const std::string base = "/proc/" + std::to_string(pid);
+  // A deleted or replaced binary reads "PATH (deleted)".
+  caller.exe = without_deleted(readlink_string(base + "/exe"));
+  if (caller.exe.empty()) return caller;
+  if (!examine) {
+    caller.untrusted = "it was not examined (no rule named binaries when it connected)";
+    return caller;
+  }
+  auto environ = files::try_read(base + "/environ");
+  if (!environ) {
+    caller.untrusted = "its environment cannot be read";
+    return caller;
+  }
+  caller.untrusted = credit::environment_problem(*environ);
+  if (!caller.untrusted.empty()) return caller;
+  auto maps = files::try_read(base + "/maps");
+  if (!maps) {
+    caller.untrusted = "its memory map cannot be read";
+    return caller;
+  }
+  const std::vector<uid_t> uids = uids_of(pid);
+  std::vector<std::string> checked;
+  for (const auto& path : credit::executable_files(*maps)) {
+    if (path == caller.exe || std::find(checked.begin(), checked.end(), path) != checked.end())
+      continue;
+    if (!credit::library_path_allowed(path, caller.exe)) {
+      caller.untrusted = "code mapped from " + path;
+      return caller;
+    }
+    if (auto why = writable_by(pid, path, uids); !why.empty()) {
+      caller.untrusted = "code mapped from " + path + ", and " + why;
+      return caller;
+    }
+    checked.push_back(path);
+  }
+  return caller;
 }
 
 }  // namespace
 
 CallerFinder::CallerFinder(pid_t init_pid, UniqueFd diag_socket)
-    : init_pid_(init_pid), diag_(std::move(diag_socket)) {}
+    : init_pid_(init_pid), diag_(std::move(diag_socket)), sock_diag_(diag_.valid()) {}
 
 CallerFinder::Lookup CallerFinder::diag_inode(const TcpEnd& local, const TcpEnd& remote,
                                               uint64_t* inode, std::string* why) {
@@ -335,6 +422,7 @@ uint64_t CallerFinder::inode_of(const TcpEnd& client, const TcpEnd& proxy) {
 
 void CallerFinder::give_up_sock_diag(const std::string& why) {
   diag_.reset();
+  sock_diag_ = false;
   if (warned_) return;
   warned_ = true;
   log::warn("egress proxy: " + why + "; identifying callers through /proc/" + std::to_string(init_pid_) +
@@ -342,43 +430,100 @@ void CallerFinder::give_up_sock_diag(const std::string& why) {
 }
 
 // Reading a process's fd links costs about 20 us (a few fds), so a search
-// of every sandbox process grows with their number: the recent callers are
-// tried first, as a program that connects once tends to connect again.
-Caller CallerFinder::holder_of(uint64_t inode) {
-  if (!inode) return {};
+// grows with the sandbox's processes and their fds: it reads at most
+// `budget` entries. Every holder counts, not only the first found: a
+// process the policy names may hold a socket that another one uses.
+Holders CallerFinder::holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget,
+                              const Holders* since, bool examine) {
+  Holders out;
+  const size_t start = budget;
+  const uint64_t inode = inode_of(client, proxy);
+  if (!inode) return out;
   const std::string wanted = "socket:[" + std::to_string(inode) + "]";
-  for (size_t i = 0; i < recent_.size(); ++i) {
-    const pid_t pid = recent_[i];
-    if (!holds_socket(pid, wanted) || !in_sandbox(pid)) continue;
-    recent_.erase(recent_.begin() + static_cast<ptrdiff_t>(i));
-    recent_.insert(recent_.begin(), pid);
-    return caller_of(pid);
+  std::vector<pid_t> pids = sandbox_processes(init_pid_, &budget);
+  const bool incremental = since && !since->budget_exceeded && !since->seen.empty();
+  for (pid_t pid : pids) {
+    if (budget == 0) break;
+    --budget;
+    const std::pair<pid_t, uint64_t> process{pid, start_time(pid)};
+    out.seen.push_back(process);
+    if (incremental && std::binary_search(since->seen.begin(), since->seen.end(), process)) {
+      bool held = false;
+      for (const auto& c : since->processes) held = held || c.pid == pid;
+      if (!held) continue;
+    }
+    if (holds_socket(pid, wanted, &budget)) out.processes.push_back(caller_of(pid, examine));
   }
-  // Newest first: the process that just connected is likely a recent one.
-  std::vector<pid_t> pids = sandbox_processes(init_pid_);
-  for (auto it = pids.rbegin(); it != pids.rend(); ++it) {
-    if (std::find(recent_.begin(), recent_.end(), *it) != recent_.end()) continue;  // tried above
-    if (!holds_socket(*it, wanted)) continue;
-    recent_.insert(recent_.begin(), *it);
-    if (recent_.size() > kRecentCallers) recent_.pop_back();
-    return caller_of(*it);
+  out.budget_exceeded = budget == 0;
+  if (out.budget_exceeded) out.seen.clear();
+  std::sort(out.seen.begin(), out.seen.end());
+  out.entries = start - budget;
+  return out;
+}
+
+Caller CallerFinder::find(const TcpEnd& client, const TcpEnd& proxy) {
+  Holders found = holders(client, proxy);
+  return found.processes.empty() ? Caller{} : found.processes.back();
+}
+
+namespace credit {
+
+std::string environment_problem(std::string_view environ_bytes) {
+  for (const auto& entry : text::split(environ_bytes, '\0')) {
+    for (const char* name : {"LD_PRELOAD=", "LD_AUDIT="}) {
+      const size_t n = std::strlen(name);
+      if (entry.size() > n && entry.compare(0, n, name) == 0)
+        return std::string(name, n - 1) + " in its environment";
+    }
   }
   return {};
 }
 
-// A recent caller's pid may have been reused since: it still counts when it
-// is in the sandbox's pid namespace, where only the sandbox's processes are
-// (one in a nested namespace is found by the full search instead).
-bool CallerFinder::in_sandbox(pid_t pid) {
-  struct stat ns{};
-  if (!sandbox_pid_ns_ && !pid_namespace(init_pid_, &ns)) return false;
-  if (!sandbox_pid_ns_) sandbox_pid_ns_ = std::make_pair(ns.st_dev, ns.st_ino);
-  return pid_namespace(pid, &ns) && std::make_pair(ns.st_dev, ns.st_ino) == *sandbox_pid_ns_;
+std::vector<std::string> executable_files(std::string_view maps) {
+  std::vector<std::string> out;
+  for (const auto& line : text::split(maps, '\n')) {
+    // address perms offset dev inode pathname
+    std::vector<std::string> fields;
+    size_t at = 0;
+    for (int i = 0; i < 5 && at < line.size(); ++i) {
+      size_t start = line.find_first_not_of(' ', at);
+      if (start == std::string::npos) break;
+      size_t end = line.find(' ', start);
+      fields.push_back(
+          line.substr(start, end == std::string::npos ? std::string::npos : end - start));
+      at = end == std::string::npos ? line.size() : end;
+    }
+    if (fields.size() < 5 || fields[1].size() < 3 || fields[1][2] != 'x' || fields[4] == "0")
+      continue;
+    size_t path = line.find_first_not_of(' ', at);
+    out.push_back(path == std::string::npos ? std::string() : line.substr(path));
+  }
+  return out;
 }
 
-Caller CallerFinder::find(const TcpEnd& client, const TcpEnd& proxy) {
-  return holder_of(inode_of(client, proxy));
+bool library_path_allowed(const std::string& path, const std::string& exe) {
+  if (path.empty() || path[0] != '/' || path.find("/../") != std::string::npos ||
+      path.find("/./") != std::string::npos)
+    return false;
+  const std::string deleted = " (deleted)";
+  if (path.size() > deleted.size() &&
+      path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
+    return false;
+  std::vector<std::string> dirs = {"/lib/",       "/lib32/",     "/lib64/",        "/usr/lib/",
+                                   "/usr/lib32/", "/usr/lib64/", "/usr/local/lib/"};
+  // PREFIX/bin/NAME: PREFIX/lib and PREFIX/lib64 are its own.
+  size_t name = exe.rfind('/');
+  if (name != std::string::npos && name >= 4 && exe.compare(name - 4, 4, "/bin") == 0 && name > 4) {
+    std::string prefix = exe.substr(0, name - 4);
+    dirs.push_back(prefix + "/lib/");
+    dirs.push_back(prefix + "/lib64/");
+  }
+  for (const auto& dir : dirs)
+    if (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0) return true;
+  return false;
 }
+
+}  // namespace credit
 
 std::string resolve_in_sandbox(pid_t init_pid, const std::string& path) {
   std::string root = "/proc/" + std::to_string(init_pid) + "/root";

@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,7 +28,54 @@ namespace openshell::egress {
 struct Caller {
   pid_t pid = 0;    // host pid; 0 when not found
   std::string exe;  // the executable as the sandbox sees it ("/usr/bin/curl"); "" when unknown
+  // Why the process is not credited as `exe` ("" when it is): code from
+  // elsewhere may run in it, so what it does is not what `exe` would do.
+  std::string untrusted;
 };
+
+// Every process that holds one socket, as one search found them. A search
+// reads a bounded number of /proc entries (processes and their fds): when
+// the sandbox has more, it stops and says so, and the caller fails closed.
+struct Holders {
+  std::vector<Caller> processes;  // oldest first (in the order of the process tree)
+  bool budget_exceeded = false;
+  size_t entries = 0;  // /proc entries read
+  // Every process of the sandbox the search saw, (pid, start time) in pid
+  // order, when it saw them all: a later search of the same socket looks
+  // only at these holders and at processes that are new since.
+  std::vector<std::pair<pid_t, uint64_t>> seen;
+};
+
+// The fd and process entries one search may read: a few hundred
+// milliseconds of a core at most (see docs/policy.md).
+inline constexpr size_t kIdentityBudget = 100000;
+
+// The rules for crediting a process as its executable (pure functions of
+// what /proc shows, so that they can be tested without processes):
+//
+//  - its environment asks the dynamic loader for other code: LD_PRELOAD or
+//    LD_AUDIT set (to anything but the empty string);
+//  - every file it has mapped executable is its executable itself, or a
+//    file under a library directory: /lib, /lib32, /lib64, /usr/lib,
+//    /usr/lib32, /usr/lib64, /usr/local/lib, and PREFIX/lib and PREFIX/lib64
+//    for an executable PREFIX/bin/NAME (the dynamic loader is among them);
+//    a mapping of a deleted file or a memfd is never one;
+//  - such a library, and the directory holding it, is not writable by the
+//    process: not group- or world-writable, not owned by its uid
+//    (checked by the caller, with the file in hand).
+// Anonymous executable memory (JIT compilers) is allowed: it is made by code
+// that is itself one of the above.
+namespace credit {
+// "LD_PRELOAD in its environment", or "" when neither is set.
+std::string environment_problem(
+    std::string_view environ_bytes);  // NUL-separated, as /proc shows it
+// The paths of file-backed executable mappings in a /proc/PID/maps text
+// (" (deleted)" kept as the kernel writes it).
+std::vector<std::string> executable_files(std::string_view maps);
+// Whether a mapped path is one a process of `exe` may run code from
+// (before the writability check).
+bool library_path_allowed(const std::string& path, const std::string& exe);
+}  // namespace credit
 
 // One end of a TCP connection.
 struct TcpEnd {
@@ -78,11 +126,22 @@ class CallerFinder {
   CallerFinder(pid_t init_pid, UniqueFd diag_socket);
 
   // The client of the connection whose proxy-side socket has the local end
-  // `proxy` and the peer `client`.
+  // `proxy` and the peer `client`: the newest of its holders.
   Caller find(const TcpEnd& client, const TcpEnd& proxy);
+  // Every process holding the client's socket, each judged by the crediting
+  // rules above; at most `budget` /proc entries are read. With `since` (an
+  // earlier complete search of the same socket), the fds of a process it
+  // saw that did not hold the socket then are not read again: such a
+  // process can hold it now only if a holder sent it (SCM_RIGHTS; pidfd_getfd
+  // is refused), and a holder then was credited as a program the rule names.
+  // Without `examine`, the crediting rules are not applied (their reads are
+  // saved where no rule names binaries): each holder is then untrusted.
+  Holders holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget = kIdentityBudget,
+                  const Holders* since = nullptr, bool examine = true);
 
   // Whether inodes come from sock_diag (until a query shows it cannot).
-  bool uses_sock_diag() const { return diag_.valid(); }
+  // Safe to ask from another thread than the one that searches.
+  bool uses_sock_diag() const { return sock_diag_.load(); }
 
  private:
   enum class Lookup {
@@ -94,15 +153,10 @@ class CallerFinder {
   Lookup diag_inode(const TcpEnd& local, const TcpEnd& remote, uint64_t* inode, std::string* why);
   uint64_t inode_of(const TcpEnd& client, const TcpEnd& proxy);
   void give_up_sock_diag(const std::string& why);
-  Caller holder_of(uint64_t inode);
-  bool in_sandbox(pid_t pid);
-
-  static constexpr size_t kRecentCallers = 8;
 
   pid_t init_pid_;
   UniqueFd diag_;
-  std::vector<pid_t> recent_;  // the last callers found, the latest first
-  std::optional<std::pair<dev_t, ino_t>> sandbox_pid_ns_;
+  std::atomic<bool> sock_diag_{false};
   uint32_t sequence_ = 0;
   bool warned_ = false;
 };

@@ -5,15 +5,23 @@
 #include "egress/proxy.h"
 
 #include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
-
-#include <boost/asio.hpp>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
+#include <boost/asio.hpp>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "base/json_text.h"
 #include "base/log.h"
@@ -30,8 +38,16 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxHead = 64 * 1024;
-constexpr size_t kRelayBuffer = 256 * 1024;
+// What one connection may cost the proxy (see docs/policy.md for the
+// budget): a request head of at most kMaxHead, a response head of at most
+// kMaxResponseHead read kResponseChunk at a time, and relay buffers only
+// where splice() cannot move a tunnel's bytes.
+constexpr size_t kMaxHead = 16 * 1024;
+constexpr size_t kMaxResponseHead = 64 * 1024;
+constexpr size_t kResponseChunk = 16 * 1024;
+constexpr size_t kRelayBuffer = 64 * 1024;
+// Memory goes back to the system after this many connections close.
+constexpr uint64_t kTrimAfter = 128;
 constexpr size_t kSpliceChunk = 1 << 20;  // bytes moved per splice() into the pipe
 constexpr int kSpliceRounds = 32;         // splices before the relay yields to other work
 
@@ -293,16 +309,130 @@ std::string closing_response_head(std::string_view head) {
   return out + "Connection: close\r\n\r\n";
 }
 
+// Finds callers off the proxy's thread: a search of the sandbox's processes
+// takes milliseconds when they are many, and the proxy's other connections
+// and the DNS stub go on meanwhile. One thread, jobs in order; the finder is
+// used on it alone.
+class Proxy::IdentityWorker {
+ public:
+  explicit IdentityWorker(std::unique_ptr<CallerFinder> finder) : finder_(std::move(finder)) {
+    // The thread takes no signals: they are the process's main loop's.
+    sigset_t all, saved;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &saved);
+    thread_ = std::thread([this] { loop(); });
+    ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  }
+  ~IdentityWorker() { stop(); }
+
+  bool uses_sock_diag() const { return finder_->uses_sock_diag(); }
+
+  // False once stopped: the job does not run.
+  bool submit(std::function<void(CallerFinder&)> job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return false;
+    jobs_.push_back(std::move(job));
+    wake_.notify_one();
+    return true;
+  }
+
+  // Waits for the job that runs; the others are dropped here, not on the thread.
+  void stop() {
+    std::deque<std::function<void(CallerFinder&)>> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      dropped.swap(jobs_);
+      wake_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void(CallerFinder&)> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job(*finder_);
+    }
+  }
+
+  std::unique_ptr<CallerFinder> finder_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void(CallerFinder&)>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context& io;
   Options options;
   Resolver resolver;
   std::shared_ptr<const NetworkRules> rules = std::make_shared<NetworkRules>();
-  std::unique_ptr<CallerFinder> callers;  // from serve() on
+  std::shared_ptr<IdentityWorker> worker;  // from serve() on
   tcp::acceptor acceptor;
   udp::socket dns;
   Counters counters;
   bool closed = false;
+  uint64_t closed_since_trim = 0;
+  // The connections with a server: each is asked, when the policy changes,
+  // whether the new one still allows it.
+  uint64_t next_id = 0;
+  int64_t revision = 0;  // of the rules
+  std::map<uint64_t, std::function<void(int64_t revision)>> established;
+
+  // Whether callers are identified: sock_diag makes it cheap, and a rule
+  // that names binaries makes it needed.
+  bool identifies() const {
+    return worker && (worker->uses_sock_diag() || rules->names_binaries());
+  }
+
+  void connection_closed() {
+    --counters.open;
+    // A burst of connections leaves free memory in the heap: give it back.
+    if (++closed_since_trim >= kTrimAfter || counters.open == 0) {
+      if (closed_since_trim > 1) ::malloc_trim(0);
+      closed_since_trim = 0;
+    }
+  }
+
+  // Accepted beyond the limit: told so, and closed.
+  void refuse_over_limit(tcp::socket client) {
+    ++counters.denied;
+    if (options.audit) {
+      json line = {{"time", logfile::format_time(logfile::now_ns())},
+                   {"sandbox", options.sandbox},
+                   {"kind", "connect"},
+                   {"binary", ""},
+                   {"pid", 0},
+                   {"host", ""},
+                   {"port", 0},
+                   {"decision", "deny"},
+                   {"rule", ""},
+                   {"reason", "too many connections to the proxy (the limit is " +
+                                  std::to_string(options.max_connections) + ")"}};
+      write_audit(line);
+    }
+    auto socket = std::make_shared<tcp::socket>(std::move(client));
+    const std::string body = "openshell: too many connections to the proxy (the limit is " +
+                             std::to_string(options.max_connections) + ")\n";
+    auto data = std::make_shared<std::string>(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    asio::async_write(*socket, asio::buffer(*data),
+                      [socket, data](const boost::system::error_code&, size_t) {
+                        boost::system::error_code ignored;
+                        socket->shutdown(tcp::socket::shutdown_send, ignored);
+                        socket->close(ignored);
+                      });
+  }
 
   Impl(asio::io_context& io_, Options o, ResolverConfig config)
       : io(io_), options(std::move(o)), resolver(io_, std::move(config)), acceptor(io_), dns(io_) {}
@@ -318,13 +448,11 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
+  // `decision` names another outcome than allow or deny ("closed").
   void audit(const std::string& kind, const Caller& caller, const std::string& host, uint16_t port,
              bool allowed, const std::string& rule, const std::string& reason,
-             const std::string& address = {}) {
-    if (allowed)
-      ++counters.allowed;
-    else
-      ++counters.denied;
+             const std::string& address = {}, const char* decision = nullptr) {
+    if (!decision) ++(allowed ? counters.allowed : counters.denied);
     if (!options.audit) return;
     // The sandbox chooses the host (up to a whole request head) and the
     // binary's path, in any bytes: each is clipped, and written as UTF-8.
@@ -335,7 +463,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
                  {"pid", caller.pid},
                  {"host", clip(host, kMaxAuditHost)},
                  {"port", port},
-                 {"decision", allowed ? "allow" : "deny"},
+                 {"decision", decision  ? decision
+                              : allowed ? "allow"
+                                        : "deny"},
                  {"rule", rule},
                  {"reason", clip(reason, kMaxAuditReason)}};
     if (!address.empty()) line["address"] = address;
@@ -406,7 +536,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
         client_(std::move(client)),
         upstream_(proxy_->io),
         timer_(proxy_->io),
-        from_upstream_(std::make_shared<std::vector<char>>(kRelayBuffer)) {}
+        id_(++proxy_->next_id) {
+    ++proxy_->counters.open;
+  }
+  ~Connection() {
+    proxy_->established.erase(id_);
+    proxy_->connection_closed();
+  }
 
   void start() {
     auto self = shared_from_this();
@@ -414,11 +550,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec) self->abort();
     });
+    // Who holds the socket now, at once, where a rule names binaries: a
+    // process that connects and then hands the socket to another (or execs
+    // one) has held it.
+    if (proxy_->worker && proxy_->rules->names_binaries()) identify(true);
     read_head();
   }
 
  private:
   void abort() {
+    timer_.cancel();  // its wait holds the connection (and its place under the limit)
     boost::system::error_code ignored;
     client_.close(ignored);
     upstream_.close(ignored);
@@ -431,7 +572,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       self->head_.append(self->buffer_.data(), n);
       size_t end = self->head_.find("\r\n\r\n");
       if (end == std::string::npos) {
-        if (self->head_.size() > kMaxHead) return self->refuse(431, "Request Header Fields Too Large", "");
+        if (self->head_.size() > kMaxHead)
+          return self->refuse(431, "Request Header Fields Too Large",
+                              "a request head longer than " + std::to_string(kMaxHead) + " bytes");
         return self->read_head();
       }
       self->rest_ = self->head_.substr(end + 4);
@@ -457,22 +600,147 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     rules_ = proxy_->rules;
     // Who is asking, for the decision and the audit: a netlink round trip
-    // and a look at the sandbox's processes, on this thread. Without
-    // sock_diag it costs milliseconds, so it is then asked only when a
-    // rule names binaries (the audit then has no binary).
-    if (proxy_->callers && (proxy_->callers->uses_sock_diag() || rules_->names_binaries()))
-      identify_caller();
-    Decision d = rules_->check(caller_.exe, host_, port_, &match_);
-    if (!d.allowed) return deny(d.reason, d.rule);
-    resolve();
+    // and a look at the sandbox's processes, on the identity worker.
+    // Without sock_diag it costs milliseconds, so it is then asked only
+    // when a rule names binaries (the audit then has no binary).
+    request_done_ = true;
+    if (proxy_->identifies()) identify(false);
+    decide();  // or, when the worker answers, then
   }
 
-  void identify_caller() {
+  // Asks the worker who holds the client's socket; false when it cannot.
+  bool identify(bool at_accept) {
     boost::system::error_code ec, ec2;
     auto peer = client_.remote_endpoint(ec);
     auto local = client_.local_endpoint(ec2);
-    if (ec || ec2 || !proxy_->callers) return;
-    caller_ = proxy_->callers->find(end_of(peer), end_of(local));
+    if (ec || ec2 || !proxy_->worker) return false;
+    auto self = shared_from_this();
+    asio::io_context* io = &proxy_->io;
+    // The search at the request builds on the one at accept: the worker
+    // takes its jobs in order, so that one is done by then, and its result
+    // is read there, on the worker's thread, before the proxy's sees it.
+    if (at_accept) accept_search_ = std::make_shared<Holders>();
+    std::shared_ptr<Holders> earlier = accept_search_;
+    const bool examine = proxy_->rules->names_binaries();
+    bool submitted = proxy_->worker->submit([self, io, at_accept, earlier, examine,
+                                             client = end_of(peer),
+                                             own = end_of(local)](CallerFinder& finder) mutable {
+      Holders found;
+      if (!at_accept && earlier && earlier->budget_exceeded)
+        found.budget_exceeded = true;  // refused where it matters: no second search
+      else
+        found = finder.holders(client, own, kIdentityBudget, at_accept ? nullptr : earlier.get(),
+                               examine);
+      if (at_accept) *earlier = found;
+      // The connection goes back to the proxy's thread, and ends there.
+      asio::post(*io, [self = std::move(self), found = std::move(found), at_accept]() mutable {
+        self->identified(std::move(found), at_accept);
+      });
+    });
+    if (!submitted) return false;
+    (at_accept ? accept_pending_ : request_pending_) = true;
+    return true;
+  }
+
+  void identified(Holders found, bool at_accept) {
+    (at_accept ? accept_pending_ : request_pending_) = false;
+    (at_accept ? at_accept_ : at_request_) = std::move(found);
+    if (request_done_) decide();
+  }
+
+  // Every process that held the socket, at accept or at the request: one
+  // the rule does not name (or names but cannot credit) refuses it.
+  void decide() {
+    if (accept_pending_ || request_pending_ || decided_) return;
+    decided_ = true;
+    holders_ = at_accept_.processes;
+    for (const auto& c : at_request_.processes) {
+      bool seen = false;
+      for (const auto& h : holders_)
+        seen = seen || (h.pid == c.pid && h.exe == c.exe && h.untrusted == c.untrusted);
+      if (!seen) holders_.push_back(c);
+    }
+    // Named in the audit: the newest process holding it at the request.
+    if (!at_request_.processes.empty())
+      caller_ = at_request_.processes.back();
+    else if (!at_accept_.processes.empty())
+      caller_ = at_accept_.processes.back();
+    budget_exceeded_ = at_accept_.budget_exceeded || at_request_.budget_exceeded;
+    Caller blamed;
+    Decision d = judge(*rules_, &blamed, &match_);
+    if (!d.allowed) {
+      caller_ = blamed;
+      return deny(d.reason, d.rule);
+    }
+    resolve();
+  }
+
+  // The decision of `rules` for this connection's holders; *blamed is the
+  // holder a refusal is for.
+  Decision judge(const NetworkRules& rules, Caller* blamed, Match* match) const {
+    if (budget_exceeded_ && rules.names_binaries()) {
+      *blamed = caller_;
+      return Decision{
+          false, "",
+          "identity lookup budget exceeded (the sandbox has more processes and fds than " +
+              std::to_string(kIdentityBudget) + " /proc entries)"};
+    }
+    auto credited = [](const Caller& c) { return c.untrusted.empty() ? c.exe : std::string(); };
+    auto explain = [&](const Caller& c, Decision d) {
+      Match ignored;
+      if (!c.untrusted.empty() && rules.check(c.exe, host_, port_, &ignored).allowed)
+        d.reason = c.exe + " (pid " + std::to_string(c.pid) +
+                   ") is not credited as itself: " + c.untrusted;
+      else if (c.pid != caller_.pid || c.exe != caller_.exe)
+        d.reason += " (it holds the connection of " +
+                    (caller_.exe.empty() ? "an unknown program" : caller_.exe) + ")";
+      return d;
+    };
+    Decision d = rules.check(credited(caller_), host_, port_, match);
+    if (!d.allowed) {
+      *blamed = caller_;
+      return explain(caller_, d);
+    }
+    for (const auto& c : holders_) {
+      Match ignored;
+      Decision other = rules.check(credited(c), host_, port_, &ignored);
+      if (!other.allowed) {
+        *blamed = c;
+        return explain(c, other);
+      }
+    }
+    return d;
+  }
+
+  // Whether `rules` allow this connection to address_ (then they become its
+  // rules); *blamed and *why say why not.
+  bool still_allowed(const std::shared_ptr<const NetworkRules>& rules, Caller* blamed,
+                     Decision* why) {
+    Match match;
+    Decision d = judge(*rules, blamed, &match);
+    if (d.allowed) {
+      Decision a = rules->check_address(match, address_);
+      if (!a.allowed) d = a;
+    }
+    if (!d.allowed) {
+      *why = d;
+      return false;
+    }
+    rules_ = rules;
+    match_ = std::move(match);
+    return true;
+  }
+
+  // A new policy: close this connection when it would refuse it now.
+  void recheck(const std::shared_ptr<const NetworkRules>& rules, int64_t revision) {
+    Caller blamed;
+    Decision d;
+    if (still_allowed(rules, &blamed, &d)) return;
+    proxy_->established.erase(id_);
+    proxy_->audit("connect", d.reason.empty() ? caller_ : blamed, host_, port_, false, d.rule,
+                  "policy revision " + std::to_string(revision) + ": " + d.reason,
+                  address_.to_string(), "closed");
+    abort();
   }
 
   static TcpEnd end_of(const tcp::endpoint& endpoint) {
@@ -536,7 +804,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void connected(const Address& address) {
+    address_ = address;
+    // A policy that changed while the name resolved and the server answered.
+    if (rules_ != proxy_->rules) {
+      Caller blamed;
+      Decision d;
+      if (!still_allowed(proxy_->rules, &blamed, &d)) {
+        boost::system::error_code ignored;
+        upstream_.close(ignored);
+        caller_ = blamed;
+        return deny("policy revision " + std::to_string(proxy_->revision) + ": " + d.reason,
+                    d.rule);
+      }
+    }
     proxy_->audit("connect", caller_, host_, port_, true, match_.rule, "", address.to_string());
+    std::weak_ptr<Connection> weak = shared_from_this();
+    proxy_->established[id_] = [weak, this](int64_t revision) {
+      if (auto self = weak.lock()) recheck(proxy_->rules, revision);
+    };
     boost::system::error_code ignored;
     upstream_.set_option(tcp::no_delay(true), ignored);
     client_.set_option(tcp::no_delay(true), ignored);
@@ -546,7 +831,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       asio::async_write(client_, asio::buffer(*reply), [self, reply](const boost::system::error_code& ec, size_t) {
         if (ec) return self->abort();
         self->tunnel_client();
-        self->relay(self->upstream_, self->client_, self->from_upstream_);
+        self->relay(self->upstream_, self->client_, nullptr);
       });
       return;
     }
@@ -617,7 +902,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_response() {
     auto self = shared_from_this();
     size_t end = response_.find("\r\n\r\n");
-    if (end == std::string::npos && response_.size() <= kMaxHead) {
+    if (end == std::string::npos && response_.size() <= kMaxResponseHead) {
+      if (!from_upstream_) from_upstream_ = std::make_shared<std::vector<char>>(kResponseChunk);
       upstream_.async_read_some(asio::buffer(*from_upstream_),
                                 [self](const boost::system::error_code& ec, size_t n) {
                                   if (ec) {
@@ -630,8 +916,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                 });
       return;
     }
-    if (end == std::string::npos)
+    if (end == std::string::npos) {
+      from_upstream_.reset();
       return final_response(std::move(response_), true);  // not HTTP: as it is
+    }
+    from_upstream_.reset();  // the rest is relayed
     std::string head = response_.substr(0, end + 4);
     int status = response_status(head);
     if (status >= 100 && status < 200 && status != 101) {
@@ -652,7 +941,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // `bytes` to the client, then the relay from the server (when it is still
   // open) until the server closes.
   void final_response(std::string bytes, bool relay) {
-    response_.clear();
+    std::string().swap(response_);  // its memory too
     response_started_ = true;
     if (request_forwarded_ && request_.upgrade) after_response_head();
     auto self = shared_from_this();
@@ -662,7 +951,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       [self, data, relay](const boost::system::error_code& ec, size_t) {
                         if (ec) return self->abort();
                         if (!relay) return self->shutdown(self->client_);
-                        self->relay(self->upstream_, self->client_, self->from_upstream_);
+                        self->relay(self->upstream_, self->client_, nullptr);
                       });
   }
 
@@ -679,7 +968,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // upgrade. Bytes the client sent after its request head come first.
   void tunnel_client() {
     auto self = shared_from_this();
-    auto to_upstream = std::make_shared<std::vector<char>>(kRelayBuffer);
+    std::shared_ptr<std::vector<char>> to_upstream;  // made only if splice() cannot be used
     if (rest_.empty()) return relay(client_, upstream_, to_upstream);
     auto data = std::make_shared<std::string>(std::move(rest_));
     asio::async_write(upstream_, asio::buffer(*data),
@@ -752,6 +1041,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void pump(tcp::socket& from, tcp::socket& to, std::shared_ptr<std::vector<char>> buf) {
+    if (!buf) buf = std::make_shared<std::vector<char>>(kRelayBuffer);
     auto self = shared_from_this();
     from.async_read_some(asio::buffer(*buf), [self, &from, &to, buf](const boost::system::error_code& ec, size_t n) {
       if (ec) {
@@ -811,10 +1101,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool connect_ = false;
   OriginRequest request_;  // plain HTTP
   bool request_forwarded_ = false, response_started_ = false, tunnel_ = false;
-  Caller caller_;
+  const uint64_t id_;
+  Caller caller_;                // the process named in the audit
+  std::vector<Caller> holders_;  // every process that held the socket
+  Holders at_accept_, at_request_;
+  std::shared_ptr<Holders> accept_search_;  // written and read on the worker's thread
+  bool accept_pending_ = false, request_pending_ = false, request_done_ = false, decided_ = false;
+  bool budget_exceeded_ = false;
   std::shared_ptr<const NetworkRules> rules_;
   Match match_;
   std::vector<Address> candidates_;
+  Address address_;  // the server's, once connected
 };
 
 }  // namespace
@@ -823,7 +1120,10 @@ void Proxy::Impl::accept() {
   auto self = shared_from_this();
   acceptor.async_accept([self](const boost::system::error_code& ec, tcp::socket client) {
     if (self->closed) return;
-    if (!ec) std::make_shared<Connection>(self, std::move(client))->start();
+    if (!ec && self->counters.open >= self->options.max_connections)
+      self->refuse_over_limit(std::move(client));
+    else if (!ec)
+      std::make_shared<Connection>(self, std::move(client))->start();
     if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) return;
     self->accept();
   });
@@ -882,17 +1182,45 @@ void Proxy::Impl::serve_dns() {
   });
 }
 
+namespace {
+
+// OPENSHELL_PROXY_MAX_CONNECTIONS, when set, overrides the limit.
+Proxy::Options with_environment(Proxy::Options options) {
+  const char* text = std::getenv("OPENSHELL_PROXY_MAX_CONNECTIONS");
+  if (!text || !*text) return options;
+  auto value = text::parse_uint(text, 1 << 20);
+  if (value && *value > 0)
+    options.max_connections = static_cast<size_t>(*value);
+  else
+    log::warn(std::string("OPENSHELL_PROXY_MAX_CONNECTIONS=") + text + ": not a number from 1 to 1048576; the limit stays " +
+              std::to_string(options.max_connections));
+  return options;
+}
+
+}  // namespace
+
 Proxy::Proxy(asio::io_context& io, Options options, ResolverConfig resolver)
-    : impl_(std::make_shared<Impl>(io, std::move(options), std::move(resolver))) {}
+    : impl_(std::make_shared<Impl>(io, with_environment(std::move(options)), std::move(resolver))) {}
 
-Proxy::~Proxy() { close(); }
+Proxy::~Proxy() {
+  close();
+  impl_->worker.reset();
+  if (worker_) worker_->stop();
+}
 
-void Proxy::set_rules(std::shared_ptr<const NetworkRules> rules) {
+void Proxy::set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision) {
   impl_->rules = rules ? std::move(rules) : std::make_shared<NetworkRules>();
+  impl_->revision = revision;
+  // Each open connection asks whether it is still allowed (and may close,
+  // which takes it out of the map: iterate over a copy).
+  auto established = impl_->established;
+  for (auto& [id, recheck] : established) recheck(revision);
 }
 
 void Proxy::serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket) {
-  impl_->callers = std::make_unique<CallerFinder>(impl_->options.init_pid, std::move(diag_socket));
+  worker_ = std::make_shared<IdentityWorker>(
+      std::make_unique<CallerFinder>(impl_->options.init_pid, std::move(diag_socket)));
+  impl_->worker = worker_;
   if (listener) {
     impl_->acceptor.assign(tcp::v4(), listener.release());
     impl_->accept();

@@ -92,6 +92,10 @@ class Proxy {
     std::string sandbox;  // its name, for the audit
     pid_t init_pid = 0;   // its PID 1 (host pid): callers are it and its descendants
     std::function<void(const std::string& json_line)> audit;
+    // Connections open at once; one more is refused with a 503 and an audit
+    // line. With it the proxy's own memory stays within a fixed budget (see
+    // docs/policy.md).
+    size_t max_connections = 512;
   };
 
   Proxy(boost::asio::io_context& io, Options options, ResolverConfig resolver = ResolverConfig::from_environment());
@@ -99,8 +103,10 @@ class Proxy {
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;
 
-  // The policy's network part; takes effect for the next connection or query.
-  void set_rules(std::shared_ptr<const NetworkRules> rules);
+  // The policy's network part; takes effect for the next connection or
+  // query, and closes the open connections it would refuse (each audited
+  // with decision "closed", reason "policy revision N: ...").
+  void set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision = 0);
 
   // Serves the proxy's listening socket and the DNS stub's socket.
   // diag_socket: a NETLINK_SOCK_DIAG socket made in the sandbox's network
@@ -110,16 +116,18 @@ class Proxy {
   // Stops accepting; open connections go on until they end.
   void close();
 
-  // Bytes relayed, connections allowed and refused so far (for status).
+  // Bytes relayed, connections allowed and refused so far, and open now (for status).
   struct Counters {
-    uint64_t allowed = 0, denied = 0, bytes = 0;
+    uint64_t allowed = 0, denied = 0, bytes = 0, open = 0;
   };
   Counters counters() const;
 
   struct Impl;  // public so that the connections (in proxy.cc) may hold it
+  class IdentityWorker;
 
  private:
   std::shared_ptr<Impl> impl_;
+  std::shared_ptr<IdentityWorker> worker_;
 };
 
 }  // namespace openshell::egress

@@ -659,8 +659,9 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     ScopedFd target(open_in_root(root.fd, "proc", Create::kDirectory, f));
     if (target.fd < 0) return false;
     ScopedFd mnt(mount_fs("proc", nullptr, 0,
-                          MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, target.fd,
-                          "proc", f));
+                          MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC |
+                              (spec_.proc_read_only ? MOUNT_ATTR_RDONLY : 0),
+                          target.fd, "proc", f));
     if (mnt.fd < 0) return false;
   }
 

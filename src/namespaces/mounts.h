@@ -60,6 +60,9 @@ struct FilesystemSpec {
   // writable layer, and /dev/shm. Their inodes are bounded with them.
   uint64_t tmp_size = 0;
   uint64_t shm_size = 0;
+  // /proc mounted read-only, so that no process opens another's
+  // /proc/PID/mem for writing (where no Landlock policy covers /proc).
+  bool proc_read_only = false;
 };
 
 // Paths the sandbox never sees: files become /dev/null, directories an empty

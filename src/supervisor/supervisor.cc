@@ -480,7 +480,7 @@ void Supervisor::apply_policy(const std::string& text, int64_t revision) {
   const pid_t init = container_->pid();
   auto rules = std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
       policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); }));
-  proxy_->set_rules(std::move(rules));
+  proxy_->set_rules(std::move(rules), revision);
   log::debug("network policy revision " + std::to_string(revision) + " applied");
 }
 

@@ -2,15 +2,19 @@
 // as root and rootless. Every server here is on 127.0.0.1, and the resolver
 // is pointed at a test DNS server on 127.0.0.1: no traffic leaves the host.
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -284,6 +288,128 @@ TEST_P(Network, BinaryIdentityAllowsAndDenies) {
   Result glob = run(policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-*\" } ]\n")),
                     {"osh-probe", "proxy-connect", "localhost", port(), "echo"});
   EXPECT_EQ(glob.status, 0) << glob.out;
+}
+
+// The binaries rule holds for every process that holds the connection: a
+// program the policy does not name connects, starts one it names holding
+// the inherited socket, and talks itself. The audit names the real one.
+TEST_P(Network, BinariesRuleCountsEveryHolderOfTheSocket) {
+  std::string wget_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/wget\" } ]\n"));
+  std::string log = network_log("handoff");
+  Result handoff =
+      run(wget_only, {"osh-probe", "proxy-handoff", "localhost", port(), "/bin/sleep", "5"},
+          {"--network-log", log});
+  EXPECT_THAT(handoff.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << handoff.err;
+  EXPECT_THAT(handoff.out,
+              HasSubstr("not for /usr/bin/osh-probe (it holds the connection of /bin/busybox)"));
+  EXPECT_EQ(server_.connections(), 0) << "the handed-off connection reached the server";
+  std::string lines = file_contents(log);
+  EXPECT_THAT(lines, HasSubstr("\"binary\":\"/usr/bin/osh-probe\""));
+  EXPECT_THAT(lines, HasSubstr("\"decision\":\"deny\""));
+  EXPECT_THAT(lines, Not(HasSubstr("\"decision\":\"allow\"")));
+  // The named binary alone is still allowed.
+  Result alone = run(wget_only, {"wget", "-q", "-O-", "http://localhost:" + port() + "/"});
+  EXPECT_EQ(alone.status, 0) << alone.err;
+  EXPECT_EQ(alone.out, "hello from the test server\n");
+}
+
+// A process of a named binary runs code from elsewhere: a preloaded library
+// (LD_PRELOAD, LD_AUDIT) or a file mapped executable. It is not credited as
+// that binary.
+TEST_P(Network, BinariesRuleDoesNotCreditInjectedCode) {
+  std::string probe_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-probe\" } ]\n"));
+  std::string log = network_log("injected");
+  Result mapped =
+      run(probe_only,
+          {"sh", "-c",
+           "cp /usr/bin/osh-probe /tmp/evil.so && osh-probe proxy-connect-mapped /tmp/evil.so "
+           "localhost " +
+               port()},
+          {"--network-log", log});
+  EXPECT_THAT(mapped.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << mapped.err;
+  EXPECT_THAT(mapped.out, HasSubstr("is not credited as itself: code mapped from /tmp/evil.so"));
+  for (const char* variable : {"LD_PRELOAD", "LD_AUDIT"}) {
+    Result preloaded = run(probe_only,
+                           {"env", std::string(variable) + "=/tmp/evil.so", "osh-probe",
+                            "proxy-connect", "localhost", port(), "status"},
+                           {"--network-log", log});
+    EXPECT_THAT(preloaded.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << variable;
+    EXPECT_THAT(preloaded.out, HasSubstr(std::string(variable) + " in its environment"))
+        << preloaded.out;
+  }
+  EXPECT_EQ(server_.connections(), 0);
+  std::string lines = file_contents(log);
+  EXPECT_EQ(count_of(lines, "\"binary\":\"/usr/bin/osh-probe\""), 3u) << lines;
+  EXPECT_EQ(count_of(lines, "\"decision\":\"deny\""), 3u) << lines;
+  Result clean = run(probe_only, {"osh-probe", "proxy-connect", "localhost", port(), "echo"});
+  EXPECT_EQ(clean.status, 0) << clean.out;
+}
+
+// Without a filesystem policy, `run` keeps /proc read-only: no process
+// writes another's memory (and so makes a named binary do its bidding).
+TEST_P(Network, ProcMemOfAnotherProcessIsNotWritable) {
+  Result r = run(policy(local_rule()), {"osh-probe", "mem-write"});
+  EXPECT_THAT(r.out, HasSubstr("denied: EROFS")) << r.out << r.err;
+  Result none = sandbox(mode(), {}, {"osh-probe", "mem-write"});
+  EXPECT_THAT(none.out, HasSubstr("denied: EROFS")) << none.out << none.err;
+}
+
+// A sandbox that opens many idle connections costs its proxy little: past
+// the limit (512) they are refused with a 503 and an audit line, and the
+// memory of those it held goes back when they close.
+TEST_P(Network, IdleConnectionsAreCappedAndCostLittle) {
+  const std::string hostname = "osh-mem-" + std::to_string(static_cast<int>(mode()));
+  std::string log = network_log("idle");
+  Result r;
+  std::thread runner([&] {
+    r = run(policy(local_rule()), {"osh-probe", "hold-connections", "1000", "4", "3"},
+            {"--network-log", log, "--hostname", hostname});
+  });
+  auto rss_kb = [&]() -> long {
+    // openshell run itself, which serves the proxy (not the sandbox's processes).
+    for (const auto& pid : processes_matching("--network-log " + log + " --hostname " + hostname)) {
+      std::string status = file_contents("/proc/" + pid + "/status");
+      size_t at = status.find("VmRSS:");
+      if (at != std::string::npos) return std::atol(status.c_str() + at + 6);
+    }
+    return -1;
+  };
+  long first = -1, peak = 0, last = -1;
+  for (int i = 0; i < 200 && first < 0; ++i, ::usleep(20000)) first = rss_kb();
+  for (long now; (now = rss_kb()) >= 0; ::usleep(50000)) {
+    peak = std::max(peak, now);
+    last = now;
+  }
+  runner.join();
+  ASSERT_GT(first, 0) << "no openshell process found";
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("open 512 refused 488"));
+  EXPECT_LT(peak - first, 64 * 1024)
+      << "the proxy grew from " << first << " kB to " << peak << " kB";
+  EXPECT_LT(last - first, 16 * 1024)
+      << "after the connections closed: " << last << " kB, from " << first;
+  EXPECT_THAT(file_contents(log),
+              HasSubstr("too many connections to the proxy (the limit is 512)"));
+}
+
+// Identifying the caller reads a bounded number of /proc entries: a sandbox
+// with more processes and fds than that is refused (fail closed) where a rule
+// names binaries, quickly, and a small one is identified as before.
+TEST_P(Network, IdentityLookupIsBounded) {
+  std::string probe_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-probe\" } ]\n"));
+  std::string log = network_log("crowd");
+  Result crowd = run(probe_only, {"osh-probe", "fd-crowd", "120", "1000", "localhost", port()},
+                     {"--network-log", log});
+  EXPECT_THAT(crowd.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << crowd.out << crowd.err;
+  EXPECT_THAT(crowd.out, HasSubstr("identity lookup budget exceeded"));
+  EXPECT_THAT(file_contents(log), HasSubstr("identity lookup budget exceeded"));
+  long ms = std::atol(crowd.out.c_str() + crowd.out.find("answered in ") + 12);
+  EXPECT_LT(ms, 10000) << crowd.out;
+  Result small = run(probe_only, {"osh-probe", "fd-crowd", "20", "100", "localhost", port()});
+  EXPECT_THAT(small.out, HasSubstr("proxy: HTTP/1.1 200 Connection established")) << small.out;
 }
 
 TEST_P(Network, WildcardHosts) {
@@ -721,6 +847,59 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
   EXPECT_THAT(audit.out, HasSubstr("\"decision\":\"allow\""));
   os({"sandbox", "delete", "--all"});
   os({"gateway", "stop"});
+}
+
+// Revoking an endpoint closes the tunnels to it that are open, within a
+// second, and audits each close; a tunnel the new policy allows stays.
+TEST_P(Network, RevokedEndpointClosesItsOpenTunnels) {
+  std::string home = make_dir(mode(), "revokehome-" + mode_name(mode()), 0700);
+  Options o = env();
+  o.env.push_back("OPENSHELL_HOME=" + home);
+  auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
+  TestServer other;
+  const std::string b_port = std::to_string(other.port());
+  std::string both =
+      policy("[network_policies.local]\nendpoints = [ { host = \"localhost\", port = " + port() +
+             ", allowed_ips = [\"127.0.0.1/32\"] }, { host = \"localhost\", port = " + b_port +
+             ", allowed_ips = [\"127.0.0.1/32\"] } ]\n");
+  // Whatever fails below, the sandbox and the gateway go.
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    os({"sandbox", "delete", "--all"});
+    os({"gateway", "stop"});
+  }};
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "revoke", "--from", rootfs(), "--policy", both}).status,
+      0);
+  Result watch;
+  std::thread watcher([&] {
+    watch = os({"sandbox", "exec", "revoke", "--", "osh-probe", "tunnel-watch", "localhost", port(),
+                b_port, "6"});
+  });
+  // Both tunnels are up once both servers have their connection.
+  for (int i = 0; i < 100 && (server_.connections() < 1 || other.connections() < 1); ++i)
+    ::usleep(50000);
+  EXPECT_EQ(server_.connections(), 1);
+  Result removed = os({"policy", "update", "revoke", "--remove-endpoint", "localhost:" + port()});
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  const long updated_ms = static_cast<long>(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
+  EXPECT_EQ(removed.status, 0) << removed.err;
+  watcher.join();
+  EXPECT_THAT(watch.out, HasSubstr("open\n")) << watch.out << watch.err;
+  size_t at = watch.out.find("a closed at ");
+  ASSERT_NE(at, std::string::npos) << "the revoked tunnel stayed open:\n" << watch.out;
+  long closed_ms = std::atol(watch.out.c_str() + at + 12);
+  EXPECT_LT(closed_ms - updated_ms, 1000) << watch.out;
+  EXPECT_THAT(watch.out, Not(HasSubstr("b closed")));
+  EXPECT_THAT(watch.out, HasSubstr("b echo ok"));
+  Result audit = os({"logs", "revoke", "--source", "network"});
+  EXPECT_THAT(audit.out, HasSubstr("\"decision\":\"closed\""));
+  EXPECT_THAT(audit.out,
+              HasSubstr("\"reason\":\"policy revision 2: no rule allows localhost:" + port()));
+  EXPECT_EQ(count_of(audit.out, "\"decision\":\"closed\""), 1u) << audit.out;
 }
 
 }  // namespace

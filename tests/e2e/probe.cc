@@ -18,9 +18,11 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -507,6 +509,174 @@ int proxy_flood(int count, int length) {
     ::close(fd);
   }
   std::printf("refused=%d\n", refused);
+// A TCP connection to the sandbox's proxy (127.0.0.1:3128), inherited by
+// children and programs run (no close-on-exec); -1 when it fails.
+int connect_proxy(bool inherited) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | (inherited ? 0 : SOCK_CLOEXEC), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(3128);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  return fd;
+}
+
+// CONNECT host:port on fd; prints "proxy: STATUS LINE" and the body of a
+// refusal; 0 when the tunnel is established.
+int connect_request(int fd, const char* host, const char* port) {
+  std::string request =
+      std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+  ::write(fd, request.data(), request.size());
+  std::string head;
+  char c;
+  while (head.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) head += c;
+  std::string status = head.substr(0, head.find("\r\n"));
+  std::printf("proxy: %s\n", status.c_str());
+  if (status.find(" 200 ") != std::string::npos) return 0;
+  std::string body;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
+  if (!body.empty()) std::printf("body: %s", body.c_str());
+  return 1;
+}
+
+void raise_fd_limit() {
+  rlimit r{};
+  ::getrlimit(RLIMIT_NOFILE, &r);
+  r.rlim_cur = r.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &r);
+}
+
+// The binaries rule's bypass: this program connects, a program the policy
+// names (argv) is started holding the inherited socket, and this one talks.
+int proxy_handoff(const char* host, const char* port, char** argv) {
+  int fd = connect_proxy(true);
+  if (fd < 0) return result(-1);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::execv(argv[0], argv);
+    ::_exit(127);
+  }
+  ::usleep(300000);  // the other program runs, holding the socket
+  int rc = connect_request(fd, host, port);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  return rc;
+}
+
+// Code from another file in this process (as a preloaded library would be):
+// FILE mapped executable, then CONNECT through the proxy.
+int proxy_connect_mapped(const char* file, const char* host, const char* port) {
+  int lib = ::open(file, O_RDONLY | O_CLOEXEC);
+  if (lib < 0) return result(-1);
+  void* code = ::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, lib, 0);
+  if (code == MAP_FAILED) return result(-1);
+  int fd = connect_proxy(false);
+  if (fd < 0) return result(-1);
+  return connect_request(fd, host, port);
+}
+
+// COUNT connections to the proxy, held HOLD seconds, then closed, then
+// AFTER seconds more. Prints "open N refused M" (a refused one gets a 503).
+int hold_connections(int count, int hold, int after) {
+  raise_fd_limit();
+  std::vector<int> fds;
+  for (int i = 0; i < count; ++i) {
+    int fd = connect_proxy(false);
+    if (fd < 0) break;
+    fds.push_back(fd);
+  }
+  ::usleep(1000000);  // refusals arrive
+  int refused = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) == 1) {
+      char buf[256];
+      ssize_t n = ::read(fd, buf, sizeof buf - 1);
+      if (n > 0 && std::string(buf, static_cast<size_t>(n)).find(" 503 ") != std::string::npos)
+        ++refused;
+    }
+  }
+  std::printf("open %zu refused %d\n", fds.size() - static_cast<size_t>(refused), refused);
+  std::fflush(stdout);
+  ::sleep(static_cast<unsigned>(hold));
+  for (int fd : fds) ::close(fd);
+  std::printf("closed\n");
+  std::fflush(stdout);
+  ::sleep(static_cast<unsigned>(after));
+  return 0;
+}
+
+// PROCS processes holding FDS fds each, then CONNECT host:port; prints how
+// long the proxy took to answer.
+int fd_crowd(int procs, int fds, const char* host, const char* port) {
+  raise_fd_limit();
+  int ready[2];
+  if (::pipe(ready) != 0) return result(-1);
+  std::vector<pid_t> children;
+  for (int i = 0; i < procs; ++i) {
+    pid_t child = ::fork();
+    if (child == 0) {
+      for (int j = 0; j < fds; ++j)
+        if (::dup(ready[1]) < 0) break;
+      ::write(ready[1], "x", 1);
+      ::pause();
+      ::_exit(0);
+    }
+    if (child < 0) break;
+    children.push_back(child);
+  }
+  char c;
+  for (size_t i = 0; i < children.size(); ++i) ::read(ready[0], &c, 1);
+  timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int fd = connect_proxy(false);
+  int rc = fd < 0 ? result(-1) : connect_request(fd, host, port);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  std::printf("answered in %ld ms\n",
+              (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+  for (pid_t child : children) ::kill(child, SIGKILL);
+  for (pid_t child : children) ::waitpid(child, nullptr, 0);
+  return rc;
+}
+
+// Two CONNECT tunnels (host:port_a, host:port_b) to echo servers, watched
+// for SECONDS: prints "a closed at MS" / "b closed at MS" (CLOCK_MONOTONIC)
+// when the proxy closes one, and at the end "b echo ok" when b still works.
+int tunnel_watch(const char* host, const char* port_a, const char* port_b, int seconds) {
+  int a = connect_proxy(false), b = connect_proxy(false);
+  if (a < 0 || b < 0 || connect_request(a, host, port_a) != 0 ||
+      connect_request(b, host, port_b) != 0)
+    return 1;
+  std::printf("open\n");
+  std::fflush(stdout);
+  auto now_ms = [] {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<long>(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
+  };
+  const long end = now_ms() + seconds * 1000L;
+  bool a_open = true, b_open = true;
+  while (now_ms() < end && (a_open || b_open)) {
+    pollfd p[2] = {{a_open ? a : -1, POLLIN, 0}, {b_open ? b : -1, POLLIN, 0}};
+    if (::poll(p, 2, 50) <= 0) continue;
+    char buf[256];
+    for (int i = 0; i < 2; ++i) {
+      if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (::read(p[i].fd, buf, sizeof buf) > 0) continue;
+      std::printf("%s closed at %ld\n", i == 0 ? "a" : "b", now_ms());
+      (i == 0 ? a_open : b_open) = false;
+    }
+  }
+  if (b_open) {
+    const std::string line = "still here\n";
+    ::write(b, line.data(), line.size());
+    std::string back;
+    char c;
+    while (back.size() < line.size() && ::read(b, &c, 1) == 1) back += c;
+    if (back == line) std::printf("b echo ok\n");
+  }
   return 0;
 }
 
@@ -670,6 +840,27 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (action == "proxy-flood") return proxy_flood(std::atoi(arg(2)), std::atoi(arg(3)));
+  if (action == "proxy-handoff" && argc > 4) return proxy_handoff(arg(2), arg(3), argv + 4);
+  if (action == "proxy-connect-mapped") return proxy_connect_mapped(arg(2), arg(3), arg(4));
+  if (action == "hold-connections")
+    return hold_connections(std::atoi(arg(2)), std::atoi(arg(3)), std::atoi(arg(4)));
+  if (action == "fd-crowd") return fd_crowd(std::atoi(arg(2)), std::atoi(arg(3)), arg(4), arg(5));
+  if (action == "mem-write") {
+    // A child's memory, as a program would write a binary's it started.
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    std::string path = "/proc/" + std::to_string(child) + "/mem";
+    int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    int err = errno;
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    errno = err;
+    return result(fd);
+  }
+  if (action == "tunnel-watch") return tunnel_watch(arg(2), arg(3), arg(4), std::atoi(arg(5)));
   if (action == "exe-write") {
     int fd = ::open(arg(2), O_WRONLY | O_CLOEXEC);
     return result(fd);

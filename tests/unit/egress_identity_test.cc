@@ -9,6 +9,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -351,6 +353,97 @@ TEST(CallerFinder, ASocketThatCannotAskFallsBackToProc) {
   EXPECT_FALSE(finder.uses_sock_diag());
   EXPECT_THAT(warnings, HasSubstr("send a sock_diag request"));
   EXPECT_THAT(warnings, HasSubstr("/net/tcp instead"));
+}
+
+TEST(CallerFinder, EveryHolderOfTheSocketIsFoundWithinTheBudget) {
+  std::string why;
+  UniqueFd diag = working_diag_socket(&why);
+  if (!diag) GTEST_SKIP() << why;
+  Loopback l = connect_on_loopback();
+  // A child holds the client socket too (inherited), as a program started
+  // by the one that connected would.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(ready[0]);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  CallerFinder finder(::getpid(), std::move(diag));
+  Holders all = finder.holders(l.client_end, l.server_end);
+  Holders cut = finder.holders(l.client_end, l.server_end, 3);
+  // A later search from that one: a process started since (which inherits
+  // the socket) is found, the holders are found again.
+  pid_t later = ::fork();
+  if (later == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  for (int i = 0; i < 100 && finder.holders(l.client_end, l.server_end).processes.size() < 3; ++i)
+    ::usleep(10000);
+  Holders again = finder.holders(l.client_end, l.server_end, kIdentityBudget, &all);
+  ::kill(later, SIGKILL);
+  ::waitpid(later, nullptr, 0);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ASSERT_EQ(again.processes.size(), 3u);
+  EXPECT_EQ(again.processes[2].pid, later);
+  EXPECT_EQ(all.seen.size(), 2u);
+  ASSERT_EQ(all.processes.size(), 2u);
+  EXPECT_EQ(all.processes[0].pid, ::getpid());
+  EXPECT_EQ(all.processes[1].pid, child);
+  EXPECT_FALSE(all.budget_exceeded);
+  EXPECT_GT(all.entries, 2u);
+  // The newest holder is what find() names.
+  EXPECT_EQ(finder.find(l.client_end, l.server_end).pid, ::getpid());  // the child is gone now
+  EXPECT_TRUE(cut.budget_exceeded);
+  EXPECT_EQ(cut.entries, 3u);
+}
+
+TEST(Credit, PreloadingEnvironmentsAreNamed) {
+  using namespace std::string_literals;
+  EXPECT_EQ(credit::environment_problem("PATH=/bin\0LD_PRELOAD=/tmp/x.so\0"s), "LD_PRELOAD in its environment");
+  EXPECT_EQ(credit::environment_problem("LD_AUDIT=/tmp/a.so"s), "LD_AUDIT in its environment");
+  EXPECT_EQ(credit::environment_problem("LD_PRELOAD=\0HOME=/x\0"s), "");
+  EXPECT_EQ(credit::environment_problem("XLD_PRELOAD=/x\0MY_LD_AUDIT=1\0"s), "");
+  EXPECT_EQ(credit::environment_problem(""), "");
+}
+
+TEST(Credit, ExecutableFileMappingsAreListed) {
+  const char* maps =
+      "00400000-00401000 r--p 00000000 08:01 123 /usr/bin/curl\n"
+      "00401000-00480000 r-xp 00001000 08:01 123 /usr/bin/curl\n"
+      "7f0000000000-7f0000010000 r-xp 00000000 08:01 456 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+      "7f0000020000-7f0000030000 rw-p 00000000 08:01 789 /tmp/data\n"
+      "7f0000040000-7f0000050000 r-xp 00000000 00:01 99 /memfd:x (deleted)\n"
+      "7f0000060000-7f0000070000 rwxp 00000000 00:00 0 \n"
+      "7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]\n"
+      "7f0000080000-7f0000090000 r-xp 00000000 08:01 321 /tmp/my lib.so\n";
+  EXPECT_THAT(credit::executable_files(maps),
+              ::testing::ElementsAre("/usr/bin/curl", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/memfd:x (deleted)",
+                                     "/tmp/my lib.so"));
+}
+
+TEST(Credit, LibrariesComeFromLibraryDirectoriesOnly) {
+  for (const char* path : {"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2",
+                           "/usr/lib/python3.11/lib-dynload/_ssl.so", "/usr/local/lib/libfoo.so",
+                           "/usr/lib64/libz.so.1"})
+    EXPECT_TRUE(credit::library_path_allowed(path, "/usr/bin/curl")) << path;
+  for (const char* path : {"/tmp/evil.so", "/sandbox/lib/x.so", "/usr/lib", "/usr/libexec/x.so",
+                           "/usr/lib/../../tmp/x.so", "/usr/lib/x.so (deleted)", "/memfd:x (deleted)", "",
+                           "lib/x.so", "/opt/app/lib/libapp.so"})
+    EXPECT_FALSE(credit::library_path_allowed(path, "/usr/bin/curl")) << path;
+  // An executable's own prefix: /opt/app/bin/app has /opt/app/lib.
+  EXPECT_TRUE(credit::library_path_allowed("/opt/app/lib/libapp.so", "/opt/app/bin/app"));
+  EXPECT_TRUE(credit::library_path_allowed("/opt/app/lib64/libapp.so", "/opt/app/bin/app"));
+  EXPECT_FALSE(credit::library_path_allowed("/opt/app/share/x.so", "/opt/app/bin/app"));
+  EXPECT_FALSE(credit::library_path_allowed("/opt/lib/x.so", "/opt/app/app"));
 }
 
 }  // namespace

@@ -360,6 +360,23 @@ TEST(BuildSpec, PolicyRunAsUserUnlessUserGiven) {
   EXPECT_EQ(spec.gid, 2000u);
 }
 
+// Without a filesystem policy no Landlock rule keeps /proc/PID/mem from
+// being written: /proc is mounted read-only instead.
+TEST(BuildSpec, ProcIsReadOnlyWithoutAFilesystemPolicy) {
+  TempDir tmp;
+  RunOptions o = with_command();
+  EXPECT_TRUE(build_spec(o).fs.proc_read_only);
+  write_file(tmp / "net.toml",
+             "version = 1\n[network_policies.x]\nendpoints = [ { host = \"a.example.com\", port = "
+             "443 } ]\n");
+  o.policy = tmp / "net.toml";
+  EXPECT_TRUE(build_spec(o).fs.proc_read_only);
+  write_file(tmp / "fs.toml",
+             "version = 1\n[filesystem_policy]\nread_only = [\"/usr\", \"/proc\"]\n");
+  o.policy = tmp / "fs.toml";
+  EXPECT_FALSE(build_spec(o).fs.proc_read_only);  // Landlock decides
+}
+
 TEST(BuildSpec, BadPolicyFileThrows) {
   TempDir tmp;
   RunOptions o = with_command();
