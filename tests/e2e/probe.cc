@@ -509,6 +509,9 @@ int proxy_flood(int count, int length) {
     ::close(fd);
   }
   std::printf("refused=%d\n", refused);
+  return 0;
+}
+
 // A TCP connection to the sandbox's proxy (127.0.0.1:3128), inherited by
 // children and programs run (no close-on-exec); -1 when it fails.
 int connect_proxy(bool inherited) {
