@@ -2,17 +2,17 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
-#include <termios.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -147,9 +147,12 @@ void drop_to(Mode mode) {
 
 std::string mode_name(Mode mode) {
   switch (mode) {
-    case Mode::kRoot: return "Root";
-    case Mode::kRootlessSubuid: return "RootlessSubuid";
-    case Mode::kRootlessSingle: return "RootlessSingle";
+    case Mode::kRoot:
+      return "Root";
+    case Mode::kRootlessSubuid:
+      return "RootlessSubuid";
+    case Mode::kRootlessSingle:
+      return "RootlessSingle";
   }
   return "?";
 }
@@ -360,7 +363,9 @@ std::string command_of(const std::string& pid) {
   return cmd;
 }
 
-std::string environment_of(const std::string& pid) { return file_contents("/proc/" + pid + "/environ"); }
+std::string environment_of(const std::string& pid) {
+  return file_contents("/proc/" + pid + "/environ");
+}
 
 std::vector<std::string> processes_matching(const std::string& text) {
   std::vector<std::string> out;
@@ -373,6 +378,23 @@ std::vector<std::string> processes_matching(const std::string& text) {
   }
   ::closedir(proc);
   return out;
+}
+
+std::vector<std::string> gateway_processes(const std::string& home) {
+  std::vector<std::string> out;
+  for (const auto& pid : processes_matching("openshell"))
+    if (environment_of(pid).find("OPENSHELL_HOME=" + home + '\0') != std::string::npos)
+      out.push_back(pid + ":" + command_of(pid));
+  return out;
+}
+
+std::vector<std::string> stop_gateway(Mode mode, const std::string& home) {
+  Options o;
+  o.env.push_back("OPENSHELL_HOME=" + home);
+  openshell(mode, {"sandbox", "delete", "--all"}, o);
+  openshell(mode, {"gateway", "stop"}, o);
+  for (int i = 0; i < 300 && !gateway_processes(home).empty(); ++i) ::usleep(10000);
+  return gateway_processes(home);
 }
 
 std::vector<std::string> leftover_mounts() {
@@ -440,7 +462,8 @@ void serve_connection(int fd) {
     size_t end = data.find("\r\n\r\n");
     if (data.rfind("GET ", 0) == 0 && end != std::string::npos) {
       if (data.find("Upgrade: websocket") != std::string::npos) {
-        std::string reply = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        std::string reply =
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
         if (::write(fd, reply.data(), reply.size()) < 0) break;
         std::string rest = data.substr(end + 4);
         if (!rest.empty() && ::write(fd, rest.data(), rest.size()) < 0) break;

@@ -3,6 +3,7 @@
 // for anything left behind.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <algorithm>
@@ -11,8 +12,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace e2e {
 
@@ -40,10 +39,10 @@ struct Options {
   int timeout_s = 30;
   bool pty = false;  // run under a pseudo-terminal (stdin, stdout, stderr all on it)
   unsigned short rows = 0, cols = 0;
-  std::vector<int> leak_fds;          // fds left open (not close-on-exec) into openshell
-  std::vector<std::string> env;       // extra KEY=VALUE for openshell's environment
-  std::string signal_when;            // once stdout holds this text...
-  int signal = 0;                     // ...send this signal to openshell
+  std::vector<int> leak_fds;     // fds left open (not close-on-exec) into openshell
+  std::vector<std::string> env;  // extra KEY=VALUE for openshell's environment
+  std::string signal_when;       // once stdout holds this text...
+  int signal = 0;                // ...send this signal to openshell
 };
 
 // openshell ARGS... as the mode's user.
@@ -77,6 +76,13 @@ std::string file_contents_of_dir(const std::string& dir);
 // Processes whose command line holds the text; their command lines and
 // environments (NULs as in /proc, so search for "KEY=VALUE\0").
 std::vector<std::string> processes_matching(const std::string& text);
+
+// The openshell processes (gateway, supervisors) whose OPENSHELL_HOME is
+// home, as "PID:COMMAND".
+std::vector<std::string> gateway_processes(const std::string& home);
+// Deletes every sandbox of the gateway of home, stops it, and waits up to
+// 3 s for its processes to go: those still there.
+std::vector<std::string> stop_gateway(Mode mode, const std::string& home);
 std::string command_of(const std::string& pid);
 std::string environment_of(const std::string& pid);
 
@@ -166,10 +172,10 @@ class ModeTest : public testing::TestWithParam<Mode> {
 
 std::string param_name(const testing::TestParamInfo<Mode>& info);
 
-#define E2E_ALL_MODES(Suite)                                                        \
-  INSTANTIATE_TEST_SUITE_P(Modes, Suite,                                            \
-                           testing::Values(e2e::Mode::kRoot, e2e::Mode::kRootlessSubuid, \
-                                           e2e::Mode::kRootlessSingle),             \
-                           e2e::param_name)
+#define E2E_ALL_MODES(Suite)                                                                     \
+  INSTANTIATE_TEST_SUITE_P(                                                                      \
+      Modes, Suite,                                                                              \
+      testing::Values(e2e::Mode::kRoot, e2e::Mode::kRootlessSubuid, e2e::Mode::kRootlessSingle), \
+      e2e::param_name)
 
 }  // namespace e2e

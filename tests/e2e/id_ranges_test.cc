@@ -29,26 +29,14 @@ class IdRanges : public ModeTest {
       homes_.push_back(make_dir(mode(), "ids-home-" + std::to_string(++counter), 0700));
   }
   void TearDown() override {
-    for (const auto& home : homes_) {
-      os(home, {"sandbox", "delete", "--all"});
-      os(home, {"gateway", "stop"});
-    }
-    for (int i = 0; i < 300 && !gateway_processes().empty(); ++i) ::usleep(10000);
-    EXPECT_EQ(gateway_processes(), std::vector<std::string>{});
+    for (const auto& home : homes_)
+      EXPECT_EQ(stop_gateway(mode(), home), std::vector<std::string>{}) << "gateway left: " << home;
     ModeTest::TearDown();
   }
   Result os(const std::string& home, const std::vector<std::string>& args) {
     Options o;
     o.env.push_back("OPENSHELL_HOME=" + home);
     return openshell(mode(), args, o);
-  }
-  std::vector<std::string> gateway_processes() {
-    std::vector<std::string> out;
-    for (const auto& pid : processes_matching("openshell"))
-      for (const auto& home : homes_)
-        if (environment_of(pid).find("OPENSHELL_HOME=" + home + '\0') != std::string::npos)
-          out.push_back(pid);
-    return out;
   }
   std::string id_of(const std::string& home, const std::string& name) {
     Result r = os(home, {"sandbox", "get", name, "-o", "json"});

@@ -44,10 +44,8 @@ class PrivateState : public ModeTest {
   }
   void TearDown() override {
     if (!home_.empty()) {
-      os({"sandbox", "delete", "--all"});
-      os({"gateway", "stop"});
-      for (int i = 0; i < 200 && !gateway_processes().empty(); ++i) ::usleep(10000);
-      EXPECT_EQ(gateway_processes(), std::vector<std::string>{}) << "gateway or supervisors left";
+      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
+          << "gateway or supervisors left";
     }
     if (!base_.empty()) {
       std::error_code ignored;
@@ -63,13 +61,7 @@ class PrivateState : public ModeTest {
   Result os(const std::vector<std::string>& args, Options o = {}) {
     return openshell(mode(), args, with_env(std::move(o)));
   }
-  std::vector<std::string> gateway_processes() {
-    std::vector<std::string> out;
-    for (const auto& pid : processes_matching("openshell"))
-      if (environment_of(pid).find("OPENSHELL_HOME=" + home_ + '\0') != std::string::npos)
-        out.push_back(pid + ":" + command_of(pid));
-    return out;
-  }
+  std::vector<std::string> gateway_processes() { return e2e::gateway_processes(home_); }
   // What a sandbox sees of the state: each directory's entries in
   // brackets, then whatever the secrets' files give to cat.
   // (stat(2) too: Landlock does not cover it, nor connect(2) to a socket.)

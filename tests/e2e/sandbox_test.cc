@@ -38,10 +38,8 @@ class Sandbox : public ModeTest {
     if (!home_.empty()) {
       // Delete what is left, stop the gateway, and let the fixture check
       // that nothing remains.
-      os({"sandbox", "delete", "--all"});
-      os({"gateway", "stop"});
-      for (int i = 0; i < 200 && !gateway_processes().empty(); ++i) ::usleep(10000);
-      EXPECT_EQ(gateway_processes(), std::vector<std::string>{}) << "gateway or supervisors left";
+      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
+          << "gateway or supervisors left";
       // Everything of the sandboxes is gone from the state directory.
       EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
     }
@@ -67,13 +65,7 @@ class Sandbox : public ModeTest {
   }
   std::string phase(const std::string& name) { return field(name, "phase"); }
   // Processes of the gateway and supervisors for this home.
-  std::vector<std::string> gateway_processes() {
-    std::vector<std::string> out;
-    for (const auto& pid : processes_matching("openshell"))
-      if (environment_of(pid).find("OPENSHELL_HOME=" + home_ + '\0') != std::string::npos)
-        out.push_back(pid + ":" + command_of(pid));
-    return out;
-  }
+  std::vector<std::string> gateway_processes() { return e2e::gateway_processes(home_); }
   bool wait_phase(const std::string& name, const std::string& want, int ms = 10000) {
     for (int i = 0; i < ms / 20; ++i) {
       if (phase(name) == want) return true;

@@ -142,23 +142,14 @@ class GatewayTrust : public ModeTest {
   }
   void TearDown() override {
     if (!home_.empty()) {
-      os({"sandbox", "delete", "--all"});
-      os({"gateway", "stop"});
-      for (int i = 0; i < 200 && !gateway_processes().empty(); ++i) ::usleep(10000);
-      EXPECT_EQ(gateway_processes(), std::vector<std::string>{}) << "gateway or supervisors left";
+      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
+          << "gateway or supervisors left";
     }
     ModeTest::TearDown();
   }
   Result os(const std::vector<std::string>& args, Options o = {}) {
     o.env.push_back("OPENSHELL_HOME=" + home_);
     return openshell(mode(), args, o);
-  }
-  std::vector<std::string> gateway_processes() {
-    std::vector<std::string> out;
-    for (const auto& pid : processes_matching("openshell"))
-      if (environment_of(pid).find("OPENSHELL_HOME=" + home_ + '\0') != std::string::npos)
-        out.push_back(pid + ":" + command_of(pid));
-    return out;
   }
   void make_run_dir(uid_t owner, mode_t perms) {
     ASSERT_EQ(::mkdir(run_.c_str(), perms), 0);
