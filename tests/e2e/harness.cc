@@ -397,6 +397,53 @@ std::vector<std::string> stop_gateway(Mode mode, const std::string& home) {
   return gateway_processes(home);
 }
 
+namespace {
+
+// Others may run sandboxes beside the tests: a sandbox process counts as
+// another's when the first of its ancestors outside any sandbox (in our pid
+// namespace) runs another binary than the tests' copy. An orphan, whose
+// owner is gone, counts as ours: a leak is a leak.
+int pid_depth(const std::string& pid) {
+  std::string status = file_contents("/proc/" + pid + "/status");
+  auto at = status.find("\nNSpid:");
+  if (at == std::string::npos) return 0;
+  std::istringstream words(status.substr(at + 8, status.find('\n', at + 1) - at - 8));
+  int depth = 0;
+  for (long p; words >> p;) ++depth;
+  return depth;
+}
+
+std::string parent_of(const std::string& pid) {
+  std::string status = file_contents("/proc/" + pid + "/status");
+  auto at = status.find("\nPPid:\t");
+  if (at == std::string::npos) return "";
+  return status.substr(at + 7, status.find('\n', at + 1) - at - 7);
+}
+
+bool started_by_another(const std::string& pid) {
+  static const int own_depth = pid_depth("self");
+  std::string p = pid;
+  for (int hops = 0; hops < 64 && !p.empty() && p != "0" && p != "1"; ++hops) {
+    if (pid_depth(p) <= own_depth) {
+      char exe[4096];
+      ssize_t n = ::readlink(("/proc/" + p + "/exe").c_str(), exe, sizeof exe - 1);
+      if (n <= 0) return false;
+      return std::string(exe, static_cast<size_t>(n)) != g.binary;
+    }
+    p = parent_of(p);
+  }
+  return false;
+}
+
+bool held_by_another(const std::string& cgroup) {
+  std::istringstream pids(file_contents(cgroup + "/cgroup.procs"));
+  for (std::string pid; pids >> pid;)
+    if (started_by_another(pid)) return true;
+  return false;
+}
+
+}  // namespace
+
 std::vector<std::string> leftover_mounts() {
   std::vector<std::string> out;
   std::ifstream in("/proc/self/mountinfo");
@@ -420,8 +467,9 @@ std::vector<std::string> leftover_cgroups() {
     while (dirent* e = ::readdir(d)) {
       if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
       std::string path = dir + "/" + e->d_name;
-      if (std::strncmp(e->d_name, "openshell-", 10) == 0)
-        out.push_back(path);
+      if (std::strncmp(e->d_name, "openshell-", 10) == 0) {
+        if (!held_by_another(path)) out.push_back(path);
+      }
       else if (depth < 4)
         stack.push_back({path, depth + 1});
     }
@@ -437,7 +485,8 @@ std::vector<std::string> leftover_processes() {
   while (dirent* e = ::readdir(proc)) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     std::string cmdline = file_contents(std::string("/proc/") + e->d_name + "/cmdline");
-    if (cmdline.rfind("openshell-init", 0) == 0) out.push_back(e->d_name);
+    if (cmdline.rfind("openshell-init", 0) == 0 && !started_by_another(e->d_name))
+      out.push_back(e->d_name);
   }
   ::closedir(proc);
   return out;
