@@ -15,7 +15,9 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/text.h"
 #include "base/unique_fd.h"
+#include "image/budget.h"
 #include "image/unpack.h"
 
 namespace openshell::cli {
@@ -292,6 +294,18 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
     unpack.whiteouts = false;
     unpack.from_sandbox = true;
     unpack.umask = caller_umask;
+    // The sandbox decides how much it sends: it may not fill the caller's
+    // disk. What the archive declares is counted before it is written.
+    const uint64_t free = image::free_space(local_dir);
+    const uint64_t bound = free / 10 * 9;
+    uint64_t declared = 0;
+    unpack.account = [&](uint64_t bytes) {
+      declared += bytes;
+      if (declared > bound)
+        throw Error("download of " + remote + ": more than " + text::format_bytes(bound) +
+                    " (90% of the " + text::format_bytes(free) + " free on " + local_dir +
+                    "); make room there, or download less");
+    };
     image::unpack_layer(read_end.get(), staging, unpack, "download of " + remote);
   } catch (const std::exception& e) {
     unpack_error = e.what();

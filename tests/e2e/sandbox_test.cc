@@ -326,6 +326,31 @@ TEST_P(Sandbox, DownloadedFilesAreUntrusted) {
 // send anything: here one whose root has a tar that forges set-uid root
 // programs with a file capability. As root before this was guarded, the
 // download wrote security.capability (cap_setuid+ep) on a root-owned file.
+// The sandbox decides how much a download brings: it may not fill the
+// caller's disk. 64 MiB (sparse inside) into a 16 MiB file system is
+// refused before it is written, and nothing is left there.
+TEST_P(Sandbox, ADownloadLargerThanTheFreeSpaceIsRefused) {
+  if (mode() != Mode::kRoot) GTEST_SKIP() << "needs root to mount a small file system";
+  ASSERT_EQ(os({"sandbox", "create", "--name", "big", "--from", rootfs()}).status, 0);
+  Result made = os({"sandbox", "exec", "big", "--", "sh", "-c",
+                    "mkdir /sandbox/big && dd if=/dev/zero of=/sandbox/big/zeros bs=1 count=0 "
+                    "seek=67108864 2>/dev/null && echo small > /sandbox/small"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  const std::string out = make_dir(mode(), "small-disk", 0700);
+  ASSERT_EQ(::system(("mount -t tmpfs -o size=16m,mode=0700 tmpfs " + out).c_str()), 0);
+  Result down = os({"sandbox", "download", "big", "/sandbox/big", out});
+  EXPECT_EQ(down.status, 125);
+  EXPECT_EQ(std::count(down.err.begin(), down.err.end(), '\n'), 1) << down.err;
+  EXPECT_THAT(down.err, HasSubstr("download of /sandbox/big: more than "));
+  EXPECT_THAT(down.err, HasSubstr("free on " + out));
+  EXPECT_EQ(file_contents_of_dir(out), "") << "nothing is left behind";
+  // What fits still comes.
+  Result small = os({"sandbox", "download", "big", "/sandbox/small", out});
+  EXPECT_EQ(small.status, 0) << small.err;
+  EXPECT_EQ(file_contents(out + "/small"), "small\n");
+  EXPECT_EQ(::system(("umount " + out).c_str()), 0);
+}
+
 TEST_P(Sandbox, ADownloadFromAForgedTarCarriesNoCapabilities) {
   const std::string root = scratch() + "/forged-tar-root-" + mode_name(mode());
   ASSERT_EQ(std::system(("rm -rf '" + root + "' && cp -a '" + rootfs() + "' '" + root + "' && rm -f '" + root +
