@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace openshell::files {
 
@@ -19,6 +20,11 @@ int write_once(const std::string& path, const std::string& content);
 
 // write_once, throwing Error("write PATH: reason").
 void write(const std::string& path, const std::string& content);
+
+// All of data to fd, through EINTR and short writes (and EAGAIN on a
+// non-blocking fd, by waiting for it); false on any other error (a closed
+// pipe, say).
+bool write_all(int fd, std::string_view data);
 
 bool exists(const std::string& path);
 bool is_directory(const std::string& path);

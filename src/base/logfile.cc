@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/files.h"
 #include "base/text.h"
 
 namespace openshell::logfile {
@@ -16,19 +17,6 @@ namespace openshell::logfile {
 namespace {
 
 constexpr size_t kMaxLine = 16 * 1024;  // longer lines are split into P records
-
-bool write_all(int fd, std::string_view data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -142,7 +130,7 @@ void RotatingFile::append(std::string_view lines) {
     size_ = 0;
     if (fd_ < 0) return;
   }
-  if (write_all(fd_, lines)) size_ += lines.size();
+  if (files::write_all(fd_, lines)) size_ += lines.size();
 }
 
 Writer::Writer(std::string path, uint64_t max_bytes) : file_(std::move(path), max_bytes) {}

@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "runtime/spec.h"
 
 namespace openshell::cli {
@@ -28,24 +29,6 @@ void make_pipe(UniqueFd* read_end, UniqueFd* write_end) {
   if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe for the sandbox's stdio");
   read_end->reset(fds[0]);
   write_end->reset(fds[1]);
-}
-
-bool write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        pollfd p{fd, POLLOUT, 0};
-        ::poll(&p, 1, -1);
-        continue;
-      }
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
 }
 
 // Reading the terminal from the background would stop this process
@@ -128,7 +111,8 @@ void StdioRelay::run() {
       UniqueFd& from = i == 0 ? from_stdout_ : from_stderr_;
       ssize_t n = ::read(from.get(), buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0 || !write_all(i == 0 ? STDOUT_FILENO : STDERR_FILENO, buf, static_cast<size_t>(n)))
+      if (n <= 0 || !files::write_all(i == 0 ? STDOUT_FILENO : STDERR_FILENO,
+                                      std::string_view(buf, static_cast<size_t>(n))))
         from.reset();
     }
     if (fds[2].revents) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "base/logfile.h"
 #include "base/text.h"
 #include "cli/terminal.h"
@@ -27,17 +28,6 @@ namespace asio = boost::asio;
 using nlohmann::json;
 
 namespace {
-
-void write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // a closed pipe: nothing more to do
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const Paths& paths,
                                         const std::string& target) {
@@ -71,7 +61,7 @@ size_t print_records(const std::string& text, bool timestamps, std::string* carr
     std::string out = timestamps ? logfile::format_time(record->time_ns) + " " : "";
     out += record->text;
     if (!record->partial) out += '\n';
-    write_all(record->stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, out);
+    files::write_all(record->stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, out);
     ++count;
   }
   carry->erase(0, start);
@@ -91,7 +81,7 @@ LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions
       [&](std::string data, bool binary) {
         if (binary) {
           if (options.source == "network")
-            write_all(STDOUT_FILENO, data);  // JSON lines as they are
+            files::write_all(STDOUT_FILENO, data);  // JSON lines as they are
           else
             print_records(data, options.timestamps, &carry);
           return;
@@ -195,7 +185,8 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
       [&](std::string data, bool binary) {
         if (binary) {
           if (data.empty()) return;
-          write_all(data[0] == 2 ? STDERR_FILENO : options.stdout_fd, std::string_view(data).substr(1));
+          files::write_all(data[0] == 2 ? STDERR_FILENO : options.stdout_fd,
+                           std::string_view(data).substr(1));
           return;
         }
         json m = json::parse(data, nullptr, false);

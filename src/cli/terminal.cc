@@ -11,6 +11,7 @@
 #include <cerrno>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/unique_fd.h"
 #include "runtime/container.h"
@@ -25,31 +26,13 @@ void copy_window_size(int to) {
   ::ioctl(to, TIOCSWINSZ, &size);
 }
 
-bool write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        pollfd p{fd, POLLOUT, 0};
-        ::poll(&p, 1, -1);
-        continue;
-      }
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Returns false at end of input or on error.
 bool pump(int from, int to) {
   char buf[16384];
   ssize_t n = ::read(from, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) return false;
-  return write_all(to, buf, static_cast<size_t>(n));
+  return files::write_all(to, std::string_view(buf, static_cast<size_t>(n)));
 }
 
 }  // namespace
@@ -144,7 +127,7 @@ int attach(runtime::Container& container) {
         stdin_open = false;
         // End of input: the end-of-file character (^D, the default VEOF;
         // the master side cannot read the slave's settings).
-        write_all(master, "\x04", 1);
+        files::write_all(master, std::string_view("\x04", 1));
       }
     }
     if (fds[0].revents & POLLIN) {
@@ -155,7 +138,8 @@ int attach(runtime::Container& container) {
   if (master_open) {
     char buf[16384];
     ssize_t n;
-    while ((n = ::read(master, buf, sizeof buf)) > 0) write_all(STDOUT_FILENO, buf, static_cast<size_t>(n));
+    while ((n = ::read(master, buf, sizeof buf)) > 0)
+      files::write_all(STDOUT_FILENO, std::string_view(buf, static_cast<size_t>(n)));
   }
   ::sigaction(SIGPIPE, &saved_pipe, nullptr);
   ::sigprocmask(SIG_SETMASK, &saved, nullptr);
