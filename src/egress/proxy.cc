@@ -477,20 +477,22 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   void audit_dns(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
                  const std::string& reason) {
     ++counters.allowed;
-    if (!options.audit) return;
-    json line = {{"time", logfile::format_time(logfile::now_ns())},
-                 {"sandbox", options.sandbox},
-                 {"kind", "dns"},
-                 {"binary", ""},
-                 {"pid", 0},
-                 {"host", clip(name, kMaxAuditHost)},
-                 {"port", 0},
-                 {"qtype", qtype_name(qtype)},
-                 {"decision", decision},
-                 {"answers", answers},
-                 {"rule", ""},
-                 {"reason", clip(reason, kMaxAuditReason)}};
-    write_audit(line);
+    if (options.audit) write_audit(dns_line(name, qtype, decision, answers, reason));
+  }
+  json dns_line(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
+                const std::string& reason) const {
+    return {{"time", logfile::format_time(logfile::now_ns())},
+            {"sandbox", options.sandbox},
+            {"kind", "dns"},
+            {"binary", ""},
+            {"pid", 0},
+            {"host", clip(name, kMaxAuditHost)},
+            {"port", 0},
+            {"qtype", qtype_name(qtype)},
+            {"decision", decision},
+            {"answers", answers},
+            {"rule", ""},
+            {"reason", clip(reason, kMaxAuditReason)}};
   }
 
   // Queries refused by the resolver's rate limit: one line a second at
@@ -503,19 +505,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
     if (rate_limited_logged && now - *rate_limited_logged < std::chrono::seconds(1)) return;
     rate_limited_logged = now;
     if (!options.audit) return;
-    json line = {{"time", logfile::format_time(logfile::now_ns())},
-                 {"sandbox", options.sandbox},
-                 {"kind", "dns"},
-                 {"binary", ""},
-                 {"pid", 0},
-                 {"host", clip(name, kMaxAuditHost)},
-                 {"port", 0},
-                 {"qtype", qtype_name(qtype)},
-                 {"decision", "rate_limited"},
-                 {"answers", 0},
-                 {"refused", rate_limited_unlogged},
-                 {"rule", ""},
-                 {"reason", clip(reason, kMaxAuditReason)}};
+    json line = dns_line(name, qtype, "rate_limited", 0, reason);
+    line["refused"] = rate_limited_unlogged;
     rate_limited_unlogged = 0;
     write_audit(line);
   }
