@@ -1,0 +1,204 @@
+#include "egress/connect_watch.h"
+
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/log.h"
+#include "base/text.h"
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL
+#endif
+
+namespace openshell::egress {
+
+void ConnectLog::expire(Clock::time_point now) {
+  while (!entries_.empty() &&
+         (entries_.size() > capacity_ || now - entries_.front().when > lifetime_)) {
+    by_inode_.erase(entries_.front().inode);
+    entries_.pop_front();
+  }
+}
+
+void ConnectLog::record(uint64_t inode, Caller connector, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = by_inode_.find(inode); it != by_inode_.end()) {
+    entries_.erase(it->second);
+    by_inode_.erase(it);
+  }
+  entries_.push_back(Entry{inode, std::move(connector), now});
+  by_inode_[inode] = std::prev(entries_.end());
+  expire(now);
+}
+
+std::optional<Caller> ConnectLog::take(uint64_t inode, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  expire(now);
+  auto it = by_inode_.find(inode);
+  if (it == by_inode_.end()) return std::nullopt;
+  Caller connector = std::move(it->second->connector);
+  entries_.erase(it->second);
+  by_inode_.erase(it);
+  return connector;
+}
+
+size_t ConnectLog::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return entries_.size();
+}
+
+namespace {
+
+#if defined(__x86_64__)
+constexpr uint32_t kNativeArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+constexpr uint32_t kNativeArch = AUDIT_ARCH_AARCH64;
+#endif
+
+int pidfd_open(pid_t pid, unsigned flags) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, flags));
+}
+
+int pidfd_getfd(int pidfd, int fd) {
+  return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+}
+
+// A pidfd of the thread that called (its fd table is the one the call's
+// fd argument names), and *leader whether it leads its thread group (its
+// tid is then the process's pid). Most connects come from leaders, whose
+// pidfd is the plain one; another thread's needs Linux 6.9.
+UniqueFd thread_pidfd(pid_t tid, bool* leader) {
+  UniqueFd fd(pidfd_open(tid, 0));
+  *leader = fd.valid();
+  if (!fd && errno == EINVAL) fd.reset(pidfd_open(tid, PIDFD_THREAD));
+  return fd;
+}
+
+// The thread group (process) of a thread.
+pid_t thread_group(pid_t tid) {
+  auto status = files::try_read("/proc/" + std::to_string(tid) + "/status");
+  if (!status) return 0;
+  for (const auto& line : text::split(*status, '\n'))
+    if (line.rfind("Tgid:", 0) == 0)
+      if (auto tgid = text::parse_uint(text::trim(line.substr(5))))
+        return static_cast<pid_t>(*tgid);
+  return 0;
+}
+
+// Why the kernel will not let this process take the init's fds, or "".
+std::string refusal(pid_t init_pid) {
+  UniqueFd pidfd(pidfd_open(init_pid, 0));
+  if (!pidfd) return std::string("pidfd_open: ") + std::strerror(errno);
+  // No such fd when taking is allowed; EPERM when it is not.
+  if (pidfd_getfd(pidfd.get(), 0x7fffffff) >= 0 || errno == EBADF) return {};
+  return std::string("pidfd_getfd: ") + std::strerror(errno);
+}
+
+}  // namespace
+
+ConnectWatcher::ConnectWatcher(UniqueFd listener, pid_t init_pid, std::shared_ptr<ConnectLog> log)
+    : listener_(std::move(listener)), log_(std::move(log)) {
+  stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop_) throw_errno("eventfd for the connect listener");
+  const std::string why = refusal(init_pid);
+  active_ = why.empty();
+  if (!active_)
+    log::warn("egress proxy: the kernel does not let this process look at the sandbox's sockets (" +
+              why +
+              "): the process that connects is not identified at connect(2), only the processes "
+              "that hold the socket at accept and at the request (see docs/policy.md)");
+  // The thread takes no signals: they are the process's main loop's.
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &saved);
+  thread_ = std::thread([this] { loop(); });
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+}
+
+ConnectWatcher::~ConnectWatcher() {
+  uint64_t one = 1;
+  if (stop_) {
+    ssize_t ignored = ::write(stop_.get(), &one, sizeof one);
+    (void)ignored;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ConnectWatcher::loop() {
+  pollfd fds[2] = {{stop_.get(), POLLIN, 0}, {listener_.get(), POLLIN, 0}};
+  for (;;) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      log::error(std::string("egress proxy: poll the connect listener: ") + std::strerror(errno));
+      return;
+    }
+    if (fds[0].revents) return;
+    if (fds[1].revents & POLLIN) {
+      handle();
+    } else if (fds[1].revents) {
+      fds[1].fd = -1;  // every process of the sandbox has gone
+    }
+  }
+}
+
+// One connect: looked at, recorded when it is a TCP socket's, and always
+// let go on.
+void ConnectWatcher::handle() {
+  seccomp_notif request;
+  std::memset(&request, 0, sizeof request);
+  if (::ioctl(listener_.get(), SECCOMP_IOCTL_NOTIF_RECV, &request) != 0) return;  // gone meanwhile
+
+  auto look = [&]() -> void {
+    if (!active_ || request.data.arch != kNativeArch || request.data.nr != __NR_connect) return;
+    bool leader = false;
+    UniqueFd pidfd = thread_pidfd(static_cast<pid_t>(request.pid), &leader);
+    if (!pidfd) return;
+    UniqueFd socket(pidfd_getfd(pidfd.get(), static_cast<int>(request.data.args[0])));
+    if (!socket) return;
+    struct stat st {};
+    int domain = 0, type = 0;
+    socklen_t size = sizeof domain;
+    if (::fstat(socket.get(), &st) != 0 || !S_ISSOCK(st.st_mode) ||
+        ::getsockopt(socket.get(), SOL_SOCKET, SO_DOMAIN, &domain, &size) != 0 ||
+        (domain != AF_INET && domain != AF_INET6))
+      return;
+    size = sizeof type;
+    if (::getsockopt(socket.get(), SOL_SOCKET, SO_TYPE, &type, &size) != 0 || type != SOCK_STREAM)
+      return;
+    const pid_t tid = static_cast<pid_t>(request.pid);
+    Caller connector = examine_process(tid, examine_);
+    if (!leader) connector.pid = thread_group(tid);
+    // What was read is of the process that asked only while it still waits
+    // for the answer: a process that died meanwhile (its pid taken by
+    // another) voids the notification.
+    if (::ioctl(listener_.get(), SECCOMP_IOCTL_NOTIF_ID_VALID, &request.id) != 0) return;
+    if (connector.exe.empty()) return;
+    log_->record(static_cast<uint64_t>(st.st_ino), std::move(connector));
+    ++recorded_;
+  };
+  look();
+
+  seccomp_notif_resp response;
+  std::memset(&response, 0, sizeof response);
+  response.id = request.id;
+  response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+  // ENOENT: the process was interrupted (a signal) or has died; it asks again.
+  ::ioctl(listener_.get(), SECCOMP_IOCTL_NOTIF_SEND, &response);
+  ++answered_;
+}
+
+}  // namespace openshell::egress

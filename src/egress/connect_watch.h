@@ -1,0 +1,109 @@
+// Who connected each socket of a sandbox, seen at connect(2) itself.
+//
+// The proxy's binaries rule looks at the processes that hold a client's
+// socket, at accept and at the request. A process can hide from those looks:
+// it sends its own copy of the socket to itself (SCM_RIGHTS, in flight in a
+// socket pair, in no fd table) or hands it to a program the policy names and
+// exits, and takes it back later. So the runtime also sends every connect(2)
+// of the sandbox to a seccomp listener (runtime/seccomp.h), served here: for
+// each, the socket is taken from the connecting process (pidfd_getfd), and
+// when it is a TCP socket, its inode is recorded with the process, judged
+// then by the crediting rules (identity.h). The kernel then performs the
+// connect itself (SECCOMP_USER_NOTIF_FLAG_CONTINUE): the sockaddr is never
+// read, so nothing the process changes meanwhile can mislead the record.
+//
+// Whatever fails, the connect goes on, only without a record; where a rule
+// names binaries, the proxy refuses a connection whose connector it does
+// not know.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "base/unique_fd.h"
+#include "egress/identity.h"
+
+namespace openshell::egress {
+
+// Socket inode -> the process that connected it. Bounded: the oldest
+// records go first beyond `capacity`, and a record older than `lifetime`
+// is gone (the proxy asks within milliseconds of the connect). Safe to use
+// from several threads.
+class ConnectLog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kCapacity = 4096;
+  static constexpr std::chrono::seconds kLifetime{60};
+
+  explicit ConnectLog(size_t capacity = kCapacity, Clock::duration lifetime = kLifetime)
+      : capacity_(capacity), lifetime_(lifetime) {}
+
+  // A later connect of the same socket (after a failed one) replaces it.
+  void record(uint64_t inode, Caller connector, Clock::time_point now = Clock::now());
+  // The record of that socket, taken out of the log.
+  std::optional<Caller> take(uint64_t inode, Clock::time_point now = Clock::now());
+  size_t size() const;
+
+ private:
+  struct Entry {
+    uint64_t inode;
+    Caller connector;
+    Clock::time_point when;
+  };
+  void expire(Clock::time_point now);
+
+  const size_t capacity_;
+  const Clock::duration lifetime_;
+  mutable std::mutex mutex_;
+  std::list<Entry> entries_;  // oldest first
+  std::unordered_map<uint64_t, std::list<Entry>::iterator> by_inode_;
+};
+
+// Serves a sandbox's connect listener on a thread of its own, recording
+// into `log`. When the kernel does not let this process take another's
+// socket (pidfd_getfd refused: Yama's ptrace_scope 3, or an owner that is
+// not the sandbox's), it says so once in the log and only answers the
+// connects: active() is then false, and the proxy judges by the socket's
+// holders alone, as without a listener.
+class ConnectWatcher {
+ public:
+  // init_pid: the sandbox's PID 1, on which the kernel's consent is tried.
+  ConnectWatcher(UniqueFd listener, pid_t init_pid, std::shared_ptr<ConnectLog> log);
+  ~ConnectWatcher();
+  ConnectWatcher(const ConnectWatcher&) = delete;
+  ConnectWatcher& operator=(const ConnectWatcher&) = delete;
+
+  // Whether connects are recorded (else the proxy cannot ask for them).
+  bool active() const { return active_; }
+  // Whether connecting processes are judged by the crediting rules (their
+  // environment and mappings read): only where a rule names binaries.
+  void set_examine(bool examine) { examine_ = examine; }
+
+  // Connects answered so far, and recorded among them (for tests).
+  uint64_t answered() const { return answered_; }
+  uint64_t recorded() const { return recorded_; }
+
+ private:
+  void loop();
+  void handle();
+
+  UniqueFd listener_;
+  UniqueFd stop_;  // an eventfd
+  std::shared_ptr<ConnectLog> log_;
+  bool active_ = false;
+  std::atomic<bool> examine_{true};
+  std::atomic<uint64_t> answered_{0}, recorded_{0};
+  std::thread thread_;
+};
+
+}  // namespace openshell::egress

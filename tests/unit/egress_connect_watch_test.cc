@@ -1,0 +1,193 @@
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "base/unique_fd.h"
+#include "egress/connect_watch.h"
+#include "runtime/seccomp.h"
+
+namespace openshell::egress {
+namespace {
+
+using Clock = ConnectLog::Clock;
+
+Caller caller(pid_t pid, const std::string& exe) {
+  Caller c;
+  c.pid = pid;
+  c.exe = exe;
+  return c;
+}
+
+TEST(ConnectLog, ARecordIsTakenOnce) {
+  ConnectLog log;
+  log.record(7, caller(10, "/usr/bin/curl"));
+  auto taken = log.take(7);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->pid, 10);
+  EXPECT_EQ(taken->exe, "/usr/bin/curl");
+  EXPECT_FALSE(log.take(7).has_value());
+  EXPECT_FALSE(log.take(8).has_value());
+}
+
+TEST(ConnectLog, ALaterConnectOfTheSameSocketReplacesTheRecord) {
+  ConnectLog log;
+  log.record(7, caller(10, "/usr/bin/curl"));
+  log.record(7, caller(11, "/usr/bin/evil"));
+  EXPECT_EQ(log.size(), 1u);
+  EXPECT_EQ(log.take(7)->exe, "/usr/bin/evil");
+}
+
+TEST(ConnectLog, IsBoundedOldestFirst) {
+  ConnectLog log(3);
+  for (uint64_t inode = 1; inode <= 5; ++inode) log.record(inode, caller(1, "/x"));
+  EXPECT_EQ(log.size(), 3u);
+  EXPECT_FALSE(log.take(1).has_value());
+  EXPECT_FALSE(log.take(2).has_value());
+  EXPECT_TRUE(log.take(3).has_value());
+  EXPECT_TRUE(log.take(5).has_value());
+}
+
+TEST(ConnectLog, RecordsExpire) {
+  ConnectLog log(10, std::chrono::seconds(60));
+  const Clock::time_point t0 = Clock::now();
+  log.record(1, caller(1, "/x"), t0);
+  log.record(2, caller(1, "/x"), t0 + std::chrono::seconds(30));
+  EXPECT_FALSE(log.take(1, t0 + std::chrono::seconds(61)).has_value());
+  EXPECT_TRUE(log.take(2, t0 + std::chrono::seconds(61)).has_value());
+}
+
+void send_fd(int socket_fd, int fd) {
+  char tag = 'F';
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  }
+  (void)!::sendmsg(socket_fd, &msg, 0);
+}
+
+int receive_fd(int socket_fd) {
+  char tag = 0;
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  if (!cmsg || cmsg->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+  return fd;
+}
+
+struct ChildReport {
+  uint64_t tcp_inode;
+  int tcp_connect;   // 0, or the errno
+  int unix_connect;  // 0, or the errno
+};
+
+// A child with the connect filter connects a TCP socket (to a listener of
+// the parent's) and a Unix one: both connects succeed, and only the TCP
+// socket is recorded, as the child's.
+TEST(ConnectWatcher, RecordsTheProcessThatConnectsATcpSocket) {
+  UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof addr;
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd parent_end(pair[0]), child_end(pair[1]);
+
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    int notify = runtime::seccomp::install_connect_listener();
+    send_fd(child_end.get(), notify);
+    if (notify < 0) ::_exit(3);
+    ::close(notify);
+    char go;
+    if (::read(child_end.get(), &go, 1) != 1) ::_exit(4);
+    ChildReport report{};
+    int tcp = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct stat st {};
+    ::fstat(tcp, &st);
+    report.tcp_inode = st.st_ino;
+    report.tcp_connect =
+        ::connect(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ? 0 : errno;
+    int unix_listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un un{};
+    un.sun_family = AF_UNIX;
+    std::memcpy(un.sun_path, "\0osh-watch-test", 15);
+    socklen_t un_size = offsetof(sockaddr_un, sun_path) + 15;
+    ::bind(unix_listener, reinterpret_cast<sockaddr*>(&un), un_size);
+    ::listen(unix_listener, 1);
+    int unix_socket = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    report.unix_connect =
+        ::connect(unix_socket, reinterpret_cast<sockaddr*>(&un), un_size) == 0 ? 0 : errno;
+    (void)!::write(child_end.get(), &report, sizeof report);
+    ::_exit(0);
+  }
+  child_end.reset();
+  UniqueFd notify(receive_fd(parent_end.get()));
+  if (!notify) {
+    ::waitpid(child, nullptr, 0);
+    GTEST_SKIP() << "the kernel gives no seccomp listener for connect";
+  }
+  auto log = std::make_shared<ConnectLog>();
+  ChildReport report{};
+  {
+    ConnectWatcher watcher(std::move(notify), child, log);
+    ASSERT_TRUE(watcher.active());
+    ASSERT_EQ(::write(parent_end.get(), "g", 1), 1);
+    ASSERT_EQ(::read(parent_end.get(), &report, sizeof report),
+              static_cast<ssize_t>(sizeof report));
+    EXPECT_EQ(watcher.answered(), 2u);
+    EXPECT_EQ(watcher.recorded(), 1u);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(report.tcp_connect, 0) << std::strerror(report.tcp_connect);
+  EXPECT_EQ(report.unix_connect, 0) << std::strerror(report.unix_connect);
+  ASSERT_EQ(log->size(), 1u);
+  auto connector = log->take(report.tcp_inode);
+  ASSERT_TRUE(connector.has_value());
+  EXPECT_EQ(connector->pid, child);
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(connector->exe, std::string(exe, static_cast<size_t>(n)));
+  // Judged by the crediting rules (which a test binary run by its files'
+  // owner may fail): not merely unexamined.
+  EXPECT_EQ(connector->untrusted.find("not examined"), std::string::npos) << connector->untrusted;
+}
+
+}  // namespace
+}  // namespace openshell::egress
