@@ -78,7 +78,13 @@ class ConnectLog {
 class ConnectWatcher {
  public:
   // init_pid: the sandbox's PID 1, on which the kernel's consent is tried.
-  ConnectWatcher(UniqueFd listener, pid_t init_pid, std::shared_ptr<ConnectLog> log);
+  // proxy_port: the proxy's; the crediting rules' reads are spent only on
+  // connects whose address (as the process's memory says at the time)
+  // names that port. Others are recorded as not examined, so that a
+  // process that changes the address meanwhile is not credited. 0: every
+  // connect is examined.
+  ConnectWatcher(UniqueFd listener, pid_t init_pid, std::shared_ptr<ConnectLog> log,
+                 uint16_t proxy_port = 0);
   ~ConnectWatcher();
   ConnectWatcher(const ConnectWatcher&) = delete;
   ConnectWatcher& operator=(const ConnectWatcher&) = delete;
@@ -101,6 +107,7 @@ class ConnectWatcher {
   UniqueFd stop_;  // an eventfd
   std::shared_ptr<ConnectLog> log_;
   bool active_ = false;
+  const uint16_t proxy_port_;
   std::atomic<bool> examine_{true};
   std::atomic<uint64_t> answered_{0}, recorded_{0};
   std::thread thread_;

@@ -4,8 +4,10 @@
 
 #include "egress/proxy.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -1261,8 +1263,14 @@ void Proxy::serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket,
   impl_->worker = worker_;
   if (connect_listener) {
     auto log = std::make_shared<ConnectLog>();
-    connect_watcher_ =
-        std::make_unique<ConnectWatcher>(std::move(connect_listener), impl_->options.init_pid, log);
+    sockaddr_in own{};
+    socklen_t size = sizeof own;
+    uint16_t port = 0;
+    if (listener && ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&own), &size) == 0 &&
+        own.sin_family == AF_INET)
+      port = ntohs(own.sin_port);
+    connect_watcher_ = std::make_unique<ConnectWatcher>(std::move(connect_listener),
+                                                        impl_->options.init_pid, log, port);
     connect_watcher_->set_examine(impl_->rules->names_binaries());
     if (connect_watcher_->active()) impl_->connects = std::move(log);
   }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "base/unique_fd.h"
@@ -108,10 +109,17 @@ struct ChildReport {
   int unix_connect;  // 0, or the errno
 };
 
+struct Outcome {
+  bool skipped = false;
+  ChildReport report{};
+  pid_t child = 0;
+  std::optional<Caller> connector;
+};
+
 // A child with the connect filter connects a TCP socket (to a listener of
-// the parent's) and a Unix one: both connects succeed, and only the TCP
-// socket is recorded, as the child's.
-TEST(ConnectWatcher, RecordsTheProcessThatConnectsATcpSocket) {
+// the parent's) and a Unix one, while a watcher serves the filter.
+// proxy_port: the watcher's (0: the listener's own).
+void connect_in_child(uint16_t proxy_port, Outcome* out) {
   UniqueFd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -158,12 +166,14 @@ TEST(ConnectWatcher, RecordsTheProcessThatConnectsATcpSocket) {
   UniqueFd notify(receive_fd(parent_end.get()));
   if (!notify) {
     ::waitpid(child, nullptr, 0);
-    GTEST_SKIP() << "the kernel gives no seccomp listener for connect";
+    out->skipped = true;
+    return;
   }
   auto log = std::make_shared<ConnectLog>();
   ChildReport report{};
   {
-    ConnectWatcher watcher(std::move(notify), child, log);
+    ConnectWatcher watcher(std::move(notify), child, log,
+                           proxy_port ? proxy_port : ntohs(addr.sin_port));
     ASSERT_TRUE(watcher.active());
     ASSERT_EQ(::write(parent_end.get(), "g", 1), 1);
     ASSERT_EQ(::read(parent_end.get(), &report, sizeof report),
@@ -176,17 +186,40 @@ TEST(ConnectWatcher, RecordsTheProcessThatConnectsATcpSocket) {
   EXPECT_EQ(status, 0);
   EXPECT_EQ(report.tcp_connect, 0) << std::strerror(report.tcp_connect);
   EXPECT_EQ(report.unix_connect, 0) << std::strerror(report.unix_connect);
-  ASSERT_EQ(log->size(), 1u);
-  auto connector = log->take(report.tcp_inode);
-  ASSERT_TRUE(connector.has_value());
-  EXPECT_EQ(connector->pid, child);
+  EXPECT_EQ(log->size(), 1u);
+  out->report = report;
+  out->child = child;
+  out->connector = log->take(report.tcp_inode);
+}
+
+// Both connects succeed, and only the TCP socket is recorded, as the
+// child's, judged by the crediting rules.
+TEST(ConnectWatcher, RecordsTheProcessThatConnectsATcpSocket) {
+  Outcome out;
+  connect_in_child(0, &out);
+  if (out.skipped) GTEST_SKIP() << "the kernel gives no seccomp listener for connect";
+  ASSERT_TRUE(out.connector.has_value());
+  EXPECT_EQ(out.connector->pid, out.child);
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   ASSERT_GT(n, 0);
-  EXPECT_EQ(connector->exe, std::string(exe, static_cast<size_t>(n)));
+  EXPECT_EQ(out.connector->exe, std::string(exe, static_cast<size_t>(n)));
   // Judged by the crediting rules (which a test binary run by its files'
   // owner may fail): not merely unexamined.
-  EXPECT_EQ(connector->untrusted.find("not examined"), std::string::npos) << connector->untrusted;
+  EXPECT_EQ(out.connector->untrusted.find("not examined"), std::string::npos)
+      << out.connector->untrusted;
+}
+
+// A connect to another port than the proxy's is recorded unexamined: a
+// process that changes the address after the look is not credited.
+TEST(ConnectWatcher, AConnectElsewhereIsRecordedUnexamined) {
+  Outcome out;
+  connect_in_child(1, &out);
+  if (out.skipped) GTEST_SKIP() << "the kernel gives no seccomp listener for connect";
+  ASSERT_TRUE(out.connector.has_value());
+  EXPECT_EQ(out.connector->pid, out.child);
+  EXPECT_EQ(out.connector->untrusted,
+            "it was not examined (its connect(2) named another port than the proxy's)");
 }
 
 }  // namespace
