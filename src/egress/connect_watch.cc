@@ -34,21 +34,24 @@
 
 namespace openshell::egress {
 
+void ConnectLog::erase(std::list<Entry>::iterator entry) {
+  bytes_ -= entry->bytes;
+  by_inode_.erase(entry->inode);
+  entries_.erase(entry);
+}
+
 void ConnectLog::expire(Clock::time_point now) {
-  while (!entries_.empty() &&
-         (entries_.size() > capacity_ || now - entries_.front().when > lifetime_)) {
-    by_inode_.erase(entries_.front().inode);
-    entries_.pop_front();
-  }
+  while (!entries_.empty() && (entries_.size() > capacity_ || bytes_ > max_bytes_ ||
+                               now - entries_.front().when > lifetime_))
+    erase(entries_.begin());
 }
 
 void ConnectLog::record(uint64_t inode, Caller connector, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = by_inode_.find(inode); it != by_inode_.end()) {
-    entries_.erase(it->second);
-    by_inode_.erase(it);
-  }
-  entries_.push_back(Entry{inode, std::move(connector), now});
+  if (auto it = by_inode_.find(inode); it != by_inode_.end()) erase(it->second);
+  const size_t bytes = sizeof(Entry) + connector.exe.size() + connector.untrusted.size();
+  entries_.push_back(Entry{inode, std::move(connector), now, bytes});
+  bytes_ += bytes;
   by_inode_[inode] = std::prev(entries_.end());
   expire(now);
 }
@@ -59,14 +62,18 @@ std::optional<Caller> ConnectLog::take(uint64_t inode, Clock::time_point now) {
   auto it = by_inode_.find(inode);
   if (it == by_inode_.end()) return std::nullopt;
   Caller connector = std::move(it->second->connector);
-  entries_.erase(it->second);
-  by_inode_.erase(it);
+  erase(it->second);
   return connector;
 }
 
 size_t ConnectLog::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return entries_.size();
+}
+
+size_t ConnectLog::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
 }
 
 namespace {
@@ -212,12 +219,13 @@ void ConnectWatcher::handle() {
       return;
     const pid_t tid = static_cast<pid_t>(request.pid);
     bool examine = examine_;
-    if (examine && proxy_port_ && !names_port(tid, request.data.args[1], request.data.args[2],
-                                              proxy_port_))
+    if (examine && proxy_port_ &&
+        !names_port(tid, request.data.args[1], request.data.args[2], proxy_port_))
       examine = false;
     Caller connector = examine_process(tid, examine);
     if (!examine && examine_)
-      connector.untrusted = "it was not examined (its connect(2) named another port than the proxy's)";
+      connector.untrusted =
+          "it was not examined (its connect(2) named another port than the proxy's)";
     if (!leader) connector.pid = thread_group(tid);
     // What was read is of the process that asked only while it still waits
     // for the answer: a process that died meanwhile (its pid taken by

@@ -36,33 +36,41 @@
 namespace openshell::egress {
 
 // Socket inode -> the process that connected it. Bounded: the oldest
-// records go first beyond `capacity`, and a record older than `lifetime`
+// records go first beyond `capacity` records or `max_bytes` of them (the
+// sandbox chooses its paths' lengths), and a record older than `lifetime`
 // is gone (the proxy asks within milliseconds of the connect). Safe to use
 // from several threads.
 class ConnectLog {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr size_t kCapacity = 4096;
+  static constexpr size_t kMaxBytes = 2 << 20;
   static constexpr std::chrono::seconds kLifetime{60};
 
-  explicit ConnectLog(size_t capacity = kCapacity, Clock::duration lifetime = kLifetime)
-      : capacity_(capacity), lifetime_(lifetime) {}
+  explicit ConnectLog(size_t capacity = kCapacity, Clock::duration lifetime = kLifetime,
+                      size_t max_bytes = kMaxBytes)
+      : capacity_(capacity), max_bytes_(max_bytes), lifetime_(lifetime) {}
 
   // A later connect of the same socket (after a failed one) replaces it.
   void record(uint64_t inode, Caller connector, Clock::time_point now = Clock::now());
   // The record of that socket, taken out of the log.
   std::optional<Caller> take(uint64_t inode, Clock::time_point now = Clock::now());
   size_t size() const;
+  size_t bytes() const;
 
  private:
   struct Entry {
     uint64_t inode;
     Caller connector;
     Clock::time_point when;
+    size_t bytes;
   };
   void expire(Clock::time_point now);
+  void erase(std::list<Entry>::iterator entry);
 
   const size_t capacity_;
+  const size_t max_bytes_;
+  size_t bytes_ = 0;
   const Clock::duration lifetime_;
   mutable std::mutex mutex_;
   std::list<Entry> entries_;  // oldest first

@@ -58,6 +58,18 @@ TEST(ConnectLog, IsBoundedOldestFirst) {
   EXPECT_TRUE(log.take(5).has_value());
 }
 
+TEST(ConnectLog, LongPathsAreBoundedByBytes) {
+  ConnectLog log(100, std::chrono::seconds(60), 64 * 1024);
+  for (uint64_t inode = 1; inode <= 100; ++inode)
+    log.record(inode, caller(1, "/" + std::string(4000, 'a')));
+  EXPECT_LE(log.bytes(), 64u * 1024);
+  EXPECT_LT(log.size(), 17u);
+  EXPECT_TRUE(log.take(100).has_value());
+  EXPECT_FALSE(log.take(1).has_value());
+  for (uint64_t inode = 1; inode < 100; ++inode) log.take(inode);
+  EXPECT_EQ(log.bytes(), 0u);
+}
+
 TEST(ConnectLog, RecordsExpire) {
   ConnectLog log(10, std::chrono::seconds(60));
   const Clock::time_point t0 = Clock::now();
