@@ -360,6 +360,38 @@ TEST_P(Network, BinariesRuleCountsTheProcessThatConnected) {
   EXPECT_EQ(alone.out, "hello from the test server\n");
 }
 
+// The same in a gateway's sandbox, whose supervisor serves the proxy: the
+// process that connected counts for `sandbox exec`'s processes too.
+TEST_P(Network, GatewaySandboxCountsTheProcessThatConnected) {
+  std::string home = make_dir(mode(), "hidehome-" + mode_name(mode()), 0700);
+  Options o = env();
+  o.env.push_back("OPENSHELL_HOME=" + home);
+  auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    os({"sandbox", "delete", "--all"});
+    os({"gateway", "stop"});
+  }};
+  std::string wget_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/wget\" } ]\n"));
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "hide", "--from", rootfs(), "--policy", wget_only}).status,
+      0);
+  Result hidden = os({"sandbox", "exec", "hide", "--", "osh-probe", "proxy-hide", "localhost",
+                      port(), "/bin/sleep", "5"});
+  EXPECT_THAT(hidden.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << hidden.out << hidden.err;
+  EXPECT_THAT(hidden.out, HasSubstr("not for /usr/bin/osh-probe (it ")) << hidden.out;
+  EXPECT_EQ(server_.connections(), 0) << "the hidden connection reached the server";
+  Result alone = os({"sandbox", "exec", "hide", "--", "wget", "-q", "-O-",
+                     "http://localhost:" + port() + "/"});
+  EXPECT_EQ(alone.status, 0) << alone.err;
+  EXPECT_EQ(alone.out, "hello from the test server\n");
+  Result audit = os({"logs", "hide", "--source", "network"});
+  EXPECT_THAT(audit.out, HasSubstr("\"binary\":\"/usr/bin/osh-probe\"")) << audit.out;
+}
+
 // The runtime looks at every connect() of a sandbox with egress: those that
 // go elsewhere than the proxy (a server on the sandbox's own loopback) go on
 // as before.
