@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -48,22 +49,39 @@ void ConnectLog::expire(Clock::time_point now) {
 
 void ConnectLog::record(uint64_t inode, Caller connector, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = by_inode_.find(inode); it != by_inode_.end()) erase(it->second);
-  const size_t bytes = sizeof(Entry) + connector.exe.size() + connector.untrusted.size();
-  entries_.push_back(Entry{inode, std::move(connector), now, bytes});
+  std::vector<Caller> connectors;
+  if (auto it = by_inode_.find(inode); it != by_inode_.end()) {
+    connectors = std::move(it->second->connectors);
+    erase(it->second);
+  }
+  auto same = [&](const Caller& c) {
+    return c.pid == connector.pid && c.exe == connector.exe && c.untrusted == connector.untrusted;
+  };
+  if (std::none_of(connectors.begin(), connectors.end(), same)) {
+    if (connectors.size() + 1 < kMaxConnectors) {
+      connectors.push_back(std::move(connector));
+    } else if (connectors.size() + 1 == kMaxConnectors) {
+      Caller rest;
+      rest.untrusted = "more processes connected the socket than are kept";
+      connectors.push_back(std::move(rest));
+    }
+  }
+  size_t bytes = sizeof(Entry);
+  for (const auto& c : connectors) bytes += sizeof(Caller) + c.exe.size() + c.untrusted.size();
+  entries_.push_back(Entry{inode, std::move(connectors), now, bytes});
   bytes_ += bytes;
   by_inode_[inode] = std::prev(entries_.end());
   expire(now);
 }
 
-std::optional<Caller> ConnectLog::take(uint64_t inode, Clock::time_point now) {
+std::vector<Caller> ConnectLog::take(uint64_t inode, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
   expire(now);
   auto it = by_inode_.find(inode);
-  if (it == by_inode_.end()) return std::nullopt;
-  Caller connector = std::move(it->second->connector);
+  if (it == by_inode_.end()) return {};
+  std::vector<Caller> connectors = std::move(it->second->connectors);
   erase(it->second);
-  return connector;
+  return connectors;
 }
 
 size_t ConnectLog::size() const {
@@ -231,7 +249,6 @@ void ConnectWatcher::handle() {
     // for the answer: a process that died meanwhile (its pid taken by
     // another) voids the notification.
     if (::ioctl(listener_.get(), SECCOMP_IOCTL_NOTIF_ID_VALID, &request.id) != 0) return;
-    if (connector.exe.empty()) return;
     log_->record(static_cast<uint64_t>(st.st_ino), std::move(connector));
     ++recorded_;
   };

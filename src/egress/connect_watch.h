@@ -25,10 +25,10 @@
 #include <list>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "base/unique_fd.h"
 #include "egress/identity.h"
@@ -51,17 +51,21 @@ class ConnectLog {
                       size_t max_bytes = kMaxBytes)
       : capacity_(capacity), max_bytes_(max_bytes), lifetime_(lifetime) {}
 
-  // A later connect of the same socket (after a failed one) replaces it.
+  // A later connect of the same socket (after a failed one, or by another
+  // process that holds it) adds its process to the record: each counts.
+  // Beyond kMaxConnectors different ones, an unknown one stands for the rest.
   void record(uint64_t inode, Caller connector, Clock::time_point now = Clock::now());
-  // The record of that socket, taken out of the log.
-  std::optional<Caller> take(uint64_t inode, Clock::time_point now = Clock::now());
+  // The processes that connected that socket (none when it has no record),
+  // taken out of the log.
+  std::vector<Caller> take(uint64_t inode, Clock::time_point now = Clock::now());
+  static constexpr size_t kMaxConnectors = 8;
   size_t size() const;
   size_t bytes() const;
 
  private:
   struct Entry {
     uint64_t inode;
-    Caller connector;
+    std::vector<Caller> connectors;
     Clock::time_point when;
     size_t bytes;
   };

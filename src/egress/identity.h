@@ -45,9 +45,9 @@ struct Holders {
   // only at these holders and at processes that are new since.
   std::vector<std::pair<pid_t, uint64_t>> seen;
   uint64_t inode = 0;  // the socket's; 0 when it was not found
-  // The process that connected the socket, as the runtime saw it at
-  // connect(2) (connect_watch.h), when the search asked and it was known.
-  std::optional<Caller> connector;
+  // The processes that connected the socket, as the runtime saw them at
+  // connect(2) (connect_watch.h), when the search asked; none when unknown.
+  std::vector<Caller> connectors;
 };
 
 // The fd and process entries one search may read: a few hundred

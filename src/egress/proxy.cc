@@ -637,7 +637,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         found = finder.holders(client, own, kIdentityBudget, at_accept ? nullptr : earlier.get(),
                                examine);
       // Its record is taken by the first search that finds the socket.
-      if (connects && found.inode) found.connector = connects->take(found.inode);
+      if (connects && found.inode) found.connectors = connects->take(found.inode);
       if (at_accept) *earlier = found;
       // The connection goes back to the proxy's thread, and ends there.
       asio::post(*io, [self = std::move(self), found = std::move(found), at_accept]() mutable {
@@ -674,7 +674,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       caller_ = at_accept_.processes.back();
     budget_exceeded_ = at_accept_.budget_exceeded || at_request_.budget_exceeded;
     connects_seen_ = proxy_->connects != nullptr;
-    connector_ = at_accept_.connector ? at_accept_.connector : at_request_.connector;
+    connectors_ = at_accept_.connectors;
+    connectors_.insert(connectors_.end(), at_request_.connectors.begin(),
+                       at_request_.connectors.end());
     Caller blamed;
     Decision d = judge(*rules_, &blamed, &match_);
     if (!d.allowed) {
@@ -721,19 +723,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // The process that connected, even if it held the socket when no one
     // looked (connect_watch.h).
     if (connects_seen_) {
-      const Caller c = connector_.value_or(Caller{});
       Match ignored;
-      Decision other = rules.check(credited(c), host_, port_, &ignored);
-      if (!other.allowed) {
-        if (!connector_) {
+      if (connectors_.empty()) {
+        Decision other = rules.check("", host_, port_, &ignored);
+        if (!other.allowed) {
           *blamed = caller_;
           other.reason = "the connecting process is unknown (not seen at connect)";
           return other;
         }
+      }
+      for (const auto& c : connectors_) {
+        Decision other = rules.check(credited(c), host_, port_, &ignored);
+        if (other.allowed) continue;
         *blamed = c;
         if (!c.untrusted.empty() && rules.check(c.exe, host_, port_, &ignored).allowed)
           other.reason = c.exe + " (pid " + std::to_string(c.pid) +
                          ") is not credited as itself when it connected: " + c.untrusted;
+        else if (c.exe.empty())
+          other.reason = "a process that connected is unknown" +
+                         (c.untrusted.empty() ? std::string() : ": " + c.untrusted);
         else
           other.reason += " (it made the connection" +
                           (caller_.exe.empty() || (c.pid == caller_.pid && c.exe == caller_.exe)
@@ -1143,7 +1151,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool accept_pending_ = false, request_pending_ = false, request_done_ = false, decided_ = false;
   bool budget_exceeded_ = false;
   bool connects_seen_ = false;          // whether connectors are known (then needed)
-  std::optional<Caller> connector_;     // who connected the socket, when known
+  std::vector<Caller> connectors_;      // who connected the socket, when known
   std::shared_ptr<const NetworkRules> rules_;
   Match match_;
   std::vector<Address> candidates_;

@@ -33,29 +33,44 @@ TEST(ConnectLog, ARecordIsTakenOnce) {
   ConnectLog log;
   log.record(7, caller(10, "/usr/bin/curl"));
   auto taken = log.take(7);
-  ASSERT_TRUE(taken.has_value());
-  EXPECT_EQ(taken->pid, 10);
-  EXPECT_EQ(taken->exe, "/usr/bin/curl");
-  EXPECT_FALSE(log.take(7).has_value());
-  EXPECT_FALSE(log.take(8).has_value());
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].pid, 10);
+  EXPECT_EQ(taken[0].exe, "/usr/bin/curl");
+  EXPECT_TRUE(log.take(7).empty());
+  EXPECT_TRUE(log.take(8).empty());
 }
 
-TEST(ConnectLog, ALaterConnectOfTheSameSocketReplacesTheRecord) {
+// A process the policy does not name connects; one it names connects the
+// same socket again (EISCONN, or after a failure): both count.
+TEST(ConnectLog, EveryProcessThatConnectsTheSocketCounts) {
   ConnectLog log;
-  log.record(7, caller(10, "/usr/bin/curl"));
   log.record(7, caller(11, "/usr/bin/evil"));
+  log.record(7, caller(10, "/usr/bin/curl"));
+  log.record(7, caller(10, "/usr/bin/curl"));  // a retry: once
   EXPECT_EQ(log.size(), 1u);
-  EXPECT_EQ(log.take(7)->exe, "/usr/bin/evil");
+  auto taken = log.take(7);
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].exe, "/usr/bin/evil");
+  EXPECT_EQ(taken[1].exe, "/usr/bin/curl");
+}
+
+TEST(ConnectLog, ManyConnectorsEndInAnUnknownOne) {
+  ConnectLog log;
+  for (pid_t pid = 1; pid <= 20; ++pid) log.record(7, caller(pid, "/usr/bin/curl"));
+  auto taken = log.take(7);
+  ASSERT_EQ(taken.size(), ConnectLog::kMaxConnectors);
+  EXPECT_EQ(taken.back().exe, "");
+  EXPECT_EQ(taken.back().untrusted, "more processes connected the socket than are kept");
 }
 
 TEST(ConnectLog, IsBoundedOldestFirst) {
   ConnectLog log(3);
   for (uint64_t inode = 1; inode <= 5; ++inode) log.record(inode, caller(1, "/x"));
   EXPECT_EQ(log.size(), 3u);
-  EXPECT_FALSE(log.take(1).has_value());
-  EXPECT_FALSE(log.take(2).has_value());
-  EXPECT_TRUE(log.take(3).has_value());
-  EXPECT_TRUE(log.take(5).has_value());
+  EXPECT_TRUE(log.take(1).empty());
+  EXPECT_TRUE(log.take(2).empty());
+  EXPECT_FALSE(log.take(3).empty());
+  EXPECT_FALSE(log.take(5).empty());
 }
 
 TEST(ConnectLog, LongPathsAreBoundedByBytes) {
@@ -64,8 +79,8 @@ TEST(ConnectLog, LongPathsAreBoundedByBytes) {
     log.record(inode, caller(1, "/" + std::string(4000, 'a')));
   EXPECT_LE(log.bytes(), 64u * 1024);
   EXPECT_LT(log.size(), 17u);
-  EXPECT_TRUE(log.take(100).has_value());
-  EXPECT_FALSE(log.take(1).has_value());
+  EXPECT_FALSE(log.take(100).empty());
+  EXPECT_TRUE(log.take(1).empty());
   for (uint64_t inode = 1; inode < 100; ++inode) log.take(inode);
   EXPECT_EQ(log.bytes(), 0u);
 }
@@ -75,8 +90,8 @@ TEST(ConnectLog, RecordsExpire) {
   const Clock::time_point t0 = Clock::now();
   log.record(1, caller(1, "/x"), t0);
   log.record(2, caller(1, "/x"), t0 + std::chrono::seconds(30));
-  EXPECT_FALSE(log.take(1, t0 + std::chrono::seconds(61)).has_value());
-  EXPECT_TRUE(log.take(2, t0 + std::chrono::seconds(61)).has_value());
+  EXPECT_TRUE(log.take(1, t0 + std::chrono::seconds(61)).empty());
+  EXPECT_FALSE(log.take(2, t0 + std::chrono::seconds(61)).empty());
 }
 
 void send_fd(int socket_fd, int fd) {
@@ -201,7 +216,9 @@ void connect_in_child(uint16_t proxy_port, Outcome* out) {
   EXPECT_EQ(log->size(), 1u);
   out->report = report;
   out->child = child;
-  out->connector = log->take(report.tcp_inode);
+  auto connectors = log->take(report.tcp_inode);
+  if (connectors.size() == 1) out->connector = connectors[0];
+  EXPECT_EQ(connectors.size(), 1u);
 }
 
 // Both connects succeed, and only the TCP socket is recorded, as the
