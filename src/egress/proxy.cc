@@ -1252,8 +1252,6 @@ Proxy::~Proxy() {
   if (worker_) worker_->stop();
 }
 
-bool Proxy::sees_connects() const { return impl_->connects != nullptr; }
-
 void Proxy::set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision) {
   impl_->rules = rules ? std::move(rules) : std::make_shared<NetworkRules>();
   impl_->revision = revision;

@@ -131,11 +131,6 @@ class Proxy {
   struct Impl;  // public so that the connections (in proxy.cc) may hold it
   class IdentityWorker;
 
-  // Whether the process that connects each socket is known (a connect
-  // listener served, and the kernel lets this process look): then a rule
-  // that names binaries needs it too.
-  bool sees_connects() const;
-
  private:
   std::shared_ptr<Impl> impl_;
   std::shared_ptr<IdentityWorker> worker_;
