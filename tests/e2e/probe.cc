@@ -604,23 +604,28 @@ int receive_fd_from(int socket_fd) {
 }
 
 // The binaries rule's bypass by hiding the socket from the proxy's look at
-// its holders: this program connects, starts a program the policy names
-// (argv) holding the inherited socket, and sends its own copy to itself
-// (in flight in a socket pair, in no process's fd table) while the proxy
-// looks. Then it takes the socket back and talks.
+// its holders: this program connects and at once sends its only copy to
+// itself (in flight in a socket pair, in no process's fd table) while the
+// proxy looks. Then a program the policy names (argv) is started holding
+// the socket, and this one takes the socket back and talks: at the request
+// the proxy finds only argv, a process new since it first looked.
 int proxy_hide(const char* host, const char* port, char** argv) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != 0) return result(-1);
-  int fd = connect_proxy(true);
-  if (fd < 0) return result(-1);
-  if (send_fd_to(pair[0], fd) != 0) return result(-1);
+  int fd = connect_proxy(false);
+  if (fd < 0 || send_fd_to(pair[0], fd) != 0) return result(-1);
+  ::close(fd);
+  ::usleep(100000);  // the proxy looks at the socket's holders: none
   pid_t child = ::fork();
   if (child == 0) {
+    // It holds the socket (inherited through exec), and puts it back in
+    // flight for its parent.
+    int held = receive_fd_from(pair[1]);
+    if (held < 0 || send_fd_to(pair[0], held) != 0) ::_exit(1);
     ::execv(argv[0], argv);
     ::_exit(127);
   }
-  ::close(fd);
-  ::usleep(300000);  // the proxy looks at the socket's holders: only argv
+  ::usleep(200000);  // argv runs, holding the socket
   int back = receive_fd_from(pair[1]);
   if (back < 0) return result(-1);
   int rc = connect_request(back, host, port);
