@@ -360,6 +360,22 @@ TEST_P(Network, BinariesRuleCountsTheProcessThatConnected) {
   EXPECT_EQ(alone.out, "hello from the test server\n");
 }
 
+// A socket connected without connect(2) (TCP Fast Open: sendto with
+// MSG_FASTOPEN) has no connecting process the runtime saw: where a rule
+// names binaries it is refused, even for a program the rule names; a rule
+// without binaries still allows it.
+TEST_P(Network, ASocketConnectedWithoutConnectIsRefusedWhereBinariesCount) {
+  std::string probe_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-probe\" } ]\n"));
+  Result fast = run(probe_only, {"osh-probe", "proxy-fastopen", "localhost", port()});
+  EXPECT_THAT(fast.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << fast.out << fast.err;
+  EXPECT_THAT(fast.out, HasSubstr("the connecting process is unknown (not seen at connect)"));
+  Result connected = run(probe_only, {"osh-probe", "proxy-connect", "localhost", port(), "echo"});
+  EXPECT_EQ(connected.status, 0) << connected.out;
+  Result any = run(policy(local_rule()), {"osh-probe", "proxy-fastopen", "localhost", port()});
+  EXPECT_THAT(any.out, HasSubstr("proxy: HTTP/1.1 200")) << any.out << any.err;
+}
+
 // The same in a gateway's sandbox, whose supervisor serves the proxy: the
 // process that connected counts for `sandbox exec`'s processes too.
 TEST_P(Network, GatewaySandboxCountsTheProcessThatConnected) {

@@ -670,6 +670,33 @@ int proxy_pass(const char* host, const char* port) {
   return 0;
 }
 
+// CONNECT host:port through the proxy on a socket connected without
+// connect(2): TCP Fast Open, the request in the SYN (sendto MSG_FASTOPEN).
+int proxy_fastopen(const char* host, const char* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(3128);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string request =
+      std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+  if (fd < 0 || ::sendto(fd, request.data(), request.size(), MSG_FASTOPEN,
+                         reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
+    return result(-1);
+  std::string head;
+  char c;
+  while (head.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) head += c;
+  std::string status = head.substr(0, head.find("\r\n"));
+  std::printf("proxy: %s\n", status.c_str());
+  if (status.find(" 200 ") != std::string::npos) return 0;
+  std::string body;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
+  if (!body.empty()) std::printf("body: %s", body.c_str());
+  return 1;
+}
+
 // COUNT connect()s to a listener on the sandbox's own loopback; prints how
 // long each took on average (the cost of the runtime's look at connect).
 int loopback_connects(int count) {
@@ -1008,6 +1035,7 @@ int main(int argc, char** argv) {
   if (action == "proxy-handoff" && argc > 4) return proxy_handoff(arg(2), arg(3), argv + 4);
   if (action == "proxy-hide" && argc > 4) return proxy_hide(arg(2), arg(3), argv + 4);
   if (action == "unix-connect") return unix_connect();
+  if (action == "proxy-fastopen") return proxy_fastopen(arg(2), arg(3));
   if (action == "proxy-pass") return proxy_pass(arg(2), arg(3));
   if (action == "loopback-connects") return loopback_connects(std::atoi(arg(2)));
   if (action == "proxy-connect-mapped") return proxy_connect_mapped(arg(2), arg(3), arg(4));
