@@ -1150,7 +1150,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<Holders> accept_search_;  // written and read on the worker's thread
   bool accept_pending_ = false, request_pending_ = false, request_done_ = false, decided_ = false;
   bool budget_exceeded_ = false;
-  bool connects_seen_ = false;       // whether connectors are known (then needed)
+  bool connects_seen_ = false;      // whether connectors are known (then needed)
   std::vector<Caller> connectors_;  // who connected the socket, when known
   std::shared_ptr<const NetworkRules> rules_;
   Match match_;
