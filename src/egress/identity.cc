@@ -529,8 +529,6 @@ bool library_path_allowed(const std::string& path, const std::string& exe) {
 
 Caller examine_process(pid_t pid, bool examine) { return caller_of(pid, examine); }
 
-uint64_t process_start_time(pid_t pid) { return start_time(pid); }
-
 std::string resolve_in_sandbox(pid_t init_pid, const std::string& path) {
   std::string root = "/proc/" + std::to_string(init_pid) + "/root";
   UniqueFd root_fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));

@@ -172,10 +172,6 @@ class CallerFinder {
 // `examine`, not judged (untrusted says so).
 Caller examine_process(pid_t pid, bool examine = true);
 
-// When the process started (clock ticks since boot): with the pid, it names
-// one process, not a later one with the same number. 0 when it is gone.
-uint64_t process_start_time(pid_t pid);
-
 // An absolute path inside the sandbox's root with its symlinks resolved there
 // (as the kernel would for a process of the sandbox); the path itself when it
 // cannot be resolved.
