@@ -320,7 +320,7 @@ class EgressThread {
     proxy_->set_rules(std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
         spec.network_policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); })));
     proxy_->serve(container.take_proxy_listener(), container.take_dns_socket(),
-                   container.take_diag_socket());
+                   container.take_diag_socket(), container.take_connect_listener());
     work_.emplace(io_.get_executor());
     // The thread takes no signals: they are the terminal loop's to read.
     sigset_t all, saved;

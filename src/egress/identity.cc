@@ -302,7 +302,7 @@ Caller caller_of(pid_t pid, bool examine) {
     caller.untrusted = "its memory map cannot be read";
     return caller;
   }
-  const std::vector<uid_t> uids = uids_of(pid);
+  std::optional<std::vector<uid_t>> uids;  // read when a library needs them
   std::vector<std::string> checked;
   for (const auto& path : credit::executable_files(*maps)) {
     if (path == caller.exe || std::find(checked.begin(), checked.end(), path) != checked.end())
@@ -311,7 +311,8 @@ Caller caller_of(pid_t pid, bool examine) {
       caller.untrusted = "code mapped from " + path;
       return caller;
     }
-    if (auto why = writable_by(pid, path, uids); !why.empty()) {
+    if (!uids) uids = uids_of(pid);
+    if (auto why = writable_by(pid, path, *uids); !why.empty()) {
       caller.untrusted = "code mapped from " + path + ", and " + why;
       return caller;
     }
@@ -438,6 +439,7 @@ Holders CallerFinder::holders(const TcpEnd& client, const TcpEnd& proxy, size_t 
   Holders out;
   const size_t start = budget;
   const uint64_t inode = inode_of(client, proxy);
+  out.inode = inode;
   if (!inode) return out;
   const std::string wanted = "socket:[" + std::to_string(inode) + "]";
   std::vector<pid_t> pids = sandbox_processes(init_pid_, &budget);
@@ -524,6 +526,8 @@ bool library_path_allowed(const std::string& path, const std::string& exe) {
 }
 
 }  // namespace credit
+
+Caller examine_process(pid_t pid, bool examine) { return caller_of(pid, examine); }
 
 std::string resolve_in_sandbox(pid_t init_pid, const std::string& path) {
   std::string root = "/proc/" + std::to_string(init_pid) + "/root";

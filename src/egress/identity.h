@@ -44,6 +44,10 @@ struct Holders {
   // order, when it saw them all: a later search of the same socket looks
   // only at these holders and at processes that are new since.
   std::vector<std::pair<pid_t, uint64_t>> seen;
+  uint64_t inode = 0;  // the socket's; 0 when it was not found
+  // The processes that connected the socket, as the runtime saw them at
+  // connect(2) (connect_watch.h), when the search asked; none when unknown.
+  std::vector<Caller> connectors;
 };
 
 // The fd and process entries one search may read: a few hundred
@@ -133,7 +137,10 @@ class CallerFinder {
   // earlier complete search of the same socket), the fds of a process it
   // saw that did not hold the socket then are not read again: such a
   // process can hold it now only if a holder sent it (SCM_RIGHTS; pidfd_getfd
-  // is refused), and a holder then was credited as a program the rule names.
+  // is refused), and a holder then was credited as a program the rule names
+  // (or it sent the socket to itself, in flight in no fd table while the
+  // first search ran: the process seen at connect(2) closes that gap, see
+  // connect_watch.h).
   // Without `examine`, the crediting rules are not applied (their reads are
   // saved where no rule names binaries): each holder is then untrusted.
   Holders holders(const TcpEnd& client, const TcpEnd& proxy, size_t budget = kIdentityBudget,
@@ -160,6 +167,10 @@ class CallerFinder {
   uint32_t sequence_ = 0;
   bool warned_ = false;
 };
+
+// One process (a host pid) as the crediting rules judge it; without
+// `examine`, not judged (untrusted says so).
+Caller examine_process(pid_t pid, bool examine = true);
 
 // An absolute path inside the sandbox's root with its symlinks resolved there
 // (as the kernel would for a process of the sandbox); the path itself when it

@@ -4,8 +4,10 @@
 
 #include "egress/proxy.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -27,6 +29,7 @@
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/text.h"
+#include "egress/connect_watch.h"
 #include "egress/identity.h"
 
 namespace openshell::egress {
@@ -377,6 +380,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   Resolver resolver;
   std::shared_ptr<const NetworkRules> rules = std::make_shared<NetworkRules>();
   std::shared_ptr<IdentityWorker> worker;  // from serve() on
+  // Who connected each socket (connect_watch.h): null when that is not seen.
+  std::shared_ptr<ConnectLog> connects;
   tcp::acceptor acceptor;
   udp::socket dns;
   Counters counters;
@@ -614,7 +619,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::shared_ptr<Holders> earlier = accept_search_;
     const bool examine = proxy_->rules->names_binaries();
     bool submitted = proxy_->worker->submit([self, io, at_accept, earlier, examine,
-                                             client = end_of(peer),
+                                             connects = proxy_->connects, client = end_of(peer),
                                              own = end_of(local)](CallerFinder& finder) mutable {
       Holders found;
       if (!at_accept && earlier && earlier->budget_exceeded)
@@ -622,6 +627,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       else
         found = finder.holders(client, own, kIdentityBudget, at_accept ? nullptr : earlier.get(),
                                examine);
+      // Its record is taken by the first search that finds the socket.
+      if (connects && found.inode) found.connectors = connects->take(found.inode);
       if (at_accept) *earlier = found;
       // The connection goes back to the proxy's thread, and ends there.
       asio::post(*io, [self = std::move(self), found = std::move(found), at_accept]() mutable {
@@ -657,6 +664,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     else if (!at_accept_.processes.empty())
       caller_ = at_accept_.processes.back();
     budget_exceeded_ = at_accept_.budget_exceeded || at_request_.budget_exceeded;
+    connects_seen_ = proxy_->connects != nullptr;
+    connectors_ = at_accept_.connectors;
+    connectors_.insert(connectors_.end(), at_request_.connectors.begin(),
+                       at_request_.connectors.end());
     Caller blamed;
     Decision d = judge(*rules_, &blamed, &match_);
     if (!d.allowed) {
@@ -698,6 +709,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!other.allowed) {
         *blamed = c;
         return explain(c, other);
+      }
+    }
+    // The process that connected, even if it held the socket when no one
+    // looked (connect_watch.h).
+    if (connects_seen_) {
+      Match ignored;
+      if (connectors_.empty()) {
+        Decision other = rules.check("", host_, port_, &ignored);
+        if (!other.allowed) {
+          *blamed = caller_;
+          other.reason = "the connecting process is unknown (not seen at connect)";
+          return other;
+        }
+      }
+      for (const auto& c : connectors_) {
+        Decision other = rules.check(credited(c), host_, port_, &ignored);
+        if (other.allowed) continue;
+        *blamed = c;
+        if (!c.untrusted.empty() && rules.check(c.exe, host_, port_, &ignored).allowed)
+          other.reason = c.exe + " (pid " + std::to_string(c.pid) +
+                         ") is not credited as itself when it connected: " + c.untrusted;
+        else if (c.exe.empty())
+          other.reason = "a process that connected is unknown" +
+                         (c.untrusted.empty() ? std::string() : ": " + c.untrusted);
+        else
+          other.reason += " (it made the connection" +
+                          (caller_.exe.empty() || (c.pid == caller_.pid && c.exe == caller_.exe)
+                               ? std::string()
+                               : ", which " + caller_.exe + " holds") +
+                          ")";
+        return other;
       }
     }
     return d;
@@ -1099,6 +1141,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<Holders> accept_search_;  // written and read on the worker's thread
   bool accept_pending_ = false, request_pending_ = false, request_done_ = false, decided_ = false;
   bool budget_exceeded_ = false;
+  bool connects_seen_ = false;      // whether connectors are known (then needed)
+  std::vector<Caller> connectors_;  // who connected the socket, when known
   std::shared_ptr<const NetworkRules> rules_;
   Match match_;
   std::vector<Address> candidates_;
@@ -1202,16 +1246,31 @@ Proxy::~Proxy() {
 void Proxy::set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision) {
   impl_->rules = rules ? std::move(rules) : std::make_shared<NetworkRules>();
   impl_->revision = revision;
+  if (connect_watcher_) connect_watcher_->set_examine(impl_->rules->names_binaries());
   // Each open connection asks whether it is still allowed (and may close,
   // which takes it out of the map: iterate over a copy).
   auto established = impl_->established;
   for (auto& [id, recheck] : established) recheck(revision);
 }
 
-void Proxy::serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket) {
+void Proxy::serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket,
+                  UniqueFd connect_listener) {
   worker_ = std::make_shared<IdentityWorker>(
       std::make_unique<CallerFinder>(impl_->options.init_pid, std::move(diag_socket)));
   impl_->worker = worker_;
+  if (connect_listener) {
+    auto log = std::make_shared<ConnectLog>();
+    sockaddr_in own{};
+    socklen_t size = sizeof own;
+    uint16_t port = 0;
+    if (listener && ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&own), &size) == 0 &&
+        own.sin_family == AF_INET)
+      port = ntohs(own.sin_port);
+    connect_watcher_ = std::make_unique<ConnectWatcher>(std::move(connect_listener),
+                                                        impl_->options.init_pid, log, port);
+    connect_watcher_->set_examine(impl_->rules->names_binaries());
+    if (connect_watcher_->active()) impl_->connects = std::move(log);
+  }
   if (listener) {
     impl_->acceptor.assign(tcp::v4(), listener.release());
     impl_->accept();

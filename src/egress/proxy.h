@@ -86,6 +86,8 @@ int response_status(std::string_view head);
 // `Connection: close`, for the proxy closes the connection after it.
 std::string closing_response_head(std::string_view head);
 
+class ConnectWatcher;
+
 class Proxy {
  public:
   struct Options {
@@ -111,8 +113,12 @@ class Proxy {
   // Serves the proxy's listening socket and the DNS stub's socket.
   // diag_socket: a NETLINK_SOCK_DIAG socket made in the sandbox's network
   // namespace, to identify callers with (see identity.h); without one they
-  // are identified through /proc, slowly.
-  void serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket);
+  // are identified through /proc, slowly. connect_listener: the seccomp
+  // listener that hears the sandbox's connect(2)s (runtime/seccomp.h), served
+  // on a thread of its own (see connect_watch.h); without one, a connection
+  // is judged by the processes holding its socket alone.
+  void serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket,
+             UniqueFd connect_listener = {});
   // Stops accepting; open connections go on until they end.
   void close();
 
@@ -128,6 +134,7 @@ class Proxy {
  private:
   std::shared_ptr<Impl> impl_;
   std::shared_ptr<IdentityWorker> worker_;
+  std::unique_ptr<ConnectWatcher> connect_watcher_;
 };
 
 }  // namespace openshell::egress

@@ -270,8 +270,27 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
     (void)ignored;
   }
 
+  // With egress, every connect(2) is shown to the owner first (who made
+  // which socket counts for the proxy's binaries rule). Before the default
+  // profile, which need not allow the kernel probe this makes.
+  int connect_listener = spec.egress ? seccomp::install_connect_listener() : -1;
+  if (spec.egress && connect_listener < 0) {
+    ChildFailure warning;
+    child::fail(&warning, -connect_listener,
+                "seccomp user notification for connect(2) (the egress proxy cannot see which "
+                "process connects)");
+    warning.exit_code = 0;
+    ssize_t ignored = ::write(c.report_fd, &warning, sizeof warning);
+    (void)ignored;
+  }
+
   // Last: the filter also covers what the steps above needed.
   if (c.seccomp.length && !seccomp::install(c.seccomp, &f)) die();
+  if (spec.egress) {
+    if (!send_fd(c.socket_fd, connect_listener))
+      fail(&f, errno, "hand the connect listener to the parent"), die();
+    if (connect_listener >= 0) ::close(connect_listener);
+  }
 
   if (!clear_cloexec(c.report_fd, &f) || !clear_cloexec(c.life_fd, &f) ||
       !clear_cloexec(c.control_fd, &f))
@@ -474,6 +493,15 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
       throw Error("the sandbox ended before its terminal was ready");
     }
     container->tty_master_.reset(master);
+  }
+  if (spec.egress) {
+    int listener = -1;
+    ChildFailure ignored;
+    if (!receive_fd(parent_socket.get(), &listener, &ignored)) {
+      abandon();
+      throw Error("the sandbox ended before its connect listener was ready");
+    }
+    container->connect_listener_.reset(listener);  // -1: the kernel gave none
   }
   const double t_running = log::elapsed_ms();
   log::debug("started pid " + std::to_string(pid) + " (" + id_map.describe() + "): prepare " +

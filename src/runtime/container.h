@@ -45,6 +45,10 @@ class Container {
   // namespace, for the proxy to identify its callers (-1 when the kernel
   // gave none).
   UniqueFd take_diag_socket() { return std::move(diag_socket_); }
+  // With spec.egress: the seccomp listener that hears every connect(2) of
+  // the sandbox (runtime/seccomp.h), -1 when the kernel gave none. Each
+  // connect waits until the holder answers: serve it at once (or close it).
+  UniqueFd take_connect_listener() { return std::move(connect_listener_); }
 
   // Delivers a signal to the init, which passes it to the main process.
   void signal(int sig) const;
@@ -68,6 +72,7 @@ class Container {
   UniqueFd proxy_listener_;
   UniqueFd dns_socket_;
   UniqueFd diag_socket_;
+  UniqueFd connect_listener_;
   CgroupSet cgroups_;
   namespaces::IdMap id_map_;
   bool reaped_ = false;

@@ -472,7 +472,7 @@ void Supervisor::start_egress() {
   proxy_ = std::make_unique<egress::Proxy>(io_, options);
   apply_policy(spec_.policy, launch_.policy_revision);
   proxy_->serve(container_->take_proxy_listener(), container_->take_dns_socket(),
-                 container_->take_diag_socket());
+                 container_->take_diag_socket(), container_->take_connect_listener());
 }
 
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {

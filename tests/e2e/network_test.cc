@@ -314,6 +314,111 @@ TEST_P(Network, BinariesRuleCountsEveryHolderOfTheSocket) {
   EXPECT_EQ(alone.out, "hello from the test server\n");
 }
 
+// The process that connects counts, even when it hides the socket while the
+// proxy looks at its holders: it sends its own copy to itself (in flight in
+// a socket pair, in no fd table), so that only a program the policy names
+// holds it, and then takes it back and talks. The runtime saw it connect.
+TEST_P(Network, BinariesRuleCountsTheProcessThatConnected) {
+  std::string wget_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/wget\" } ]\n"));
+  std::string log = network_log("hide");
+  Result hidden =
+      run(wget_only, {"osh-probe", "proxy-hide", "localhost", port(), "/bin/sleep", "5"},
+          {"--network-log", log});
+  EXPECT_THAT(hidden.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << hidden.err;
+  // Refused for the process that connected; when the proxy's look at
+  // accept came before the socket was hidden (a race the probe usually
+  // wins, and then the holders alone would allow it), as its holder.
+  EXPECT_THAT(hidden.out, testing::AnyOf(HasSubstr("not for /usr/bin/osh-probe (it made the connection"),
+                                         HasSubstr("not for /usr/bin/osh-probe (it holds the connection")))
+      << hidden.out;
+  EXPECT_EQ(server_.connections(), 0) << "the hidden connection reached the server";
+  std::string lines = file_contents(log);
+  EXPECT_THAT(lines, HasSubstr("\"binary\":\"/usr/bin/osh-probe\"")) << lines;
+  EXPECT_THAT(lines, HasSubstr("\"decision\":\"deny\""));
+  EXPECT_THAT(lines, Not(HasSubstr("\"decision\":\"allow\"")));
+
+  // Handed on for good: a later process takes the hidden socket, runs the
+  // shell (a program the policy names) and asks, after the one that
+  // connected has exited.
+  std::string sh_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/bin/sh\" } ]\n"));
+  std::string pass_log = network_log("pass");
+  Result passed =
+      run(sh_only, {"osh-probe", "proxy-pass", "localhost", port()}, {"--network-log", pass_log});
+  EXPECT_THAT(passed.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << passed.err;
+  EXPECT_EQ(server_.connections(), 0) << "the handed-on connection reached the server";
+  std::string pass_lines = file_contents(pass_log);
+  EXPECT_THAT(pass_lines, HasSubstr("\"binary\":\"/usr/bin/osh-probe\"")) << pass_lines;
+  EXPECT_THAT(pass_lines, testing::AnyOf(HasSubstr("(it made the connection"),
+                                          HasSubstr("(it holds the connection")));
+  EXPECT_THAT(pass_lines, Not(HasSubstr("\"decision\":\"allow\"")));
+
+  // A named program that connects by itself is still allowed.
+  Result alone = run(sh_only, {"sh", "-c", "wget -q -O- http://localhost:" + port() + "/"});
+  EXPECT_EQ(alone.status, 0) << alone.err;
+  EXPECT_EQ(alone.out, "hello from the test server\n");
+}
+
+// A socket connected without connect(2) (TCP Fast Open: sendto with
+// MSG_FASTOPEN) has no connecting process the runtime saw: where a rule
+// names binaries it is refused, even for a program the rule names; a rule
+// without binaries still allows it.
+TEST_P(Network, ASocketConnectedWithoutConnectIsRefusedWhereBinariesCount) {
+  std::string probe_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-probe\" } ]\n"));
+  Result fast = run(probe_only, {"osh-probe", "proxy-fastopen", "localhost", port()});
+  EXPECT_THAT(fast.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << fast.out << fast.err;
+  EXPECT_THAT(fast.out, HasSubstr("the connecting process is unknown (not seen at connect)"));
+  Result connected = run(probe_only, {"osh-probe", "proxy-connect", "localhost", port(), "echo"});
+  EXPECT_EQ(connected.status, 0) << connected.out;
+  Result any = run(policy(local_rule()), {"osh-probe", "proxy-fastopen", "localhost", port()});
+  EXPECT_THAT(any.out, HasSubstr("proxy: HTTP/1.1 200")) << any.out << any.err;
+}
+
+// The same in a gateway's sandbox, whose supervisor serves the proxy: the
+// process that connected counts for `sandbox exec`'s processes too.
+TEST_P(Network, GatewaySandboxCountsTheProcessThatConnected) {
+  std::string home = make_dir(mode(), "hidehome-" + mode_name(mode()), 0700);
+  Options o = env();
+  o.env.push_back("OPENSHELL_HOME=" + home);
+  auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
+  struct Cleanup {
+    std::function<void()> run;
+    ~Cleanup() { run(); }
+  } cleanup{[&] {
+    os({"sandbox", "delete", "--all"});
+    os({"gateway", "stop"});
+  }};
+  std::string wget_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/wget\" } ]\n"));
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "hide", "--from", rootfs(), "--policy", wget_only}).status,
+      0);
+  Result hidden = os({"sandbox", "exec", "hide", "--", "osh-probe", "proxy-hide", "localhost",
+                      port(), "/bin/sleep", "5"});
+  EXPECT_THAT(hidden.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << hidden.out << hidden.err;
+  EXPECT_THAT(hidden.out, HasSubstr("not for /usr/bin/osh-probe (it ")) << hidden.out;
+  EXPECT_EQ(server_.connections(), 0) << "the hidden connection reached the server";
+  Result alone = os({"sandbox", "exec", "hide", "--", "wget", "-q", "-O-",
+                     "http://localhost:" + port() + "/"});
+  EXPECT_EQ(alone.status, 0) << alone.err;
+  EXPECT_EQ(alone.out, "hello from the test server\n");
+  Result audit = os({"logs", "hide", "--source", "network"});
+  EXPECT_THAT(audit.out, HasSubstr("\"binary\":\"/usr/bin/osh-probe\"")) << audit.out;
+}
+
+// The runtime looks at every connect() of a sandbox with egress: those that
+// go elsewhere than the proxy (a server on the sandbox's own loopback) go on
+// as before.
+TEST_P(Network, ConnectsInsideTheSandboxStillWork) {
+  Result r = run(policy(local_rule()), {"osh-probe", "loopback-connects", "200"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ok: 200 connects")) << r.out;
+  Result unix_socket = run(policy(local_rule()), {"osh-probe", "unix-connect"});
+  EXPECT_THAT(unix_socket.out, HasSubstr("ok")) << unix_socket.out << unix_socket.err;
+}
+
 // A process of a named binary runs code from elsewhere: a preloaded library
 // (LD_PRELOAD, LD_AUDIT) or a file mapped executable. It is not credited as
 // that binary.

