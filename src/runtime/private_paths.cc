@@ -1,7 +1,6 @@
 #include "runtime/private_paths.h"
 
 #include <dirent.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "runtime/users.h"
 
 namespace openshell::runtime {
 
@@ -25,12 +25,15 @@ std::string env(const char* name) {
 // database (HOME may have been changed).
 std::vector<std::string> home_directories() {
   std::vector<std::string> homes;
+  // The host's /etc/passwd read as a file: NSS (getpwuid) would load the
+  // host's shared libraries into this static binary.
   for (uid_t uid : {::getuid(), ::geteuid()}) {
-    struct passwd pw, *found = nullptr;
-    char buf[4096];
-    if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found && found->pw_dir &&
-        found->pw_dir[0] == '/')
-      homes.push_back(found->pw_dir);
+    try {
+      ResolvedUser user = resolve_user_in_root(std::to_string(uid), "/");
+      if (user.home.size() > 1 && user.home[0] == '/') homes.push_back(user.home);
+    } catch (const Error&) {
+      // No readable passwd: $HOME and $XDG_STATE_HOME still count.
+    }
   }
   return homes;
 }
