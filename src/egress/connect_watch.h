@@ -9,8 +9,10 @@
 // each, the socket is taken from the connecting process (pidfd_getfd), and
 // when it is a TCP socket, its inode is recorded with the process, judged
 // then by the crediting rules (identity.h). The kernel then performs the
-// connect itself (SECCOMP_USER_NOTIF_FLAG_CONTINUE): the sockaddr is never
-// read, so nothing the process changes meanwhile can mislead the record.
+// connect itself (SECCOMP_USER_NOTIF_FLAG_CONTINUE). The sockaddr's port is
+// read only as a hint of whether the crediting rules are worth their cost: a
+// process that changes it meanwhile gets a record that is never credited, so
+// nothing it changes can mislead the decision towards allowing.
 //
 // Whatever fails, the connect goes on, only without a record; where a rule
 // names binaries, the proxy refuses a connection whose connector it does
