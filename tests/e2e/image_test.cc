@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -862,9 +863,19 @@ TEST_P(Images, AnImageLargerThanTheUnpackedBoundIsRefused) {
 TEST_P(Images, DefaultBaseImageRunsPython) {
   const std::string base = env_or("OSH_BASE_LAYOUT", "");
   if (base.empty()) GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
+  // The layout may lie where the test users cannot read it (a clone under a
+  // 0700 /root): one copy in the scratch directory serves every mode.
+  static const std::string readable = [&] {
+    std::string path = scratch() + "/base-image.tar";
+    std::error_code ec;
+    std::filesystem::copy_file(base, path, std::filesystem::copy_options::overwrite_existing, ec);
+    ::chmod(path.c_str(), 0644);
+    return ec ? std::string() : path;
+  }();
+  ASSERT_FALSE(readable.empty()) << "cannot copy " << base << " into " << scratch();
   Options slow;
   slow.timeout_s = 300;
-  Result imp = os({"image", "import", base, "base"}, slow);
+  Result imp = os({"image", "import", readable, "base"}, slow);
   ASSERT_EQ(imp.status, 0) << imp.err;
   Result r = os({"sandbox", "create", "--no-keep", "--", "python3", "-c", "print(1)"});
   EXPECT_EQ(r.out, "1\n") << r.err;
