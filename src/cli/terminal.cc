@@ -8,11 +8,17 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "base/text.h"
 #include "base/unique_fd.h"
 #include "runtime/container.h"
 
@@ -71,6 +77,18 @@ sigset_t forwarded_set() {
   return set;
 }
 
+// How long the sandbox has to end after a SIGTERM before it is killed: an
+// init that is stopped (SIGSTOP, a debugger) never acts on the SIGTERM.
+std::chrono::milliseconds stop_grace() {
+  const char* value = std::getenv("OPENSHELL_STOP_GRACE_MS");
+  if (!value) return std::chrono::seconds(10);
+  auto ms = text::parse_uint(value, 86400000);
+  if (!ms || *ms == 0)
+    throw Error(std::string("OPENSHELL_STOP_GRACE_MS '") + value +
+                "': not a whole number of milliseconds from 1 to 86400000");
+  return std::chrono::milliseconds(*ms);
+}
+
 }  // namespace
 
 void block_forwarded_signals() {
@@ -79,6 +97,8 @@ void block_forwarded_signals() {
 }
 
 int attach(runtime::Container& container) {
+  const std::chrono::milliseconds grace = stop_grace();
+  std::optional<std::chrono::steady_clock::time_point> kill_at;  // armed by a SIGTERM
   sigset_t set = forwarded_set();
   sigset_t saved;
   ::sigprocmask(SIG_BLOCK, &set, &saved);
@@ -105,9 +125,21 @@ int attach(runtime::Container& container) {
                      {signals.get(), POLLIN, 0},
                      {master_open ? master : -1, POLLIN, 0},
                      {stdin_open ? STDIN_FILENO : -1, POLLIN, 0}};
-    if (::poll(fds, 4, -1) < 0) {
+    int timeout = -1;
+    if (kill_at) {
+      auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(*kill_at - std::chrono::steady_clock::now());
+      timeout = static_cast<int>(std::max<long>(0, left.count()));
+    }
+    if (::poll(fds, 4, timeout) < 0) {
       if (errno == EINTR) continue;
       throw_errno("poll");
+    }
+    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+      log::warn("the sandbox did not end within " + std::to_string(grace.count()) +
+                " ms of SIGTERM: killing it");
+      container.signal(SIGKILL);
+      kill_at.reset();
     }
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
@@ -116,6 +148,8 @@ int attach(runtime::Container& container) {
           if (tty) copy_window_size(master);
         } else {
           container.signal(static_cast<int>(info.ssi_signo));
+          if (info.ssi_signo == SIGTERM && !kill_at)
+            kill_at = std::chrono::steady_clock::now() + grace;
         }
       }
     }

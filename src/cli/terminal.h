@@ -28,7 +28,9 @@ class RawMode {
 // 24x80 when none is.
 void terminal_size(unsigned short* rows, unsigned short* cols);
 
-// Relays until the container ends; returns its exit status.
+// Relays until the container ends; returns its exit status. A SIGTERM the
+// sandbox has not ended within OPENSHELL_STOP_GRACE_MS (10 s) of is
+// followed by SIGKILL.
 int attach(runtime::Container& container);
 
 // Blocks the signals attach() forwards, for the rest of the process's life:

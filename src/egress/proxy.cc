@@ -68,7 +68,6 @@ struct SplicePipe {
     ::close(write_end);
   }
 };
-constexpr auto kHeadTimeout = std::chrono::seconds(30);
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr uint32_t kDnsTtl = 30;
 // Longest fields of an audit line: a DNS name has at most 253 characters, a
@@ -542,7 +541,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start() {
     auto self = shared_from_this();
-    timer_.expires_after(kHeadTimeout);
+    timer_.expires_after(proxy_->options.head_timeout);
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec) self->abort();
     });
@@ -567,12 +566,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (ec) return self->abort();
       self->head_.append(self->buffer_.data(), n);
       size_t end = self->head_.find("\r\n\r\n");
-      if (end == std::string::npos) {
-        if (self->head_.size() > kMaxHead)
-          return self->refuse(431, "Request Header Fields Too Large",
-                              "a request head longer than " + std::to_string(kMaxHead) + " bytes");
-        return self->read_head();
-      }
+      // The limit holds however the head arrived: also one whose end came
+      // in the same read as its 16 KiB and first byte more.
+      if ((end == std::string::npos ? self->head_.size() : end + 4) > kMaxHead)
+        return self->refuse(431, "Request Header Fields Too Large",
+                            "a request head longer than " + std::to_string(kMaxHead) + " bytes");
+      if (end == std::string::npos) return self->read_head();
       self->rest_ = self->head_.substr(end + 4);
       self->head_.resize(end + 4);
       self->handle_head();

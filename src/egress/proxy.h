@@ -21,6 +21,7 @@
 #include <utility>  // before Asio with GCC 12 in C++20
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -98,6 +99,8 @@ class Proxy {
     // line. With it the proxy's own memory stays within a fixed budget (see
     // docs/policy.md).
     size_t max_connections = 512;
+    // A client that has not sent its whole request head by then is closed.
+    std::chrono::milliseconds head_timeout = std::chrono::seconds(30);
   };
 
   Proxy(boost::asio::io_context& io, Options options, ResolverConfig resolver = ResolverConfig::from_environment());

@@ -1294,7 +1294,7 @@ void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::st
   int fd = exchange->release();
   int err = runtime::send_packet(sock.get(), runtime::make_message({"handoff", raw}), &fd, 1);
   ::close(fd);
-  if (err) log::error(errno_message("hand exec over to the supervisor of " + name, err));
+  if (err) log::error(errno_message("hand exec over to the supervisor of " + name, -err));
 }
 
 // ---- policies ---------------------------------------------------------------

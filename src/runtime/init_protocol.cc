@@ -100,7 +100,7 @@ int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_c
   for (;;) {
     ssize_t n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
     if (n >= 0) return 0;
-    if (errno != EINTR) return errno;
+    if (errno != EINTR) return -errno;
   }
 }
 

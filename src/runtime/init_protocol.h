@@ -50,7 +50,8 @@ std::optional<ExecRequest> decode_exec(const InitMessage& message);
 InitMessage parse_message(std::string_view packet);
 std::string make_message(const std::vector<std::string>& parts);
 
-// Sends a packet with up to three fds; returns 0 or the errno.
+// Sends a packet with up to three fds; returns 0 or -errno, the sign
+// receive_packet uses too.
 int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count);
 // Receives a packet and up to three fds (close-on-exec); returns the packet
 // size, 0 at end of stream, or -errno. Fds not sent are -1.

@@ -83,8 +83,10 @@ std::shared_ptr<NetworkRules> rules_for_port(uint16_t port) {
 // A proxy served on a thread, with its audit lines.
 class ProxyHarness {
  public:
-  explicit ProxyHarness(size_t max_connections) {
+  explicit ProxyHarness(size_t max_connections,
+                        std::chrono::milliseconds head_timeout = std::chrono::seconds(30)) {
     Proxy::Options options;
+    options.head_timeout = head_timeout;
     options.sandbox = "unit";
     options.init_pid = ::getpid();
     options.max_connections = max_connections;
@@ -154,6 +156,42 @@ TEST(ProxyLimits, AnOverlongRequestHeadGets431) {
   std::string head = "CONNECT 127.0.0.1:1 HTTP/1.1\r\nX: " + std::string(20000, 'a');
   (void)!::write(client.get(), head.data(), head.size());
   EXPECT_THAT(read_for(client.get(), 2000), HasSubstr("HTTP/1.1 431 Request Header Fields Too Large"));
+}
+
+TEST(ProxyLimits, AHeadOfExactly16KiBIsReadAndOneByteMoreGets431) {
+  ProxyHarness h(8);
+  // A plain-HTTP request with a head of exactly 16384 bytes: read whole (and
+  // refused for what it asks, not for its size).
+  const std::string start = "GET http://127.0.0.1:1/ HTTP/1.1\r\nX: ";
+  const std::string fits = start + std::string(16 * 1024 - start.size() - 4, 'a') + "\r\n\r\n";
+  ASSERT_EQ(fits.size(), 16u * 1024);
+  UniqueFd ok = connect_to(h.port());
+  ASSERT_EQ(::write(ok.get(), fits.data(), fits.size()), static_cast<ssize_t>(fits.size()));
+  std::string reply = read_for(ok.get(), 5000);
+  EXPECT_THAT(reply, ::testing::StartsWith("HTTP/1.1 403 Forbidden\r\n"));
+  // One byte more, sent in one write with its end: 431 all the same.
+  UniqueFd over = connect_to(h.port());
+  const std::string longer = start + std::string(16 * 1024 - start.size() - 3, 'a') + "\r\n\r\n";
+  ASSERT_EQ(::write(over.get(), longer.data(), longer.size()), static_cast<ssize_t>(longer.size()));
+  EXPECT_THAT(read_for(over.get(), 5000), HasSubstr("HTTP/1.1 431 Request Header Fields Too Large"));
+}
+
+TEST(ProxyLimits, AClientThatNeverFinishesItsHeadIsClosedAfterTheHeadTimeout) {
+  ProxyHarness h(8, std::chrono::milliseconds(300));
+  auto before = std::chrono::steady_clock::now();
+  UniqueFd client = connect_to(h.port());
+  const std::string partial = "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1";
+  ASSERT_EQ(::write(client.get(), partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
+  bool eof = false;
+  std::string reply = read_for(client.get(), 20000, &eof);
+  EXPECT_TRUE(eof) << "still open 20 s after a 300 ms head timeout";
+  EXPECT_EQ(reply, "");
+  EXPECT_GE(std::chrono::steady_clock::now() - before, std::chrono::milliseconds(300))
+      << "closed before the head timeout";
+}
+
+TEST(ProxyLimits, TheDefaultHeadTimeoutIsThirtySeconds) {
+  EXPECT_EQ(Proxy::Options().head_timeout, std::chrono::seconds(30));
 }
 
 TEST(ProxyLiveUpdate, ANewPolicyClosesTheTunnelsItRefuses) {
