@@ -432,6 +432,7 @@ void add_run_command(CLI::App& app, Action* action) {
       runtime::ContainerSpec spec = build_spec(*options);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto network_log = spec.egress ? open_network_log(*options) : nullptr;
+      const auto grace = stop_grace();
       StdioRelay relay(&spec);
       // As root, host ids of this run's own, held until it ends.
       namespaces::RangeClaim ids;
@@ -452,7 +453,7 @@ void add_run_command(CLI::App& app, Action* action) {
       std::unique_ptr<EgressThread> egress;
       if (spec.egress)
         egress = std::make_unique<EgressThread>(*container, spec, std::move(network_log));
-      int status = attach(*container);
+      int status = attach(*container, grace);
       relay.finish();
       return status;
     };

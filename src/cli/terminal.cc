@@ -77,8 +77,10 @@ sigset_t forwarded_set() {
   return set;
 }
 
-// How long the sandbox has to end after a SIGTERM before it is killed: an
-// init that is stopped (SIGSTOP, a debugger) never acts on the SIGTERM.
+
+}  // namespace
+
+// An init that is stopped (SIGSTOP, a debugger) never acts on a SIGTERM.
 std::chrono::milliseconds stop_grace() {
   const char* value = std::getenv("OPENSHELL_STOP_GRACE_MS");
   if (!value) return std::chrono::seconds(10);
@@ -89,15 +91,12 @@ std::chrono::milliseconds stop_grace() {
   return std::chrono::milliseconds(*ms);
 }
 
-}  // namespace
-
 void block_forwarded_signals() {
   sigset_t set = forwarded_set();
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-int attach(runtime::Container& container) {
-  const std::chrono::milliseconds grace = stop_grace();
+int attach(runtime::Container& container, std::chrono::milliseconds grace) {
   std::optional<std::chrono::steady_clock::time_point> kill_at;  // armed by a SIGTERM
   sigset_t set = forwarded_set();
   sigset_t saved;

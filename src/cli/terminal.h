@@ -2,6 +2,8 @@
 // with --tty the pseudo-terminal's bytes relayed both ways in raw mode.
 #pragma once
 
+#include <chrono>
+
 namespace openshell::runtime {
 class Container;
 }
@@ -28,10 +30,15 @@ class RawMode {
 // 24x80 when none is.
 void terminal_size(unsigned short* rows, unsigned short* cols);
 
+// How long a sandbox has to end after a SIGTERM before it is killed:
+// OPENSHELL_STOP_GRACE_MS, else 10 s. Throws Error for a value that is not
+// a number of milliseconds: read before the sandbox starts, so that bad
+// input never starts one.
+std::chrono::milliseconds stop_grace();
+
 // Relays until the container ends; returns its exit status. A SIGTERM the
-// sandbox has not ended within OPENSHELL_STOP_GRACE_MS (10 s) of is
-// followed by SIGKILL.
-int attach(runtime::Container& container);
+// sandbox has not ended within `grace` of is followed by SIGKILL.
+int attach(runtime::Container& container, std::chrono::milliseconds grace);
 
 // Blocks the signals attach() forwards, for the rest of the process's life:
 // called before the sandbox starts, so that a signal sent once its command

@@ -97,8 +97,9 @@ TEST_P(RunStop, AMainProcessEndsAsItChoosesWithinTheGrace) {
 TEST_P(RunStop, ABadGraceIsOneLine) {
   Options o;
   o.env = {"OPENSHELL_STOP_GRACE_MS=10s"};
-  Result r = sandbox(mode(), {}, {"true"}, o);
+  Result r = sandbox(mode(), {}, {"sh", "-c", "echo ran"}, o);
   EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.out, "") << "bad input never starts a sandbox";
   EXPECT_EQ(r.err,
             "openshell: OPENSHELL_STOP_GRACE_MS '10s': not a whole number of milliseconds from 1 "
             "to 86400000\n");
