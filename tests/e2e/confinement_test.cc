@@ -181,7 +181,7 @@ TEST_P(Confinement, KernelLoadingIsRefused) {
   ExpectFilterRefuses({"init_module"}, "EPERM", "denied: ENOEXEC (Exec format error)\n");
   ExpectFilterRefuses({"open_by_handle_at"}, "EPERM", "");
 }
-// A system call the kernel has and the profile does not list: unfiltered it
+// A system call the kernel has and the profile does not allow: unfiltered it
 // needs no privilege at all (a file handle of /tmp, a tmpfs).
 TEST_P(Confinement, SyscallsOutsideTheProfileAreRefused) {
   ExpectFilterRefuses({"name_to_handle_at", "/tmp"});
