@@ -607,6 +607,22 @@ LoopbackTcpServer::LoopbackTcpServer(std::function<void(int fd)> serve) {
   });
 }
 
+RefusedPort::RefusedPort() {
+  socket_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (socket_ < 0 || ::bind(socket_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    ADD_FAILURE() << "bind a port to refuse: " << std::strerror(errno);
+  socklen_t len = sizeof addr;
+  ::getsockname(socket_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+}
+
+RefusedPort::~RefusedPort() {
+  if (socket_ >= 0) ::close(socket_);
+}
+
 LoopbackTcpServer::~LoopbackTcpServer() {
   stop_ = true;
   thread_.join();

@@ -125,6 +125,22 @@ class LoopbackTcpServer {
   std::thread thread_;
 };
 
+// A TCP port on 127.0.0.1 that refuses every connection while this lives:
+// a socket bound to it that does not listen (so no other program takes it,
+// as it could a port that was merely closed).
+class RefusedPort {
+ public:
+  RefusedPort();
+  ~RefusedPort();
+  RefusedPort(const RefusedPort&) = delete;
+  RefusedPort& operator=(const RefusedPort&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  int socket_ = -1;
+  uint16_t port_ = 0;
+};
+
 // A server on 127.0.0.1 for egress tests: an HTTP GET gets a 200 with body
 // "hello from the test server"; an upgrade request gets a 101 and then an
 // echo; anything else is echoed back. It counts its connections, and
