@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 namespace e2e {
@@ -34,8 +36,29 @@ struct State {
   uid_t sub_uid = 0, single_uid = 0;
   gid_t sub_gid = 0, single_gid = 0;
   std::vector<std::string> users_created;
+  // What the tests made, for the leftover scans: the openshell processes
+  // the harness started, and the ids of the sandboxes that appeared in the
+  // state directories of the tests' gateways.
+  std::mutex made_mutex;
+  std::set<std::string> started_pids, sandbox_ids;
 };
 State g;
+
+// The sandboxes of the state directory that openshell run with this
+// environment uses, when it is one the tests made (under scratch()).
+void note_sandboxes(Mode mode, const std::vector<std::string>& env) {
+  std::string state;
+  for (const auto& kv : env)
+    if (kv.rfind("OPENSHELL_HOME=", 0) == 0) state = kv.substr(15);
+  if (state.empty() && mode != Mode::kRoot) state = g.scratch + "/.local/state/openshell";
+  if (state.rfind(g.scratch + "/", 0) != 0) return;
+  DIR* d = ::opendir((state + "/sandboxes").c_str());
+  if (!d) return;
+  std::lock_guard<std::mutex> lock(g.made_mutex);
+  while (dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') g.sandbox_ids.insert(e->d_name);
+  ::closedir(d);
+}
 
 std::string env_or(const char* name, const char* fallback) {
   const char* value = std::getenv(name);
@@ -239,6 +262,10 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
     std::perror("exec openshell");
     ::_exit(123);
   }
+  {
+    std::lock_guard<std::mutex> lock(g.made_mutex);
+    g.started_pids.insert(std::to_string(pid));
+  }
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
@@ -309,6 +336,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  note_sandboxes(mode, options.env);
   return result;
 }
 
@@ -391,10 +419,16 @@ std::vector<std::string> gateway_processes(const std::string& home) {
 std::vector<std::string> stop_gateway(Mode mode, const std::string& home) {
   Options o;
   o.env.push_back("OPENSHELL_HOME=" + home);
+  note_sandboxes(mode, o.env);
   openshell(mode, {"sandbox", "delete", "--all"}, o);
   openshell(mode, {"gateway", "stop"}, o);
-  for (int i = 0; i < 300 && !gateway_processes(home).empty(); ++i) ::usleep(10000);
+  // Generous for a loaded machine; ends as soon as they are gone.
+  for (int i = 0; i < 3000 && !gateway_processes(home).empty(); ++i) ::usleep(10000);
   return gateway_processes(home);
+}
+
+GatewayGuard::~GatewayGuard() {
+  EXPECT_EQ(stop_gateway(mode_, home_), std::vector<std::string>{}) << "gateway left: " << home_;
 }
 
 namespace {
@@ -435,10 +469,19 @@ bool started_by_another(const std::string& pid) {
   return false;
 }
 
-bool held_by_another(const std::string& cgroup) {
+// A cgroup is the tests' when its name is one a test's openshell gives it
+// (openshell-run-PID for `run`, openshell-ID for a gateway's sandbox), or
+// when a process of the tests' is in it. An empty one of another's is not.
+bool made_by_tests(const std::string& cgroup) {
+  std::string name = cgroup.substr(cgroup.rfind('/') + 1);
+  {
+    std::lock_guard<std::mutex> lock(g.made_mutex);
+    if (name.rfind("openshell-run-", 0) == 0 && g.started_pids.count(name.substr(14))) return true;
+    if (g.sandbox_ids.count(name.substr(10))) return true;
+  }
   std::istringstream pids(file_contents(cgroup + "/cgroup.procs"));
   for (std::string pid; pids >> pid;)
-    if (started_by_another(pid)) return true;
+    if (!started_by_another(pid)) return true;
   return false;
 }
 
@@ -448,10 +491,16 @@ std::vector<std::string> leftover_mounts() {
   std::vector<std::string> out;
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
-  while (std::getline(in, line))
-    if (line.find("oldroot") != std::string::npos || line.find("newroot") != std::string::npos ||
-        line.find("osh-e2e") != std::string::npos)
-      out.push_back(line);
+  // Field 5 is the mount point. Another e2e run's scratch directory (and
+  // its users' state) is not ours; a pivot's leftover anywhere is a leak.
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point;
+    fields >> id >> parent >> dev >> root >> point;
+    bool ours = point.rfind(g.scratch + "/", 0) == 0 || root.rfind(g.scratch + "/", 0) == 0;
+    bool pivot = point.ends_with("/newroot") || point.ends_with("/oldroot");
+    if (ours || pivot) out.push_back(line);
+  }
   return out;
 }
 
@@ -468,9 +517,8 @@ std::vector<std::string> leftover_cgroups() {
       if (e->d_type != DT_DIR || e->d_name[0] == '.') continue;
       std::string path = dir + "/" + e->d_name;
       if (std::strncmp(e->d_name, "openshell-", 10) == 0) {
-        if (!held_by_another(path)) out.push_back(path);
-      }
-      else if (depth < 4)
+        if (made_by_tests(path)) out.push_back(path);
+      } else if (depth < 4)
         stack.push_back({path, depth + 1});
     }
     ::closedir(d);
@@ -559,6 +607,22 @@ LoopbackTcpServer::LoopbackTcpServer(std::function<void(int fd)> serve) {
   });
 }
 
+RefusedPort::RefusedPort() {
+  socket_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (socket_ < 0 || ::bind(socket_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    ADD_FAILURE() << "bind a port to refuse: " << std::strerror(errno);
+  socklen_t len = sizeof addr;
+  ::getsockname(socket_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+}
+
+RefusedPort::~RefusedPort() {
+  if (socket_ >= 0) ::close(socket_);
+}
+
 LoopbackTcpServer::~LoopbackTcpServer() {
   stop_ = true;
   thread_.join();
@@ -569,6 +633,7 @@ TestServer::TestServer()
     : server_([this](int fd) {
         ++connections_;
         serve_connection(fd);
+        ++finished_;
       }) {}
 
 TestDnsServer::TestDnsServer() {

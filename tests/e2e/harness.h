@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace e2e {
@@ -63,7 +64,10 @@ gid_t gid_of(Mode mode);
 std::string make_dir(Mode mode, const std::string& name, mode_t perms = 0755);
 std::string write_file(const std::string& path, const std::string& content, mode_t perms = 0644);
 
-// What openshell may leave on the host: mounts, cgroups, init processes.
+// What the tests' openshell may leave on the host: mounts under scratch()
+// (and pivot leftovers), cgroups named after a run or sandbox the tests
+// started (or holding their processes), and init processes descended from
+// the tests' copy of the binary. Others' sandboxes are not counted.
 std::vector<std::string> leftover_mounts();
 std::vector<std::string> leftover_cgroups();
 std::vector<std::string> leftover_processes();
@@ -81,8 +85,23 @@ std::vector<std::string> processes_matching(const std::string& text);
 // home, as "PID:COMMAND".
 std::vector<std::string> gateway_processes(const std::string& home);
 // Deletes every sandbox of the gateway of home, stops it, and waits up to
-// 3 s for its processes to go: those still there.
+// 30 s for its processes to go: those still there.
 std::vector<std::string> stop_gateway(Mode mode, const std::string& home);
+
+// Stops the gateway of home when it goes out of scope, so that a test whose
+// assertion ends it midway leaves no gateway or sandbox behind (and fails
+// when its processes outlive the stop). Declare it right after the home.
+class GatewayGuard {
+ public:
+  GatewayGuard(Mode mode, std::string home) : mode_(mode), home_(std::move(home)) {}
+  ~GatewayGuard();
+  GatewayGuard(const GatewayGuard&) = delete;
+  GatewayGuard& operator=(const GatewayGuard&) = delete;
+
+ private:
+  Mode mode_;
+  std::string home_;
+};
 std::string command_of(const std::string& pid);
 std::string environment_of(const std::string& pid);
 
@@ -106,17 +125,35 @@ class LoopbackTcpServer {
   std::thread thread_;
 };
 
+// A TCP port on 127.0.0.1 that refuses every connection while this lives:
+// a socket bound to it that does not listen (so no other program takes it,
+// as it could a port that was merely closed).
+class RefusedPort {
+ public:
+  RefusedPort();
+  ~RefusedPort();
+  RefusedPort(const RefusedPort&) = delete;
+  RefusedPort& operator=(const RefusedPort&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  int socket_ = -1;
+  uint16_t port_ = 0;
+};
+
 // A server on 127.0.0.1 for egress tests: an HTTP GET gets a 200 with body
 // "hello from the test server"; an upgrade request gets a 101 and then an
-// echo; anything else is echoed back. It counts its connections.
+// echo; anything else is echoed back. It counts its connections, and
+// those it has finished with (the peer closed, or it answered).
 class TestServer {
  public:
   TestServer();
   uint16_t port() const { return server_.port(); }
   int connections() const { return connections_.load(); }
+  int finished() const { return finished_.load(); }
 
  private:
-  std::atomic<int> connections_{0};
+  std::atomic<int> connections_{0}, finished_{0};
   LoopbackTcpServer server_;
 };
 

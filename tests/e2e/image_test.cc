@@ -176,7 +176,7 @@ class Registry {
                    std::to_string(port_) + "\n");
     process_ = std::make_unique<Process>(
         std::vector<std::string>{"docker-registry", "serve", dir_ + "/config.yml"}, dir_ + "/log");
-    ok_ = wait_listening(port_, 10000);
+    ok_ = wait_listening(port_, 30000);
   }
   bool ok() const { return ok_; }
   std::string host() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -214,7 +214,7 @@ class FakeRegistry {
     process_ = std::make_unique<Process>(
         std::vector<std::string>{bin, "--layout", layout, "--port-file", port_file_, "--mode", mode},
         port_file_ + ".log");
-    for (int i = 0; i < 250 && port_.empty(); ++i) {
+    for (int i = 0; i < 1500 && port_.empty(); ++i) {  // 30 s at most
       port_ = file_contents(port_file_);
       while (!port_.empty() && (port_.back() == '\n' || port_.back() == ' ')) port_.pop_back();
       if (port_.empty()) ::usleep(20000);
@@ -686,9 +686,12 @@ TEST_P(Images, RegistryErrorsAreClear) {
   Result repo = os({"image", "pull", reg->host() + "/test/nothing:latest"});
   EXPECT_EQ(repo.status, 125);
   EXPECT_THAT(repo.err, HasSubstr("404"));
-  Result closed = os({"image", "pull", "127.0.0.1:" + std::to_string(free_port()) + "/x:1"});
+  RefusedPort refusing;
+  const std::string closed_host = "127.0.0.1:" + std::to_string(refusing.port());
+  Result closed = os({"image", "pull", closed_host + "/x:1"});
   EXPECT_EQ(closed.status, 125);
-  EXPECT_THAT(closed.err, HasSubstr("refused"));
+  EXPECT_THAT(closed.err, HasSubstr(closed_host));
+  EXPECT_THAT(closed.err, HasSubstr("Connection refused"));
   Result bad = os({"image", "pull", "Not/A:Ref!"});
   EXPECT_EQ(bad.status, 125);
   EXPECT_THAT(bad.err, HasSubstr("image reference"));

@@ -162,6 +162,25 @@ std::string non_utf8_attacks(const std::string& port) {
          port + " echo; ";
 }
 
+// A refusal by the proxy, for this reason: osh-probe's "proxy: ..." line is
+// a 403 and the answer names the reason. Neither an openshell failure (125)
+// nor a missing program (127) is a refusal.
+void expect_refused(const Result& r, const std::string& reason) {
+  EXPECT_NE(r.status, 125) << r.err;
+  EXPECT_NE(r.status, 127) << r.err;
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(reason)) << r.out << r.err;
+}
+
+// busybox wget refused by the proxy: its error names the 403 (and it exits
+// 1, not 125 or 127).
+void expect_wget_refused(const Result& r) {
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("403 Forbidden")) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 size_t count_of(const std::string& text, const std::string& part) {
   size_t count = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
@@ -243,8 +262,10 @@ TEST_P(Network, DirectAndIpLiteralBypassFailsAtOnce) {
   std::string p = policy(local_rule());
   // Straight to the server: the sandbox's loopback is not the host's.
   Result direct = run(p, {"osh-probe", "connect", "127.0.0.1", port()});
+  // Refused (a reset), not dropped: no wait for a timeout. The time is only
+  // reported: a loaded machine may take long over an immediate refusal.
   EXPECT_THAT(direct.out, HasSubstr("denied: ECONNREFUSED"));
-  EXPECT_THAT(direct.err, testing::MatchesRegex("connect took [0-9] ms\n"));
+  EXPECT_THAT(direct.err, testing::MatchesRegex("connect took [0-9]+ ms\n"));
   // Any other address: no route at all, refused at once.
   Result outside = run(p, {"osh-probe", "connect", "93.184.216.34", "80"});
   EXPECT_THAT(outside.out, HasSubstr("denied: ENETUNREACH"));
@@ -380,16 +401,10 @@ TEST_P(Network, ASocketConnectedWithoutConnectIsRefusedWhereBinariesCount) {
 // process that connected counts for `sandbox exec`'s processes too.
 TEST_P(Network, GatewaySandboxCountsTheProcessThatConnected) {
   std::string home = make_dir(mode(), "hidehome-" + mode_name(mode()), 0700);
+  GatewayGuard gateway(mode(), home);  // whatever fails below, the gateway goes
   Options o = env();
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
-  struct Cleanup {
-    std::function<void()> run;
-    ~Cleanup() { run(); }
-  } cleanup{[&] {
-    os({"sandbox", "delete", "--all"});
-    os({"gateway", "stop"});
-  }};
   std::string wget_only =
       policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/wget\" } ]\n"));
   ASSERT_EQ(
@@ -469,7 +484,7 @@ TEST_P(Network, IdleConnectionsAreCappedAndCostLittle) {
   std::string log = network_log("idle");
   Result r;
   std::thread runner([&] {
-    r = run(policy(local_rule()), {"osh-probe", "hold-connections", "1000", "4", "3"},
+    r = run(policy(local_rule()), {"osh-probe", "hold-connections", "1000", "4", "3", "512"},
             {"--network-log", log, "--hostname", hostname});
   });
   auto rss_kb = [&]() -> long {
@@ -482,7 +497,7 @@ TEST_P(Network, IdleConnectionsAreCappedAndCostLittle) {
     return -1;
   };
   long first = -1, peak = 0, last = -1;
-  for (int i = 0; i < 200 && first < 0; ++i, ::usleep(20000)) first = rss_kb();
+  for (int i = 0; i < 1500 && first < 0; ++i, ::usleep(20000)) first = rss_kb();
   for (long now; (now = rss_kb()) >= 0; ::usleep(50000)) {
     peak = std::max(peak, now);
     last = now;
@@ -519,11 +534,21 @@ TEST_P(Network, IdentityLookupIsBounded) {
 
 TEST_P(Network, WildcardHosts) {
   std::string p = policy(local_rule("*.test.openshell"));
-  EXPECT_EQ(run(p, {"wget", "-q", "-O-", "http://api.test.openshell:" + port() + "/"}).status, 0);
-  EXPECT_EQ(run(p, {"wget", "-q", "-O-", "http://other.test.openshell:" + port() + "/"}).status, 0);
-  // Neither the bare domain nor a deeper name.
-  EXPECT_NE(run(p, {"wget", "-q", "-O-", "http://test.openshell:" + port() + "/"}).status, 0);
-  EXPECT_NE(run(p, {"wget", "-q", "-O-", "http://a.b.test.openshell:" + port() + "/"}).status, 0);
+  for (const std::string host : {"api.test.openshell", "other.test.openshell"}) {
+    Result r = run(p, {"wget", "-q", "-O-", "http://" + host + ":" + port() + "/"});
+    EXPECT_EQ(r.status, 0) << host << ": " << r.err;
+    EXPECT_EQ(r.out, "hello from the test server\n") << host;
+  }
+  const int allowed = server_.connections();
+  EXPECT_EQ(allowed, 2);
+  // Neither the bare domain nor a deeper name: refused by the proxy, as no
+  // rule's, and they never reach the server.
+  for (const std::string host : {"test.openshell", "a.b.test.openshell"}) {
+    expect_wget_refused(run(p, {"wget", "-q", "-O-", "http://" + host + ":" + port() + "/"}));
+    expect_refused(run(p, {"osh-probe", "proxy-connect", host, port(), "status"}),
+                   "no rule allows " + host + ":" + port());
+  }
+  EXPECT_EQ(server_.connections(), allowed) << "a refused name reached the server";
 }
 
 TEST_P(Network, WebSocketUpgradeAndLongConnections) {
@@ -731,6 +756,7 @@ TEST_P(Network, BytesThatAreNotUtf8NeitherEndTheRunNorBreakTheAuditLog) {
 
 TEST_P(Network, BytesThatAreNotUtf8LeaveAGatewaySandboxServing) {
   std::string home = make_dir(mode(), "utf8home-" + mode_name(mode()), 0700);
+  GatewayGuard gateway(mode(), home);  // whatever fails below, the gateway goes
   Options o = env();
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
@@ -754,8 +780,6 @@ TEST_P(Network, BytesThatAreNotUtf8LeaveAGatewaySandboxServing) {
   EXPECT_GE(lines.size(), 4u) << audit.out << audit.err;
   EXPECT_THAT(audit.out, HasSubstr(kReplacement + kReplacement + ".example"));
   EXPECT_THAT(audit.out, HasSubstr("\"binary\":\"/tmp/" + kReplacement + kReplacement + "\""));
-  os({"sandbox", "delete", "--all"});
-  os({"gateway", "stop"});
 }
 
 // --network-log followed a link at its path: whoever could plant one made
@@ -875,6 +899,7 @@ TEST_P(Network, DnsAnswersAreCachedAndLookupsUpstreamRateLimited) {
 // serves the proxy) must take that as the end of one connection, not die.
 TEST_P(Network, AResetTunnelLeavesTheSandboxServing) {
   std::string home = make_dir(mode(), "resethome-" + mode_name(mode()), 0700);
+  GatewayGuard gateway(mode(), home);  // whatever fails below, the gateway goes
   Options o = env();
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
@@ -883,18 +908,20 @@ TEST_P(Network, AResetTunnelLeavesTheSandboxServing) {
     Result reset = os({"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost", port(), "reset"});
     EXPECT_THAT(reset.out, HasSubstr("reset")) << reset.err;
   }
-  ::usleep(300000);  // the echoes that follow the reset reach the proxy
+  // The proxy has met each reset (its writes of the echoes failed) once it
+  // has closed the tunnel's other end.
+  for (int i = 0; i < 3000 && server_.finished() < 3; ++i) ::usleep(10000);
+  EXPECT_EQ(server_.finished(), 3) << "the proxy kept a reset tunnel open";
   Result after = os({"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost", port(), "echo"});
   EXPECT_EQ(after.status, 0) << after.out << after.err;
   EXPECT_THAT(os({"sandbox", "get", "rst", "-o", "json"}).out, HasSubstr("\"phase\": \"Ready\""));
-  os({"sandbox", "delete", "--all"});
-  os({"gateway", "stop"});
 }
 
 // Policies of long-lived sandboxes change live: the network part applies to
 // new connections at once, revisions are kept, a bad one changes nothing.
 TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
   std::string home = make_dir(mode(), "nethome-" + mode_name(mode()), 0700);
+  GatewayGuard gateway(mode(), home);  // whatever fails below, the gateway goes
   Options o = env();
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
@@ -903,6 +930,8 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
   ASSERT_EQ(os({"sandbox", "create", "--name", "live", "--from", rootfs(), "--policy", allow}).status, 0);
   const std::vector<std::string> fetch = {"sandbox", "exec", "live", "--", "wget", "-q", "-O-",
                                           "http://localhost:" + port() + "/"};
+  const std::vector<std::string> probe = {
+      "sandbox", "exec", "live", "--", "osh-probe", "proxy-connect", "localhost", port(), "status"};
   Result first = os(fetch);
   EXPECT_EQ(first.status, 0) << first.err;
   EXPECT_EQ(first.out, "hello from the test server\n");
@@ -910,11 +939,12 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
     Result set = os({"policy", "set", "live", "--policy", deny});
     EXPECT_EQ(set.status, 0) << set.err;
     EXPECT_THAT(set.out, HasSubstr("applied to new connections"));
-    Result denied = os(fetch);
-    EXPECT_NE(denied.status, 0);
-    EXPECT_THAT(denied.err, HasSubstr("403"));
+    expect_wget_refused(os(fetch));
+    expect_refused(os(probe), "no rule allows localhost:" + port());
     ASSERT_EQ(os({"policy", "set", "live", "--policy", allow}).status, 0);
-    EXPECT_EQ(os(fetch).status, 0);
+    Result again = os(fetch);
+    EXPECT_EQ(again.status, 0) << again.err;
+    EXPECT_EQ(again.out, "hello from the test server\n");
   }
   // Revisions are kept and readable.
   Result list = os({"policy", "list", "live"});
@@ -924,12 +954,15 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
   // update: add and remove an endpoint.
   Result removed = os({"policy", "update", "live", "--remove-endpoint", "localhost:" + port()});
   EXPECT_EQ(removed.status, 0) << removed.err;
-  EXPECT_NE(os(fetch).status, 0);
+  expect_wget_refused(os(fetch));
+  expect_refused(os(probe), "no rule allows localhost:" + port());
   Result added = os({"policy", "update", "live", "--add-endpoint", "localhost:" + port()});
   EXPECT_EQ(added.status, 0) << added.err;
   // Without allowed_ips the SSRF guard refuses loopback: still denied, but by the address check.
-  Result guarded = os(fetch);
-  EXPECT_NE(guarded.status, 0);
+  expect_wget_refused(os(fetch));
+  Result guarded = os(probe);
+  expect_refused(guarded, "loopback");
+  EXPECT_THAT(guarded.out, Not(HasSubstr("no rule allows"))) << guarded.out;
   // A bad policy is refused and the running one stays.
   std::string bad = policy("[network_policies.x]\nendpoints = [ { host = \"*\", port = 1 } ]\n");
   Result refused = os({"policy", "set", "live", "--policy", bad});
@@ -946,19 +979,21 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
     EXPECT_THAT(r.out, HasSubstr("applied to new connections")) << r.out << r.err;
   }
   ASSERT_EQ(os({"policy", "set", "live", "--policy", allow}).status, 0);
-  EXPECT_EQ(os(fetch).status, 0);
+  Result last = os(fetch);
+  EXPECT_EQ(last.status, 0) << last.err;
+  EXPECT_EQ(last.out, "hello from the test server\n");
   // The audit log, through the gateway.
   Result audit = os({"logs", "live", "--source", "network"});
   EXPECT_THAT(audit.out, HasSubstr("\"decision\":\"deny\""));
   EXPECT_THAT(audit.out, HasSubstr("\"decision\":\"allow\""));
-  os({"sandbox", "delete", "--all"});
-  os({"gateway", "stop"});
 }
 
-// Revoking an endpoint closes the tunnels to it that are open, within a
-// second, and audits each close; a tunnel the new policy allows stays.
+// Revoking an endpoint closes the tunnels to it that are open, at once
+// (well within the policy update's answer), and audits each close; a
+// tunnel the new policy allows stays.
 TEST_P(Network, RevokedEndpointClosesItsOpenTunnels) {
   std::string home = make_dir(mode(), "revokehome-" + mode_name(mode()), 0700);
+  GatewayGuard gateway(mode(), home);  // whatever fails below, the gateway goes
   Options o = env();
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
@@ -968,24 +1003,16 @@ TEST_P(Network, RevokedEndpointClosesItsOpenTunnels) {
       policy("[network_policies.local]\nendpoints = [ { host = \"localhost\", port = " + port() +
              ", allowed_ips = [\"127.0.0.1/32\"] }, { host = \"localhost\", port = " + b_port +
              ", allowed_ips = [\"127.0.0.1/32\"] } ]\n");
-  // Whatever fails below, the sandbox and the gateway go.
-  struct Cleanup {
-    std::function<void()> run;
-    ~Cleanup() { run(); }
-  } cleanup{[&] {
-    os({"sandbox", "delete", "--all"});
-    os({"gateway", "stop"});
-  }};
   ASSERT_EQ(
       os({"sandbox", "create", "--name", "revoke", "--from", rootfs(), "--policy", both}).status,
       0);
   Result watch;
   std::thread watcher([&] {
     watch = os({"sandbox", "exec", "revoke", "--", "osh-probe", "tunnel-watch", "localhost", port(),
-                b_port, "6"});
+                b_port, "60"});
   });
   // Both tunnels are up once both servers have their connection.
-  for (int i = 0; i < 100 && (server_.connections() < 1 || other.connections() < 1); ++i)
+  for (int i = 0; i < 600 && (server_.connections() < 1 || other.connections() < 1); ++i)
     ::usleep(50000);
   EXPECT_EQ(server_.connections(), 1);
   Result removed = os({"policy", "update", "revoke", "--remove-endpoint", "localhost:" + port()});
@@ -998,7 +1025,8 @@ TEST_P(Network, RevokedEndpointClosesItsOpenTunnels) {
   size_t at = watch.out.find("a closed at ");
   ASSERT_NE(at, std::string::npos) << "the revoked tunnel stayed open:\n" << watch.out;
   long closed_ms = std::atol(watch.out.c_str() + at + 12);
-  EXPECT_LT(closed_ms - updated_ms, 1000) << watch.out;
+  // At once, in fact: the bound leaves room for a loaded machine.
+  EXPECT_LT(closed_ms - updated_ms, 10000) << watch.out;
   EXPECT_THAT(watch.out, Not(HasSubstr("b closed")));
   EXPECT_THAT(watch.out, HasSubstr("b echo ok"));
   Result audit = os({"logs", "revoke", "--source", "network"});

@@ -136,7 +136,7 @@ TEST_P(PrivateState, RunOnHostRootSeesNoStateInTheDefaultLayout) {
   EXPECT_THAT(r.out, Not(HasSubstr("PRIVATE KEY"))) << r.out;
   openshell(mode(), {"sandbox", "delete", "--all"}, o);
   openshell(mode(), {"gateway", "stop"}, o);
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 3000; ++i) {  // 30 s at most, ending once they are gone
     bool any = false;
     for (const auto& pid : processes_matching("openshell"))
       any = any || environment_of(pid).find("XDG_STATE_HOME=" + state + '\0') != std::string::npos;

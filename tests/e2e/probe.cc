@@ -555,6 +555,18 @@ void raise_fd_limit() {
   ::setrlimit(RLIMIT_NOFILE, &r);
 }
 
+// Waits (up to 30 s) until CHILD has exec'd: its binary is no longer ours.
+bool wait_exec(pid_t child) {
+  char self[4096], now[4096];
+  ssize_t own = ::readlink("/proc/self/exe", self, sizeof self);
+  std::string exe = "/proc/" + std::to_string(child) + "/exe";
+  for (int i = 0; i < 30000; ++i, ::usleep(1000)) {
+    ssize_t n = ::readlink(exe.c_str(), now, sizeof now);
+    if (n > 0 && (n != own || std::memcmp(self, now, static_cast<size_t>(n)) != 0)) return true;
+  }
+  return false;
+}
+
 // The binaries rule's bypass: this program connects, a program the policy
 // names (argv) is started holding the inherited socket, and this one talks.
 int proxy_handoff(const char* host, const char* port, char** argv) {
@@ -565,8 +577,8 @@ int proxy_handoff(const char* host, const char* port, char** argv) {
     ::execv(argv[0], argv);
     ::_exit(127);
   }
-  ::usleep(300000);  // the other program runs, holding the socket
-  int rc = connect_request(fd, host, port);
+  // The other program runs, holding the socket.
+  int rc = wait_exec(child) ? connect_request(fd, host, port) : result(-1);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   return rc;
@@ -629,8 +641,8 @@ int proxy_hide(const char* host, const char* port, char** argv) {
     ::execv(argv[0], argv);
     ::_exit(127);
   }
-  ::usleep(200000);  // argv runs, holding the socket
-  int back = receive_fd_from(pair[1]);
+  // argv runs, holding the socket (the child put it back in flight before exec).
+  int back = wait_exec(child) ? receive_fd_from(pair[1]) : -1;
   if (back < 0) return result(-1);
   int rc = connect_request(back, host, port);
   ::kill(child, SIGKILL);
@@ -654,12 +666,16 @@ int proxy_pass(const char* host, const char* port) {
     if (fd < 0 || send_fd_to(pair[0], fd) != 0) ::_exit(1);
     ::close(fd);
     ::usleep(300000);  // the proxy looks at the socket's holders: none
+    const pid_t connector_pid = ::getpid();
     if (::fork() == 0) {
       int back = receive_fd_from(pair[1]);
       if (back < 0 || ::dup2(back, 3) != 3) ::_exit(1);
-      std::string script = std::string("sleep 0.3; printf 'CONNECT ") + host + ":" + port +
-                           " HTTP/1.1\\r\\nHost: " + host + "\\r\\n\\r\\n' >&3; " +
-                           "head -n 1 <&3 | sed 's/^/proxy: /'";
+      // The request once the process that connected has exited (a zombie
+      // has no exe link), 30 s at most.
+      std::string script = "i=0; while [ -e /proc/" + std::to_string(connector_pid) +
+                           "/exe ] && [ $i -lt 3000 ]; do i=$((i+1)); sleep 0.01; done; " +
+                           "printf 'CONNECT " + host + ":" + port + " HTTP/1.1\\r\\nHost: " + host +
+                           "\\r\\n\\r\\n' >&3; " + "head -n 1 <&3 | sed 's/^/proxy: /'";
       ::execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -774,8 +790,9 @@ int proxy_connect_mapped(const char* file, const char* host, const char* port) {
 }
 
 // COUNT connections to the proxy, held HOLD seconds, then closed, then
-// AFTER seconds more. Prints "open N refused M" (a refused one gets a 503).
-int hold_connections(int count, int hold, int after) {
+// AFTER seconds more. Prints "open N refused M" (a refused one gets a 503)
+// once no more than EXPECT_OPEN are left unrefused, or after 30 s.
+int hold_connections(int count, int hold, int after, int expect_open) {
   raise_fd_limit();
   std::vector<int> fds;
   for (int i = 0; i < count; ++i) {
@@ -783,13 +800,19 @@ int hold_connections(int count, int hold, int after) {
     if (fd < 0) break;
     fds.push_back(fd);
   }
-  ::usleep(1000000);  // refusals arrive
   int refused = 0;
-  for (int fd : fds) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) == 1) {
+  std::vector<bool> answered(fds.size());
+  for (int round = 0;
+       round < 300 && fds.size() - static_cast<size_t>(refused) > static_cast<size_t>(expect_open);
+       ++round) {
+    std::vector<pollfd> p;
+    for (size_t i = 0; i < fds.size(); ++i) p.push_back({answered[i] ? -1 : fds[i], POLLIN, 0});
+    if (::poll(p.data(), p.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!p[i].revents) continue;
+      answered[i] = true;
       char buf[256];
-      ssize_t n = ::read(fd, buf, sizeof buf - 1);
+      ssize_t n = ::read(fds[i], buf, sizeof buf - 1);
       if (n > 0 && std::string(buf, static_cast<size_t>(n)).find(" 503 ") != std::string::npos)
         ++refused;
     }
@@ -838,8 +861,9 @@ int fd_crowd(int procs, int fds, const char* host, const char* port) {
 }
 
 // Two CONNECT tunnels (host:port_a, host:port_b) to echo servers, watched
-// for SECONDS: prints "a closed at MS" / "b closed at MS" (CLOCK_MONOTONIC)
-// when the proxy closes one, and at the end "b echo ok" when b still works.
+// until the proxy closes a, for SECONDS at most: prints "a closed at MS" /
+// "b closed at MS" (CLOCK_MONOTONIC) when the proxy closes one, and at the
+// end "b echo ok" when b still works.
 int tunnel_watch(const char* host, const char* port_a, const char* port_b, int seconds) {
   int a = connect_proxy(false), b = connect_proxy(false);
   if (a < 0 || b < 0 || connect_request(a, host, port_a) != 0 ||
@@ -854,7 +878,7 @@ int tunnel_watch(const char* host, const char* port_a, const char* port_b, int s
   };
   const long end = now_ms() + seconds * 1000L;
   bool a_open = true, b_open = true;
-  while (now_ms() < end && (a_open || b_open)) {
+  while (now_ms() < end && a_open) {
     pollfd p[2] = {{a_open ? a : -1, POLLIN, 0}, {b_open ? b : -1, POLLIN, 0}};
     if (::poll(p, 2, 50) <= 0) continue;
     char buf[256];
@@ -1080,7 +1104,8 @@ int main(int argc, char** argv) {
   if (action == "loopback-connects") return loopback_connects(std::atoi(arg(2)));
   if (action == "proxy-connect-mapped") return proxy_connect_mapped(arg(2), arg(3), arg(4));
   if (action == "hold-connections")
-    return hold_connections(std::atoi(arg(2)), std::atoi(arg(3)), std::atoi(arg(4)));
+    return hold_connections(std::atoi(arg(2)), std::atoi(arg(3)), std::atoi(arg(4)),
+                            std::atoi(arg(5)));
   if (action == "fd-crowd") return fd_crowd(std::atoi(arg(2)), std::atoi(arg(3)), arg(4), arg(5));
   if (action == "mem-write") {
     // A child's memory, as a program would write a binary's it started.

@@ -372,10 +372,10 @@ TEST_P(Run, KilledOwnerTakesTheSandboxWithIt) {
   o.signal = SIGKILL;
   Result r = sandbox(mode(), {}, {"sh", "-c", "echo ready; sleep 30"}, o);
   EXPECT_EQ(r.status, 128 + SIGKILL);
-  for (int i = 0; i < 100 && !leftover_processes().empty(); ++i) ::usleep(20000);
+  for (int i = 0; i < 1500 && !leftover_processes().empty(); ++i) ::usleep(20000);
   // Its cgroups (every sandbox has a pids limit) go with them: a helper
   // of openshell's removes them once they are empty.
-  for (int i = 0; i < 100 && !new_since(leftover_cgroups(), cgroups_before_).empty(); ++i)
+  for (int i = 0; i < 1500 && !new_since(leftover_cgroups(), cgroups_before_).empty(); ++i)
     ::usleep(20000);
 }
 

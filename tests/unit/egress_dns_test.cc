@@ -15,8 +15,11 @@
 #include <array>
 #include <boost/asio/ip/udp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -24,6 +27,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -560,10 +564,36 @@ struct Outcome {
   std::chrono::milliseconds elapsed{0};
 };
 
+// Waits (up to 30 s) until the datagram that SENDER (a UDP socket connected
+// to local port PORT) sent has met its end: it waits in the receive queue
+// of the socket on that port (as /proc/net/udp shows it), or the kernel
+// refused it (no socket would take it: the sender gets ECONNREFUSED).
+void wait_delivered_or_refused(int sender, uint16_t port) {
+  char local[32];
+  std::snprintf(local, sizeof local, ":%04X", port);
+  for (int i = 0; i < 30000; ++i, std::this_thread::sleep_for(1ms)) {
+    char byte;
+    if (::recv(sender, &byte, 1, MSG_DONTWAIT) < 0 && errno == ECONNREFUSED) return;
+    std::ifstream table("/proc/net/udp");
+    for (std::string line; std::getline(table, line);) {
+      std::istringstream fields(line);
+      std::string slot, address, remote, state, queues;
+      fields >> slot >> address >> remote >> state >> queues;
+      if (address.ends_with(local) && queues.size() > 9 &&
+          std::stoul(queues.substr(9), nullptr, 16) > 0)
+        return;
+    }
+  }
+  ADD_FAILURE() << "the datagram to port " << port << " was neither delivered nor refused";
+}
+
 // Runs the loop until the callback came (and a little longer, to see a second
-// call), or gives up after limit.
+// call), or gives up after limit. Tests that an answer comes without waiting
+// for a timeout set a timeout longer than the limit: a lookup that waited
+// would miss it, however loaded the machine.
+constexpr auto kLongTimeoutMs = 120000;
 Outcome resolve_and_wait(asio::io_context& io, Resolver& resolver, const std::string& host,
-                         std::chrono::milliseconds limit = 5000ms) {
+                         std::chrono::milliseconds limit = 60000ms) {
   auto outcome = std::make_shared<Outcome>();
   auto start = std::chrono::steady_clock::now();
   resolver.resolve(host, [outcome, start](std::vector<Address> addresses, std::string error) {
@@ -673,11 +703,13 @@ TEST_F(ResolverTest, CompressionLoopsAreRefusedNotFollowed) {
 
 TEST_F(ResolverTest, NxDomainIsNoSuchHost) {
   FakeDnsServer server(io_, table({}));
-  Resolver resolver(io_, config_with({server.address()}));
+  ResolverConfig config = config_with({server.address()});
+  config.timeout_ms = kLongTimeoutMs;
+  Resolver resolver(io_, config);
   Outcome out = resolve_and_wait(io_, resolver, "nope.example");
-  EXPECT_EQ(out.error, "nope.example: no such host");
+  EXPECT_EQ(out.error, "nope.example: no such host") << "NXDOMAIN is final: no waiting for a timeout";
   EXPECT_THAT(out.addresses, IsEmpty());
-  EXPECT_LT(out.elapsed, 900ms) << "NXDOMAIN is final: no waiting for a timeout";
+  EXPECT_EQ(server.queries.size(), 2u);
 }
 
 TEST_F(ResolverTest, ASilentServerTimesOutAfterEveryAttempt) {
@@ -691,7 +723,6 @@ TEST_F(ResolverTest, ASilentServerTimesOutAfterEveryAttempt) {
   EXPECT_THAT(out.addresses, IsEmpty());
   EXPECT_EQ(server.queries.size(), 6u) << "an A and an AAAA query per attempt";
   EXPECT_GE(out.elapsed, 300ms);
-  EXPECT_LT(out.elapsed, 2000ms);
 }
 
 TEST_F(ResolverTest, TheNextServerIsAskedWhenOneIsSilent) {
@@ -715,40 +746,41 @@ TEST_F(ResolverTest, ServfailMovesOnAtOnce) {
   });
   FakeDnsServer answering(io_, table({{"sf.example", {"192.0.2.3", "2001:db8::3"}}}));
   ResolverConfig config = config_with({failing.address(), answering.address()});
-  config.timeout_ms = 3000;
+  config.timeout_ms = kLongTimeoutMs;
   Resolver resolver(io_, config);
   Outcome out = resolve_and_wait(io_, resolver, "sf.example");
   EXPECT_EQ(out.error, "");
   EXPECT_THAT(out.addresses, ElementsAre("192.0.2.3", "2001:db8::3"));
-  EXPECT_LT(out.elapsed, 1500ms);
 }
 
 TEST_F(ResolverTest, OnlyServfailEverywhereSaysSo) {
   FakeDnsServer failing(io_, [](const Query& query, const std::string&) {
     return std::vector<std::string>{build_response(query, kRcodeServFail, {}, 0)};
   });
-  Resolver resolver(io_, config_with({failing.address()}));
+  ResolverConfig config = config_with({failing.address()});
+  config.timeout_ms = kLongTimeoutMs;
+  Resolver resolver(io_, config);
   Outcome out = resolve_and_wait(io_, resolver, "broken.example");
   EXPECT_THAT(out.error, HasSubstr("broken.example: DNS lookup failed"));
   EXPECT_THAT(out.error, HasSubstr("SERVFAIL"));
   EXPECT_EQ(failing.queries.size(), 4u);
-  EXPECT_LT(out.elapsed, 900ms);
 }
 
 TEST_F(ResolverTest, AClosedPortFailsFast) {
-  uint16_t port;
-  {
-    udp::socket probe(io_, udp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    port = probe.local_endpoint().port();
-  }
+  // A port that stays closed while the test runs: a socket holds it, bound
+  // and connected elsewhere, so that the kernel delivers it nothing from
+  // the resolver and answers port unreachable (a port merely closed could
+  // be taken by another program meanwhile).
+  udp::socket holder(io_, udp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  holder.connect(udp::endpoint(asio::ip::make_address("127.0.0.1"), 9));
+  const uint16_t port = holder.local_endpoint().port();
   ResolverConfig config = config_with({"127.0.0.1:" + std::to_string(port)});
-  config.timeout_ms = 3000;
+  config.timeout_ms = kLongTimeoutMs;
   config.attempts = 1;
   Resolver resolver(io_, config);
   Outcome out = resolve_and_wait(io_, resolver, "closed.example");
   EXPECT_THAT(out.error, HasSubstr("closed.example: DNS lookup failed"));
   EXPECT_THAT(out.error, HasSubstr("127.0.0.1:" + std::to_string(port)));
-  EXPECT_LT(out.elapsed, 1500ms) << out.error;
 }
 
 TEST_F(ResolverTest, AnswersWithAWrongIdOrQuestionAreIgnored) {
@@ -781,8 +813,10 @@ TEST_F(ResolverTest, AnswersFromAnotherAddressAreIgnored) {
   FakeDnsServer server(io_, [&](const Query& query, const std::string&) {
     std::string forged = build_response(query, kRcodeNoError, {addr("6.6.6.6"), addr("::6")}, 60);
     boost::system::error_code ignored;
-    forger.send_to(asio::buffer(forged), clients.back(), 0, ignored);
-    std::this_thread::sleep_for(20ms);  // the forged datagram arrives first
+    forger.connect(clients.back(), ignored);
+    forger.send(asio::buffer(forged), 0, ignored);
+    // The forged datagram arrives first (or is refused by the kernel).
+    wait_delivered_or_refused(forger.native_handle(), clients.back().port());
     return std::vector<std::string>{
         build_response(query, kRcodeNoError, {addr("192.0.2.6"), addr("2001:db8::6")}, 60)};
   });
@@ -926,12 +960,11 @@ TEST_F(ResolverTest, ConfiguredServersOverrideResolvConf) {
   write_file(dir_ / "resolv.conf", "nameserver 192.0.2.1\n");  // never asked
   ResolverConfig config = config_with({server.address()});
   config.resolv_conf = dir_ / "resolv.conf";
-  config.timeout_ms = 3000;
+  config.timeout_ms = kLongTimeoutMs;  // an ask of 192.0.2.1 would wait for it
   Resolver resolver(io_, config);
   Outcome out = resolve_and_wait(io_, resolver, "o.example");
   EXPECT_EQ(out.error, "");
   EXPECT_THAT(out.addresses, ElementsAre("192.0.2.12"));
-  EXPECT_LT(out.elapsed, 1500ms);
 }
 
 TEST_F(ResolverTest, MalformedServersAreRefused) {
@@ -976,7 +1009,7 @@ std::shared_ptr<Looked> start_lookup(Resolver& resolver, const std::string& host
 Resolution lookup_and_wait(asio::io_context& io, Resolver& resolver, const std::string& host) {
   auto looked = start_lookup(resolver, host);
   EXPECT_EQ(looked->calls, 0) << "called back from inside lookup()";
-  auto deadline = std::chrono::steady_clock::now() + 5s;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
   while (looked->calls == 0 && std::chrono::steady_clock::now() < deadline) {
     io.restart();
     io.run_for(5ms);
@@ -1215,13 +1248,14 @@ class StubTest : public ::testing::Test {
     proxy_->serve(UniqueFd(listener), UniqueFd(dns), UniqueFd());
   }
 
-  // Sends one datagram to the stub; its answer, or nullopt after 300 ms.
-  std::optional<std::string> ask(const std::string& message) {
+  // Sends one datagram to the stub; its answer, or nullopt after WAIT.
+  std::optional<std::string> ask(const std::string& message,
+                                 std::chrono::milliseconds wait = 30000ms) {
     int client = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     ::sendto(client, message.data(), message.size(), 0, reinterpret_cast<sockaddr*>(&stub_),
              sizeof stub_);
     std::optional<std::string> answer;
-    auto deadline = std::chrono::steady_clock::now() + 300ms;
+    auto deadline = std::chrono::steady_clock::now() + wait;
     while (!answer && std::chrono::steady_clock::now() < deadline) {
       io_.restart();
       io_.run_for(2ms);
@@ -1258,6 +1292,9 @@ TEST_F(StubTest, UpstreamCachedAndRateLimitedQueriesAreAuditedWithoutFloodingThe
   config.servers = {upstream.address()};
   config.query_rate = 1;
   config.query_burst = 2;
+  // The rate's clock stands still: no token comes back however slowly the
+  // queries below go.
+  config.now = [frozen = std::chrono::steady_clock::now()] { return frozen; };
   start(config);
 
   EXPECT_EQ(rcode(ask("a.example.test", kTypeA)), kRcodeNoError);
@@ -1279,18 +1316,26 @@ TEST_F(StubTest, UpstreamCachedAndRateLimitedQueriesAreAuditedWithoutFloodingThe
   EXPECT_EQ(rcode(ask("b.example.test", kTypeA)), kRcodeNoError);  // the burst's second token
   EXPECT_EQ(line(2)["decision"], "upstream");
 
-  // Over the limit: refused here, nothing sent, one line for the lot.
+  // Over the limit: refused here, nothing sent, one line for the lot (a
+  // line a second, by the real clock: a slow machine may take longer).
+  auto start_refused = std::chrono::steady_clock::now();
   for (int i = 0; i < 10; ++i)
     EXPECT_EQ(rcode(ask(numbered("x", i) + ".test", kTypeA)), kRcodeRefused);
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::steady_clock::now() - start_refused)
+                           .count();
   EXPECT_EQ(upstream.queries.size(), 4u);
-  ASSERT_EQ(lines_.size(), 4u) << "one rate_limited line a second, not one a query";
+  ASSERT_GE(lines_.size(), 4u);
+  ASSERT_LE(lines_.size(), 4u + static_cast<size_t>(seconds))
+      << "one rate_limited line a second, not one a query";
+  const size_t deny_line = lines_.size();
   EXPECT_EQ(line(3)["decision"], "rate_limited");
   EXPECT_EQ(line(3)["host"], "x0.example.test");
   EXPECT_EQ(line(3)["refused"], 1);
   EXPECT_THAT(line(3)["reason"].get<std::string>(), HasSubstr("too many DNS lookups"));
   // Names no rule names are refused here as before, and never asked.
   EXPECT_EQ(rcode(ask("other.org", kTypeA)), kRcodeNxDomain);
-  EXPECT_EQ(line(4)["decision"], "deny");
+  EXPECT_EQ(line(deny_line)["decision"], "deny");
   EXPECT_EQ(upstream.queries.size(), 4u);
 }
 
@@ -1302,7 +1347,7 @@ TEST_F(StubTest, ANameOfBytesThatAreNotAHostNameIsDroppedNotAsked) {
   std::string bad =
       header(7, 0x0100, 1) +
       question(std::string("\x02\xff\xfe\x07") + "example\x04test" + std::string(1, '\0'), kTypeA);
-  EXPECT_EQ(ask(bad), std::nullopt);
+  EXPECT_EQ(ask(bad, 300ms), std::nullopt);
   EXPECT_TRUE(upstream.queries.empty());
   EXPECT_TRUE(lines_.empty());
   EXPECT_EQ(rcode(ask("after.example.test", kTypeA)), kRcodeNoError) << "the stub still serves";

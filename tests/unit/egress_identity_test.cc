@@ -385,7 +385,7 @@ TEST(CallerFinder, EveryHolderOfTheSocketIsFoundWithinTheBudget) {
     ::pause();
     ::_exit(0);
   }
-  for (int i = 0; i < 100 && finder.holders(l.client_end, l.server_end).processes.size() < 3; ++i)
+  for (int i = 0; i < 3000 && finder.holders(l.client_end, l.server_end).processes.size() < 3; ++i)
     ::usleep(10000);
   Holders again = finder.holders(l.client_end, l.server_end, kIdentityBudget, &all);
   ::kill(later, SIGKILL);
