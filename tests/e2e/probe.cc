@@ -528,12 +528,9 @@ int connect_proxy(bool inherited) {
   return fd;
 }
 
-// CONNECT host:port on fd; prints "proxy: STATUS LINE" and the body of a
-// refusal; 0 when the tunnel is established.
-int connect_request(int fd, const char* host, const char* port) {
-  std::string request =
-      std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
-  ::write(fd, request.data(), request.size());
+// The proxy's answer to a CONNECT on fd: prints "proxy: STATUS LINE" and
+// the body of a refusal; 0 when the tunnel is established.
+int connect_reply(int fd) {
   std::string head;
   char c;
   while (head.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) head += c;
@@ -546,6 +543,14 @@ int connect_request(int fd, const char* host, const char* port) {
   while ((n = ::read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
   if (!body.empty()) std::printf("body: %s", body.c_str());
   return 1;
+}
+
+// CONNECT host:port on fd, and connect_reply.
+int connect_request(int fd, const char* host, const char* port) {
+  std::string request =
+      std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+  ::write(fd, request.data(), request.size());
+  return connect_reply(fd);
 }
 
 void raise_fd_limit() {
@@ -703,18 +708,7 @@ int proxy_fastopen(const char* host, const char* port) {
   if (fd < 0 || ::sendto(fd, request.data(), request.size(), MSG_FASTOPEN,
                          reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0)
     return result(-1);
-  std::string head;
-  char c;
-  while (head.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) head += c;
-  std::string status = head.substr(0, head.find("\r\n"));
-  std::printf("proxy: %s\n", status.c_str());
-  if (status.find(" 200 ") != std::string::npos) return 0;
-  std::string body;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) body.append(buf, static_cast<size_t>(n));
-  if (!body.empty()) std::printf("body: %s", body.c_str());
-  return 1;
+  return connect_reply(fd);
 }
 
 // COUNT connect()s to a listener on the sandbox's own loopback; prints how
