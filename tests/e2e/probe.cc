@@ -164,6 +164,23 @@ int http_unix(const char* path, const char* method, const char* target, const ch
   return result(0, status + " " + rest);
 }
 
+// data with one fd (SCM_RIGHTS) on socket_fd: sendmsg's result.
+ssize_t send_with_fd(int socket_fd, const std::string& data, int fd, int flags) {
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
+  return ::sendmsg(socket_fd, &msg, flags);
+}
+
 // Hands a connection of ours to a supervisor's exec socket as the gateway
 // does; "ok: upgraded" when the supervisor took it (answered the upgrade).
 int exec_handoff(const char* path) {
@@ -176,19 +193,7 @@ int exec_handoff(const char* path) {
       "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
       "Sec-WebSocket-Version: 13\r\n\r\n";
   std::string packet = std::string("handoff") + '\0' + upgrade + '\0';
-  iovec iov{packet.data(), packet.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &pair[1], sizeof(int));
-  if (::sendmsg(fd, &msg, MSG_NOSIGNAL) < 0) return result(-1);
+  if (send_with_fd(fd, packet, pair[1], MSG_NOSIGNAL) < 0) return result(-1);
   ::close(pair[1]);
   ::close(fd);
   std::string answer = read_for(pair[0], 3000);
@@ -591,20 +596,7 @@ int proxy_handoff(const char* host, const char* port, char** argv) {
 
 // One fd through a socket pair (SCM_RIGHTS); -1 on failure.
 int send_fd_to(int socket_fd, int fd) {
-  char tag = 'F';
-  iovec iov{&tag, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &fd, sizeof fd);
-  return ::sendmsg(socket_fd, &msg, 0) == 1 ? 0 : -1;
+  return send_with_fd(socket_fd, std::string(1, 'F'), fd, 0) == 1 ? 0 : -1;
 }
 
 int receive_fd_from(int socket_fd) {
