@@ -5,17 +5,7 @@
 // thread; the destructor stops it and closes every connection.
 #pragma once
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
 #include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -24,7 +14,15 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 namespace openshell::testing {
 

@@ -10,17 +10,18 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
-#include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include <seccomp.h>
 
 #include "runtime/seccomp_profile.h"
 
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
   if (!ctx) die("seccomp_init", -ENOMEM);
   seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-  seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);      // the runtime sets no_new_privs itself
+  seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);       // the runtime sets no_new_privs itself
   seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);  // a binary tree, not a linear scan
 
   int max_known = 0;
@@ -106,8 +107,7 @@ int main(int argc, char** argv) {
 
   // personality: only the harmless personas.
   for (uint64_t persona : {0x0ULL, 0x8ULL, 0x20000ULL, 0x20008ULL, 0xffffffffULL})
-    add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), {SCMP_A0(SCMP_CMP_EQ, persona)},
-        "personality");
+    add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), {SCMP_A0(SCMP_CMP_EQ, persona)}, "personality");
 
   // Export libseccomp's program.
   int memfd = memfd_create("seccomp", 0);
@@ -129,9 +129,10 @@ int main(int argc, char** argv) {
   std::vector<sock_filter> guard = {
       /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4),  // A = arch
       /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, native, 0, to(1, kLib)),
-      /* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),  // A = nr
+      /* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),                            // A = nr
       /* 3 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, to(3, kLib), 0),  // x32: libseccomp's
-      /* 4 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, static_cast<uint32_t>(max_known), to(4, kEnosys), 0),
+                                                                                /* 4 */
+      BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, static_cast<uint32_t>(max_known), to(4, kEnosys), 0),
       /* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(ioctl_nr), 0, to(5, kLib)),
       /* 6 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, kArg1Low),  // A = the ioctl command
       /* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kTiocsti, to(7, kEperm), 0),

@@ -1,17 +1,14 @@
 #include "auth/secrets.h"
 
-// clang-format off
-#include <utility>  // before nlohmann-json with GCC 12 in C++20
-// clang-format on
-
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
-
 #include <cerrno>
 #include <climits>
 #include <memory>
+#include <utility>
+
 #include <nlohmann/json.hpp>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 
 #include "base/files.h"
 

@@ -1,8 +1,8 @@
 #include "base/error.h"
 
-#include <cerrno>
 #include <fcntl.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "base/unique_fd.h"

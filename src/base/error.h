@@ -9,9 +9,9 @@ namespace openshell {
 // Exit codes of openshell itself (the docker/podman convention); a command that
 // ran passes its own status through, and death by signal N gives 128+N.
 namespace exit_code {
-inline constexpr int kFailure = 125;         // openshell itself failed (bad input too)
-inline constexpr int kCannotExecute = 126;   // the command exists but cannot be executed
-inline constexpr int kNotFound = 127;        // the command was not found
+inline constexpr int kFailure = 125;        // openshell itself failed (bad input too)
+inline constexpr int kCannotExecute = 126;  // the command exists but cannot be executed
+inline constexpr int kNotFound = 127;       // the command was not found
 }  // namespace exit_code
 
 class Error : public std::runtime_error {

@@ -2,12 +2,10 @@
 // DNS stub, the gateway's clients).
 #pragma once
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
+#include <string>
+#include <utility>
 
 #include <boost/asio/io_context.hpp>
-#include <string>
 
 namespace openshell {
 

@@ -65,8 +65,8 @@ std::optional<Record> parse(std::string_view line) {
   int year, month, day, hour, minute, second;
   long long nanos = 0;
   std::string time_text(time);
-  if (std::sscanf(time_text.c_str(), "%d-%d-%dT%d:%d:%d.%lldZ", &year, &month, &day, &hour,
-                  &minute, &second, &nanos) < 6)
+  if (std::sscanf(time_text.c_str(), "%d-%d-%dT%d:%d:%d.%lldZ", &year, &month, &day, &hour, &minute,
+                  &second, &nanos) < 6)
     return std::nullopt;
   utc.tm_year = year - 1900;
   utc.tm_mon = month - 1;

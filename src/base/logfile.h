@@ -18,11 +18,11 @@ struct Record {
   int64_t time_ns = 0;  // since the epoch
   std::string stream;   // "stdout" or "stderr"
   bool partial = false;
-  std::string text;     // without the newline
+  std::string text;  // without the newline
 };
 
-std::string format_time(int64_t time_ns);  // RFC 3339, nanoseconds, UTC
-std::string format(const Record& record);  // one line, with its newline
+std::string format_time(int64_t time_ns);            // RFC 3339, nanoseconds, UTC
+std::string format(const Record& record);            // one line, with its newline
 std::optional<Record> parse(std::string_view line);  // line without its newline
 
 // An append-only file of whole lines that keeps one older part: when a

@@ -1,14 +1,15 @@
 #include "base/sandbox_limits.h"
 
 // clang-format off
-#include <utility>  // before toml++: it uses std::exchange
+#include <utility>
 
 #include <toml++/toml.h>
 // clang-format on
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/files.h"

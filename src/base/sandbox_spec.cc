@@ -15,8 +15,8 @@ using nlohmann::json;
 std::string check_label(const std::string& key, const std::string& value) {
   if (key.empty() || key.size() > 63) return "key must be 1-63 characters";
   for (char c : key)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '-' || c == '_' || c == '.' || c == '/'))
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.' || c == '/'))
       return std::string("key has an invalid character '") + c + "'";
   if (value.size() > 253) return "value is longer than 253 characters";
   for (char c : value)
@@ -26,7 +26,8 @@ std::string check_label(const std::string& key, const std::string& value) {
 
 void SandboxSpec::validate() const {
   if (from.empty()) throw Error("--from: empty (give 'host', a directory or an image)");
-  if (storage != "" && storage != "copy") throw Error("storage '" + storage + "': must be empty or 'copy'");
+  if (storage != "" && storage != "copy")
+    throw Error("storage '" + storage + "': must be empty or 'copy'");
   for (const auto& e : env) {
     auto eq = e.find('=');
     if (eq == std::string::npos || eq == 0) throw Error("--env " + e + ": expected KEY=VALUE");
@@ -34,16 +35,24 @@ void SandboxSpec::validate() const {
   if (cpus && (*cpus <= 0 || *cpus > 4096)) throw Error("--cpu: must be between 0 and 4096");
   if (memory_bytes && *memory_bytes < (4u << 20)) throw Error("--memory: below the minimum of 4M");
   if (pids && *pids > 4194304) throw Error("--pids: at most 4194304 (0: no limit)");
-  if (tmp_size_bytes && *tmp_size_bytes < (1u << 20)) throw Error("--tmp-size: below the minimum of 1M");
-  if (shm_size_bytes && *shm_size_bytes < (1u << 20)) throw Error("--shm-size: below the minimum of 1M");
+  if (tmp_size_bytes && *tmp_size_bytes < (1u << 20))
+    throw Error("--tmp-size: below the minimum of 1M");
+  if (shm_size_bytes && *shm_size_bytes < (1u << 20))
+    throw Error("--shm-size: below the minimum of 1M");
   for (const auto& [k, v] : labels)
-    if (auto why = check_label(k, v); !why.empty()) throw Error("--label " + k + "=" + v + ": " + why);
+    if (auto why = check_label(k, v); !why.empty())
+      throw Error("--label " + k + "=" + v + ": " + why);
   if (!policy.empty()) policy::parse(policy, policy_source.empty() ? "policy" : policy_source);
 }
 
 std::string SandboxSpec::to_json() const {
-  json j = {{"from", from}, {"command", command}, {"env", env},    {"labels", labels},
-            {"no_keep", no_keep}, {"policy", policy}, {"policy_source", policy_source}};
+  json j = {{"from", from},
+            {"command", command},
+            {"env", env},
+            {"labels", labels},
+            {"no_keep", no_keep},
+            {"policy", policy},
+            {"policy_source", policy_source}};
   if (cpus) j["cpus"] = *cpus;
   if (memory_bytes) j["memory_bytes"] = *memory_bytes;
   if (pids) j["pids"] = *pids;

@@ -27,10 +27,10 @@ struct SandboxSpec {
   // reference, resolved by the gateway into `image`.
   std::string from = "host";
   std::optional<SandboxImage> image;
-  std::string storage;                // "" (overlay) or "copy" (the root is a copy: no overlayfs)
-  std::string storage_note;           // why "copy"
-  std::vector<std::string> command;   // the main process; empty: none (the sandbox idles)
-  std::vector<std::string> env;       // KEY=VALUE
+  std::string storage;               // "" (overlay) or "copy" (the root is a copy: no overlayfs)
+  std::string storage_note;          // why "copy"
+  std::vector<std::string> command;  // the main process; empty: none (the sandbox idles)
+  std::vector<std::string> env;      // KEY=VALUE
   std::optional<double> cpus;
   std::optional<uint64_t> memory_bytes;
   std::optional<uint64_t> pids;            // 0: no limit
@@ -40,9 +40,9 @@ struct SandboxSpec {
   // by the gateway at create (none: the shared range of older sandboxes).
   std::optional<uint32_t> host_uid_start, host_gid_start;
   std::map<std::string, std::string> labels;
-  bool no_keep = false;               // delete the sandbox once the main process exits
-  std::string policy;                 // policy TOML text; empty: the default policy
-  std::string policy_source;          // the file it came from, for messages
+  bool no_keep = false;       // delete the sandbox once the main process exits
+  std::string policy;         // policy TOML text; empty: the default policy
+  std::string policy_source;  // the file it came from, for messages
 
   // Throws Error naming the field at fault.
   void validate() const;

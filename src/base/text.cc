@@ -50,12 +50,23 @@ std::optional<uint64_t> parse_size(std::string_view text) {
     char u = static_cast<char>(unit[0] | 0x20);
     int shift = 0;
     switch (u) {
-      case 'b': shift = -1; break;
-      case 'k': shift = 10; break;
-      case 'm': shift = 20; break;
-      case 'g': shift = 30; break;
-      case 't': shift = 40; break;
-      default: return std::nullopt;
+      case 'b':
+        shift = -1;
+        break;
+      case 'k':
+        shift = 10;
+        break;
+      case 'm':
+        shift = 20;
+        break;
+      case 'g':
+        shift = 30;
+        break;
+      case 't':
+        shift = 40;
+        break;
+      default:
+        return std::nullopt;
     }
     std::string_view rest = unit.substr(1);
     if (shift < 0) {

@@ -1,11 +1,10 @@
 #include "cli/app.h"
 
-#include <utility>  // before CLI11 with GCC 12
-
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <string>
+#include <utility>
+
+#include <CLI/CLI.hpp>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -49,7 +48,8 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   app.set_version_flag("--version", std::string("openshell ") + OPENSHELL_VERSION);
   bool verbose = false;
-  app.add_flag("-v,--verbose", verbose, "Say what openshell does, with timings")->configurable(false);
+  app.add_flag("-v,--verbose", verbose, "Say what openshell does, with timings")
+      ->configurable(false);
   app.footer(
       "Exit status: the command's own; 125 when openshell failed, 126 when the command cannot "
       "be executed, 127 when it was not found.\nSee openshell(1) and openshell-COMMAND(1).");

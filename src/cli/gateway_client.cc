@@ -6,11 +6,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <utility>
 
 #include <nlohmann/json.hpp>
-
-#include <cerrno>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -75,8 +74,10 @@ void start_gateway_in_background(const Paths& paths) {
     }
     char buf[512];
     ssize_t n = ::read(ready.read.get(), buf, sizeof buf);
-    if (n > 0) answer.append(buf, static_cast<size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
+    if (n > 0)
+      answer.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || errno != EINTR)
+      break;
   }
   const bool answered = !answer.empty();
   while (!answer.empty() && answer.back() == '\n') answer.pop_back();
@@ -91,9 +92,9 @@ void start_gateway_in_background(const Paths& paths) {
     }
   }
   std::string why = answer.rfind("error: ", 0) == 0 ? answer.substr(7)
-                    : answered                     ? answer
-                    : waited_ms >= 10000           ? "no answer within 10 s"
-                                                   : "it ended before it was ready";
+                    : answered                      ? answer
+                    : waited_ms >= 10000            ? "no answer within 10 s"
+                                                    : "it ended before it was ready";
   throw Error("the gateway did not start" + (why.empty() ? "" : ": " + why) + " (see " +
               paths.gateway_log() + ")");
 }

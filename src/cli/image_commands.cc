@@ -2,15 +2,14 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include <utility>  // before CLI11 with GCC 12
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <memory>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -45,7 +44,8 @@ class ProgressDisplay : public image::Progress {
     began_ = std::chrono::steady_clock::now();
     if (quiet_) return;
     if (missing == 0) {
-      std::fprintf(stderr, "%s %s: all %zu layers already stored\n", verb_.c_str(), image.c_str(), layers);
+      std::fprintf(stderr, "%s %s: all %zu layers already stored\n", verb_.c_str(), image.c_str(),
+                   layers);
     } else if (!tty_) {
       std::fprintf(stderr, "%s %s: %zu of %zu layers to %s (%s)\n", verb_.c_str(), image.c_str(),
                    missing, layers, verb_ == "Importing" ? "unpack" : "fetch",
@@ -87,9 +87,11 @@ class ProgressDisplay : public image::Progress {
     double seconds = std::chrono::duration<double>(now - began_).count();
     double fraction = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 0;
     if (fraction > 1) fraction = 1;
-    std::string rate = seconds > 0.2 ? text::format_bytes(static_cast<uint64_t>(done_ / seconds)) + "/s" : "";
+    std::string rate =
+        seconds > 0.2 ? text::format_bytes(static_cast<uint64_t>(done_ / seconds)) + "/s" : "";
     std::string tail = " " + text::format_bytes(done_) + " / " + text::format_bytes(total_) + "  " +
-                       std::to_string(stored_) + "/" + std::to_string(missing_) + " layers  " + rate;
+                       std::to_string(stored_) + "/" + std::to_string(missing_) + " layers  " +
+                       rate;
     std::string head = verb_ + " " + image_ + " ";
     int bar = columns - static_cast<int>(head.size() + tail.size()) - 3;
     if (bar > 40) bar = 40;
@@ -192,7 +194,8 @@ image::ImageRecord do_pull(const std::string& text, const PullFlags& flags) {
   return image::pull(store, ref, options);
 }
 
-void report_stored(const image::Store& store, const image::ImageRecord& record, const PullFlags& flags) {
+void report_stored(const image::Store& store, const image::ImageRecord& record,
+                   const PullFlags& flags) {
   if (flags.output == "json") {
     std::printf("%s\n", record_json(store, record).dump(2).c_str());
     return;
@@ -228,8 +231,10 @@ void add_image_commands(CLI::App& app, Action* action) {
     auto ref = std::make_shared<std::string>();
     CLI::App* c = images->add_subcommand("pull", "Pull an image from a registry into the store");
     c->add_option("reference", *ref, "The image: NAME[:TAG] or NAME@DIGEST")->required();
-    c->add_flag("--insecure", flags->insecure, "Plain HTTP to this registry (localhost registries use it anyway)");
-    c->add_option("--platform", flags->platform, "OS/ARCH[/VARIANT] to pull (default: this machine's)");
+    c->add_flag("--insecure", flags->insecure,
+                "Plain HTTP to this registry (localhost registries use it anyway)");
+    c->add_option("--platform", flags->platform,
+                  "OS/ARCH[/VARIANT] to pull (default: this machine's)");
     add_max_unpacked_option(c, flags.get());
     c->add_flag("-q,--quiet", flags->quiet, "No progress; print only the image's id");
     c->add_option("-o,--output", flags->output, "Output format: table or json")
@@ -252,18 +257,23 @@ void add_image_commands(CLI::App& app, Action* action) {
     auto flags = std::make_shared<PullFlags>();
     auto file = std::make_shared<std::string>();
     auto name = std::make_shared<std::string>();
-    CLI::App* c = images->add_subcommand("import", "Import an OCI image layout or a docker save archive");
-    c->add_option("file", *file, "A tar archive (OCI layout or docker save; may be compressed) or an OCI layout directory")
+    CLI::App* c =
+        images->add_subcommand("import", "Import an OCI image layout or a docker save archive");
+    c->add_option(
+         "file", *file,
+         "A tar archive (OCI layout or docker save; may be compressed) or an OCI layout directory")
         ->required();
     c->add_option("name", *name, "What to call it (default: the name the archive gives)");
-    c->add_option("--platform", flags->platform, "OS/ARCH[/VARIANT] to import from a multi-platform layout");
+    c->add_option("--platform", flags->platform,
+                  "OS/ARCH[/VARIANT] to import from a multi-platform layout");
     add_max_unpacked_option(c, flags.get());
     c->add_flag("-q,--quiet", flags->quiet, "No progress; print only the image's id");
     c->add_option("-o,--output", flags->output, "Output format: table or json")
         ->check(CLI::IsMember({"table", "json"}));
     c->footer(
         "A NAME without a registry is stored as localhost/NAME.\nExamples:\n"
-        "  skopeo copy docker://busybox oci-archive:busybox.tar && openshell image import busybox.tar busybox\n"
+        "  skopeo copy docker://busybox oci-archive:busybox.tar && openshell image import "
+        "busybox.tar busybox\n"
         "  docker save app:1 | gzip > app.tgz && openshell image import app.tgz\n"
         "See openshell-image(1).");
     c->callback([flags, file, name, action] {
@@ -302,13 +312,15 @@ void add_image_commands(CLI::App& app, Action* action) {
           return 0;
         }
         if (*quiet) {
-          for (const auto& r : records) std::printf("%s\n", image::parse_reference(r.name).familiar().c_str());
+          for (const auto& r : records)
+            std::printf("%s\n", image::parse_reference(r.name).familiar().c_str());
           return 0;
         }
         std::vector<std::vector<std::string>> rows = {{"NAME", "ID", "CREATED", "SIZE", "LAYERS"}};
         for (const auto& r : records)
-          rows.push_back({image::parse_reference(r.name).familiar(), r.short_id(), age(r.config.created),
-                          text::format_bytes(r.size()), std::to_string(r.diff_ids.size())});
+          rows.push_back({image::parse_reference(r.name).familiar(), r.short_id(),
+                          age(r.config.created), text::format_bytes(r.size()),
+                          std::to_string(r.diff_ids.size())});
         print_table(rows);
         return 0;
       };
@@ -338,8 +350,10 @@ void add_image_commands(CLI::App& app, Action* action) {
     auto refs = std::make_shared<std::vector<std::string>>();
     CLI::App* c = images->add_subcommand("rm", "Remove image names (their layers go with prune)");
     c->alias("remove");
-    c->add_option("reference", *refs, "Images: names, or ids (all names of that image)")->required();
-    c->footer("Sandboxes made from an image keep working: their layers stay until they are deleted.");
+    c->add_option("reference", *refs, "Images: names, or ids (all names of that image)")
+        ->required();
+    c->footer(
+        "Sandboxes made from an image keep working: their layers stay until they are deleted.");
     c->callback([refs, action] {
       *action = [refs] {
         image::Store store = open_store();
@@ -360,7 +374,8 @@ void add_image_commands(CLI::App& app, Action* action) {
 
   {
     auto output = std::make_shared<std::string>("table");
-    CLI::App* c = images->add_subcommand("prune", "Remove layers and blobs no image or sandbox uses");
+    CLI::App* c =
+        images->add_subcommand("prune", "Remove layers and blobs no image or sandbox uses");
     c->add_option("-o,--output", *output, "Output format: table or json")
         ->check(CLI::IsMember({"table", "json"}));
     c->callback([output, action] {
@@ -368,9 +383,11 @@ void add_image_commands(CLI::App& app, Action* action) {
         image::Store store = open_store();
         auto result = store.prune();
         if (*output == "json") {
-          std::printf("%s\n", json{{"layers", result.layers}, {"blobs", result.blobs}, {"bytes", result.bytes}}
-                                  .dump(2)
-                                  .c_str());
+          std::printf(
+              "%s\n",
+              json{{"layers", result.layers}, {"blobs", result.blobs}, {"bytes", result.bytes}}
+                  .dump(2)
+                  .c_str());
         } else {
           std::printf("Removed %d layers and %d blobs, %s freed\n", result.layers, result.blobs,
                       text::format_bytes(result.bytes).c_str());

@@ -1,13 +1,12 @@
 // openshell policy set|get|list|update|validate.
-#include <utility>  // before CLI11 with GCC 12
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <memory>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -38,7 +37,8 @@ std::string read_policy_file(const std::string& path) {
 int put_policy(const std::string& name, const std::string& text, const std::string& source,
                const std::string& output) {
   GatewayClient client;
-  json result = client.call("PUT", policy_target(name), json{{"policy", text}, {"source", source}}.dump());
+  json result =
+      client.call("PUT", policy_target(name), json{{"policy", text}, {"source", source}}.dump());
   if (output == "json") {
     std::printf("%s\n", result.dump(2).c_str());
   } else {
@@ -63,9 +63,11 @@ std::string lower(std::string text) {
 // "host:port" -> host and port; IPv6 literals in brackets.
 void parse_endpoint(const std::string& text, std::string* host, uint16_t* port) {
   auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw Error("endpoint " + text + ": expected HOST:PORT");
+  if (colon == std::string::npos || colon == 0)
+    throw Error("endpoint " + text + ": expected HOST:PORT");
   *host = text.substr(0, colon);
-  if (host->size() > 2 && host->front() == '[' && host->back() == ']') *host = host->substr(1, host->size() - 2);
+  if (host->size() > 2 && host->front() == '[' && host->back() == ']')
+    *host = host->substr(1, host->size() - 2);
   auto value = text::parse_uint(text.substr(colon + 1), 65535);
   if (!value || *value == 0) throw Error("endpoint " + text + ": the port must be 1-65535");
   *port = static_cast<uint16_t>(*value);
@@ -76,7 +78,8 @@ void parse_endpoint(const std::string& text, std::string* host, uint16_t* port) 
 }  // namespace
 
 void add_policy_commands(CLI::App& app, Action* action) {
-  CLI::App* policy = app.add_subcommand("policy", "See and change sandboxes' policies (the network part applies live)");
+  CLI::App* policy = app.add_subcommand(
+      "policy", "See and change sandboxes' policies (the network part applies live)");
   policy->require_subcommand(1);
 
   // set
@@ -89,7 +92,8 @@ void add_policy_commands(CLI::App& app, Action* action) {
     c->add_option("--policy", *file, "The policy file (TOML)")->required();
     auto wait = std::make_shared<bool>(true);
     c->add_flag("--wait", *wait, "Wait until it applies (the default; kept for OpenShell's users)");
-    c->add_option("-o,--output", *output, "Output format: table or json")->check(CLI::IsMember({"table", "json"}));
+    c->add_option("-o,--output", *output, "Output format: table or json")
+        ->check(CLI::IsMember({"table", "json"}));
     c->callback([=] {
       *action = [=] {
         std::string text = read_policy_file(*file);
@@ -104,20 +108,25 @@ void add_policy_commands(CLI::App& app, Action* action) {
     auto name = std::make_shared<std::string>();
     auto revision = std::make_shared<std::string>();
     auto output = std::make_shared<std::string>("table");
-    CLI::App* c = policy->add_subcommand("get", "Print a sandbox's policy (the current revision, or --rev N)");
+    CLI::App* c = policy->add_subcommand(
+        "get", "Print a sandbox's policy (the current revision, or --rev N)");
     c->add_option("name", *name, "The sandbox")->required();
     c->add_option("--rev", *revision, "A revision number");
-    c->add_option("-o,--output", *output, "Output format: table (the TOML) or json")->check(CLI::IsMember({"table", "json"}));
+    c->add_option("-o,--output", *output, "Output format: table (the TOML) or json")
+        ->check(CLI::IsMember({"table", "json"}));
     c->callback([=] {
       *action = [=] {
-        if (!revision->empty() && !text::parse_uint(*revision)) throw Error("--rev " + *revision + ": not a number");
+        if (!revision->empty() && !text::parse_uint(*revision))
+          throw Error("--rev " + *revision + ": not a number");
         GatewayClient client;
-        json p = client.call("GET", policy_target(*name) + (revision->empty() ? "" : "?rev=" + *revision));
+        json p = client.call("GET",
+                             policy_target(*name) + (revision->empty() ? "" : "?rev=" + *revision));
         if (*output == "json")
           std::printf("%s\n", p.dump(2).c_str());
         else
           std::printf("# %s, policy revision %lld%s\n%s", p.value("sandbox", "").c_str(),
-                      p.value("revision", 0LL), p.value("default", false) ? " (the default policy)" : "",
+                      p.value("revision", 0LL),
+                      p.value("default", false) ? " (the default policy)" : "",
                       p.value("policy", "").c_str());
         return 0;
       };
@@ -130,7 +139,8 @@ void add_policy_commands(CLI::App& app, Action* action) {
     auto output = std::make_shared<std::string>("table");
     CLI::App* c = policy->add_subcommand("list", "List a sandbox's policy revisions");
     c->add_option("name", *name, "The sandbox")->required();
-    c->add_option("-o,--output", *output, "Output format: table or json")->check(CLI::IsMember({"table", "json"}));
+    c->add_option("-o,--output", *output, "Output format: table or json")
+        ->check(CLI::IsMember({"table", "json"}));
     c->callback([=] {
       *action = [=] {
         GatewayClient client;
@@ -141,8 +151,8 @@ void add_policy_commands(CLI::App& app, Action* action) {
         }
         std::printf("REVISION   CREATED                    CURRENT\n");
         for (const auto& r : list["revisions"])
-          std::printf("%-10lld %-26s %s\n", r.value("revision", 0LL), r.value("created_at", "").c_str(),
-                      r.value("current", false) ? "*" : "");
+          std::printf("%-10lld %-26s %s\n", r.value("revision", 0LL),
+                      r.value("created_at", "").c_str(), r.value("current", false) ? "*" : "");
         return 0;
       };
     });
@@ -156,17 +166,25 @@ void add_policy_commands(CLI::App& app, Action* action) {
     auto binaries = std::make_shared<std::vector<std::string>>();
     auto rule = std::make_shared<std::string>();
     auto output = std::make_shared<std::string>("table");
-    CLI::App* c = policy->add_subcommand("update", "Add or remove network endpoints in a sandbox's policy");
+    CLI::App* c =
+        policy->add_subcommand("update", "Add or remove network endpoints in a sandbox's policy");
     c->add_option("name", *name, "The sandbox")->required();
-    c->add_option("--add-endpoint", *add, "HOST:PORT to allow (repeatable)")->allow_extra_args(false);
-    c->add_option("--remove-endpoint", *remove, "HOST:PORT to remove from every rule (repeatable)")->allow_extra_args(false);
-    c->add_option("--binary", *binaries, "With --add-endpoint: only for this executable (repeatable)")->allow_extra_args(false);
+    c->add_option("--add-endpoint", *add, "HOST:PORT to allow (repeatable)")
+        ->allow_extra_args(false);
+    c->add_option("--remove-endpoint", *remove, "HOST:PORT to remove from every rule (repeatable)")
+        ->allow_extra_args(false);
+    c->add_option("--binary", *binaries,
+                  "With --add-endpoint: only for this executable (repeatable)")
+        ->allow_extra_args(false);
     c->add_option("--rule", *rule, "The network policy added endpoints go to (default: \"cli\")");
-    c->add_option("-o,--output", *output, "Output format: table or json")->check(CLI::IsMember({"table", "json"}));
+    c->add_option("-o,--output", *output, "Output format: table or json")
+        ->check(CLI::IsMember({"table", "json"}));
     c->callback([=] {
       *action = [=] {
-        if (add->empty() && remove->empty()) throw Error("policy update: give --add-endpoint or --remove-endpoint");
-        if (!binaries->empty() && add->empty()) throw Error("policy update: --binary goes with --add-endpoint");
+        if (add->empty() && remove->empty())
+          throw Error("policy update: give --add-endpoint or --remove-endpoint");
+        if (!binaries->empty() && add->empty())
+          throw Error("policy update: --binary goes with --add-endpoint");
         for (const auto& b : *binaries)
           if (b.empty() || b[0] != '/') throw Error("--binary " + b + ": must be an absolute path");
         GatewayClient client;
@@ -189,7 +207,8 @@ void add_policy_commands(CLI::App& app, Action* action) {
               it = ports.empty() ? np.endpoints.erase(it) : it + 1;
             }
           if (!found) throw Error("--remove-endpoint " + e + ": the policy has no such endpoint");
-          std::erase_if(p.network, [](const policy::NetworkPolicy& np) { return np.endpoints.empty(); });
+          std::erase_if(p.network,
+                        [](const policy::NetworkPolicy& np) { return np.endpoints.empty(); });
         }
         if (!add->empty()) {
           std::string rule_name = rule->empty() ? "cli" : *rule;
@@ -224,8 +243,9 @@ void add_policy_commands(CLI::App& app, Action* action) {
         policy::Policy p = policy::parse(read_policy_file(*file), *file);
         size_t endpoints = 0;
         for (const auto& np : p.network) endpoints += np.endpoints.size();
-        std::printf("%s: valid (%zu network policies, %zu endpoints%s)\n", file->c_str(), p.network.size(),
-                    endpoints, p.has_filesystem_policy ? ", a filesystem policy" : "");
+        std::printf("%s: valid (%zu network policies, %zu endpoints%s)\n", file->c_str(),
+                    p.network.size(), endpoints,
+                    p.has_filesystem_policy ? ", a filesystem policy" : "");
         return 0;
       };
     });

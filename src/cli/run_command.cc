@@ -3,29 +3,29 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <utility>  // before CLI11 and Asio with GCC 12
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
-
-#include <optional>
-#include <thread>
-
-#include <cstdlib>
-#include <cstring>
 
 #include "base/error.h"
 #include "base/event_loop.h"
 #include "base/log.h"
 #include "base/logfile.h"
-#include "base/text.h"
 #include "base/paths.h"
 #include "base/sandbox_limits.h"
+#include "base/text.h"
 #include "cli/commands.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
 #include "cli/stdio_relay.h"
 #include "cli/terminal.h"
+#include "egress/identity.h"
+#include "egress/proxy.h"
 #include "image/store.h"
 #include "namespaces/id_pool.h"
 #include "policy/policy.h"
@@ -34,8 +34,6 @@
 #include "runtime/landlock.h"
 #include "runtime/private_paths.h"
 #include "runtime/users.h"
-#include "egress/identity.h"
-#include "egress/proxy.h"
 
 namespace openshell::cli {
 
@@ -49,18 +47,19 @@ struct RlimitName {
 };
 
 const RlimitName kRlimits[] = {
-    {"as", RLIMIT_AS},           {"core", RLIMIT_CORE},       {"cpu", RLIMIT_CPU},
-    {"data", RLIMIT_DATA},       {"fsize", RLIMIT_FSIZE},     {"locks", RLIMIT_LOCKS},
+    {"as", RLIMIT_AS},           {"core", RLIMIT_CORE},         {"cpu", RLIMIT_CPU},
+    {"data", RLIMIT_DATA},       {"fsize", RLIMIT_FSIZE},       {"locks", RLIMIT_LOCKS},
     {"memlock", RLIMIT_MEMLOCK}, {"msgqueue", RLIMIT_MSGQUEUE}, {"nice", RLIMIT_NICE},
-    {"nofile", RLIMIT_NOFILE},   {"nproc", RLIMIT_NPROC},     {"rss", RLIMIT_RSS},
-    {"rtprio", RLIMIT_RTPRIO},   {"rttime", RLIMIT_RTTIME},   {"sigpending", RLIMIT_SIGPENDING},
+    {"nofile", RLIMIT_NOFILE},   {"nproc", RLIMIT_NPROC},       {"rss", RLIMIT_RSS},
+    {"rtprio", RLIMIT_RTPRIO},   {"rttime", RLIMIT_RTTIME},     {"sigpending", RLIMIT_SIGPENDING},
     {"stack", RLIMIT_STACK},
 };
 
 rlim_t parse_rlimit_value(const std::string& value, const std::string& option) {
   if (value == "unlimited") return RLIM_INFINITY;
   auto number = text::parse_uint(value);
-  if (!number) throw Error("--rlimit " + option + ": '" + value + "' is not a number or 'unlimited'");
+  if (!number)
+    throw Error("--rlimit " + option + ": '" + value + "' is not a number or 'unlimited'");
   return static_cast<rlim_t>(*number);
 }
 
@@ -70,7 +69,8 @@ std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::s
   if (value.empty()) return std::nullopt;
   auto bytes = text::parse_size(value);
   if (!bytes) throw Error(option + " " + value + ": not a size (like 256M or 1G)");
-  if (*bytes < limits::kMinTmpfsSize) throw Error(option + " " + value + ": below the minimum of 1M");
+  if (*bytes < limits::kMinTmpfsSize)
+    throw Error(option + " " + value + ": below the minimum of 1M");
   return bytes;
 }
 
@@ -110,7 +110,8 @@ runtime::Rlimit parse_rlimit(const std::string& text) {
   }
   auto colon = value.find(':');
   rlim_t soft = parse_rlimit_value(value.substr(0, colon), text);
-  rlim_t hard = colon == std::string::npos ? soft : parse_rlimit_value(value.substr(colon + 1), text);
+  rlim_t hard =
+      colon == std::string::npos ? soft : parse_rlimit_value(value.substr(colon + 1), text);
   if (hard != RLIM_INFINITY && (soft == RLIM_INFINITY || soft > hard))
     throw Error("--rlimit " + text + ": the soft limit is above the hard one");
   return runtime::Rlimit{resource, soft, hard, canonical};
@@ -147,12 +148,15 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   if (!o.image.empty()) {
     if (o.rootfs != "host") throw Error("--image and --rootfs: give one root, not both");
     img = image::Store(Paths::resolve().images()).find(o.image);
-    if (!img) throw Error("--image " + o.image + ": not in the image store (openshell image pull " + o.image + ")");
+    if (!img)
+      throw Error("--image " + o.image + ": not in the image store (openshell image pull " +
+                  o.image + ")");
   }
   spec.argv = img ? img->config.entrypoint : std::vector<std::string>{};
   const auto& rest = o.command.empty() && img ? img->config.cmd : o.command;
   spec.argv.insert(spec.argv.end(), rest.begin(), rest.end());
-  if (spec.argv.empty()) throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
+  if (spec.argv.empty())
+    throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
 
   // The root.
   std::string root_dir = "/";
@@ -173,7 +177,7 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   }
   for (const auto& b : o.binds) spec.fs.binds.push_back(parse_bind(b));
   spec.fs.hidden = runtime::openshell_private_paths();
-  spec.fs.workdir = !o.workdir.empty()                       ? text::normalize_path(o.workdir)
+  spec.fs.workdir = !o.workdir.empty()                        ? text::normalize_path(o.workdir)
                     : img && !img->config.working_dir.empty() ? img->config.working_dir
                                                               : "/";
   if (!o.workdir.empty() && o.workdir[0] != '/')
@@ -203,7 +207,8 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     if (!runtime::names_root(name, image::read_from_layers(spec.fs.layers, "etc/passwd")))
       user = img->config.user;
     // The policy's group, when it names one, wins over the image's.
-    if (!user.empty() && policy.process.run_as_group) user = name + ":" + *policy.process.run_as_group;
+    if (!user.empty() && policy.process.run_as_group)
+      user = name + ":" + *policy.process.run_as_group;
   }
   if (user.empty()) {
     user = policy.process.run_as_user.value_or(std::to_string(runtime::kDefaultUid));
@@ -242,7 +247,8 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
   }
   if (spec.egress) {
-    for (const char* var : {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+    for (const char* var :
+         {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
       env.push_back(std::string(var) + "=http://127.0.0.1:3128");
     env.push_back("NO_PROXY=localhost,127.0.0.1");
     env.push_back("no_proxy=localhost,127.0.0.1");
@@ -265,10 +271,12 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
   } else {
     spec.limits.pids = limits::kDefaultPids;
   }
-  spec.fs.tmp_size = parse_tmpfs_size("--tmp-size", o.tmp_size).value_or(
-      limits::default_tmp_size(spec.limits.memory_bytes, limits::memory_total()));
-  spec.fs.shm_size = parse_tmpfs_size("--shm-size", o.shm_size).value_or(
-      limits::default_shm_size(spec.limits.memory_bytes, limits::memory_total()));
+  spec.fs.tmp_size =
+      parse_tmpfs_size("--tmp-size", o.tmp_size)
+          .value_or(limits::default_tmp_size(spec.limits.memory_bytes, limits::memory_total()));
+  spec.fs.shm_size =
+      parse_tmpfs_size("--shm-size", o.shm_size)
+          .value_or(limits::default_shm_size(spec.limits.memory_bytes, limits::memory_total()));
   if (!o.cpus.empty()) {
     auto cpus = text::parse_positive_decimal(o.cpus);
     if (!cpus || *cpus > 4096) throw Error("--cpus " + o.cpus + ": not a positive number of CPUs");
@@ -279,7 +287,8 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     spec.rlimits.push_back(parse_rlimit(r));
     core_given = core_given || spec.rlimits.back().resource == RLIMIT_CORE;
   }
-  if (!core_given) spec.rlimits.insert(spec.rlimits.begin(), runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
+  if (!core_given)
+    spec.rlimits.insert(spec.rlimits.begin(), runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
 
   // Privilege.
   spec.cap_add = runtime::caps::parse(o.cap_add);
@@ -287,7 +296,8 @@ runtime::ContainerSpec build_spec(const RunOptions& o) {
     spec.seccomp = false;
   else if (o.seccomp != "default")
     throw Error("--seccomp " + o.seccomp + ": expected 'default' or 'unconfined'");
-  spec.landlock = runtime::landlock::plan(policy, spec.fs.workdir, runtime::landlock::abi_version());
+  spec.landlock =
+      runtime::landlock::plan(policy, spec.fs.workdir, runtime::landlock::abi_version());
   spec.cgroup_name = "openshell-run-" + std::to_string(::getpid());
   return spec;
 }
@@ -318,9 +328,10 @@ class EgressThread {
     proxy_ = std::make_unique<egress::Proxy>(io_, options);
     const pid_t init = container.pid();
     proxy_->set_rules(std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
-        spec.network_policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); })));
+        spec.network_policy,
+        [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); })));
     proxy_->serve(container.take_proxy_listener(), container.take_dns_socket(),
-                   container.take_diag_socket(), container.take_connect_listener());
+                  container.take_diag_socket(), container.take_connect_listener());
     work_.emplace(io_.get_executor());
     // The thread takes no signals: they are the terminal loop's to read.
     sigset_t all, saved;
@@ -389,27 +400,32 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_flag("--insecure", o->insecure,
                 "Pull a missing --image over plain HTTP (localhost registries use it anyway)");
   run->add_flag("--read-only", o->read_only, "Make the root read-only (/tmp stays writable)");
-  repeatable(run->add_option("--bind", o->binds, "Bind-mount a host path: SRC:DST[:ro] (repeatable)"));
+  repeatable(
+      run->add_option("--bind", o->binds, "Bind-mount a host path: SRC:DST[:ro] (repeatable)"));
   run->add_option("-w,--workdir", o->workdir, "Working directory inside (created if missing)");
-  repeatable(run->add_option("-e,--env", o->env,
-                  "Set KEY=VALUE, or pass the caller's KEY (repeatable); nothing else of the "
-                  "caller's environment goes in"));
+  repeatable(
+      run->add_option("-e,--env", o->env,
+                      "Set KEY=VALUE, or pass the caller's KEY (repeatable); nothing else of the "
+                      "caller's environment goes in"));
   run->add_option("-u,--user", o->user,
                   "UID[:GID] or NAME[:GROUP] inside the sandbox (default 1000:1000, never the "
                   "caller's)");
   run->add_option("--hostname", o->hostname, "Host name inside")->capture_default_str();
   run->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
   run->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
-  run->add_option("--pids", o->pids, "Most processes and threads at once (default 4096; 0: no limit)");
+  run->add_option("--pids", o->pids,
+                  "Most processes and threads at once (default 4096; 0: no limit)");
   run->add_option("--tmp-size", o->tmp_size,
                   "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
                   "of the RAM)");
   run->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
   run->add_option("--cpus", o->cpus, "CPU time, in CPUs (1.5 = one and a half)");
-  repeatable(run->add_option("--rlimit", o->rlimits,
-                  "Resource limit NAME=SOFT[:HARD], e.g. nofile=1024 (repeatable; core=0 unless "
-                  "given)"));
-  repeatable(run->add_option("--cap-add", o->cap_add, "Keep a capability, e.g. NET_ADMIN (repeatable)"));
+  repeatable(run->add_option(
+      "--rlimit", o->rlimits,
+      "Resource limit NAME=SOFT[:HARD], e.g. nofile=1024 (repeatable; core=0 unless "
+      "given)"));
+  repeatable(
+      run->add_option("--cap-add", o->cap_add, "Keep a capability, e.g. NET_ADMIN (repeatable)"));
   run->add_option("--seccomp", o->seccomp, "System call filter: default or unconfined")
       ->capture_default_str();
   run->add_option("--policy", o->policy,

@@ -12,13 +12,13 @@ namespace openshell::cli {
 
 struct RunOptions {
   std::string rootfs = "host";
-  std::string image;                 // an image in the store (run pulls it first when missing)
-  bool insecure = false;             // pull --image over plain HTTP
+  std::string image;      // an image in the store (run pulls it first when missing)
+  bool insecure = false;  // pull --image over plain HTTP
   bool read_only = false;
-  std::vector<std::string> binds;    // SRC:DST[:ro|rw]
-  std::vector<std::string> env;      // KEY=VALUE, or KEY to pass the caller's value
-  std::string workdir;               // default "/"
-  std::string user;                  // UID[:GID] or NAME[:GROUP]; default 1000:1000
+  std::vector<std::string> binds;  // SRC:DST[:ro|rw]
+  std::vector<std::string> env;    // KEY=VALUE, or KEY to pass the caller's value
+  std::string workdir;             // default "/"
+  std::string user;                // UID[:GID] or NAME[:GROUP]; default 1000:1000
   std::string hostname = "sandbox";
   bool tty = false;
   std::string memory;                // "64M"
@@ -28,10 +28,10 @@ struct RunOptions {
   std::string cpus;                  // "1.5"
   std::vector<std::string> rlimits;  // NAME=SOFT[:HARD]
   std::vector<std::string> cap_add;
-  std::string seccomp = "default";   // or "unconfined"
-  std::string policy;                // TOML file
-  std::string network_log;           // where the egress decisions go (JSON lines)
-  std::string network_log_max;       // "16M": its size before it rotates into FILE.1
+  std::string seccomp = "default";  // or "unconfined"
+  std::string policy;               // TOML file
+  std::string network_log;          // where the egress decisions go (JSON lines)
+  std::string network_log_max;      // "16M": its size before it rotates into FILE.1
   std::vector<std::string> command;
 };
 

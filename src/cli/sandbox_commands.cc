@@ -5,30 +5,29 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <utility>  // before CLI11 with GCC 12
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <cstdio>
-#include <memory>
 
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
 #include "base/sandbox_spec.h"
-#include "cli/run_options.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "cli/commands.h"
 #include "cli/copy.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
-#include "cli/table.h"
+#include "cli/run_options.h"
 #include "cli/streams.h"
+#include "cli/table.h"
 #include "gateway/gateway.h"
 #include "net/http.h"
 #include "supervisor/supervisor.h"
@@ -118,10 +117,12 @@ void print_sandboxes(const json& list, const std::string& output) {
     std::printf("%s\n", list.dump(2).c_str());
     return;
   }
-  std::vector<std::vector<std::string>> rows = {{"NAME", "PHASE", "GEN", "EXIT", "AGE", "FROM", "COMMAND"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "PHASE", "GEN", "EXIT", "AGE", "FROM", "COMMAND"}};
   for (const auto& s : list)
-    rows.push_back({s.value("name", ""), s.value("phase", ""), std::to_string(s.value("generation", 0)),
-                    exit_text(s), age(s.value("created_at", "")), s.value("from", ""), command_text(s)});
+    rows.push_back({s.value("name", ""), s.value("phase", ""),
+                    std::to_string(s.value("generation", 0)), exit_text(s),
+                    age(s.value("created_at", "")), s.value("from", ""), command_text(s)});
   print_table(rows);
 }
 
@@ -140,11 +141,16 @@ std::string limits_text(const json& s) {
   const json l = s.value("limits", json::object());
   std::string out;
   auto add = [&](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
-  if (l.contains("pids")) add(l["pids"].get<uint64_t>() ? "pids=" + std::to_string(l["pids"].get<uint64_t>()) : "pids=unlimited");
-  if (l.contains("memory_bytes")) add("memory=" + text::format_bytes(l["memory_bytes"].get<uint64_t>()));
+  if (l.contains("pids"))
+    add(l["pids"].get<uint64_t>() ? "pids=" + std::to_string(l["pids"].get<uint64_t>())
+                                  : "pids=unlimited");
+  if (l.contains("memory_bytes"))
+    add("memory=" + text::format_bytes(l["memory_bytes"].get<uint64_t>()));
   if (l.contains("cpus")) add("cpus=" + l["cpus"].dump());
-  if (l.contains("tmp_size_bytes")) add("tmp=" + text::format_bytes(l["tmp_size_bytes"].get<uint64_t>()));
-  if (l.contains("shm_size_bytes")) add("shm=" + text::format_bytes(l["shm_size_bytes"].get<uint64_t>()));
+  if (l.contains("tmp_size_bytes"))
+    add("tmp=" + text::format_bytes(l["tmp_size_bytes"].get<uint64_t>()));
+  if (l.contains("shm_size_bytes"))
+    add("shm=" + text::format_bytes(l["shm_size_bytes"].get<uint64_t>()));
   return out.empty() ? "-" : out;
 }
 
@@ -244,7 +250,8 @@ int create(const CreateOptions& o) {
     spec.labels[label.substr(0, eq)] = label.substr(eq + 1);
   }
   if (!o.policy.empty()) {
-    if (int err = files::read_into(o.policy, &spec.policy)) throw_errno("--policy " + o.policy, err);
+    if (int err = files::read_into(o.policy, &spec.policy))
+      throw_errno("--policy " + o.policy, err);
     spec.policy_source = o.policy;
   }
   spec.no_keep = o.no_keep;
@@ -282,7 +289,8 @@ int create(const CreateOptions& o) {
 }  // namespace
 
 void add_sandbox_commands(CLI::App& app, Action* action) {
-  CLI::App* sandbox = app.add_subcommand("sandbox", "Create and manage long-lived sandboxes (through the gateway)");
+  CLI::App* sandbox =
+      app.add_subcommand("sandbox", "Create and manage long-lived sandboxes (through the gateway)");
   sandbox->require_subcommand(1);
 
   // create
@@ -290,9 +298,11 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     auto o = std::make_shared<CreateOptions>();
     CLI::App* c = sandbox->add_subcommand("create", "Create a sandbox and start its main process");
     c->positionals_at_end();
-    CLI::Option* name_option = c->add_option("--name", o->name, "Its name, a DNS label (default: generated)");
+    CLI::Option* name_option =
+        c->add_option("--name", o->name, "Its name, a DNS label (default: generated)");
     c->add_option("--from", o->from,
-                  "Its root: an image (pulled when missing), a directory, or 'host' for the host's / read-only")
+                  "Its root: an image (pulled when missing), a directory, or 'host' for the host's "
+                  "/ read-only")
         ->capture_default_str();
     c->add_flag("--insecure", o->insecure,
                 "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
@@ -300,7 +310,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
     c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
     c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
-    c->add_option("--pids", o->pids, "Most processes and threads at once (default 4096; 0: no limit)");
+    c->add_option("--pids", o->pids,
+                  "Most processes and threads at once (default 4096; 0: no limit)");
     c->add_option("--tmp-size", o->tmp_size,
                   "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
                   "of the RAM)");
@@ -309,8 +320,9 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
     c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
     add_output(c, &o->output);
-    c->add_option("command", o->command,
-                  "The main process (default: the image's entrypoint and command; none: the sandbox idles)");
+    c->add_option(
+        "command", o->command,
+        "The main process (default: the image's entrypoint and command; none: the sandbox idles)");
     c->footer(
         "With a command and without --detach, create shows the main process's output and exits "
         "with its status.\nExamples:\n  openshell sandbox create --name demo -- echo hello\n"
@@ -337,7 +349,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         print_sandbox(sandbox, *output);
         if (*output != "json") {
           // What happened to it lately, as `kubectl describe` shows.
-          json events = client.call("GET", target(*name, "events") + "?limit=10").value("events", json::array());
+          json events = client.call("GET", target(*name, "events") + "?limit=10")
+                            .value("events", json::array());
           std::printf("Events:%s\n", events.empty() ? " none" : "");
           for (const auto& e : events)
             std::printf("  %s  %s  %s\n", e.value("time", "").c_str(), e.value("type", "").c_str(),
@@ -371,9 +384,10 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
   for (const char* verb : {"start", "stop"}) {
     auto name = std::make_shared<std::string>();
     auto output = std::make_shared<std::string>("table");
-    std::string what = std::string(verb) == "start"
-                           ? "Start a sandbox again (from Stopped, Completed or Error) and wait until it runs"
-                           : "Stop a sandbox's processes, keeping its workspace, and wait until they are gone";
+    std::string what =
+        std::string(verb) == "start"
+            ? "Start a sandbox again (from Stopped, Completed or Error) and wait until it runs"
+            : "Stop a sandbox's processes, keeping its workspace, and wait until they are gone";
     CLI::App* c = sandbox->add_subcommand(verb, what);
     c->add_option("name", *name, "The sandbox (default: the last one named)");
     add_output(c, output.get());
@@ -403,7 +417,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
   {
     auto names = std::make_shared<std::vector<std::string>>();
     auto all = std::make_shared<bool>(false);
-    CLI::App* c = sandbox->add_subcommand("delete", "Delete sandboxes: their processes, files and state");
+    CLI::App* c =
+        sandbox->add_subcommand("delete", "Delete sandboxes: their processes, files and state");
     c->alias("rm");
     c->add_option("names", *names, "The sandboxes");
     c->add_flag("--all", *all, "Every sandbox");
@@ -439,20 +454,26 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     auto name_flag = std::make_shared<std::string>();
     CLI::App* c = sandbox->add_subcommand("exec", "Run a command in a running sandbox");
     c->add_option("name", *name, "The sandbox (or give it with -n)");
-    c->add_option("-n", *name_flag, "The sandbox, as OpenShell's exec takes it: exec -n NAME -- CMD");
+    c->add_option("-n", *name_flag,
+                  "The sandbox, as OpenShell's exec takes it: exec -n NAME -- CMD");
     c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
-    repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
-    c->add_option("-w,--workdir", o->workdir, "Its working directory (default: the image's WorkingDir, else /sandbox)");
+    repeatable(
+        c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
+    c->add_option("-w,--workdir", o->workdir,
+                  "Its working directory (default: the image's WorkingDir, else /sandbox)");
     c->add_option("--timeout", o->timeout_s, "Kill it after this many seconds (exit status 124)");
     c->add_option("command", o->argv, "The command and its arguments")->required();
-    c->footer("The exit status is the command's own.\nExample: openshell sandbox exec demo -- ls -l");
+    c->footer(
+        "The exit status is the command's own.\nExample: openshell sandbox exec demo -- ls -l");
     c->callback([name, name_flag, o, action] {
       // With -n NAME, the first positional word is the command's.
       if (!name_flag->empty()) {
         if (!name->empty()) o->argv.insert(o->argv.begin(), *name);
         *name = *name_flag;
       }
-      if (name->empty()) throw CLI::ValidationError("name", "no sandbox named (exec NAME -- CMD, or exec -n NAME -- CMD)");
+      if (name->empty())
+        throw CLI::ValidationError("name",
+                                   "no sandbox named (exec NAME -- CMD, or exec -n NAME -- CMD)");
       // After the name, CLI11 keeps a "--" as a word of the command.
       if (!o->argv.empty() && o->argv.front() == "--") o->argv.erase(o->argv.begin());
       if (o->argv.empty()) throw CLI::ValidationError("command", "no command given");
@@ -465,7 +486,8 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
           env.push_back(entry + "=" + value);
         }
       }
-      if (o->tty && std::none_of(env.begin(), env.end(), [](const std::string& e) { return e.rfind("TERM=", 0) == 0; })) {
+      if (o->tty && std::none_of(env.begin(), env.end(),
+                                 [](const std::string& e) { return e.rfind("TERM=", 0) == 0; })) {
         const char* term = std::getenv("TERM");
         env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
       }
@@ -483,10 +505,13 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     auto name = std::make_shared<std::string>();
     auto local = std::make_shared<std::string>();
     auto dest = std::make_shared<std::string>("/sandbox");
-    CLI::App* c = sandbox->add_subcommand("upload", "Copy a file or directory into a running sandbox");
+    CLI::App* c =
+        sandbox->add_subcommand("upload", "Copy a file or directory into a running sandbox");
     c->add_option("name", *name, "The sandbox")->required();
-    c->add_option("local", *local, "A file, directory or symbolic link on this machine")->required();
-    c->add_option("dest", *dest, "The directory in the sandbox it goes into")->capture_default_str();
+    c->add_option("local", *local, "A file, directory or symbolic link on this machine")
+        ->required();
+    c->add_option("dest", *dest, "The directory in the sandbox it goes into")
+        ->capture_default_str();
     c->footer(
         "Copied as the sandbox's user, under its own name, through tar in the sandbox; its policy "
         "applies (by default only /sandbox and /tmp are writable).\n"
@@ -503,10 +528,12 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     auto name = std::make_shared<std::string>();
     auto remote = std::make_shared<std::string>();
     auto local = std::make_shared<std::string>(".");
-    CLI::App* c = sandbox->add_subcommand("download", "Copy a file or directory out of a running sandbox");
+    CLI::App* c =
+        sandbox->add_subcommand("download", "Copy a file or directory out of a running sandbox");
     c->add_option("name", *name, "The sandbox")->required();
     c->add_option("remote", *remote, "An absolute path in the sandbox")->required();
-    c->add_option("local", *local, "The directory here it goes into (it must not have that name yet)")
+    c->add_option("local", *local,
+                  "The directory here it goes into (it must not have that name yet)")
         ->capture_default_str();
     c->footer(
         "Read as the sandbox's user through tar in the sandbox; what arrives is unpacked like an "
@@ -529,7 +556,9 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     auto timestamps = std::make_shared<bool>(false);
     auto source = std::make_shared<std::string>("sandbox");
     CLI::App* c = parent->add_subcommand("logs", help);
-    c->add_option("--source", *source, "sandbox (the main process's output) or network (the egress decisions, JSON lines)")
+    c->add_option(
+         "--source", *source,
+         "sandbox (the main process's output) or network (the egress decisions, JSON lines)")
         ->check(CLI::IsMember({"sandbox", "network"}))
         ->capture_default_str();
     c->add_option("name", *name, "The sandbox (default: the last one named)");
@@ -564,10 +593,12 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
 }
 
 void add_gateway_commands(CLI::App& app, Action* action) {
-  CLI::App* gateway = app.add_subcommand("gateway", "The local control plane that keeps the sandboxes");
+  CLI::App* gateway =
+      app.add_subcommand("gateway", "The local control plane that keeps the sandboxes");
   gateway->require_subcommand(1);
   auto ready_fd = std::make_shared<int>(-1);
-  CLI::App* run = gateway->add_subcommand("run", "Run the gateway in the foreground (the CLI starts one when needed)");
+  CLI::App* run = gateway->add_subcommand(
+      "run", "Run the gateway in the foreground (the CLI starts one when needed)");
   run->add_option("--ready-fd", *ready_fd, "")->group("");  // for the CLI's auto-start
   run->callback([action, ready_fd] { *action = [ready_fd] { return gateway::run(*ready_fd); }; });
 

@@ -7,13 +7,12 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include <utility>  // before Asio with GCC 12 in C++20
+#include <cerrno>
+#include <cstdio>
+#include <utility>
 
 #include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
-
-#include <cerrno>
-#include <cstdio>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -70,7 +69,8 @@ size_t print_records(const std::string& text, bool timestamps, std::string* carr
 
 LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions& options) {
   asio::io_context io;
-  std::string target = "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1&source=" + options.source;
+  std::string target =
+      "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1&source=" + options.source;
   if (options.tail != "all") target += "&tail=" + options.tail;
   auto ws = connect(io, paths, target);
   LogEnd end;
@@ -98,7 +98,8 @@ LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions
         io.stop();
       });
   io.run();
-  if (!ended) throw Error("the log stream ended early" + (closed_why.empty() ? "" : ": " + closed_why));
+  if (!ended)
+    throw Error("the log stream ended early" + (closed_why.empty() ? "" : ": " + closed_why));
   return end;
 }
 
@@ -114,7 +115,7 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
   unsigned short rows = 24, cols = 80;
   if (tty) terminal_size(&rows, &cols);
   json start = {{"type", "start"}, {"argv", options.argv}, {"env", options.env},
-                {"tty", tty},      {"rows", rows},           {"cols", cols}};
+                {"tty", tty},      {"rows", rows},         {"cols", cols}};
   if (!options.workdir.empty()) start["workdir"] = options.workdir;
   ws->send(start.dump(), false);
 
@@ -126,7 +127,8 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
   // Input: pollable stdin streams as it comes; a regular file is sent whole.
   asio::posix::stream_descriptor input(io);
   struct stat st;
-  bool pollable = ::fstat(options.stdin_fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  bool pollable =
+      ::fstat(options.stdin_fd, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
   if (pollable) {
     int fd = ::dup(options.stdin_fd);
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -135,7 +137,8 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
     std::string all;
     char buf[65536];
     ssize_t n;
-    while ((n = ::read(options.stdin_fd, buf, sizeof buf)) > 0) all.append(buf, static_cast<size_t>(n));
+    while ((n = ::read(options.stdin_fd, buf, sizeof buf)) > 0)
+      all.append(buf, static_cast<size_t>(n));
     if (!all.empty()) ws->send(all, true);
     ws->send(json{{"type", "eof"}}.dump(), false);
   }
@@ -201,7 +204,8 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
       [&](const std::string&) { io.stop(); });
   io.run();
   if (!error.empty()) throw Error(error, error_code ? error_code : 125);
-  if (timed_out) throw Error("exec: timed out after " + std::to_string(options.timeout_s) + " s", 124);
+  if (timed_out)
+    throw Error("exec: timed out after " + std::to_string(options.timeout_s) + " s", 124);
   if (!status) throw Error("the exec stream ended before the command did");
   return *status;
 }

@@ -16,8 +16,8 @@ struct LogOptions {
 };
 
 struct LogEnd {
-  std::string phase;              // the sandbox's phase at the end
-  std::optional<int> exit_code;   // the main process's, once it exited
+  std::string phase;             // the sandbox's phase at the end
+  std::optional<int> exit_code;  // the main process's, once it exited
 };
 
 // Prints the log's records (stdout records to stdout, stderr to stderr) and
@@ -32,9 +32,9 @@ struct ExecOptions {
   std::vector<std::string> env;
   std::string workdir;  // empty: the sandbox's
   bool tty = false;
-  int timeout_s = 0;     // 0: none
-  int stdin_fd = 0;      // where its input comes from (a pipe, a file, a terminal)
-  int stdout_fd = 1;     // where its output goes; stderr always goes to 2
+  int timeout_s = 0;  // 0: none
+  int stdin_fd = 0;   // where its input comes from (a pipe, a file, a terminal)
+  int stdout_fd = 1;  // where its output goes; stderr always goes to 2
 };
 
 // Runs a command in a Ready sandbox with stdin, stdout and stderr passed

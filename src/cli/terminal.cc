@@ -77,7 +77,6 @@ sigset_t forwarded_set() {
   return set;
 }
 
-
 }  // namespace
 
 // An init that is stopped (SIGSTOP, a debugger) never acts on a SIGTERM.
@@ -103,9 +102,9 @@ int attach(runtime::Container& container, std::chrono::milliseconds grace) {
   ::sigprocmask(SIG_BLOCK, &set, &saved);
   UniqueFd signals(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!signals) throw_errno("signalfd");
-  struct sigaction ignore{};
+  struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
-  struct sigaction saved_pipe{};
+  struct sigaction saved_pipe {};
   ::sigaction(SIGPIPE, &ignore, &saved_pipe);
 
   const int master = container.tty_master();

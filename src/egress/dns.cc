@@ -1,17 +1,10 @@
 #include "egress/dns.h"
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
 #include <sys/random.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
-#include <boost/asio/ip/udp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -23,6 +16,11 @@
 #include <random>
 #include <sstream>
 #include <unordered_map>
+#include <utility>
+
+#include <boost/asio/ip/udp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "base/error.h"
 #include "base/text.h"

@@ -4,11 +4,6 @@
 // on the host; any other name gets NXDOMAIN and no query leaves the host.
 #pragma once
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
-#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -16,7 +11,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include <boost/asio/io_context.hpp>
 
 #include "egress/rules.h"
 

@@ -86,17 +86,19 @@ std::string exact_request(const TcpEnd& local, const TcpEnd& remote, uint32_t se
   return std::string(reinterpret_cast<const char*>(&message), sizeof message);
 }
 
-Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local, const TcpEnd& remote) {
+Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local,
+                  const TcpEnd& remote) {
   Reply reply;
   nlmsghdr header;
   if (bytes.size() < sizeof header) {
-    reply.why = "a reply of " + std::to_string(bytes.size()) + " bytes, shorter than a netlink header";
+    reply.why =
+        "a reply of " + std::to_string(bytes.size()) + " bytes, shorter than a netlink header";
     return reply;
   }
   std::memcpy(&header, bytes.data(), sizeof header);
   if (header.nlmsg_len < sizeof header || header.nlmsg_len > bytes.size()) {
-    reply.why = "a netlink message of " + std::to_string(header.nlmsg_len) + " bytes in a reply of " +
-                std::to_string(bytes.size());
+    reply.why = "a netlink message of " + std::to_string(header.nlmsg_len) +
+                " bytes in a reply of " + std::to_string(bytes.size());
     return reply;
   }
   if (header.nlmsg_seq != sequence) {
@@ -106,7 +108,8 @@ Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local
     return reply;
   }
   const char* payload = bytes.data() + NLMSG_HDRLEN;
-  const size_t payload_size = header.nlmsg_len >= NLMSG_HDRLEN ? header.nlmsg_len - NLMSG_HDRLEN : 0;
+  const size_t payload_size =
+      header.nlmsg_len >= NLMSG_HDRLEN ? header.nlmsg_len - NLMSG_HDRLEN : 0;
   if (header.nlmsg_type == NLMSG_ERROR) {
     int error = 0;
     if (payload_size < sizeof error) {
@@ -123,7 +126,8 @@ Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local
     return reply;
   }
   if (header.nlmsg_type != SOCK_DIAG_BY_FAMILY) {
-    reply.why = "a netlink message of type " + std::to_string(header.nlmsg_type) + ", not an answer";
+    reply.why =
+        "a netlink message of type " + std::to_string(header.nlmsg_type) + ", not an answer";
     return reply;
   }
   inet_diag_msg msg;
@@ -192,7 +196,8 @@ bool holds_socket(pid_t pid, std::string_view wanted, size_t* budget) {
     if (*budget == 0) break;
     --*budget;
     ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof link);
-    if (n == static_cast<ssize_t>(wanted.size()) && std::memcmp(link, wanted.data(), wanted.size()) == 0) {
+    if (n == static_cast<ssize_t>(wanted.size()) &&
+        std::memcmp(link, wanted.data(), wanted.size()) == 0) {
       found = true;
       break;
     }
@@ -333,8 +338,9 @@ CallerFinder::Lookup CallerFinder::diag_inode(const TcpEnd& local, const TcpEnd&
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   ssize_t sent;
-  do sent = ::sendto(diag_.get(), request.data(), request.size(), 0,
-                     reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel);
+  do
+    sent = ::sendto(diag_.get(), request.data(), request.size(), 0,
+                    reinterpret_cast<const sockaddr*>(&kernel), sizeof kernel);
   while (sent < 0 && errno == EINTR);
   if (sent != static_cast<ssize_t>(request.size())) {
     *why = std::string("send a sock_diag request: ") + std::strerror(sent < 0 ? errno : EMSGSIZE);
@@ -356,8 +362,10 @@ CallerFinder::Lookup CallerFinder::diag_inode(const TcpEnd& local, const TcpEnd&
     ssize_t n = ::recvmsg(diag_.get(), &msg, MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       pollfd p{diag_.get(), POLLIN, 0};
-      if (::poll(&p, 1, 100) == 1) n = ::recvmsg(diag_.get(), &msg, MSG_DONTWAIT);
-      else errno = ETIMEDOUT;
+      if (::poll(&p, 1, 100) == 1)
+        n = ::recvmsg(diag_.get(), &msg, MSG_DONTWAIT);
+      else
+        errno = ETIMEDOUT;
     }
     if (n < 0) {
       *why = std::string("receive the sock_diag answer: ") + std::strerror(errno);
@@ -426,7 +434,8 @@ void CallerFinder::give_up_sock_diag(const std::string& why) {
   sock_diag_ = false;
   if (warned_) return;
   warned_ = true;
-  log::warn("egress proxy: " + why + "; identifying callers through /proc/" + std::to_string(init_pid_) +
+  log::warn("egress proxy: " + why + "; identifying callers through /proc/" +
+            std::to_string(init_pid_) +
             "/net/tcp instead, which can take milliseconds per connection");
 }
 
@@ -537,7 +546,8 @@ std::string resolve_in_sandbox(pid_t init_pid, const std::string& path) {
   how.flags = O_PATH | O_CLOEXEC;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
   std::string relative = path.empty() || path[0] != '/' ? path : path.substr(1);
-  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root_fd.get(), relative.c_str(), &how, sizeof how)));
+  UniqueFd fd(
+      static_cast<int>(::syscall(SYS_openat2, root_fd.get(), relative.c_str(), &how, sizeof how)));
   if (!fd) return path;
   // The kernel names it as the sandbox sees it (its root is the mount's).
   std::string resolved = readlink_string("/proc/self/fd/" + std::to_string(fd.get()));

@@ -115,7 +115,8 @@ struct Reply {
 
 // The kernel's answer to exact_request(local, remote, sequence): one
 // netlink message, an inet_diag_msg for that socket or an NLMSG_ERROR.
-Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local, const TcpEnd& remote);
+Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local,
+                  const TcpEnd& remote);
 
 }  // namespace sock_diag
 

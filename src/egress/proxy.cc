@@ -1,7 +1,3 @@
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
 #include "egress/proxy.h"
 
 #include <arpa/inet.h>
@@ -14,16 +10,18 @@
 
 #include <algorithm>
 #include <array>
-#include <boost/asio.hpp>
 #include <cctype>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/json_text.h"
 #include "base/log.h"
@@ -562,7 +560,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void read_head() {
     auto self = shared_from_this();
-    client_.async_read_some(asio::buffer(buffer_), [self](const boost::system::error_code& ec, size_t n) {
+    client_.async_read_some(asio::buffer(buffer_), [self](const boost::system::error_code& ec,
+                                                          size_t n) {
       if (ec) return self->abort();
       self->head_.append(self->buffer_.data(), n);
       size_t end = self->head_.find("\r\n\r\n");
@@ -808,11 +807,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void dial(size_t index) {
     if (index >= candidates_.size())
-      return refuse_audited(502, "Bad Gateway", "cannot connect to " + host_ + ":" + std::to_string(port_));
+      return refuse_audited(502, "Bad Gateway",
+                            "cannot connect to " + host_ + ":" + std::to_string(port_));
     const Address& a = candidates_[index];
     asio::ip::address address =
         a.family == AF_INET
-            ? asio::ip::address(asio::ip::address_v4(asio::ip::address_v4::bytes_type{a.bytes[0], a.bytes[1], a.bytes[2], a.bytes[3]}))
+            ? asio::ip::address(asio::ip::address_v4(
+                  asio::ip::address_v4::bytes_type{a.bytes[0], a.bytes[1], a.bytes[2], a.bytes[3]}))
             : asio::ip::address(asio::ip::address_v6([&] {
                 asio::ip::address_v6::bytes_type b;
                 std::copy(a.bytes, a.bytes + 16, b.begin());
@@ -828,11 +829,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
     boost::system::error_code ignored;
     upstream_.close(ignored);
-    upstream_.async_connect(tcp::endpoint(address, port_), [self, index](const boost::system::error_code& ec) {
-      if (ec) return self->dial(index + 1);
-      self->timer_.cancel();
-      self->connected(self->candidates_[index]);
-    });
+    upstream_.async_connect(tcp::endpoint(address, port_),
+                            [self, index](const boost::system::error_code& ec) {
+                              if (ec) return self->dial(index + 1);
+                              self->timer_.cancel();
+                              self->connected(self->candidates_[index]);
+                            });
   }
 
   void connected(const Address& address) {
@@ -860,11 +862,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto self = shared_from_this();
     if (connect_) {
       auto reply = std::make_shared<std::string>("HTTP/1.1 200 Connection established\r\n\r\n");
-      asio::async_write(client_, asio::buffer(*reply), [self, reply](const boost::system::error_code& ec, size_t) {
-        if (ec) return self->abort();
-        self->tunnel_client();
-        self->relay(self->upstream_, self->client_, nullptr);
-      });
+      asio::async_write(client_, asio::buffer(*reply),
+                        [self, reply](const boost::system::error_code& ec, size_t) {
+                          if (ec) return self->abort();
+                          self->tunnel_client();
+                          self->relay(self->upstream_, self->client_, nullptr);
+                        });
       return;
     }
     auto head = std::make_shared<std::string>(std::move(request_.head));
@@ -1018,9 +1021,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     boost::system::error_code ec, ec2;
     from.native_non_blocking(true, ec);
     to.native_non_blocking(true, ec2);
-    if (ec || ec2 || ::pipe2(ends, O_NONBLOCK | O_CLOEXEC) != 0) return pump(from, to, std::move(buf));
+    if (ec || ec2 || ::pipe2(ends, O_NONBLOCK | O_CLOEXEC) != 0)
+      return pump(from, to, std::move(buf));
     auto pipe = std::make_shared<SplicePipe>(ends[0], ends[1]);
-    (void)::fcntl(pipe->write_end, F_SETPIPE_SZ, static_cast<int>(kSpliceChunk));  // a bigger pipe when allowed
+    (void)::fcntl(pipe->write_end, F_SETPIPE_SZ,
+                  static_cast<int>(kSpliceChunk));  // a bigger pipe when allowed
     splice_step(from, to, std::move(pipe), std::move(buf));
   }
 
@@ -1069,23 +1074,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return abort();
     }
     // A fast tunnel yields, so that other connections get their turn.
-    asio::post(from.get_executor(), [self, &from, &to, pipe, buf] { self->splice_step(from, to, pipe, buf); });
+    asio::post(from.get_executor(),
+               [self, &from, &to, pipe, buf] { self->splice_step(from, to, pipe, buf); });
   }
 
   void pump(tcp::socket& from, tcp::socket& to, std::shared_ptr<std::vector<char>> buf) {
     if (!buf) buf = std::make_shared<std::vector<char>>(kRelayBuffer);
     auto self = shared_from_this();
-    from.async_read_some(asio::buffer(*buf), [self, &from, &to, buf](const boost::system::error_code& ec, size_t n) {
-      if (ec) {
-        if (ec != asio::error::eof) return self->abort();
-        return self->shutdown(to);
-      }
-      self->proxy_->counters.bytes += n;
-      asio::async_write(to, asio::buffer(buf->data(), n), [self, &from, &to, buf](const boost::system::error_code& wec, size_t) {
-        if (wec) return self->abort();
-        self->pump(from, to, buf);
-      });
-    });
+    from.async_read_some(
+        asio::buffer(*buf), [self, &from, &to, buf](const boost::system::error_code& ec, size_t n) {
+          if (ec) {
+            if (ec != asio::error::eof) return self->abort();
+            return self->shutdown(to);
+          }
+          self->proxy_->counters.bytes += n;
+          asio::async_write(to, asio::buffer(buf->data(), n),
+                            [self, &from, &to, buf](const boost::system::error_code& wec, size_t) {
+                              if (wec) return self->abort();
+                              self->pump(from, to, buf);
+                            });
+        });
   }
 
   void shutdown(tcp::socket& socket) {
@@ -1095,7 +1103,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void deny(const std::string& reason, const std::string& rule) {
     proxy_->audit("connect", caller_, host_, port_, false, rule, reason);
-    respond(403, "Forbidden", "openshell: the sandbox's network policy does not allow this connection: " + reason);
+    respond(403, "Forbidden",
+            "openshell: the sandbox's network policy does not allow this connection: " + reason);
   }
 
   void refuse_audited(int status, const std::string& text, const std::string& reason) {
@@ -1110,10 +1119,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void respond(int status, const std::string& text, const std::string& body) {
     timer_.cancel();
     auto self = shared_from_this();
-    auto data = std::make_shared<std::string>("HTTP/1.1 " + std::to_string(status) + " " + text +
-                                              "\r\nContent-Type: text/plain\r\nContent-Length: " +
-                                              std::to_string(body.size() + 1) +
-                                              "\r\nConnection: close\r\n\r\n" + body + "\n");
+    auto data = std::make_shared<std::string>(
+        "HTTP/1.1 " + std::to_string(status) + " " + text +
+        "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size() + 1) +
+        "\r\nConnection: close\r\n\r\n" + body + "\n");
     asio::async_write(
         client_, asio::buffer(*data),
         [self, data](const boost::system::error_code&, size_t) { self->shutdown(self->client_); });
@@ -1167,53 +1176,56 @@ void Proxy::Impl::serve_dns() {
   auto self = shared_from_this();
   auto buf = std::make_shared<std::array<char, 1500>>();
   auto from = std::make_shared<udp::endpoint>();
-  dns.async_receive_from(asio::buffer(*buf), *from, [self, buf, from](const boost::system::error_code& ec, size_t n) {
-    if (ec) {
-      if (ec != asio::error::operation_aborted && !self->closed) self->serve_dns();
-      return;
-    }
-    self->serve_dns();
-    auto query = parse_query(std::string_view(buf->data(), n));
-    if (!query) return;  // not a query we answer: drop it
-    auto reply = [self, from](std::string message) {
-      auto data = std::make_shared<std::string>(std::move(message));
-      self->dns.async_send_to(asio::buffer(*data), *from, [data](const boost::system::error_code&, size_t) {});
-    };
-    auto rules = self->rules;
-    const std::string name = query->question.name;
-    Caller nobody;
-    if (!rules->knows_host(name)) {
-      // Never asked upstream: the name stays on this host.
-      self->audit("dns", nobody, name, 0, false, "", "no rule names this host");
-      return reply(build_response(*query, kRcodeNxDomain, {}, kDnsTtl));
-    }
-    if (query->question.type != kTypeA && query->question.type != kTypeAAAA)
-      return reply(build_response(*query, kRcodeNoError, {}, kDnsTtl));
-    Query q = *query;
-    self->resolver.lookup(name, [self, q, reply, rules, name](Resolution result) {
-      if (result.source == Source::kRateLimited) {
-        self->audit_rate_limited(name, q.question.type, result.error);
-        return reply(build_response(q, kRcodeRefused, {}, kDnsTtl));
-      }
-      if (!result.error.empty()) {
-        const std::string& error = result.error;
-        bool missing = error.size() >= 14 && error.compare(error.size() - 14, 14, ": no such host") == 0;
-        self->audit_dns(name, q.question.type, source_name(result.source), 0, error);
-        return reply(build_response(q, missing ? kRcodeNxDomain : kRcodeServFail, {}, kDnsTtl));
-      }
-      // Only addresses a connection could use (the SSRF guard holds here too).
-      std::vector<Address> usable;
-      size_t answers = 0;
-      int family = q.question.type == kTypeA ? AF_INET : AF_INET6;
-      for (const auto& a : result.addresses) {
-        if (!rules->address_allowed_for_host(name, a)) continue;
-        usable.push_back(a);
-        if (a.family == family) ++answers;
-      }
-      self->audit_dns(name, q.question.type, source_name(result.source), answers, "");
-      reply(build_response(q, kRcodeNoError, usable, kDnsTtl));
-    });
-  });
+  dns.async_receive_from(
+      asio::buffer(*buf), *from, [self, buf, from](const boost::system::error_code& ec, size_t n) {
+        if (ec) {
+          if (ec != asio::error::operation_aborted && !self->closed) self->serve_dns();
+          return;
+        }
+        self->serve_dns();
+        auto query = parse_query(std::string_view(buf->data(), n));
+        if (!query) return;  // not a query we answer: drop it
+        auto reply = [self, from](std::string message) {
+          auto data = std::make_shared<std::string>(std::move(message));
+          self->dns.async_send_to(asio::buffer(*data), *from,
+                                  [data](const boost::system::error_code&, size_t) {});
+        };
+        auto rules = self->rules;
+        const std::string name = query->question.name;
+        Caller nobody;
+        if (!rules->knows_host(name)) {
+          // Never asked upstream: the name stays on this host.
+          self->audit("dns", nobody, name, 0, false, "", "no rule names this host");
+          return reply(build_response(*query, kRcodeNxDomain, {}, kDnsTtl));
+        }
+        if (query->question.type != kTypeA && query->question.type != kTypeAAAA)
+          return reply(build_response(*query, kRcodeNoError, {}, kDnsTtl));
+        Query q = *query;
+        self->resolver.lookup(name, [self, q, reply, rules, name](Resolution result) {
+          if (result.source == Source::kRateLimited) {
+            self->audit_rate_limited(name, q.question.type, result.error);
+            return reply(build_response(q, kRcodeRefused, {}, kDnsTtl));
+          }
+          if (!result.error.empty()) {
+            const std::string& error = result.error;
+            bool missing =
+                error.size() >= 14 && error.compare(error.size() - 14, 14, ": no such host") == 0;
+            self->audit_dns(name, q.question.type, source_name(result.source), 0, error);
+            return reply(build_response(q, missing ? kRcodeNxDomain : kRcodeServFail, {}, kDnsTtl));
+          }
+          // Only addresses a connection could use (the SSRF guard holds here too).
+          std::vector<Address> usable;
+          size_t answers = 0;
+          int family = q.question.type == kTypeA ? AF_INET : AF_INET6;
+          for (const auto& a : result.addresses) {
+            if (!rules->address_allowed_for_host(name, a)) continue;
+            usable.push_back(a);
+            if (a.family == family) ++answers;
+          }
+          self->audit_dns(name, q.question.type, source_name(result.source), answers, "");
+          reply(build_response(q, kRcodeNoError, usable, kDnsTtl));
+        });
+      });
 }
 
 namespace {
@@ -1226,7 +1238,8 @@ Proxy::Options with_environment(Proxy::Options options) {
   if (value && *value > 0)
     options.max_connections = static_cast<size_t>(*value);
   else
-    log::warn(std::string("OPENSHELL_PROXY_MAX_CONNECTIONS=") + text + ": not a number from 1 to 1048576; the limit stays " +
+    log::warn(std::string("OPENSHELL_PROXY_MAX_CONNECTIONS=") + text +
+              ": not a number from 1 to 1048576; the limit stays " +
               std::to_string(options.max_connections));
   return options;
 }
@@ -1234,7 +1247,8 @@ Proxy::Options with_environment(Proxy::Options options) {
 }  // namespace
 
 Proxy::Proxy(asio::io_context& io, Options options, ResolverConfig resolver)
-    : impl_(std::make_shared<Impl>(io, with_environment(std::move(options)), std::move(resolver))) {}
+    : impl_(std::make_shared<Impl>(io, with_environment(std::move(options)), std::move(resolver))) {
+}
 
 Proxy::~Proxy() {
   close();

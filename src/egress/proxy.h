@@ -18,15 +18,15 @@
 
 #include <sys/types.h>
 
-#include <utility>  // before Asio with GCC 12 in C++20
-
-#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
 
 #include "base/unique_fd.h"
 #include "egress/dns.h"
@@ -103,7 +103,8 @@ class Proxy {
     std::chrono::milliseconds head_timeout = std::chrono::seconds(30);
   };
 
-  Proxy(boost::asio::io_context& io, Options options, ResolverConfig resolver = ResolverConfig::from_environment());
+  Proxy(boost::asio::io_context& io, Options options,
+        ResolverConfig resolver = ResolverConfig::from_environment());
   ~Proxy();
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;

@@ -12,18 +12,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <utility>  // before Asio with GCC 12 in C++20
-
-#include <boost/asio.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
 
 #include "auth/launch.h"
 #include "auth/peer.h"
@@ -118,7 +117,9 @@ bool finished(Phase phase) {
 class Gateway {
  public:
   Gateway(asio::io_context& io, Paths paths)
-      : io_(io), paths_(std::move(paths)), signals_(io, SIGTERM, SIGINT),
+      : io_(io),
+        paths_(std::move(paths)),
+        signals_(io, SIGTERM, SIGINT),
         server_(io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); }) {}
 
   void start();
@@ -312,15 +313,20 @@ void Gateway::set_phase(SandboxRecord& record, Phase phase, const std::string& r
   };
   record.phase = phase;
   switch (phase) {
-    case Phase::kReady: condition("Ready", "True", "SupervisorConnected", ""); break;
+    case Phase::kReady:
+      condition("Ready", "True", "SupervisorConnected", "");
+      break;
     case Phase::kProvisioning:
     case Phase::kStarting:
       condition("Ready", "False", reason.empty() ? "SupervisorNotConnected" : reason, message);
       break;
-    default: condition("Ready", "False", reason, message); break;
+    default:
+      condition("Ready", "False", reason, message);
+      break;
   }
   store_->append_event(record.id, "Phase",
-                       std::string(phase_name(phase)) + (reason.empty() ? "" : " (" + reason + ")") +
+                       std::string(phase_name(phase)) +
+                           (reason.empty() ? "" : " (" + reason + ")") +
                            (message.empty() ? "" : ": " + message),
                        now);
   save(record);
@@ -344,7 +350,9 @@ json Gateway::view(const SandboxRecord& r) const {
             {"labels", r.labels},
             {"from", spec.from},
             {"command", spec.command}};
-  if (spec.image) j["image"] = {{"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
+  if (spec.image)
+    j["image"] = {
+        {"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
   j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
   j["limits"] = json::parse(limits::view_json(spec));
@@ -404,7 +412,8 @@ void Gateway::notify(const std::string& id) {
   }
   if (auto f = followers_.find(id); f != followers_.end()) {
     for (auto& weak : f->second)
-      if (auto poll = weak.lock()) asio::post(io_, [poll] {
+      if (auto poll = weak.lock())
+        asio::post(io_, [poll] {
           if (*poll) (*poll)();
         });
     std::erase_if(f->second, [](const auto& weak) { return weak.expired(); });
@@ -463,7 +472,8 @@ void Gateway::launch(SandboxRecord& record) {
   for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME",
                            "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS",
                            "OPENSHELL_DNS_QUERY_RATE", "OPENSHELL_DNS_QUERY_BURST"})
-    if (const char* value = std::getenv(name)) env_strings.push_back(std::string(name) + "=" + value);
+    if (const char* value = std::getenv(name))
+      env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -472,7 +482,8 @@ void Gateway::launch(SandboxRecord& record) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   std::string log_path = dir + "/logs/supervisor.log";
-  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   // Nothing else of the gateway's (a descriptor someone forgot to mark
   // close-on-exec would keep a pipe or socket of the gateway open as long
@@ -480,7 +491,8 @@ void Gateway::launch(SandboxRecord& record) {
   posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   sigset_t none, all;
   sigemptyset(&none);
   sigfillset(&all);
@@ -521,7 +533,8 @@ void Gateway::watch_supervisor(const std::string& id, int64_t pid, int64_t gener
                    });
 }
 
-void Gateway::after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then) {
+void Gateway::after_sandbox_gone(int64_t init_pid, uint64_t init_start,
+                                 std::function<void()> then) {
   if (!alive(init_pid, init_start)) return then();
   int fd = pidfd_open(static_cast<pid_t>(init_pid));
   if (fd < 0) return then();
@@ -537,7 +550,8 @@ void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
     int64_t pid = it->second.init_pid;
     uint64_t start = it->second.init_start;
     it->second.init_pid = 0;
-    return after_sandbox_gone(pid, start, [this, id, generation] { supervisor_exited(id, generation); });
+    return after_sandbox_gone(pid, start,
+                              [this, id, generation] { supervisor_exited(id, generation); });
   }
   bool reported = it != supervised_.end() && it->second.final_status;
   if (it != supervised_.end() && it->second.generation == generation) supervised_.erase(it);
@@ -582,7 +596,8 @@ void Gateway::apply_final(SandboxRecord& record, const json& status) {
   }
   int code = status.value("exit_code", 0);
   record.exit_code = code;
-  std::string reason = status.value("reason", code == 0 ? "MainProcessCompleted" : "MainProcessFailed");
+  std::string reason =
+      status.value("reason", code == 0 ? "MainProcessCompleted" : "MainProcessFailed");
   std::string message = status.value("message", "");
   set_phase(record, code == 0 ? Phase::kCompleted : Phase::kError, reason, message);
   SandboxSpec spec = SandboxSpec::from_json(record.spec);
@@ -651,7 +666,8 @@ void Gateway::reconcile() {
   if (DIR* d = ::opendir(paths_.sandboxes().c_str())) {
     std::vector<std::string> stale;
     while (dirent* e = ::readdir(d))
-      if (std::strncmp(e->d_name, ".probe-", 7) == 0) stale.push_back(paths_.sandboxes() + "/" + e->d_name);
+      if (std::strncmp(e->d_name, ".probe-", 7) == 0)
+        stale.push_back(paths_.sandboxes() + "/" + e->d_name);
     ::closedir(d);
     for (const auto& path : stale) {
       try {
@@ -829,33 +845,36 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   const std::string& m = req.method;
 
   if (p == std::vector<std::string>{"health"} && m == "GET")
-    return exchange->respond(json_response(200, {{"status", "ok"}, {"version", OPENSHELL_VERSION}}));
+    return exchange->respond(
+        json_response(200, {{"status", "ok"}, {"version", OPENSHELL_VERSION}}));
   if (p == std::vector<std::string>{"gateway"} && m == "GET")
-    return exchange->respond(json_response(
-        200, {{"version", OPENSHELL_VERSION},
-              {"pid", ::getpid()},
-              {"gateway_id", gateway_id_},
-              {"started_at", rfc3339(started_ms_)},
-              {"state_dir", paths_.state_dir},
-              {"socket", paths_.socket()},
-              {"sandboxes", store_->list().size()}}));
+    return exchange->respond(json_response(200, {{"version", OPENSHELL_VERSION},
+                                                 {"pid", ::getpid()},
+                                                 {"gateway_id", gateway_id_},
+                                                 {"started_at", rfc3339(started_ms_)},
+                                                 {"state_dir", paths_.state_dir},
+                                                 {"socket", paths_.socket()},
+                                                 {"sandboxes", store_->list().size()}}));
   if (p == std::vector<std::string>{"gateway", "stop"} && m == "POST") {
     exchange->respond(json_response(202, {{"stopping", true}}));
     asio::post(io_, [this] { shutdown(); });
     return;
   }
-  if (p == std::vector<std::string>{"supervisor", "session"} && req.websocket) return session(exchange);
+  if (p == std::vector<std::string>{"supervisor", "session"} && req.websocket)
+    return session(exchange);
   if (p == std::vector<std::string>{"watch"} && req.websocket) return watch(exchange);
   if (!p.empty() && p[0] == "sandboxes") {
     if (p.size() == 1 && m == "GET") {
       json list = json::array();
       std::string selector = req.query.count("selector") ? req.query.at("selector") : "";
       std::string key = selector.substr(0, selector.find('='));
-      std::string value = selector.find('=') == std::string::npos ? "" : selector.substr(selector.find('=') + 1);
+      std::string value =
+          selector.find('=') == std::string::npos ? "" : selector.substr(selector.find('=') + 1);
       for (const auto& r : store_->list()) {
         if (!selector.empty()) {
           auto it = r.labels.find(key);
-          if (it == r.labels.end() || (selector.find('=') != std::string::npos && it->second != value))
+          if (it == r.labels.end() ||
+              (selector.find('=') != std::string::npos && it->second != value))
             continue;
         }
         list.push_back(view(r));
@@ -865,7 +884,8 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
     if (p.size() == 1 && m == "POST") return create(exchange);
     if (p.size() >= 2) {
       const std::string& name = p[1];
-      if (p.size() == 2 && m == "GET") return exchange->respond(json_response(200, view(find(name))));
+      if (p.size() == 2 && m == "GET")
+        return exchange->respond(json_response(200, view(find(name))));
       if (p.size() == 2 && m == "DELETE") return delete_sandbox(exchange, name);
       if (p.size() == 3 && p[2] == "start" && m == "POST") return start_sandbox(exchange, name);
       if (p.size() == 3 && p[2] == "stop" && m == "POST") return stop_sandbox(exchange, name);
@@ -881,11 +901,14 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
         const std::string limit_text = req.query.count("limit") ? req.query.at("limit") : "100";
         auto limit = text::parse_uint(limit_text, 1000);
         if (!limit || *limit < 1)
-          throw ApiError(400, "bad_request", "limit must be a number from 1 to 1000, not '" + limit_text + "'");
+          throw ApiError(400, "bad_request",
+                         "limit must be a number from 1 to 1000, not '" + limit_text + "'");
         json events = json::array();
         for (const auto& e : store_->events(record.id, *limit))
-          events.push_back({{"time", rfc3339(e.time_ms)}, {"type", e.type}, {"message", e.message}});
-        return exchange->respond(json_response(200, {{"sandbox", record.name}, {"events", events}}));
+          events.push_back(
+              {{"time", rfc3339(e.time_ms)}, {"type", e.type}, {"message", e.message}});
+        return exchange->respond(
+            json_response(200, {{"sandbox", record.name}, {"events", events}}));
       }
     }
   }
@@ -907,8 +930,8 @@ void Gateway::resolve_image(SandboxSpec* spec) {
                    "image " + spec->from + " is not in the image store (" + hint + ")");
   }
   const image::ImageConfig& config = record->config;
-  spec->image = SandboxImage{record->name,      record->id(),        record->manifest_digest,
-                             record->diff_ids,  config.user,         config.working_dir};
+  spec->image = SandboxImage{record->name,     record->id(), record->manifest_digest,
+                             record->diff_ids, config.user,  config.working_dir};
   // Docker's rule: the entrypoint, then the caller's command or else the
   // image's.
   std::vector<std::string> command = config.entrypoint;
@@ -1001,7 +1024,8 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   // What the sandbox did not ask for, the gateway's defaults decide: fixed
   // now, so that `sandbox get` shows what holds.
   try {
-    limits::apply_defaults(&spec, limits::load_defaults(paths_.gateway_config()), limits::memory_total());
+    limits::apply_defaults(&spec, limits::load_defaults(paths_.gateway_config()),
+                           limits::memory_total());
   } catch (const Error& e) {
     throw ApiError(500, "bad_config", e.what());
   }
@@ -1031,7 +1055,8 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   record.labels = spec.labels;
   record.intent = "launch";
   record.created_ms = record.updated_ms = now_ms();
-  record.conditions.push_back(Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
+  record.conditions.push_back(
+      Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
   try {
     store_->insert(record);  // the intent is on disk before anything is done
   } catch (...) {
@@ -1039,9 +1064,10 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
     throw;
   }
   store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
-  store_->append_event(id, "Created",
-                       "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
-                       record.created_ms);
+  store_->append_event(
+      id, "Created",
+      "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
+      record.created_ms);
 
   // The sandbox's directory: launch file, logs, and its writable layer.
   const std::string dir = paths_.sandbox(id);
@@ -1051,14 +1077,16 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
     if (spec.from == "host")
       subdirs.push_back("/workspace");
     else if (overlay)
-      subdirs.insert(subdirs.end(), {"/layer", "/layer/upper", "/layer/work", "/layer/upper/sandbox"});
+      subdirs.insert(subdirs.end(),
+                     {"/layer", "/layer/upper", "/layer/work", "/layer/upper/sandbox"});
     // The upper layer's root reads as the sandbox's /: 0755. Its /sandbox,
     // the workspace, is the sandbox user's whatever the image says (the
     // launch hands it to another user the sandbox runs as: an image's User,
     // the policy's run_as_user).
     for (const auto& sub : subdirs) {
       mode_t mode = sub == "/layer/upper" || sub == "/layer/upper/sandbox" ? 0755 : 0700;
-      if (::mkdir((dir + sub).c_str(), mode) != 0 && errno != EEXIST) throw_errno("create " + dir + sub);
+      if (::mkdir((dir + sub).c_str(), mode) != 0 && errno != EEXIST)
+        throw_errno("create " + dir + sub);
     }
     // As root the sandbox runs as unprivileged ids: its layer and workspace
     // are theirs.
@@ -1087,24 +1115,26 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   }
   std::string wait = req.query.count("wait") ? req.query.at("wait") : "ready";
   if (wait == "none") return exchange->respond(json_response(201, view(record)));
-  wait_for(id,
-           [](const SandboxRecord* r) {
-             return !r || (r->phase != Phase::kProvisioning && r->phase != Phase::kStarting);
-           },
-           [this, exchange, id](const SandboxRecord* r) {
-             if (r) return exchange->respond(json_response(201, view(*r)));
-             auto last = gone_.find(id);
-             if (last != gone_.end()) return exchange->respond(json_response(201, last->second));
-             exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
-           });
+  wait_for(
+      id,
+      [](const SandboxRecord* r) {
+        return !r || (r->phase != Phase::kProvisioning && r->phase != Phase::kStarting);
+      },
+      [this, exchange, id](const SandboxRecord* r) {
+        if (r) return exchange->respond(json_response(201, view(*r)));
+        auto last = gone_.find(id);
+        if (last != gone_.end()) return exchange->respond(json_response(201, last->second));
+        exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+      });
 }
 
-void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange,
+                            const std::string& name) {
   SandboxRecord record = find(name);
   if (!finished(record.phase))
-    throw ApiError(409, "wrong_phase", "sandbox '" + name + "' is " +
-                                           std::string(phase_name(record.phase)) +
-                                           " (start works from Stopped, Completed or Error)");
+    throw ApiError(409, "wrong_phase",
+                   "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
+                       " (start works from Stopped, Completed or Error)");
   // A supervisor of an older generation must be gone before the new one.
   if (alive(record.supervisor_pid, record.supervisor_start)) {
     ::kill(static_cast<pid_t>(record.supervisor_pid), SIGKILL);
@@ -1124,59 +1154,65 @@ void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange, cons
     record.intent = "";
     set_phase(record, Phase::kError, "LaunchFailed", e.what());
   }
-  wait_for(record.id,
-           [](const SandboxRecord* r) {
-             return !r || (r->phase != Phase::kStarting && r->phase != Phase::kProvisioning);
-           },
-           [this, exchange](const SandboxRecord* r) {
-             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
-             exchange->respond(json_response(200, view(*r)));
-           });
+  wait_for(
+      record.id,
+      [](const SandboxRecord* r) {
+        return !r || (r->phase != Phase::kStarting && r->phase != Phase::kProvisioning);
+      },
+      [this, exchange](const SandboxRecord* r) {
+        if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+        exchange->respond(json_response(200, view(*r)));
+      });
 }
 
-void Gateway::stop_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+void Gateway::stop_sandbox(const std::shared_ptr<net::Exchange>& exchange,
+                           const std::string& name) {
   SandboxRecord record = find(name);
   if (record.phase != Phase::kReady && record.phase != Phase::kProvisioning &&
       record.phase != Phase::kStarting && record.phase != Phase::kStopping)
-    throw ApiError(409, "wrong_phase", "sandbox '" + name + "' is " +
-                                           std::string(phase_name(record.phase)) +
-                                           " (stop works on a running sandbox)");
+    throw ApiError(409, "wrong_phase",
+                   "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
+                       " (stop works on a running sandbox)");
   if (record.phase != Phase::kStopping) {
     record.intent = "stop";
     set_phase(record, Phase::kStopping, "StopRequested");
     request_stop(record);
   }
-  wait_for(record.id,
-           [](const SandboxRecord* r) { return !r || r->phase != Phase::kStopping; },
-           [this, exchange](const SandboxRecord* r) {
-             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
-             exchange->respond(json_response(200, view(*r)));
-           });
+  wait_for(
+      record.id, [](const SandboxRecord* r) { return !r || r->phase != Phase::kStopping; },
+      [this, exchange](const SandboxRecord* r) {
+        if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+        exchange->respond(json_response(200, view(*r)));
+      });
 }
 
-void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange,
+                             const std::string& name) {
   SandboxRecord record = find(name);
   std::string id = record.id;
   if (record.phase != Phase::kDeleting) {
     record.intent = "delete";
     set_phase(record, Phase::kDeleting, "DeleteRequested");
   }
-  wait_for(id, [](const SandboxRecord* r) { return !r; },
-           [exchange, name](const SandboxRecord* r) {
-             if (r) return exchange->respond(error_response(504, "timeout", "deleting '" + name + "' takes too long"));
-             exchange->respond(json_response(200, {{"deleted", name}}));
-           });
+  wait_for(
+      id, [](const SandboxRecord* r) { return !r; },
+      [exchange, name](const SandboxRecord* r) {
+        if (r)
+          return exchange->respond(
+              error_response(504, "timeout", "deleting '" + name + "' takes too long"));
+        exchange->respond(json_response(200, {{"deleted", name}}));
+      });
   finish_delete(id);
 }
 
 void Gateway::wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
   SandboxRecord record = find(name);
-  wait_for(record.id,
-           [](const SandboxRecord* r) { return !r || finished(r->phase); },
-           [this, exchange](const SandboxRecord* r) {
-             if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
-             exchange->respond(json_response(200, view(*r)));
-           });
+  wait_for(
+      record.id, [](const SandboxRecord* r) { return !r || finished(r->phase); },
+      [this, exchange](const SandboxRecord* r) {
+        if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+        exchange->respond(json_response(200, view(*r)));
+      });
 }
 
 // Log records as they are in the file; with follow, a WebSocket that stays
@@ -1188,8 +1224,10 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
   // egress proxy's decisions, one JSON object a line).
   std::string source = req.query.count("source") ? req.query.at("source") : "sandbox";
   if (source != "sandbox" && source != "network")
-    throw ApiError(400, "bad_request", "source must be 'sandbox' or 'network', not '" + source + "'");
-  std::string path = paths_.sandbox(record.id) + (source == "network" ? "/logs/network.log" : "/logs/main.log");
+    throw ApiError(400, "bad_request",
+                   "source must be 'sandbox' or 'network', not '" + source + "'");
+  std::string path =
+      paths_.sandbox(record.id) + (source == "network" ? "/logs/network.log" : "/logs/main.log");
   size_t tail = text::parse_uint(req.query.count("tail") ? req.query.at("tail") : "", 1u << 30)
                     .value_or(static_cast<size_t>(-1));
   std::string content;
@@ -1218,9 +1256,9 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
     off_t offset;
     std::shared_ptr<asio::steady_timer> timer;
   };
-  auto follow = std::make_shared<Follow>(
-      Follow{UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)),
-             static_cast<off_t>(content.size() - older), std::make_shared<asio::steady_timer>(io_)});
+  auto follow = std::make_shared<Follow>(Follow{
+      UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)),
+      static_cast<off_t>(content.size() - older), std::make_shared<asio::steady_timer>(io_)});
   std::string id = record.id;
   auto poll = std::make_shared<std::function<void()>>();
   *poll = [this, ws, follow, id, path, poll]() {
@@ -1279,9 +1317,9 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
 void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
   SandboxRecord record = find(name);
   if (record.phase != Phase::kReady)
-    throw ApiError(409, "wrong_phase", "sandbox '" + name + "' is " +
-                                           std::string(phase_name(record.phase)) +
-                                           " (exec needs a Ready sandbox)");
+    throw ApiError(409, "wrong_phase",
+                   "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
+                       " (exec needs a Ready sandbox)");
   std::string socket_path = paths_.supervisor_socket(record.id, record.generation);
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
@@ -1322,11 +1360,13 @@ void Gateway::get_policy(const std::shared_ptr<net::Exchange>& exchange, const s
   auto current = store_->policy(record.id, 0);
   auto p = store_->policy(record.id, revision);
   if (!p)
-    throw ApiError(404, "not_found", "sandbox '" + name + "' has no policy revision " + std::to_string(revision));
+    throw ApiError(404, "not_found",
+                   "sandbox '" + name + "' has no policy revision " + std::to_string(revision));
   exchange->respond(json_response(200, policy_view(record, *p, current ? current->revision : 0)));
 }
 
-void Gateway::list_policies(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+void Gateway::list_policies(const std::shared_ptr<net::Exchange>& exchange,
+                            const std::string& name) {
   SandboxRecord record = find(name);
   auto all = store_->policies(record.id);
   json list = json::array();
@@ -1358,7 +1398,8 @@ void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const s
   spec.policy_source = source;
   record.spec = spec.to_json();
   save(record);
-  auto respond = [this, exchange, id = record.id, revision](bool applied, const std::string& error) {
+  auto respond = [this, exchange, id = record.id, revision](bool applied,
+                                                            const std::string& error) {
     auto r = store_->find_by_id(id);
     json out = {{"revision", revision}, {"applied", applied}};
     if (!error.empty()) out["error"] = error;

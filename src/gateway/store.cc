@@ -7,13 +7,14 @@
 // clang-format on
 
 #include <fcntl.h>
-#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <limits>
+
+#include <sqlite3.h>
 
 #include "base/json_text.h"
 #include "base/unique_fd.h"
@@ -548,7 +549,9 @@ int64_t Store::add_policy(const std::string& sandbox_id, const std::string& text
     Statement last(db_, "SELECT COALESCE(MAX(revision), 0) FROM policies WHERE sandbox_id = ?1");
     last.bind(1, sandbox_id);
     revision = last.step() ? last.int64(0) + 1 : 1;
-    Statement(db_, "INSERT INTO policies (sandbox_id, revision, text, created_ms) VALUES (?1, ?2, ?3, ?4)")
+    Statement(
+        db_,
+        "INSERT INTO policies (sandbox_id, revision, text, created_ms) VALUES (?1, ?2, ?3, ?4)")
         .bind(1, sandbox_id)
         .bind(2, revision)
         .bind(3, text)
@@ -559,19 +562,22 @@ int64_t Store::add_policy(const std::string& sandbox_id, const std::string& text
 }
 
 std::vector<PolicyRevision> Store::policies(const std::string& sandbox_id) const {
-  Statement statement(db_,
-                      "SELECT revision, text, created_ms FROM policies WHERE sandbox_id = ?1 ORDER BY revision");
+  Statement statement(
+      db_,
+      "SELECT revision, text, created_ms FROM policies WHERE sandbox_id = ?1 ORDER BY revision");
   statement.bind(1, sandbox_id);
   std::vector<PolicyRevision> out;
-  while (statement.step()) out.push_back({statement.int64(0), statement.text(1), statement.int64(2)});
+  while (statement.step())
+    out.push_back({statement.int64(0), statement.text(1), statement.int64(2)});
   return out;
 }
 
 std::optional<PolicyRevision> Store::policy(const std::string& sandbox_id, int64_t revision) const {
   // revision 0: the newest.
-  Statement statement(db_,
-                      revision > 0 ? "SELECT revision, text, created_ms FROM policies WHERE sandbox_id = ?1 AND revision = ?2"
-                                   : "SELECT revision, text, created_ms FROM policies WHERE sandbox_id = ?1 ORDER BY revision DESC LIMIT 1");
+  Statement statement(db_, revision > 0 ? "SELECT revision, text, created_ms FROM policies WHERE "
+                                          "sandbox_id = ?1 AND revision = ?2"
+                                        : "SELECT revision, text, created_ms FROM policies WHERE "
+                                          "sandbox_id = ?1 ORDER BY revision DESC LIMIT 1");
   statement.bind(1, sandbox_id);
   if (revision > 0) statement.bind(2, revision);
   if (!statement.step()) return std::nullopt;

@@ -34,9 +34,9 @@ std::string_view phase_name(Phase phase);  // "Provisioning", ...
 std::optional<Phase> parse_phase(std::string_view name);
 
 struct Condition {
-  std::string type;     // "Ready"
-  std::string status;   // "True", "False", "Unknown"
-  std::string reason;   // "MainProcessFailed"
+  std::string type;    // "Ready"
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;  // "MainProcessFailed"
   std::string message;
   int64_t last_transition_ms = 0;  // milliseconds since the epoch
   bool operator==(const Condition&) const = default;
@@ -67,7 +67,7 @@ struct Event {
   int64_t seq = 0;
   std::string sandbox_id;
   int64_t time_ms = 0;
-  std::string type;     // "Phase", "Warning", ...
+  std::string type;  // "Phase", "Warning", ...
   std::string message;
 };
 
@@ -120,7 +120,7 @@ class Store {
   // `in_plain` tells a row written before (or without) sealing. Unset: the
   // spec as it is.
   struct SpecCodec {
-    std::function<std::string(const std::string& id, const std::string& spec)> seal, open;
+    std::function<std::string(const std::string&id, const std::string&spec)> seal, open;
     std::function<bool(const std::string& spec)> in_plain;
   };
   void set_spec_codec(SpecCodec codec) { codec_ = std::move(codec); }

@@ -61,7 +61,8 @@ class Flattener {
     clear(sub.get(), rel);
     if (::unlinkat(dirfd, name, AT_REMOVEDIR) != 0) throw_errno("remove " + where(rel));
     // It and what was below it need no metadata any more.
-    for (auto it = dirs_.lower_bound(rel); it != dirs_.end() && it->first.compare(0, rel.size(), rel) == 0;) {
+    for (auto it = dirs_.lower_bound(rel);
+         it != dirs_.end() && it->first.compare(0, rel.size(), rel) == 0;) {
       if (it->first.size() == rel.size() || it->first[rel.size()] == '/')
         it = dirs_.erase(it);
       else
@@ -90,13 +91,16 @@ class Flattener {
     return names;
   }
 
-  void copy_file(int from_dir, const char* name, int to_dir, const struct stat& st, const std::string& rel) {
+  void copy_file(int from_dir, const char* name, int to_dir, const struct stat& st,
+                 const std::string& rel) {
     UniqueFd in(::openat(from_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!in) throw_errno("read " + rel);
-    UniqueFd out(::openat(to_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    UniqueFd out(
+        ::openat(to_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!out) throw_errno("create " + where(rel));
     for (off_t left = st.st_size; left > 0;) {
-      ssize_t n = ::copy_file_range(in.get(), nullptr, out.get(), nullptr, static_cast<size_t>(left), 0);
+      ssize_t n =
+          ::copy_file_range(in.get(), nullptr, out.get(), nullptr, static_cast<size_t>(left), 0);
       if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL)) {
         char buf[1 << 16];
         n = ::read(in.get(), buf, sizeof buf);
@@ -126,10 +130,12 @@ class Flattener {
         continue;
       }
       if (S_ISDIR(st.st_mode)) {
-        UniqueFd sub_from(::openat(from_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        UniqueFd sub_from(
+            ::openat(from_dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!sub_from) throw_errno("open " + rel);
         char opaque[2] = {0, 0};
-        const bool is_opaque = ::fgetxattr(sub_from.get(), "user.overlay.opaque", opaque, 1) == 1 && opaque[0] == 'y';
+        const bool is_opaque =
+            ::fgetxattr(sub_from.get(), "user.overlay.opaque", opaque, 1) == 1 && opaque[0] == 'y';
         if (exists && !S_ISDIR(existing.st_mode)) remove_entry(to_dir, name, rel);
         if (!exists || !S_ISDIR(existing.st_mode)) {
           if (::mkdirat(to_dir, name, 0700) != 0) throw_errno("create " + where(rel));
@@ -170,7 +176,8 @@ class Flattener {
 
 }  // namespace
 
-uint64_t flatten_layers(const std::vector<std::string>& layers_bottom_first, const std::string& dest) {
+uint64_t flatten_layers(const std::vector<std::string>& layers_bottom_first,
+                        const std::string& dest) {
   Flattener f(dest);
   for (const auto& layer : layers_bottom_first) f.layer(layer);
   f.finish();

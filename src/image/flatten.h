@@ -13,6 +13,7 @@ namespace openshell::image {
 // Symbolic links are copied, never followed; owners are kept when running
 // as root, else everything belongs to the caller. Returns the bytes of file
 // content copied. Throws Error.
-uint64_t flatten_layers(const std::vector<std::string>& layers_bottom_first, const std::string& dest);
+uint64_t flatten_layers(const std::vector<std::string>& layers_bottom_first,
+                        const std::string& dest);
 
 }  // namespace openshell::image

@@ -39,7 +39,8 @@ Descriptor parse_descriptor(const json& j, const std::string& what) {
     throw Error(what + ": a descriptor lacks a digest or size");
   }
   if (!is_digest(d.digest))
-    throw Error(what + ": digest '" + d.digest.substr(0, 80) + "' is not sha256 (the only algorithm supported)");
+    throw Error(what + ": digest '" + d.digest.substr(0, 80) +
+                "' is not sha256 (the only algorithm supported)");
   if (d.size < 0) throw Error(what + ": descriptor " + d.digest + " has a negative size");
   return d;
 }
@@ -48,23 +49,28 @@ Descriptor parse_descriptor(const json& j, const std::string& what) {
 
 bool is_index(const std::string& text, std::string_view content_type, const std::string& what) {
   json j = parse_object(text, what);
-  if (j.value("schemaVersion", 0) == 1 || content_type.find("v1+prettyjws") != std::string_view::npos ||
+  if (j.value("schemaVersion", 0) == 1 ||
+      content_type.find("v1+prettyjws") != std::string_view::npos ||
       content_type == "application/vnd.docker.distribution.manifest.v1+json")
-    throw Error(what + ": Docker manifest schema 1 is not supported (push the image again with a current tool)");
+    throw Error(
+        what +
+        ": Docker manifest schema 1 is not supported (push the image again with a current tool)");
   std::string type = j.value("mediaType", "");
   if (type.empty()) type = std::string(content_type.substr(0, content_type.find(';')));
   if (type == media_type::kOciIndex || type == media_type::kDockerList) return true;
   if (type == media_type::kOciManifest || type == media_type::kDockerManifest) return false;
   if (j.contains("manifests")) return true;
   if (j.contains("layers") && j.contains("config")) return false;
-  throw Error(what + ": neither an image manifest nor an index" + (type.empty() ? "" : " (" + type + ")"));
+  throw Error(what + ": neither an image manifest nor an index" +
+              (type.empty() ? "" : " (" + type + ")"));
 }
 
 Index parse_index(const std::string& text, const std::string& what) {
   json j = parse_object(text, what);
   Index index;
   index.media_type = j.value("mediaType", "");
-  if (!j.contains("manifests") || !j["manifests"].is_array()) throw Error(what + ": no manifests list");
+  if (!j.contains("manifests") || !j["manifests"].is_array())
+    throw Error(what + ": no manifests list");
   for (const auto& m : j["manifests"]) index.manifests.push_back(parse_descriptor(m, what));
   return index;
 }
@@ -80,7 +86,8 @@ Manifest parse_manifest(const std::string& text, const std::string& what) {
     Descriptor d = parse_descriptor(l, what);
     const std::string& t = d.media_type;
     if (t.find("foreign") != std::string::npos || t.find("nondistributable") != std::string::npos)
-      throw Error(what + ": layer " + d.digest + " is a foreign layer (" + t + "), which is not supported");
+      throw Error(what + ": layer " + d.digest + " is a foreign layer (" + t +
+                  "), which is not supported");
     if (!(t.empty() || t == media_type::kOciLayer || t == media_type::kOciLayerGzip ||
           t == media_type::kOciLayerZstd || t == media_type::kDockerLayer ||
           t == "application/vnd.docker.image.rootfs.diff.tar"))
@@ -90,12 +97,14 @@ Manifest parse_manifest(const std::string& text, const std::string& what) {
   return m;
 }
 
-const Descriptor& select_platform(const Index& index, const Platform& want, const std::string& what) {
+const Descriptor& select_platform(const Index& index, const Platform& want,
+                                  const std::string& what) {
   const Descriptor* loose = nullptr;
   std::string available;
   for (const auto& d : index.manifests) {
     const Platform& p = d.platform;
-    if (p.os == "unknown" || d.annotations.count("vnd.docker.reference.type")) continue;  // attestations
+    if (p.os == "unknown" || d.annotations.count("vnd.docker.reference.type"))
+      continue;  // attestations
     if (!p.os.empty()) available += (available.empty() ? "" : ", ") + p.text();
     if (p.os != want.os || p.architecture != want.architecture) continue;
     if (p.variant == want.variant) return d;
@@ -103,7 +112,8 @@ const Descriptor& select_platform(const Index& index, const Platform& want, cons
   }
   if (loose) return *loose;
   // An index of one manifest without platforms (an OCI layout) serves anyone.
-  if (index.manifests.size() == 1 && index.manifests[0].platform.os.empty()) return index.manifests[0];
+  if (index.manifests.size() == 1 && index.manifests[0].platform.os.empty())
+    return index.manifests[0];
   throw Error(what + ": no image for " + want.text() +
               (available.empty() ? "" : " (it has " + available + ")"));
 }
@@ -114,7 +124,8 @@ std::string make_manifest(const Descriptor& config, const std::vector<Descriptor
     ls.push_back({{"mediaType", l.media_type}, {"digest", l.digest}, {"size", l.size}});
   json j = {{"schemaVersion", 2},
             {"mediaType", media_type::kOciManifest},
-            {"config", {{"mediaType", config.media_type}, {"digest", config.digest}, {"size", config.size}}},
+            {"config",
+             {{"mediaType", config.media_type}, {"digest", config.digest}, {"size", config.size}}},
             {"layers", ls}};
   return j.dump();
 }

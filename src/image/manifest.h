@@ -25,7 +25,8 @@ inline constexpr std::string_view kDockerList =
 inline constexpr std::string_view kDockerManifest =
     "application/vnd.docker.distribution.manifest.v2+json";
 inline constexpr std::string_view kDockerConfig = "application/vnd.docker.container.image.v1+json";
-inline constexpr std::string_view kDockerLayer = "application/vnd.docker.image.rootfs.diff.tar.gzip";
+inline constexpr std::string_view kDockerLayer =
+    "application/vnd.docker.image.rootfs.diff.tar.gzip";
 }  // namespace media_type
 
 struct Descriptor {
@@ -59,7 +60,8 @@ Manifest parse_manifest(const std::string& json, const std::string& what);
 // The index entry for the platform: os and architecture must match; a
 // variant, when both name one, too. Attestation entries are skipped. Throws
 // Error listing the platforms the index has.
-const Descriptor& select_platform(const Index& index, const Platform& want, const std::string& what);
+const Descriptor& select_platform(const Index& index, const Platform& want,
+                                  const std::string& what);
 
 // A minimal OCI manifest for a config and layers (for images that came
 // without one: docker save archives).

@@ -1,7 +1,5 @@
 #include "image/pull.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +8,11 @@
 #include <cerrno>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <thread>
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -103,7 +104,8 @@ StoredLayer store_layer(const Store& store, int fd, const std::string& blob_dige
   options.account = [&budget](uint64_t bytes) { budget.add_entry(bytes); };
   UnpackResult result = unpack_layer(fd, root, options, what);
   if (!blob_digest.empty() && result.compressed_digest != blob_digest)
-    throw Error(what + ": content does not match its digest (got " + result.compressed_digest + ")");
+    throw Error(what + ": content does not match its digest (got " + result.compressed_digest +
+                ")");
   if (result.diff_id != diff_id)
     throw Error(what + ": its uncompressed content is " + result.diff_id +
                 ", but the image config says " + diff_id);
@@ -157,7 +159,8 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
     const Descriptor& chosen =
         select_platform(index, options.platform.value_or(host_platform()), what);
     RegistryClient::Manifest m = client.manifest(chosen.digest);
-    if (is_index(m.body, m.media_type, what)) throw Error(what + ": an index inside an index is not supported");
+    if (is_index(m.body, m.media_type, what))
+      throw Error(what + ": an index inside an index is not supported");
     manifest_json = m.body;
   }
   Manifest manifest = parse_manifest(manifest_json, what);
@@ -200,7 +203,7 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
         const std::string blob = temp.path() + "/blob-" + std::to_string(i);
         if (!layer_client) layer_client = std::make_unique<RegistryClient>(ref, registry_options);
         layer_client->blob_to_file(layer.digest, layer.size, blob,
-                            [&, i](uint64_t done) { progress.layer_bytes(i, done); });
+                                   [&, i](uint64_t done) { progress.layer_bytes(i, done); });
         UniqueFd fd(::open(blob.c_str(), O_RDONLY | O_CLOEXEC));
         if (!fd) throw_errno("open " + blob);
         uint64_t size = store_layer(store, fd.get(), layer.digest, diff_ids[i],
@@ -243,8 +246,10 @@ class Source {
     const std::string p = path(inside);
     if (p.empty()) throw Error(what + ": " + inside + " is missing");
     struct stat st;
-    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) throw Error(what + ": " + inside + " is not a file");
-    if (static_cast<uint64_t>(st.st_size) > kMaxJson) throw Error(what + ": " + inside + " is larger than 4 MiB");
+    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      throw Error(what + ": " + inside + " is not a file");
+    if (static_cast<uint64_t>(st.st_size) > kMaxJson)
+      throw Error(what + ": " + inside + " is larger than 4 MiB");
     return files::read(p);
   }
   bool has(const std::string& inside) const { return !path(inside).empty(); }
@@ -390,7 +395,8 @@ class ArchiveSource : public Source {
     return text::join(parts, "/");
   }
   void make_parents(const std::string& name) {
-    for (size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+    for (size_t slash = name.find('/'); slash != std::string::npos;
+         slash = name.find('/', slash + 1)) {
       const std::string dir = staging_ + "/" + name.substr(0, slash);
       if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("create " + dir);
     }
@@ -443,7 +449,8 @@ ImageRecord import_oci(const Store& store, const Source& source, const ImportOpt
                        UnpackBudget& budget) {
   auto read_verified = [&](const std::string& digest) {
     std::string bytes = source.read(blob_inside(digest), what);
-    if (sha256_digest(bytes) != digest) throw Error(what + ": blob " + digest + " does not match its digest");
+    if (sha256_digest(bytes) != digest)
+      throw Error(what + ": blob " + digest + " does not match its digest");
     return bytes;
   };
   Index index = parse_index(source.read("index.json", what), what + ": index.json");
@@ -459,7 +466,8 @@ ImageRecord import_oci(const Store& store, const Source& source, const ImportOpt
       std::string names;
       for (const auto& d : index.manifests) {
         auto n = d.annotations.find("org.opencontainers.image.ref.name");
-        names += (names.empty() ? "" : ", ") + (n == d.annotations.end() ? short_digest(d.digest) : n->second);
+        names += (names.empty() ? "" : ", ") +
+                 (n == d.annotations.end() ? short_digest(d.digest) : n->second);
       }
       throw Error(what + ": holds " + std::to_string(index.manifests.size()) + " images (" + names +
                   "); import an archive of one");
@@ -490,7 +498,10 @@ ImageRecord import_oci(const Store& store, const Source& source, const ImportOpt
       break;
     }
   }
-  if (name.empty()) throw Error(what + ": the archive does not name its image; give a name: openshell image import FILE NAME");
+  if (name.empty())
+    throw Error(
+        what +
+        ": the archive does not name its image; give a name: openshell image import FILE NAME");
   const Reference ref = options.name.empty() ? parse_reference(name) : local_reference(name);
 
   std::vector<std::string> files_in, blob_digests;
@@ -499,11 +510,13 @@ ImageRecord import_oci(const Store& store, const Source& source, const ImportOpt
   for (size_t i = 0; i < manifest.layers.size(); ++i) {
     files_in.push_back(blob_inside(manifest.layers[i].digest));
     blob_digests.push_back(manifest.layers[i].digest);
-    if (!store.has_layer(diff_ids[i])) ++missing, bytes += static_cast<uint64_t>(manifest.layers[i].size);
+    if (!store.has_layer(diff_ids[i]))
+      ++missing, bytes += static_cast<uint64_t>(manifest.layers[i].size);
   }
   progress.start(ref.familiar(), diff_ids.size(), missing, bytes);
   import_layers(store, source, files_in, &blob_digests, diff_ids, work, progress, what, budget);
-  return finish(store, ref.canonical(), manifest_json, config_json, diff_ids, config, "import " + what);
+  return finish(store, ref.canonical(), manifest_json, config_json, diff_ids, config,
+                "import " + what);
 }
 
 ImageRecord import_docker(const Store& store, const Source& source, const ImportOptions& options,
@@ -520,7 +533,8 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
     for (const auto& e : list)
       if (e.contains("RepoTags") && e["RepoTags"].is_array())
         for (const auto& t : e["RepoTags"])
-          if (t.is_string() && parse_reference(t.get<std::string>()).canonical() == want) entry = &e;
+          if (t.is_string() && parse_reference(t.get<std::string>()).canonical() == want)
+            entry = &e;
   }
   if (!entry)
     throw Error(what + ": holds " + std::to_string(list.size()) +
@@ -544,7 +558,10 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
   if (name.empty() && (*entry).contains("RepoTags") && (*entry)["RepoTags"].is_array() &&
       !(*entry)["RepoTags"].empty() && (*entry)["RepoTags"][0].is_string())
     name = (*entry)["RepoTags"][0].get<std::string>();
-  if (name.empty()) throw Error(what + ": the archive does not name its image; give a name: openshell image import FILE NAME");
+  if (name.empty())
+    throw Error(
+        what +
+        ": the archive does not name its image; give a name: openshell image import FILE NAME");
   const Reference ref = options.name.empty() ? parse_reference(name) : local_reference(name);
 
   // Layer files are blobs as they are; their digests are computed on the way.
@@ -557,8 +574,11 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
   import_layers(store, source, files_in, &blob_digests, diff_ids, work, progress, what, budget);
 
   // A manifest of our own, so the image is stored as any other.
-  Descriptor config_desc{std::string(media_type::kOciConfig), sha256_digest(config_json),
-                         static_cast<int64_t>(config_json.size()), {}, {}};
+  Descriptor config_desc{std::string(media_type::kOciConfig),
+                         sha256_digest(config_json),
+                         static_cast<int64_t>(config_json.size()),
+                         {},
+                         {}};
   std::vector<Descriptor> layers;
   for (size_t i = 0; i < files_in.size(); ++i) {
     const std::string file = source.path(files_in[i]);
@@ -593,7 +613,8 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
 
 }  // namespace
 
-ImageRecord import_image(const Store& store, const std::string& path, const ImportOptions& options) {
+ImageRecord import_image(const Store& store, const std::string& path,
+                         const ImportOptions& options) {
   const std::string what = path;
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) throw_errno("import " + path);
@@ -615,7 +636,9 @@ ImageRecord import_image(const Store& store, const std::string& path, const Impo
   } else if (source->has("manifest.json")) {
     record = import_docker(store, *source, options, what, temp.path(), progress, budget);
   } else {
-    throw Error(what + ": neither an OCI image layout (index.json) nor a docker save archive (manifest.json)");
+    throw Error(
+        what +
+        ": neither an OCI image layout (index.json) nor a docker save archive (manifest.json)");
   }
   progress.finish();
   return record;

@@ -29,11 +29,11 @@ class Progress {
 };
 
 struct PullOptions {
-  bool insecure = false;               // plain HTTP to this registry
-  std::optional<Platform> platform;    // default: the host's
+  bool insecure = false;             // plain HTTP to this registry
+  std::optional<Platform> platform;  // default: the host's
   Progress* progress = nullptr;
-  int jobs = 3;                        // layers fetched at once
-  int attempts = 4;                    // per request, for transient failures
+  int jobs = 3;      // layers fetched at once
+  int attempts = 4;  // per request, for transient failures
   // The most the image may unpack to, in bytes (see image/budget.h); 0:
   // OPENSHELL_MAX_UNPACKED when set, else min(32 GiB, 90% of the store's
   // free space).
@@ -45,10 +45,10 @@ struct PullOptions {
 ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& options);
 
 struct ImportOptions {
-  std::string name;                    // what to call it; default: the name the archive gives
+  std::string name;  // what to call it; default: the name the archive gives
   std::optional<Platform> platform;
   Progress* progress = nullptr;
-  uint64_t max_unpacked = 0;           // as PullOptions::max_unpacked
+  uint64_t max_unpacked = 0;  // as PullOptions::max_unpacked
 };
 
 // Imports an OCI image layout (directory or tar) or a docker save archive

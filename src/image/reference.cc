@@ -127,7 +127,8 @@ Reference parse_reference(std::string_view text) {
   if (colon != std::string_view::npos && (slash == std::string_view::npos || colon > slash)) {
     ref.tag = std::string(rest.substr(colon + 1));
     if (!valid_tag(ref.tag))
-      throw bad("the tag '" + ref.tag + "' may hold letters, digits, '_', '.' and '-' (at most 128)");
+      throw bad("the tag '" + ref.tag +
+                "' may hold letters, digits, '_', '.' and '-' (at most 128)");
     rest = rest.substr(0, colon);
   }
   if (rest.empty()) throw bad("no name");
@@ -137,7 +138,8 @@ Reference parse_reference(std::string_view text) {
     std::string_view head = rest.substr(0, first);
     if (head.find('.') != std::string_view::npos || head.find(':') != std::string_view::npos ||
         head == "localhost" || (!head.empty() && head.front() == '[')) {
-      if (!valid_domain(head)) throw bad("'" + std::string(head) + "' is not a registry host[:port]");
+      if (!valid_domain(head))
+        throw bad("'" + std::string(head) + "' is not a registry host[:port]");
       ref.domain = std::string(head);
       path = rest.substr(first + 1);
     }
@@ -147,11 +149,14 @@ Reference parse_reference(std::string_view text) {
   if (ref.domain == "index.docker.io") ref.domain = "docker.io";
   for (size_t start = 0;;) {
     size_t end = path.find('/', start);
-    std::string_view component = path.substr(start, end == std::string_view::npos ? end : end - start);
+    std::string_view component =
+        path.substr(start, end == std::string_view::npos ? end : end - start);
     if (!valid_component(component))
-      throw bad(component.empty() ? std::string("an empty path component")
-                                  : "'" + std::string(component) +
-                                        "': names are lowercase letters and digits, joined by '.', '_', '__' or '-'");
+      throw bad(
+          component.empty()
+              ? std::string("an empty path component")
+              : "'" + std::string(component) +
+                    "': names are lowercase letters and digits, joined by '.', '_', '__' or '-'");
     if (end == std::string_view::npos) break;
     start = end + 1;
   }

@@ -17,11 +17,11 @@
 namespace openshell::image {
 
 struct Reference {
-  std::string domain;      // "docker.io", "localhost:5000"
-  std::string repository;  // "library/busybox"
-  std::string tag;         // "latest"; empty only when a digest is given alone
-  std::string digest;      // "" or "sha256:<hex>"
-  bool short_name = false; // the text named no registry ("busybox", "org/tool")
+  std::string domain;       // "docker.io", "localhost:5000"
+  std::string repository;   // "library/busybox"
+  std::string tag;          // "latest"; empty only when a digest is given alone
+  std::string digest;       // "" or "sha256:<hex>"
+  bool short_name = false;  // the text named no registry ("busybox", "org/tool")
 
   // DOMAIN/REPOSITORY
   std::string name() const { return domain + "/" + repository; }

@@ -4,34 +4,32 @@
 // completes, so the API is synchronous and nothing can hang.
 #include "image/registry.h"
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
 #include <fcntl.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
-#include <string_view>
-#include <thread>
-#include <vector>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "base/error.h"
 #include "base/text.h"

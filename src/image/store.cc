@@ -10,14 +10,15 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <nlohmann/json.hpp>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "auth/launch.h"
 #include "base/error.h"
 #include "base/files.h"
-#include "base/root_files.h"
 #include "base/logfile.h"
+#include "base/root_files.h"
 #include "image/digest.h"
 #include "image/unpack.h"
 
@@ -65,9 +66,15 @@ std::string string_field(const json& j, const char* key, const std::string& what
 }
 
 json config_to_json(const ImageConfig& c) {
-  return json{{"env", c.env},         {"entrypoint", c.entrypoint}, {"cmd", c.cmd},
-              {"working_dir", c.working_dir}, {"user", c.user},     {"os", c.os},
-              {"architecture", c.architecture}, {"variant", c.variant}, {"created", c.created}};
+  return json{{"env", c.env},
+              {"entrypoint", c.entrypoint},
+              {"cmd", c.cmd},
+              {"working_dir", c.working_dir},
+              {"user", c.user},
+              {"os", c.os},
+              {"architecture", c.architecture},
+              {"variant", c.variant},
+              {"created", c.created}};
 }
 
 ImageConfig config_from_json(const json& j) {
@@ -165,8 +172,7 @@ ImageConfig parse_config(const std::string& text, const std::string& what,
     if (!j.contains("rootfs") || !j["rootfs"].is_object())
       throw Error(what + ": no rootfs section");
     const json& rootfs = j["rootfs"];
-    if (rootfs.value("type", "") != "layers")
-      throw Error(what + ": rootfs type is not \"layers\"");
+    if (rootfs.value("type", "") != "layers") throw Error(what + ": rootfs type is not \"layers\"");
     *diff_ids = string_list(rootfs, "diff_ids", what + ": rootfs");
     for (const auto& d : *diff_ids)
       if (!is_digest(d)) throw Error(what + ": rootfs diff id '" + d + "' is not a sha256 digest");
@@ -185,14 +191,22 @@ Platform host_platform() {
   ::uname(&u);
   std::string machine = u.machine;
   Platform p;
-  if (machine == "x86_64") p.architecture = "amd64";
-  else if (machine == "aarch64") p.architecture = "arm64", p.variant = "v8";
-  else if (machine == "i386" || machine == "i686") p.architecture = "386";
-  else if (machine.compare(0, 3, "arm") == 0) p.architecture = "arm", p.variant = "v7";
-  else if (machine == "ppc64le") p.architecture = "ppc64le";
-  else if (machine == "s390x") p.architecture = "s390x";
-  else if (machine == "riscv64") p.architecture = "riscv64";
-  else p.architecture = machine;
+  if (machine == "x86_64")
+    p.architecture = "amd64";
+  else if (machine == "aarch64")
+    p.architecture = "arm64", p.variant = "v8";
+  else if (machine == "i386" || machine == "i686")
+    p.architecture = "386";
+  else if (machine.compare(0, 3, "arm") == 0)
+    p.architecture = "arm", p.variant = "v7";
+  else if (machine == "ppc64le")
+    p.architecture = "ppc64le";
+  else if (machine == "s390x")
+    p.architecture = "s390x";
+  else if (machine == "riscv64")
+    p.architecture = "riscv64";
+  else
+    p.architecture = machine;
   return p;
 }
 
@@ -206,7 +220,8 @@ Platform parse_platform(std::string_view text) {
     start = slash + 1;
   }
   if (parts.size() < 2 || parts.size() > 3 || parts[0].empty() || parts[1].empty())
-    throw Error("--platform " + std::string(text) + ": expected OS/ARCH[/VARIANT], e.g. linux/amd64");
+    throw Error("--platform " + std::string(text) +
+                ": expected OS/ARCH[/VARIANT], e.g. linux/amd64");
   Platform p{parts[0], parts[1], parts.size() == 3 ? parts[2] : ""};
   return p;
 }
@@ -260,7 +275,8 @@ Store::Store(std::string dir) : dir_(std::move(dir)) {
   // The state directory itself may be new.
   for (size_t pos = 1; pos <= dir_.size(); ++pos)
     if (pos == dir_.size() || dir_[pos] == '/') make_dir(dir_.substr(0, pos));
-  for (const char* sub : {"/blobs", "/blobs/sha256", "/layers", "/holds", "/tmp"}) make_dir(dir_ + sub);
+  for (const char* sub : {"/blobs", "/blobs/sha256", "/layers", "/holds", "/tmp"})
+    make_dir(dir_ + sub);
 }
 
 std::string Store::layer_dir(const std::string& diff_id) const {
@@ -396,9 +412,11 @@ std::optional<ImageRecord> Store::find(std::string_view text) const {
 
 void Store::put(const ImageRecord& record) const {
   for (const auto& d : record.diff_ids)
-    if (!has_layer(d)) throw Error("image " + record.name + ": layer " + d + " is not in the store");
+    if (!has_layer(d))
+      throw Error("image " + record.name + ": layer " + d + " is not in the store");
   for (const auto& d : {record.manifest_digest, record.config_digest})
-    if (!files::exists(blob_path(d))) throw Error("image " + record.name + ": blob " + d + " is not in the store");
+    if (!files::exists(blob_path(d)))
+      throw Error("image " + record.name + ": blob " + d + " is not in the store");
   UniqueFd held = lock();
   std::vector<ImageRecord> records = read_records();
   records.erase(std::remove_if(records.begin(), records.end(),
@@ -480,7 +498,8 @@ void Store::hold(const std::string& sandbox_id, const std::vector<std::string>& 
   std::string text;
   for (const auto& d : diff_ids) {
     if (!has_layer(d))
-      throw Error("layer " + d + " is no longer in the image store (pruned?): pull the image again");
+      throw Error("layer " + d +
+                  " is no longer in the image store (pruned?): pull the image again");
     text += d + "\n";
   }
   auth::write_file_atomically(dir_ + "/holds/" + sandbox_id, text, 0600);

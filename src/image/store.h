@@ -49,13 +49,13 @@ struct ImageConfig {
 };
 
 struct ImageRecord {
-  std::string name;             // canonical reference, "docker.io/library/busybox:latest"
-  std::string manifest_digest;  // "sha256:..."
-  std::string config_digest;    // the image's id
-  std::vector<std::string> diff_ids;        // layers, bottom first
-  std::vector<uint64_t> layer_sizes;        // unpacked bytes of each
-  std::string stored_at;        // RFC 3339 UTC
-  std::string source;           // "pull REF" or "import FILE"
+  std::string name;                   // canonical reference, "docker.io/library/busybox:latest"
+  std::string manifest_digest;        // "sha256:..."
+  std::string config_digest;          // the image's id
+  std::vector<std::string> diff_ids;  // layers, bottom first
+  std::vector<uint64_t> layer_sizes;  // unpacked bytes of each
+  std::string stored_at;              // RFC 3339 UTC
+  std::string source;                 // "pull REF" or "import FILE"
   ImageConfig config;
 
   uint64_t size() const;

@@ -1,7 +1,5 @@
 #include "image/unpack.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -24,6 +22,9 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <archive.h>
+#include <archive_entry.h>
 
 #include "base/error.h"
 #include "base/unique_fd.h"

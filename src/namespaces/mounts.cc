@@ -25,11 +25,22 @@
 namespace openshell::namespaces {
 
 const char* const kMaskedPaths[] = {
-    "proc/acpi",        "proc/asound",      "proc/interrupts", "proc/kcore",
-    "proc/keys",        "proc/latency_stats", "proc/timer_list", "proc/timer_stats",
-    "proc/sched_debug", "proc/scsi",        "proc/sysrq-trigger",
-    "sys/firmware",     "sys/devices/virtual/powercap", "sys/kernel/debug",
-    "sys/kernel/security", nullptr,
+    "proc/acpi",
+    "proc/asound",
+    "proc/interrupts",
+    "proc/kcore",
+    "proc/keys",
+    "proc/latency_stats",
+    "proc/timer_list",
+    "proc/timer_stats",
+    "proc/sched_debug",
+    "proc/scsi",
+    "proc/sysrq-trigger",
+    "sys/firmware",
+    "sys/devices/virtual/powercap",
+    "sys/kernel/debug",
+    "sys/kernel/security",
+    nullptr,
 };
 
 const char* const kReadOnlyPaths[] = {
@@ -107,7 +118,8 @@ int open_in_root(int root, const char* path, Create create, ChildFailure* f,
       if (next < 0 && errno == ENOENT) {
         int rc;
         if (last && create == Create::kFile) {
-          rc = ::openat(parent.fd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+          rc =
+              ::openat(parent.fd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
           if (rc >= 0) ::close(rc);
         } else {
           rc = ::mkdirat(parent.fd, name, 0755);
@@ -145,8 +157,8 @@ struct Option {
 
 // Mounts a new file system of `type` on target_fd. Returns the mount's fd
 // (for later mount_setattr) or -1.
-int mount_fs(const char* type, const Option* options, int n_options, unsigned attrs,
-             int target_fd, const char* where, ChildFailure* f) {
+int mount_fs(const char* type, const Option* options, int n_options, unsigned attrs, int target_fd,
+             const char* where, ChildFailure* f) {
   ScopedFd fs(::fsopen(type, FSOPEN_CLOEXEC));
   if (fs.fd < 0) return fail(f, errno, "fsopen", type), -1;
   for (int i = 0; i < n_options; ++i) {
@@ -172,7 +184,8 @@ int mount_fs(const char* type, const Option* options, int n_options, unsigned at
   }
   int mnt = ::fsmount(fs.fd, FSMOUNT_CLOEXEC, attrs);
   if (mnt < 0) return fail(f, errno, "fsmount", type), -1;
-  if (::move_mount(mnt, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
+  if (::move_mount(mnt, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+      0) {
     int err = errno;
     ::close(mnt);
     fail(f, err, "mount", type);
@@ -224,8 +237,8 @@ bool mask_path(int root, const char* path, ChildFailure* f, bool unreachable_ok 
   if (::fstat(target.fd, &st) != 0) return fail(f, errno, "mask", path);
   if (S_ISDIR(st.st_mode)) {
     Option opts[] = {{"size", "0"}, {"mode", "0555"}};
-    int mnt = mount_fs("tmpfs", opts, 2, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                             MOUNT_ATTR_NOEXEC,
+    int mnt = mount_fs("tmpfs", opts, 2,
+                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                        target.fd, path, f);
     if (mnt < 0) return false;
     ::close(mnt);
@@ -252,8 +265,8 @@ bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_i
   ScopedFd target(open_in_root(root, "dev", Create::kDirectory, f));
   if (target.fd < 0) return false;
   Option opts[] = {{"mode", "0755"}, {"size", "65536"}};
-  ScopedFd dev_mount(mount_fs("tmpfs", opts, 2, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, target.fd,
-                              "dev", f));
+  ScopedFd dev_mount(
+      mount_fs("tmpfs", opts, 2, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, target.fd, "dev", f));
   if (dev_mount.fd < 0) return false;
   ScopedFd dev(openat2_in_root(root, "dev", O_PATH | O_DIRECTORY));
   if (dev.fd < 0) return fail(f, errno, "open", "/dev");
@@ -275,8 +288,8 @@ bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_i
 
   ScopedFd pts(open_in_root(root, "dev/pts", Create::kDirectory, f));
   if (pts.fd < 0) return false;
-  Option pts_opts[] = {{"newinstance", nullptr}, {"ptmxmode", "0666"}, {"mode", "0620"},
-                       {"gid", "5"}};
+  Option pts_opts[] = {
+      {"newinstance", nullptr}, {"ptmxmode", "0666"}, {"mode", "0620"}, {"gid", "5"}};
   ScopedFd pts_mount(mount_fs("devpts", pts_opts, tty_group ? 4 : 3,
                               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, pts.fd, "dev/pts", f));
   if (pts_mount.fd < 0) return false;
@@ -293,8 +306,10 @@ bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_i
     const char* target;
     const char* name;
   };
-  static const Link kLinks[] = {{"pts/ptmx", "ptmx"},        {"/proc/self/fd", "fd"},
-                                {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
+  static const Link kLinks[] = {{"pts/ptmx", "ptmx"},
+                                {"/proc/self/fd", "fd"},
+                                {"/proc/self/fd/0", "stdin"},
+                                {"/proc/self/fd/1", "stdout"},
                                 {"/proc/self/fd/2", "stderr"}};
   ScopedFd dev_dir(openat2_in_root(root, "dev", O_DIRECTORY | O_RDONLY));
   if (dev_dir.fd < 0) return fail(f, errno, "open", "/dev");
@@ -337,7 +352,10 @@ bool mirror_host_root(int root, ChildFailure* f) {
       if (type == DT_UNKNOWN) {
         struct stat st;
         if (::fstatat(old.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+        type = S_ISDIR(st.st_mode)   ? DT_DIR
+               : S_ISLNK(st.st_mode) ? DT_LNK
+               : S_ISREG(st.st_mode) ? DT_REG
+                                     : DT_UNKNOWN;
       }
       const unsigned ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
       if (type == DT_LNK) {
@@ -373,8 +391,8 @@ int seal_self(const char* exe_path, int self_exe_fd, ChildFailure* f) {
     ::close(tree);
   }
   // The binary was replaced on disk, or detached mounts are unavailable.
-  int memfd = static_cast<int>(::syscall(SYS_memfd_create, "openshell-init",
-                                         MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  int memfd = static_cast<int>(
+      ::syscall(SYS_memfd_create, "openshell-init", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (memfd < 0) return fail(f, errno, "memfd_create", "openshell-init"), -1;
   off_t offset = 0;
   while (offset < want.st_size) {
@@ -452,8 +470,8 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
     if (text::normalize_path(b.target) == "/")
       throw Error("--bind " + b.source + ":" + b.target + ": cannot replace the root");
     std::string source = files::canonical(b.source, "--bind source");
-    binds_.push_back({source, in_oldroot(source), relative(text::normalize_path(b.target)), b.read_only,
-                      files::is_directory(source)});
+    binds_.push_back({source, in_oldroot(source), relative(text::normalize_path(b.target)),
+                      b.read_only, files::is_directory(source)});
   }
   if (auto why = policy::check_policy_path(spec_.workdir); !why.empty())
     throw Error("--workdir " + spec_.workdir + ": " + why);
@@ -502,7 +520,7 @@ void MountPlan::render_hidden() {
 }
 
 std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid,
-                                                 uint32_t gid) const {
+                                                uint32_t gid) const {
   auto idmapped = [&userns_fd](const std::string& path, bool recursive, unsigned extra) {
     unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
     UniqueFd tree(::open_tree(AT_FDCWD, path.c_str(), flags));
@@ -518,7 +536,8 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
   for (const Lower& lower : lowers_) trees.push_back(idmapped(lower.host, false, 0));
   UniqueFd layer;
   if (!spec_.layer_dir.empty())
-    layer.reset(::open_tree(AT_FDCWD, spec_.layer_dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+    layer.reset(
+        ::open_tree(AT_FDCWD, spec_.layer_dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
   trees.push_back(std::move(layer));
   const auto sandbox_uid = map.host_uid(uid);
   const auto sandbox_gid = map.host_gid(gid);
@@ -533,7 +552,8 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
     // The owner's ids read as the sandbox user's kernel ids; nothing else maps.
     auto& owner_ns = owner_namespaces[{st.st_uid, st.st_gid}];
     if (!owner_ns)
-      owner_ns = make_user_namespace({{st.st_uid, *sandbox_uid, 1}}, {{st.st_gid, *sandbox_gid, 1}});
+      owner_ns =
+          make_user_namespace({{st.st_uid, *sandbox_uid, 1}}, {{st.st_gid, *sandbox_gid, 1}});
     userns_fd = owner_ns.get();
     // Recursive where every submount allows it, else the top mount alone.
     UniqueFd tree = idmapped(b.host_source, true, b.read_only ? MOUNT_ATTR_RDONLY : 0);
@@ -563,7 +583,8 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   for (const char* dir : {"newroot", "oldroot", "upper", "work"})
     if (::mkdir(dir, 0755) != 0) return fail(f, errno, "mkdir", dir);
   for (const Lower& lower : lowers_)
-    if (::mkdir(lower.attach.c_str() + 1, 0755) != 0) return fail(f, errno, "mkdir", lower.attach.c_str());
+    if (::mkdir(lower.attach.c_str() + 1, 0755) != 0)
+      return fail(f, errno, "mkdir", lower.attach.c_str());
   if (::syscall(SYS_pivot_root, ".", "oldroot") != 0)
     return fail(f, errno, "pivot_root to the staging root");
   if (::chdir("/") != 0) return fail(f, errno, "chdir", "/");
@@ -575,7 +596,8 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       all_idmapped = false;
       continue;
     }
-    if (::move_mount(tree_fds[i], "", AT_FDCWD, lowers_[i].attach.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    if (::move_mount(tree_fds[i], "", AT_FDCWD, lowers_[i].attach.c_str(),
+                     MOVE_MOUNT_F_EMPTY_PATH) != 0)
       return fail(f, errno, "attach the idmapped root at", lowers_[i].attach.c_str());
     any_idmapped = true;
   }
@@ -606,12 +628,13 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     if (newroot.fd < 0) return fail(f, errno, "open", "/newroot");
     if (host_root) {
       Option opts[] = {{"mode", "0755"}};
-      host_root_mount = mount_fs("tmpfs", opts, 1, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, newroot.fd,
-                                 "", f);
+      host_root_mount =
+          mount_fs("tmpfs", opts, 1, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, newroot.fd, "", f);
       if (host_root_mount.fd < 0) return false;
     } else if (spec_.plain_root) {
       // The sandbox's own copy, written through.
-      const unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (spec_.read_only ? MOUNT_ATTR_RDONLY : 0);
+      const unsigned attrs =
+          MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (spec_.read_only ? MOUNT_ATTR_RDONLY : 0);
       if (!bind(AT_FDCWD, lower_path(0), newroot.fd, true, attrs, "", f)) return false;
     } else {
       // lowerdir+ once per layer, top first; then the writable layer.
@@ -673,10 +696,10 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     ScopedFd target(open_in_root(root.fd, "sys", Create::kDirectory, f));
     if (target.fd < 0) return false;
     ChildFailure ignored;
-    ScopedFd mnt(mount_fs("sysfs", nullptr, 0,
-                          MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                              MOUNT_ATTR_NOEXEC,
-                          target.fd, "sys", &ignored));
+    ScopedFd mnt(
+        mount_fs("sysfs", nullptr, 0,
+                 MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                 target.fd, "sys", &ignored));
     if (mnt.fd < 0 &&
         !bind(AT_FDCWD, "/oldroot/sys", target.fd, true,
               MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "sys",
@@ -722,12 +745,14 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     const int tree = bind_trees[i];
     if (tree >= 0) {
       // Prepared by the parent, attributes and all.
-      if (::move_mount(tree, "", target.fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+      if (::move_mount(tree, "", target.fd, "",
+                       MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
         return fail(f, errno, "bind mount on /", b.target.c_str());
       continue;
     }
     unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b.read_only ? MOUNT_ATTR_RDONLY : 0);
-    if (!bind(AT_FDCWD, b.source.c_str(), target.fd, true, attrs, b.target.c_str(), f)) return false;
+    if (!bind(AT_FDCWD, b.source.c_str(), target.fd, true, attrs, b.target.c_str(), f))
+      return false;
   }
   // What of openshell's a bind of a parent directory brought back.
   for (const auto& path : hidden_in_binds_)
@@ -808,14 +833,16 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
   const std::string upper = scratch_dir + "/upper", work = scratch_dir + "/work",
                     merged = scratch_dir + "/merged";
   for (const auto& d : {upper, work, merged})
-    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return errno_message("create " + d, errno);
+    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
+      return errno_message("create " + d, errno);
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) return errno_message("pipe", errno);
   const uid_t uid = ::geteuid();
   const gid_t gid = ::getegid();
   char list_options[4096];
-  const bool list_fits = overlay_list_options(list_options, sizeof list_options,
-                                              overlay_lowerdir_list(lowers).c_str(), upper.c_str(), work.c_str());
+  const bool list_fits =
+      overlay_list_options(list_options, sizeof list_options, overlay_lowerdir_list(lowers).c_str(),
+                           upper.c_str(), work.c_str());
   pid_t pid = ::fork();
   if (pid < 0) {
     int err = errno;
@@ -867,7 +894,8 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
       return true;
     };
     auto try_list_form = [&]() {
-      if (!list_fits) return fail(&failure, E2BIG, "overlay options (list form) for", merged.c_str());
+      if (!list_fits)
+        return fail(&failure, E2BIG, "overlay options (list form) for", merged.c_str());
       if (::mount("overlay", merged.c_str(), "overlay", MS_NOSUID | MS_NODEV, list_options) != 0)
         return fail(&failure, errno, "mount overlay (list form) at", merged.c_str());
       return true;
@@ -928,7 +956,8 @@ bool append_plain(char* out, size_t size, size_t* len, const char* src) {
 
 }  // namespace
 
-bool overlay_list_options(char* out, size_t size, const char* lowers, const char* upper, const char* work) {
+bool overlay_list_options(char* out, size_t size, const char* lowers, const char* upper,
+                          const char* work) {
   if (size == 0) return false;
   size_t len = 0;
   out[0] = '\0';

@@ -32,23 +32,23 @@ enum class RootKind {
 
 struct FilesystemSpec {
   RootKind root = RootKind::kHost;
-  std::string rootfs;          // host directory for kDirectory
+  std::string rootfs;  // host directory for kDirectory
   // kDirectory from an image: its unpacked layers, top first (rootfs unused).
   std::vector<std::string> layers;
   // kDirectory without overlayfs: rootfs is the sandbox's own copy, mounted
   // writable as it is (no layer_dir).
   bool plain_root = false;
-  bool read_only = false;      // kDirectory: the root itself read-only (private /tmp)
+  bool read_only = false;  // kDirectory: the root itself read-only (private /tmp)
   // A persistent writable layer: a directory holding upper/ and work/ (one
   // file system, as overlayfs wants); empty: a throw-away layer in memory.
   std::string layer_dir;
   std::vector<BindSpec> binds;
-  std::string workdir = "/";   // created when missing and the root is writable
-  uint32_t workdir_uid = 0;    // owner (inside ids) of a workdir or home created here
+  std::string workdir = "/";  // created when missing and the root is writable
+  uint32_t workdir_uid = 0;   // owner (inside ids) of a workdir or home created here
   uint32_t workdir_gid = 0;
-  std::string home;            // another directory made like the workdir ("" none): the user's HOME
-  std::string exe_path;        // host path of this binary, for the sealed init image
-  bool dns_stub = false;       // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
+  std::string home;       // another directory made like the workdir ("" none): the user's HOME
+  std::string exe_path;   // host path of this binary, for the sealed init image
+  bool dns_stub = false;  // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
   // Host paths the sandbox never sees, wherever its root or a bind mount
   // would show them (canonical; see runtime/private_paths.h): each directory
   // becomes an empty read-only tmpfs, anything else /dev/null. A bind whose
@@ -111,16 +111,16 @@ class MountPlan {
  private:
   struct Bind {
     std::string host_source;  // canonical host path
-    std::string source;  // "/oldroot/..." as seen from the staging root
-    std::string target;  // relative to the new root: "data/x"
+    std::string source;       // "/oldroot/..." as seen from the staging root
+    std::string target;       // relative to the new root: "data/x"
     bool read_only;
     bool directory;
   };
 
   struct Lower {
-    std::string host;      // host path
-    std::string source;    // "/oldroot/<host path>"
-    std::string attach;    // "/lower<i>": where its idmapped tree goes in the staging root
+    std::string host;    // host path
+    std::string source;  // "/oldroot/<host path>"
+    std::string attach;  // "/lower<i>": where its idmapped tree goes in the staging root
   };
 
   void render_hidden();
@@ -131,10 +131,10 @@ class MountPlan {
   // source, or every attach point when the lowers are idmapped trees.
   std::string lowers_escaped_;
   std::string attached_escaped_;
-  std::string layer_;      // "/oldroot/<layer_dir>" or "" (throw-away)
-  std::string exe_;        // "/oldroot/<exe>"
-  std::string workdir_;    // relative to the new root
-  std::string home_;       // relative to the new root; "" none
+  std::string layer_;    // "/oldroot/<layer_dir>" or "" (throw-away)
+  std::string exe_;      // "/oldroot/<exe>"
+  std::string workdir_;  // relative to the new root
+  std::string home_;     // relative to the new root; "" none
   std::vector<Bind> binds_;
   // fs.hidden as the sandbox sees them, relative to the new root: those the
   // root shows (masked before the binds), those the binds show (after).
@@ -160,7 +160,8 @@ std::string overlay_problem(const std::vector<std::string>& lowers, const std::s
 // "lowerdir=LOWERS,upperdir=UPPER,workdir=WORK,userxattr", with LOWERS as
 // overlay_lowerdir_list() makes it and upper and work escaped the same
 // way. Async-signal-safe; false when it does not fit in `size`.
-bool overlay_list_options(char* out, size_t size, const char* lowers, const char* upper, const char* work);
+bool overlay_list_options(char* out, size_t size, const char* lowers, const char* upper,
+                          const char* work);
 
 // The value of overlayfs's "lowerdir" option for these directories (top
 // first): joined with ':', with ':', ',' and '\\' escaped by a backslash.

@@ -34,7 +34,8 @@ bool make_egress_sockets(int* proxy_fd, int* dns_fd, ChildFailure* f) noexcept {
   int one = 1;
   ::setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   addr.sin_port = htons(kProxyPort);
-  if (::bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(tcp, 1024) != 0) {
+  if (::bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(tcp, 1024) != 0) {
     int err = errno;
     ::close(tcp);
     return child::fail(f, err, "listen on 127.0.0.1:3128 for the egress proxy");

@@ -3,8 +3,8 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,10 +177,8 @@ IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t
     subuid = SubordinateRange{root_range->uid_start, kRangeSize};
     subgid = SubordinateRange{root_range->gid_start, kRangeSize};
   } else if (caller.host_uid == 0) {
-    if (auto text = files::try_read("/etc/subuid"))
-      subuid = find_subordinate(*text, "root", 0);
-    if (auto text = files::try_read("/etc/subgid"))
-      subgid = find_subordinate(*text, "root", 0);
+    if (auto text = files::try_read("/etc/subuid")) subuid = find_subordinate(*text, "root", 0);
+    if (auto text = files::try_read("/etc/subgid")) subgid = find_subordinate(*text, "root", 0);
   } else {
     helpers = find_helper("newuidmap") && find_helper("newgidmap");
     if (helpers) {

@@ -2,10 +2,6 @@
 // translation unit that includes Beast (it is slow to compile).
 #include "net/http.h"
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,12 +9,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/websocket.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -27,7 +17,15 @@
 #include <deque>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 
 #include "base/error.h"
 #include "base/log.h"

@@ -7,13 +7,8 @@
 // handlers are called from it and may call back into these objects freely.
 #pragma once
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
 #include <sys/types.h>
 
-#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -21,7 +16,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include <boost/asio/io_context.hpp>
 
 #include "base/error.h"
 

@@ -1,7 +1,7 @@
 #include "policy/policy.h"
 
 // clang-format off
-#include <utility>  // before toml++: it uses std::exchange
+#include <utility>
 
 #include <toml++/toml.h>
 // clang-format on
@@ -38,7 +38,8 @@ class Parser {
       bool known = false;
       for (auto name : allowed) known = known || key.str() == name;
       if (!known) {
-        std::string field = where.empty() ? std::string(key.str()) : where + "." + std::string(key.str());
+        std::string field =
+            where.empty() ? std::string(key.str()) : where + "." + std::string(key.str());
         std::string hint;
         for (auto name : allowed) hint += (hint.empty() ? "" : ", ") + std::string(name);
         fail(&value, field, "unknown field (expected one of: " + hint + ")");
@@ -89,8 +90,8 @@ class Parser {
     FilesystemPolicy& fs = policy->filesystem;
     if (auto* node = table.get("include_workdir"))
       fs.include_workdir = boolean(*node, where + ".include_workdir");
-    for (auto [key, list] : {std::pair{"read_only", &fs.read_only},
-                             std::pair{"read_write", &fs.read_write}}) {
+    for (auto [key, list] :
+         {std::pair{"read_only", &fs.read_only}, std::pair{"read_write", &fs.read_write}}) {
       const toml::node* node = table.get(key);
       if (!node) continue;
       std::string field = where + "." + key;
@@ -153,7 +154,8 @@ class Parser {
       NetworkPolicy rule;
       rule.name = name;
       if (auto* endpoints = rule_table.get("endpoints")) {
-        if (!endpoints->is_array()) fail(endpoints, where + ".endpoints", "must be an array of tables");
+        if (!endpoints->is_array())
+          fail(endpoints, where + ".endpoints", "must be an array of tables");
         size_t i = 0;
         for (const auto& item : *endpoints->as_array()) {
           std::string field = where + ".endpoints[" + std::to_string(i++) + "]";
@@ -161,11 +163,13 @@ class Parser {
         }
       }
       if (auto* binaries = rule_table.get("binaries")) {
-        if (!binaries->is_array()) fail(binaries, where + ".binaries", "must be an array of tables");
+        if (!binaries->is_array())
+          fail(binaries, where + ".binaries", "must be an array of tables");
         size_t i = 0;
         for (const auto& item : *binaries->as_array()) {
           std::string field = where + ".binaries[" + std::to_string(i++) + "]";
-          if (!item.is_table()) fail(&item, field, "must be a table like { path = \"/usr/bin/git\" }");
+          if (!item.is_table())
+            fail(&item, field, "must be a table like { path = \"/usr/bin/git\" }");
           check_keys(*item.as_table(), field, {"path"});
           const toml::node* path = item.as_table()->get("path");
           if (!path) fail(&item, field, "needs a path");
@@ -180,14 +184,16 @@ class Parser {
   }
 
   Endpoint endpoint(const toml::node& node, const std::string& field) const {
-    if (!node.is_table()) fail(&node, field, "must be a table like { host = \"example.com\", port = 443 }");
+    if (!node.is_table())
+      fail(&node, field, "must be a table like { host = \"example.com\", port = 443 }");
     const toml::table& table = *node.as_table();
     check_keys(table, field, {"host", "port", "ports", "allowed_ips", "protocol", "access"});
     Endpoint endpoint;
     const toml::node* host = table.get("host");
     if (!host) fail(&node, field, "needs a host");
     endpoint.host = string(*host, field + ".host");
-    if (auto why = check_host_pattern(endpoint.host); !why.empty()) fail(host, field + ".host", why);
+    if (auto why = check_host_pattern(endpoint.host); !why.empty())
+      fail(host, field + ".host", why);
     if (auto* p = table.get("port")) endpoint.ports.push_back(port(*p, field + ".port"));
     if (auto* ps = table.get("ports")) {
       if (!ps->is_array()) fail(ps, field + ".ports", "must be an array of port numbers");
@@ -218,7 +224,8 @@ class Parser {
       out << source_ << ":" << e.source().begin.line << ": " << e.description();
       throw Error(out.str());
     }
-    check_keys(root, "", {"version", "filesystem_policy", "landlock", "process", "network_policies"});
+    check_keys(root, "",
+               {"version", "filesystem_policy", "landlock", "process", "network_policies"});
     Policy policy;
     const toml::node* version = root.get("version");
     if (!version) throw Error(source_ + ": version: missing (write version = 1 at the top)");
@@ -404,7 +411,8 @@ Policy default_policy() {
   Policy policy;
   policy.has_filesystem_policy = true;
   policy.filesystem.include_workdir = true;
-  policy.filesystem.read_only = {"/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/dev", "/sys"};
+  policy.filesystem.read_only = {"/usr", "/lib", "/lib64", "/bin", "/sbin",
+                                 "/etc", "/opt", "/proc",  "/dev", "/sys"};
   policy.filesystem.read_write = {"/sandbox", "/tmp", "/dev/null", "/dev/shm", "/dev/pts"};
   policy.landlock = LandlockCompatibility::kBestEffort;
   return policy;

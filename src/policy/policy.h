@@ -24,13 +24,13 @@ struct FilesystemPolicy {
 };
 
 struct ProcessPolicy {
-  std::optional<std::string> run_as_user;   // a name in the image, or a uid; never root
+  std::optional<std::string> run_as_user;  // a name in the image, or a uid; never root
   std::optional<std::string> run_as_group;
   bool operator==(const ProcessPolicy&) const = default;
 };
 
 struct Endpoint {
-  std::string host;                      // "api.github.com" or "*.example.com"
+  std::string host;  // "api.github.com" or "*.example.com"
   std::vector<uint16_t> ports;
   std::vector<std::string> allowed_ips;  // CIDRs a resolved address may fall in
   std::string protocol;                  // optional, e.g. "rest"

@@ -169,13 +169,15 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
     }
   }
 
-  auto make_dir = [&](const std::string& parent, const std::vector<Want>& for_wants) -> std::string {
+  auto make_dir = [&](const std::string& parent,
+                      const std::vector<Want>& for_wants) -> std::string {
     std::string dir = parent + "/" + name;
     if (::mkdir(dir.c_str(), 0755) != 0) {
       int err = errno;
       if (permission_error(err)) {
         for (const auto& w : for_wants)
-          not_enforced->push_back(w.flag + ": " + errno_message("cannot create cgroup " + dir, err));
+          not_enforced->push_back(w.flag + ": " +
+                                  errno_message("cannot create cgroup " + dir, err));
         return {};
       }
       throw_errno("create cgroup " + dir, err);
@@ -243,7 +245,8 @@ void CgroupSet::attach(pid_t pid) const {
 int CgroupSet::oom_kills() const {
   if (memory_dir_.empty()) return 0;
   // v2: memory.events; v1: memory.oom_control. Both hold "oom_kill N".
-  auto text = files::try_read(memory_dir_ + (memory_v2_ ? "/memory.events" : "/memory.oom_control"));
+  auto text =
+      files::try_read(memory_dir_ + (memory_v2_ ? "/memory.events" : "/memory.oom_control"));
   if (!text) return 0;
   for (const auto& line : text::split(*text, '\n')) {
     auto fields = text::split(text::trim(line), ' ');

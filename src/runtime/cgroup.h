@@ -47,8 +47,8 @@ class CgroupSet {
   // Creates one child cgroup named `name` per hierarchy that the limits need,
   // and writes the limits. A limit that no writable hierarchy can hold is
   // named in *not_enforced ("--memory: ...") instead of failing.
-  static CgroupSet create(const CgroupLayout& layout, const std::string& name,
-                          const Limits& limits, std::vector<std::string>* not_enforced);
+  static CgroupSet create(const CgroupLayout& layout, const std::string& name, const Limits& limits,
+                          std::vector<std::string>* not_enforced);
 
   // cgroup v2 directory fd for clone3's CLONE_INTO_CGROUP; -1 when none.
   int unified_fd() const { return unified_fd_.get(); }

@@ -36,10 +36,10 @@ using child::fail;
 struct ChildContext {
   const ContainerSpec* spec;
   const namespaces::MountPlan* mounts;
-  int sync_fd;    // read: one byte once the id maps are written
-  int report_fd;  // write: ChildFailure records; EOF once the main process runs
-  int life_fd;    // read: EOF when the parent is gone
-  int socket_fd;  // to the parent: the idmapped root in, the tty master out
+  int sync_fd;     // read: one byte once the id maps are written
+  int report_fd;   // write: ChildFailure records; EOF once the main process runs
+  int life_fd;     // read: EOF when the parent is gone
+  int socket_fd;   // to the parent: the idmapped root in, the tty master out
   int control_fd;  // the init's end of the control channel
   int self_exe_fd;
   int* tree_fds;  // room for mounts->tree_count() fds from the parent
@@ -315,7 +315,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   std::unique_ptr<Container> container(new Container());
 
   namespaces::Identity caller = namespaces::current_identity();
-  container->id_map_ = namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid, spec.host_range);
+  container->id_map_ =
+      namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid, spec.host_range);
   namespaces::IdMap& id_map = container->id_map_;
   namespaces::FilesystemSpec fs = spec.fs;
   fs.workdir_uid = spec.uid;
@@ -329,8 +330,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   // Limits: a cgroup per hierarchy that holds a needed controller.
   std::vector<Rlimit> rlimits = spec.rlimits;
   if (spec.limits.any()) {
-    std::string name = spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid())
-                                                : spec.cgroup_name;
+    std::string name =
+        spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid()) : spec.cgroup_name;
     std::vector<std::string> not_enforced;
     container->cgroups_ =
         CgroupSet::create(CgroupLayout::discover(), name, spec.limits, &not_enforced);
@@ -358,7 +359,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
 
   // The init's command line: openshell-init __init REPORT LIFE TTY CONTROL -- ARGV...
   char tty_fd_arg[16] = "-1";
-  std::vector<std::string> argv_strings = {"openshell-init", "__init",
+  std::vector<std::string> argv_strings = {"openshell-init",
+                                           "__init",
                                            std::to_string(report.write.get()),
                                            std::to_string(life.read.get()),
                                            "",  // the tty slot, pointed at tty_fd_arg below
@@ -389,8 +391,15 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.envp = envp.data();
   ctx.tty_fd_arg = tty_fd_arg;
   ctx.tty_fd_arg_size = sizeof tty_fd_arg;
-  int keep[] = {ctx.sync_fd,    ctx.report_fd,   ctx.life_fd, ctx.socket_fd, ctx.control_fd,
-                ctx.self_exe_fd, 0, 1, 2};
+  int keep[] = {ctx.sync_fd,
+                ctx.report_fd,
+                ctx.life_fd,
+                ctx.socket_fd,
+                ctx.control_fd,
+                ctx.self_exe_fd,
+                0,
+                1,
+                2};
   std::copy(std::begin(keep), std::end(keep), ctx.keep_fds);
   ctx.keep_count = static_cast<int>(std::size(keep));
 

@@ -202,7 +202,8 @@ class Init {
       }
       auto it = execs_.find(pid);
       if (it != execs_.end()) {
-        send(make_message({"exited", std::to_string(it->second), std::to_string(encode_status(wstatus))}));
+        send(make_message(
+            {"exited", std::to_string(it->second), std::to_string(encode_status(wstatus))}));
         execs_.erase(it);
       }
     }
@@ -225,7 +226,8 @@ class Init {
       if (auto request = decode_exec(message))
         start(*request, fds);
       else
-        send(make_message({"failed", "0", std::to_string(exit_code::kFailure), "0", "bad request"}));
+        send(
+            make_message({"failed", "0", std::to_string(exit_code::kFailure), "0", "bad request"}));
     } else if (message.kind == InitMessage::Kind::kKill && message.fields.size() == 2) {
       uint64_t id = std::strtoull(message.fields[0].c_str(), nullptr, 10);
       int sig = std::atoi(message.fields[1].c_str());
@@ -267,7 +269,8 @@ class Init {
     pid_t pid = ::fork();
     if (pid == 0) {
       ::close(error_pipe[0]);
-      exec_child(argv.data(), envp.data(), slave, stdio, request.workdir.c_str(), error_pipe[1], -1);
+      exec_child(argv.data(), envp.data(), slave, stdio, request.workdir.c_str(), error_pipe[1],
+                 -1);
     }
     ::close(error_pipe[1]);
     if (slave >= 0) ::close(slave);

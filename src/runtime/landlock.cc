@@ -82,8 +82,9 @@ Plan plan(const policy::Policy& policy, const std::string& workdir, int abi) {
   plan.hard = policy.landlock == policy::LandlockCompatibility::kHardRequirement;
   if (abi < 1) {
     if (plan.hard)
-      throw Error("landlock: the kernel has no Landlock, and the policy's compatibility is "
-                  "hard_requirement");
+      throw Error(
+          "landlock: the kernel has no Landlock, and the policy's compatibility is "
+          "hard_requirement");
     log::warn("Landlock is not available on this kernel: the filesystem policy is NOT enforced");
     return plan;
   }

@@ -27,7 +27,7 @@ struct Rule {
 
 struct Plan {
   bool enabled = false;
-  bool hard = false;  // hard_requirement: every rule must apply
+  bool hard = false;         // hard_requirement: every rule must apply
   bool warn_missing = true;  // say which policy paths the sandbox lacks
   int abi = 0;
   uint64_t handled_fs = 0;

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "namespaces/mounts.h"
+#include "policy/policy.h"
 #include "runtime/caps.h"
 #include "runtime/cgroup.h"
-#include "policy/policy.h"
 #include "runtime/landlock.h"
 
 namespace openshell::runtime {
@@ -40,7 +40,7 @@ struct ContainerSpec {
   uint32_t uid = kDefaultUid;  // inside the sandbox
   uint32_t gid = kDefaultGid;
   std::vector<uint32_t> supplementary_gids;
-  bool tty = false;  // a pseudo-terminal from the sandbox's own devpts
+  bool tty = false;              // a pseudo-terminal from the sandbox's own devpts
   unsigned short tty_rows = 24;  // its size from the start
   unsigned short tty_cols = 80;
   Limits limits;

@@ -45,7 +45,8 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
     user.gid = user.uid;
     if (entry) {
       user.name = (*entry)[0];
-      user.gid = static_cast<uint32_t>(text::parse_uint((*entry)[3], 0xFFFFFFFE).value_or(user.uid));
+      user.gid =
+          static_cast<uint32_t>(text::parse_uint((*entry)[3], 0xFFFFFFFE).value_or(user.uid));
       user.home = (*entry)[5].empty() ? "/" : (*entry)[5];
     }
   } else {
@@ -63,7 +64,8 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
     } else {
       auto g = find_entry(group, group_part, 2, 3);
       if (!g)
-        throw Error("group " + std::string(group_part) + ": no such group in " + where + "/etc/group");
+        throw Error("group " + std::string(group_part) + ": no such group in " + where +
+                    "/etc/group");
       auto gid = text::parse_uint((*g)[2], 0xFFFFFFFE);
       if (!gid) throw Error("group " + std::string(group_part) + ": malformed group entry");
       user.gid = static_cast<uint32_t>(*gid);

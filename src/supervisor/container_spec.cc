@@ -1,8 +1,7 @@
 #include "supervisor/container_spec.h"
 
-#include <sys/resource.h>
-
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,8 +14,8 @@
 #include "image/flatten.h"
 #include "image/store.h"
 #include "namespaces/userns.h"
-#include "runtime/cleanup.h"
 #include "policy/policy.h"
+#include "runtime/cleanup.h"
 #include "runtime/landlock.h"
 #include "runtime/private_paths.h"
 #include "runtime/users.h"
@@ -28,11 +27,13 @@ namespace {
 // An image's User, unless it names root (runtime::names_root, against the
 // root's own passwd: the sandbox never runs as root, such images get the
 // sandbox user).
-std::optional<std::string> image_user(const SandboxSpec& spec, const std::vector<std::string>& layers,
+std::optional<std::string> image_user(const SandboxSpec& spec,
+                                      const std::vector<std::string>& layers,
                                       const std::string& root_dir) {
   if (!spec.image || spec.image->user.empty()) return std::nullopt;
-  const std::string passwd = layers.empty() ? files::read_in_root(root_dir, "etc/passwd").value_or("")
-                                            : image::read_from_layers(layers, "etc/passwd");
+  const std::string passwd = layers.empty()
+                                 ? files::read_in_root(root_dir, "etc/passwd").value_or("")
+                                 : image::read_from_layers(layers, "etc/passwd");
   if (runtime::names_root(spec.image->user, passwd)) return std::nullopt;
   return spec.image->user;
 }
@@ -92,13 +93,15 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
     c.fs.layer_dir = dir + "/layer";
     root_dir = spec.from;
   }
-  c.fs.workdir = spec.image && !spec.image->working_dir.empty() ? spec.image->working_dir : kWorkspace;
+  c.fs.workdir =
+      spec.image && !spec.image->working_dir.empty() ? spec.image->working_dir : kWorkspace;
   c.fs.home = kWorkspace;  // HOME, made for the sandbox's user when missing
   c.fs.hidden = runtime::openshell_private_paths({paths});
 
-  policy::Policy policy = spec.policy.empty()
-                              ? policy::default_policy()
-                              : policy::parse(spec.policy, spec.policy_source.empty() ? "policy" : spec.policy_source);
+  policy::Policy policy =
+      spec.policy.empty()
+          ? policy::default_policy()
+          : policy::parse(spec.policy, spec.policy_source.empty() ? "policy" : spec.policy_source);
   // A policy without a filesystem section keeps the default one: leaving a
   // section out never lifts a confinement.
   const policy::Policy defaults = policy::default_policy();
@@ -114,7 +117,8 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   } else if (auto from_image = image_user(spec, c.fs.layers, root_dir)) {
     user = *from_image;
     // The policy's group, when it names one, wins over the image's.
-    if (policy.process.run_as_group) user = user.substr(0, user.find(':')) + ":" + *policy.process.run_as_group;
+    if (policy.process.run_as_group)
+      user = user.substr(0, user.find(':')) + ":" + *policy.process.run_as_group;
   } else {
     user = std::to_string(runtime::kDefaultUid) + ":" +
            policy.process.run_as_group.value_or(std::to_string(runtime::kDefaultGid));
@@ -123,7 +127,8 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
       c.fs.layers.empty()
           ? runtime::resolve_user_in_root(user, root_dir)
           : runtime::resolve_user(user, image::read_from_layers(c.fs.layers, "etc/passwd"),
-                                  image::read_from_layers(c.fs.layers, "etc/group"), spec.image->name);
+                                  image::read_from_layers(c.fs.layers, "etc/group"),
+                                  spec.image->name);
   if (resolved.uid == 0 || (policy.process.run_as_group && resolved.gid == 0))
     throw Error("policy: the sandbox's process must not run as root");
   c.uid = resolved.uid;
@@ -139,7 +144,8 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const std::st
   c.fs.dns_stub = true;
   c.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            std::string("HOME=") + kWorkspace, "HOSTNAME=" + sandbox_name};
-  for (const char* var : {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+  for (const char* var :
+       {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
     c.env.push_back(std::string(var) + "=" + kProxyUrl);
   c.env.push_back("NO_PROXY=localhost,127.0.0.1");
   c.env.push_back("no_proxy=localhost,127.0.0.1");

@@ -8,14 +8,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <utility>  // before Asio with GCC 12 in C++20
-
-#include <boost/asio.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cerrno>
 #include <map>
 #include <memory>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
 
 #include "auth/launch.h"
 #include "auth/peer.h"
@@ -28,13 +27,13 @@
 #include "base/logfile.h"
 #include "base/paths.h"
 #include "base/sandbox_spec.h"
-#include "net/http.h"
-#include "runtime/container.h"
-#include "runtime/init_protocol.h"
 #include "egress/identity.h"
 #include "egress/proxy.h"
 #include "egress/rules.h"
+#include "net/http.h"
 #include "policy/policy.h"
+#include "runtime/container.h"
+#include "runtime/init_protocol.h"
 #include "supervisor/container_spec.h"
 
 namespace openshell::supervisor {
@@ -55,8 +54,15 @@ class ExecSession : public std::enable_shared_from_this<ExecSession> {
  public:
   ExecSession(asio::io_context& io, Supervisor& owner, std::shared_ptr<net::WebSocket> ws,
               uint64_t id)
-      : io_(io), owner_(owner), ws_(std::move(ws)), id_(id), stdin_(io), out_(io), err_(io),
-        pty_(io), drain_timer_(io) {}
+      : io_(io),
+        owner_(owner),
+        ws_(std::move(ws)),
+        id_(id),
+        stdin_(io),
+        out_(io),
+        err_(io),
+        pty_(io),
+        drain_timer_(io) {}
 
   void start();
   // From the init.
@@ -94,9 +100,18 @@ class ExecSession : public std::enable_shared_from_this<ExecSession> {
 class Supervisor {
  public:
   Supervisor(asio::io_context& io, std::string launch_file)
-      : io_(io), launch_file_(std::move(launch_file)), paths_(Paths::resolve()), pidfd_(io),
-        out_(io), err_(io), control_(io), listener_(io), signals_(io, SIGTERM, SIGINT, SIGHUP),
-        reconnect_timer_(io), stop_timer_(io), exit_timer_(io) {}
+      : io_(io),
+        launch_file_(std::move(launch_file)),
+        paths_(Paths::resolve()),
+        pidfd_(io),
+        out_(io),
+        err_(io),
+        control_(io),
+        listener_(io),
+        signals_(io, SIGTERM, SIGINT, SIGHUP),
+        reconnect_timer_(io),
+        stop_timer_(io),
+        exit_timer_(io) {}
 
   int run();
   // For exec sessions.
@@ -201,7 +216,8 @@ void ExecSession::on_message(std::string data, bool binary) {
         if (existing.compare(0, key.size() + 1, key + "=") == 0) existing = entry, replaced = true;
       if (!replaced) request.env.push_back(entry);
     }
-    if (request.argv.empty()) return end({{"type", "error"}, {"code", 125}, {"message", "no command"}});
+    if (request.argv.empty())
+      return end({{"type", "error"}, {"code", 125}, {"message", "no command"}});
     tty_ = request.tty;
     int fds[3] = {-1, -1, -1};
     int ours[3] = {-1, -1, -1};
@@ -221,7 +237,8 @@ void ExecSession::on_message(std::string data, bool binary) {
     bool sent = owner_.send_exec(request, tty_ ? nullptr : fds, tty_ ? 0 : 3);
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
-    if (!sent) return end({{"type", "error"}, {"code", 125}, {"message", "the sandbox is not running"}});
+    if (!sent)
+      return end({{"type", "error"}, {"code", 125}, {"message", "the sandbox is not running"}});
   } else if (type == "eof") {
     stdin_eof_ = true;
     write_stdin();
@@ -286,7 +303,8 @@ void ExecSession::read_stream(asio::posix::stream_descriptor& stream, uint8_t ta
         self->ws_->send(std::string(buffer->data(), n + 1), true);
         if (self->ws_->queued_bytes() > kMaxQueued) {
           // Let the reader catch up before reading more.
-          auto timer = std::make_shared<asio::steady_timer>(self->io_, std::chrono::milliseconds(5));
+          auto timer =
+              std::make_shared<asio::steady_timer>(self->io_, std::chrono::milliseconds(5));
           timer->async_wait([self, &stream, tag, timer](const boost::system::error_code&) {
             self->read_stream(stream, tag);
           });
@@ -464,7 +482,7 @@ void Supervisor::start_container() {
 // The sandbox's egress proxy and DNS stub, with the network part of its policy.
 void Supervisor::start_egress() {
   network_log_ = std::make_unique<logfile::RotatingFile>(paths_.sandbox(launch_.sandbox_id) +
-                                                        "/logs/network.log");
+                                                         "/logs/network.log");
   egress::Proxy::Options options;
   options.sandbox = launch_.sandbox_name;
   options.init_pid = container_->pid();
@@ -472,7 +490,7 @@ void Supervisor::start_egress() {
   proxy_ = std::make_unique<egress::Proxy>(io_, options);
   apply_policy(spec_.policy, launch_.policy_revision);
   proxy_->serve(container_->take_proxy_listener(), container_->take_dns_socket(),
-                 container_->take_diag_socket(), container_->take_connect_listener());
+                container_->take_diag_socket(), container_->take_connect_listener());
 }
 
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {
@@ -504,10 +522,11 @@ void Supervisor::read_output(asio::posix::stream_descriptor& stream, const std::
 }
 
 void Supervisor::watch_exit() {
-  pidfd_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
-    if (ec) return;
-    container_ended(container_->wait());
-  });
+  pidfd_.async_wait(asio::posix::descriptor_base::wait_read,
+                    [this](const boost::system::error_code& ec) {
+                      if (ec) return;
+                      container_ended(container_->wait());
+                    });
 }
 
 void Supervisor::container_ended(int status) {
@@ -520,8 +539,9 @@ void Supervisor::container_ended(int status) {
     reason_ = "MainProcessCompleted";
   } else {
     reason_ = "MainProcessFailed";
-    message_ = container_->oom_kills() > 0 ? "killed at the memory limit"
-                                           : "the main process exited with status " + std::to_string(status);
+    message_ = container_->oom_kills() > 0
+                   ? "killed at the memory limit"
+                   : "the main process exited with status " + std::to_string(status);
   }
   if (container_->oom_kills() > 0)
     log_->write("stderr", "openshell: the sandbox ran out of memory at its --memory limit\n",
@@ -564,34 +584,36 @@ void Supervisor::maybe_exit() {
 }
 
 void Supervisor::watch_control() {
-  control_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
-    if (ec) return;
-    std::string packet;
-    int fds[3];
-    long n = runtime::receive_packet(control_.native_handle(), &packet, fds);
-    if (n <= 0 && n != -EAGAIN && n != -EINTR) return;  // the init is gone
-    runtime::InitMessage m = runtime::parse_message(packet);
-    uint64_t id = m.fields.empty() ? 0 : std::strtoull(m.fields[0].c_str(), nullptr, 10);
-    auto it = execs_.find(id);
-    if (it == execs_.end()) {
-      for (int fd : fds)
-        if (fd >= 0) ::close(fd);
-    } else if (m.kind == runtime::InitMessage::Kind::kStarted) {
-      it->second->started(fds[0]);
-    } else if (m.kind == runtime::InitMessage::Kind::kFailed && m.fields.size() >= 4) {
-      int code = std::atoi(m.fields[1].c_str());
-      int err = std::atoi(m.fields[2].c_str());
-      it->second->failed(code, m.fields[3] + ": " + std::strerror(err));
-    } else if (m.kind == runtime::InitMessage::Kind::kExited && m.fields.size() >= 2) {
-      it->second->exited(std::atoi(m.fields[1].c_str()));
-    }
-    watch_control();
-  });
+  control_.async_wait(
+      asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+        if (ec) return;
+        std::string packet;
+        int fds[3];
+        long n = runtime::receive_packet(control_.native_handle(), &packet, fds);
+        if (n <= 0 && n != -EAGAIN && n != -EINTR) return;  // the init is gone
+        runtime::InitMessage m = runtime::parse_message(packet);
+        uint64_t id = m.fields.empty() ? 0 : std::strtoull(m.fields[0].c_str(), nullptr, 10);
+        auto it = execs_.find(id);
+        if (it == execs_.end()) {
+          for (int fd : fds)
+            if (fd >= 0) ::close(fd);
+        } else if (m.kind == runtime::InitMessage::Kind::kStarted) {
+          it->second->started(fds[0]);
+        } else if (m.kind == runtime::InitMessage::Kind::kFailed && m.fields.size() >= 4) {
+          int code = std::atoi(m.fields[1].c_str());
+          int err = std::atoi(m.fields[2].c_str());
+          it->second->failed(code, m.fields[3] + ": " + std::strerror(err));
+        } else if (m.kind == runtime::InitMessage::Kind::kExited && m.fields.size() >= 2) {
+          it->second->exited(std::atoi(m.fields[1].c_str()));
+        }
+        watch_control();
+      });
 }
 
 bool Supervisor::send_exec(const runtime::ExecRequest& request, const int* fds, int count) {
   if (state_ != State::kRunning || !control_.is_open()) return false;
-  return runtime::send_packet(control_.native_handle(), runtime::encode_exec(request), fds, count) == 0;
+  return runtime::send_packet(control_.native_handle(), runtime::encode_exec(request), fds,
+                              count) == 0;
 }
 
 void Supervisor::kill_exec(uint64_t id, int sig) {
@@ -621,49 +643,51 @@ void Supervisor::listen_for_exec() {
 }
 
 void Supervisor::accept_exec() {
-  listener_.async_wait(asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
-    if (ec) return;
-    for (;;) {
-      UniqueFd conn(::accept4(listener_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!conn) break;
-      // Only our own user (the gateway runs as us) may hand us connections.
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::geteuid())
-        continue;
-      // A sandbox of our uid could reach this socket too: only host processes hand over.
-      if (std::string why = auth::peer_in_sandbox(conn.get()); !why.empty()) {
-        log::error("exec handover refused (uid " + std::to_string(cred.uid) + "): " + why);
-        continue;
-      }
-      std::string packet;
-      int fds[3];
-      long n = runtime::receive_packet(conn.get(), &packet, fds);
-      for (int i = 1; i < 3; ++i)
-        if (fds[i] >= 0) ::close(fds[i]);
-      if (n <= 0 || fds[0] < 0) {
-        if (fds[0] >= 0) ::close(fds[0]);
-        continue;
-      }
-      runtime::InitMessage m = runtime::parse_message(packet);
-      if (m.fields.size() != 1 || packet.rfind("handoff", 0) != 0) {
-        ::close(fds[0]);
-        continue;
-      }
-      std::string error;
-      auto ws = net::WebSocket::accept_handed_over(io_, fds[0], m.fields[0], &error);
-      if (!ws) {
-        log::error("exec handover: " + error);
-        continue;
-      }
-      uint64_t id = next_exec_++;
-      auto session = std::make_shared<ExecSession>(io_, *this, ws, id);
-      execs_[id] = session;
-      session->start();
-      if (state_ != State::kRunning) session->sandbox_gone();
-    }
-    accept_exec();
-  });
+  listener_.async_wait(
+      asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+        if (ec) return;
+        for (;;) {
+          UniqueFd conn(::accept4(listener_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC));
+          if (!conn) break;
+          // Only our own user (the gateway runs as us) may hand us connections.
+          ucred cred{};
+          socklen_t len = sizeof cred;
+          if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+              cred.uid != ::geteuid())
+            continue;
+          // A sandbox of our uid could reach this socket too: only host processes hand over.
+          if (std::string why = auth::peer_in_sandbox(conn.get()); !why.empty()) {
+            log::error("exec handover refused (uid " + std::to_string(cred.uid) + "): " + why);
+            continue;
+          }
+          std::string packet;
+          int fds[3];
+          long n = runtime::receive_packet(conn.get(), &packet, fds);
+          for (int i = 1; i < 3; ++i)
+            if (fds[i] >= 0) ::close(fds[i]);
+          if (n <= 0 || fds[0] < 0) {
+            if (fds[0] >= 0) ::close(fds[0]);
+            continue;
+          }
+          runtime::InitMessage m = runtime::parse_message(packet);
+          if (m.fields.size() != 1 || packet.rfind("handoff", 0) != 0) {
+            ::close(fds[0]);
+            continue;
+          }
+          std::string error;
+          auto ws = net::WebSocket::accept_handed_over(io_, fds[0], m.fields[0], &error);
+          if (!ws) {
+            log::error("exec handover: " + error);
+            continue;
+          }
+          uint64_t id = next_exec_++;
+          auto session = std::make_shared<ExecSession>(io_, *this, ws, id);
+          execs_[id] = session;
+          session->start();
+          if (state_ != State::kRunning) session->sandbox_gone();
+        }
+        accept_exec();
+      });
 }
 
 void Supervisor::connect_session() {

@@ -10,16 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-// clang-format off
-#include <utility>  // before nlohmann-json with GCC 12 in C++20
-// clang-format on
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
-
-#include <cstring>
 #include <nlohmann/json.hpp>
-#include <string>
-#include <vector>
 
 #include "harness.h"
 

@@ -3,7 +3,6 @@
 // the kernel let it.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <gmock/gmock.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,6 +12,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 

@@ -23,10 +23,6 @@
 // --token: requests need the bearer token that /token hands out (the
 // anonymous token flow of Docker Hub and most registries).
 
-// clang-format off
-#include <utility>  // before Asio and nlohmann-json with GCC 12 in C++20
-// clang-format on
-
 #include <signal.h>
 
 #include <algorithm>
@@ -36,13 +32,15 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "../fake_http_server.h"
 #include "image/digest.h"

@@ -3,7 +3,6 @@
 // for anything left behind.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <algorithm>
@@ -13,6 +12,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace e2e {
 

@@ -2,13 +2,14 @@
 // not uid 1000 of another (of the same gateway, of another gateway, or of
 // an `openshell run`), so one sandbox's files are never another's.
 // Rootless sandboxes use their user's own subordinate ids, as before.
-#include <gmock/gmock.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 

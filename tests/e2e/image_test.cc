@@ -11,8 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gmock/gmock.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -21,6 +19,8 @@
 #include <filesystem>
 #include <memory>
 #include <thread>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 
@@ -156,9 +156,10 @@ const std::string& busybox_layout() {
 std::string derived_layout(const std::string& name, const std::string& snippet, bool gc = true) {
   std::string dir = scratch() + "/" + name;
   sh("rm -rf " + q(dir));
-  Shell r = sh("cp -a " + q(busybox_layout()) + " " + q(dir) + " && L=" + q(dir) + " && cd " +
-               q(scratch()) + " && " + snippet + (gc ? " && umoci gc --layout " + q(dir) : std::string()) +
-               " && chmod -R a+rX " + q(dir));
+  Shell r =
+      sh("cp -a " + q(busybox_layout()) + " " + q(dir) + " && L=" + q(dir) + " && cd " +
+         q(scratch()) + " && " + snippet +
+         (gc ? " && umoci gc --layout " + q(dir) : std::string()) + " && chmod -R a+rX " + q(dir));
   if (r.status != 0) ADD_FAILURE() << "building " << name << ": " << r.out;
   return dir;
 }
@@ -211,9 +212,10 @@ class FakeRegistry {
     static int n = 0;
     port_file_ = scratch() + "/fake-port-" + std::to_string(++n);
     std::string bin = env_or("OSH_FAKE_REGISTRY", "build/tests/e2e/osh-fake-registry");
-    process_ = std::make_unique<Process>(
-        std::vector<std::string>{bin, "--layout", layout, "--port-file", port_file_, "--mode", mode},
-        port_file_ + ".log");
+    process_ =
+        std::make_unique<Process>(std::vector<std::string>{bin, "--layout", layout, "--port-file",
+                                                           port_file_, "--mode", mode},
+                                  port_file_ + ".log");
     for (int i = 0; i < 1500 && port_.empty(); ++i) {  // 30 s at most
       port_ = file_contents(port_file_);
       while (!port_.empty() && (port_.back() == '\n' || port_.back() == ' ')) port_.pop_back();
@@ -221,7 +223,9 @@ class FakeRegistry {
     }
   }
   bool ok() const { return !port_.empty(); }
-  std::string ref(const std::string& tag = "latest") const { return "127.0.0.1:" + port_ + "/test/image:" + tag; }
+  std::string ref(const std::string& tag = "latest") const {
+    return "127.0.0.1:" + port_ + "/test/image:" + tag;
+  }
 
  private:
   std::string port_file_, port_;
@@ -235,7 +239,8 @@ class Images : public ModeTest {
   void SetUp() override {
     ModeTest::SetUp();
     if (IsSkipped()) return;
-    if (busybox_layout().empty()) GTEST_SKIP() << "the busybox image could not be built (see above)";
+    if (busybox_layout().empty())
+      GTEST_SKIP() << "the busybox image could not be built (see above)";
     static int counter = 0;
     home_ = make_dir(mode(), "img-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
   }
@@ -244,7 +249,8 @@ class Images : public ModeTest {
       os({"sandbox", "delete", "--all"});
       os({"gateway", "stop"});
       EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
-      EXPECT_EQ(file_contents_of_dir(home_ + "/images/tmp"), "") << "work in progress left in the store";
+      EXPECT_EQ(file_contents_of_dir(home_ + "/images/tmp"), "")
+          << "work in progress left in the store";
     }
     ModeTest::TearDown();
   }
@@ -288,7 +294,9 @@ TEST_P(Images, ImportedLayoutRunsAsASandboxWithItsConfig) {
   EXPECT_THAT(list.out, HasSubstr("NAME"));
   Result r = run_in("busybox", {"sh", "-c", "echo $PATH; id -u; pwd; cat /etc/hostname"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n1000\n/sandbox\nsandbox\n");
+  EXPECT_EQ(
+      r.out,
+      "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n1000\n/sandbox\nsandbox\n");
   // The image's Cmd is the default main process.
   Result dflt = os({"sandbox", "create", "--name", "dflt", "--from", "busybox", "-o", "json"});
   EXPECT_EQ(dflt.status, 0) << dflt.err;
@@ -308,8 +316,8 @@ TEST_P(Images, RunTakesAnImageWithItsConfig) {
   Result dflt = os({"run", "--image", "runner"});
   EXPECT_EQ(dflt.status, 0) << dflt.err;
   EXPECT_EQ(dflt.out, "hello from /etc\n");
-  Result given = os({"run", "--image", "runner", "-e", "GREETING=hi", "-w", "/tmp", "--", "sh", "-c",
-                     "echo $GREETING from $(pwd)"});
+  Result given = os({"run", "--image", "runner", "-e", "GREETING=hi", "-w", "/tmp", "--", "sh",
+                     "-c", "echo $GREETING from $(pwd)"});
   EXPECT_EQ(given.out, "hi from /tmp\n") << given.err;
   Result both = os({"run", "--image", "runner", "--rootfs", rootfs(), "--", "true"});
   EXPECT_EQ(both.status, 125);
@@ -330,11 +338,12 @@ TEST_P(Images, InspectListsConfigAndLayers) {
 
 TEST_P(Images, ImportsOciArchivesAndDockerSaveArchives) {
   const std::string dir = make_dir(mode(), "archives-" + mode_name(mode()));
-  const std::string oci = dir + "/oci.tar", docker = dir + "/docker.tar", gz = dir + "/docker.tar.gz";
-  ASSERT_EQ(sh("tar -C " + q(busybox_layout()) + " -cf " + q(oci) + " . && skopeo copy --quiet oci:" +
-               q(busybox_layout()) + ":latest docker-archive:" + q(docker) +
-               ":example.org/tools/bb:1 && gzip -c " + q(docker) + " > " + q(gz) + " && chmod a+r " +
-               q(dir) + "/*")
+  const std::string oci = dir + "/oci.tar", docker = dir + "/docker.tar",
+                    gz = dir + "/docker.tar.gz";
+  ASSERT_EQ(sh("tar -C " + q(busybox_layout()) + " -cf " + q(oci) +
+               " . && skopeo copy --quiet oci:" + q(busybox_layout()) +
+               ":latest docker-archive:" + q(docker) + ":example.org/tools/bb:1 && gzip -c " +
+               q(docker) + " > " + q(gz) + " && chmod a+r " + q(dir) + "/*")
                 .status,
             0);
   Result a = os({"image", "import", oci, "from-oci"});
@@ -376,14 +385,17 @@ TEST_P(Images, ImageConfigEnvWorkdirUserEntrypointAndCmd) {
       "umoci config --image \"$L:latest\" --config.env FOO=from-image --config.env BAR=keep "
       "--config.workingdir /srv --config.user 1234:1234");
   ASSERT_EQ(os({"image", "import", layout2, "configured2"}).status, 0);
-  Result r = run_in("configured2", {"sh", "-c", "echo $FOO $BAR; pwd; id -u; id -g"}, {"-e", "FOO=from-user"});
+  Result r = run_in("configured2", {"sh", "-c", "echo $FOO $BAR; pwd; id -u; id -g"},
+                    {"-e", "FOO=from-user"});
   EXPECT_EQ(r.out, "from-user keep\n/srv\n1234\n1234\n") << r.err;
   // Its working directory and its home, the workspace, are its own.
-  Result home = run_in("configured2", {"sh", "-c", "echo $HOME; echo a > /srv/a && echo b > $HOME/b && cat /srv/a $HOME/b"});
+  Result home =
+      run_in("configured2",
+             {"sh", "-c", "echo $HOME; echo a > /srv/a && echo b > $HOME/b && cat /srv/a $HOME/b"});
   EXPECT_EQ(home.out, "/sandbox\na\nb\n") << home.err;
   // Without a WorkingDir the home is the working directory, and still its own.
-  const std::string layout3 = derived_layout("config3-" + mode_name(mode()),
-                                             "umoci config --image \"$L:latest\" --config.user 1234:1234");
+  const std::string layout3 = derived_layout(
+      "config3-" + mode_name(mode()), "umoci config --image \"$L:latest\" --config.user 1234:1234");
   ASSERT_EQ(os({"image", "import", layout3, "configured3"}).status, 0);
   Result home3 = run_in("configured3", {"sh", "-c", "pwd; echo b > $HOME/b && cat $HOME/b"});
   EXPECT_EQ(home3.out, "/sandbox\nb\n") << home3.err;
@@ -409,8 +421,10 @@ TEST_P(Images, ImageUserThatIsRootRunsAsTheSandboxUser) {
         "printf 'root:x:0:0:root:/root:/bin/sh\\nsandbox:x:1000:1000::/home/sandbox:/bin/sh\\n"
         "toor:x:0:0::/:/bin/sh\\n' > t/etc/passwd && "
         "printf 'root:x:0:\\nsandbox:x:1000:\\ntoor:x:0:\\n' > t/etc/group && "
-        "tar -C t -cf t.tar etc && umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t t.tar && "
-        "umoci config --image \"$L:latest\" --config.user " + user);
+        "tar -C t -cf t.tar etc && umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t "
+        "t.tar && "
+        "umoci config --image \"$L:latest\" --config.user " +
+            user);
     ASSERT_EQ(os({"image", "import", layout, "rootuser-" + tag}).status, 0);
     Result created = run_in("rootuser-" + tag, {"sh", "-c", "id -u; id -g"});
     EXPECT_EQ(created.status, 0) << created.err;
@@ -446,11 +460,13 @@ TEST_P(Images, HostileUserFilesStayInsideTheImage) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string layout = derived_layout(
-        "hostile-user-" + c.name + "-" + mode_name(mode()),
-        "rm -rf t t.tar && " + c.snippet + " && tar -C t -cf t.tar etc && "
-        "umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t t.tar && "
-        "umoci config --image \"$L:latest\" --config.user " + c.user);
+    const std::string layout =
+        derived_layout("hostile-user-" + c.name + "-" + mode_name(mode()),
+                       "rm -rf t t.tar && " + c.snippet +
+                           " && tar -C t -cf t.tar etc && "
+                           "umoci raw add-layer --image \"$L:latest\" t.tar && rm -rf t t.tar && "
+                           "umoci config --image \"$L:latest\" --config.user " +
+                           c.user);
     ASSERT_EQ(os({"image", "import", layout, "hostile-" + c.name}).status, 0);
     Result created = run_in("hostile-" + c.name, {"id", "-u"});
     EXPECT_NE(created.status, 0) << created.out;
@@ -464,7 +480,8 @@ TEST_P(Images, HostileUserFilesStayInsideTheImage) {
   Options copy;
   copy.env.push_back("OPENSHELL_STORAGE=copy");
   os({"gateway", "stop"});
-  Result c = os({"sandbox", "create", "--no-keep", "--from", "hostile-etc", "--", "id", "-u"}, copy);
+  Result c =
+      os({"sandbox", "create", "--no-keep", "--from", "hostile-etc", "--", "id", "-u"}, copy);
   EXPECT_NE(c.status, 0) << c.out;
   EXPECT_THAT(c.err, HasSubstr("/etc/passwd: too many levels of symbolic links"));
 }
@@ -496,8 +513,12 @@ TEST_P(Images, ClientsDoNotChooseTheStorage) {
 
 TEST_P(Images, WorkspaceAndChangesPersistAcrossStopAndStart) {
   import_busybox();
-  ASSERT_EQ(os({"sandbox", "create", "--name", "keep", "--from", "busybox", "-d", "--", "sleep", "600"}).status, 0);
-  Result w = os({"sandbox", "exec", "keep", "--", "sh", "-c", "echo notes > /sandbox/notes; echo changed > /tmp/x"});
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "keep", "--from", "busybox", "-d", "--", "sleep", "600"})
+          .status,
+      0);
+  Result w = os({"sandbox", "exec", "keep", "--", "sh", "-c",
+                 "echo notes > /sandbox/notes; echo changed > /tmp/x"});
   ASSERT_EQ(w.status, 0) << w.err;
   ASSERT_EQ(os({"sandbox", "stop", "keep"}).status, 0);
   ASSERT_EQ(os({"sandbox", "start", "keep"}).status, 0);
@@ -518,7 +539,8 @@ TEST_P(Images, WhiteoutsAndOpaqueDirectoriesApply) {
       ": > l2/etc/.wh.motd-gone && tar -C l2 -cf l2.tar . && "
       "umoci raw add-layer --image \"$L:latest\" l2.tar && rm -rf l1 l2 l1.tar l2.tar");
   ASSERT_EQ(os({"image", "import", layout, "wh"}).status, 0);
-  Result r = run_in("wh", {"sh", "-c", "ls /etc/opaque; test -e /etc/motd-gone && echo present || echo gone"});
+  Result r = run_in(
+      "wh", {"sh", "-c", "ls /etc/opaque; test -e /etc/motd-gone && echo present || echo gone"});
   EXPECT_EQ(r.out, "b\ngone\n") << r.err;
   // Through the copy fallback as well.
   Options copy;
@@ -534,9 +556,11 @@ TEST_P(Images, CopyFallbackSaysSoAndKeepsTheWorkspace) {
   import_busybox();
   Options copy;
   copy.env.push_back("OPENSHELL_STORAGE=copy");
-  Result created = os({"sandbox", "create", "--name", "cp", "--from", "busybox", "-d", "--", "sleep", "600"}, copy);
+  Result created = os(
+      {"sandbox", "create", "--name", "cp", "--from", "busybox", "-d", "--", "sleep", "600"}, copy);
   ASSERT_EQ(created.status, 0) << created.err;
-  EXPECT_THAT(created.err, HasSubstr("warning: overlayfs cannot stack the root here (OPENSHELL_STORAGE=copy)"));
+  EXPECT_THAT(created.err,
+              HasSubstr("warning: overlayfs cannot stack the root here (OPENSHELL_STORAGE=copy)"));
   Result get = os({"sandbox", "get", "cp"});
   EXPECT_THAT(get.out, HasSubstr("Storage:"));
   EXPECT_THAT(get.out, HasSubstr("copy: overlayfs cannot stack the root here"));
@@ -545,11 +569,13 @@ TEST_P(Images, CopyFallbackSaysSoAndKeepsTheWorkspace) {
   ASSERT_EQ(os({"sandbox", "start", "cp"}).status, 0);
   EXPECT_EQ(os({"sandbox", "exec", "cp", "--", "cat", "/sandbox/k"}).out, "kept\n");
   // The copy's /sandbox is its user's too.
-  const std::string layout = derived_layout("copy-user-" + mode_name(mode()),
-                                            "umoci config --image \"$L:latest\" --config.user 1234:1234");
+  const std::string layout =
+      derived_layout("copy-user-" + mode_name(mode()),
+                     "umoci config --image \"$L:latest\" --config.user 1234:1234");
   ASSERT_EQ(os({"image", "import", layout, "copy-user"}).status, 0);
   Result home = os({"sandbox", "create", "--no-keep", "--from", "copy-user", "--", "sh", "-c",
-                    "id -u; echo b > $HOME/b && cat $HOME/b"}, copy);
+                    "id -u; echo b > $HOME/b && cat $HOME/b"},
+                   copy);
   EXPECT_EQ(home.out, "1234\nb\n") << home.err;
 }
 
@@ -557,7 +583,8 @@ TEST_P(Images, RemovePruneAndSandboxesKeepTheirLayers) {
   import_busybox();
   import_busybox("second");
   EXPECT_EQ(count_words(layers()), 1u);
-  ASSERT_EQ(os({"sandbox", "create", "--name", "user", "--from", "busybox", "--", "true"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "user", "--from", "busybox", "--", "true"}).status,
+            0);
   Result rm = os({"image", "rm", "busybox", "second"});
   EXPECT_EQ(rm.status, 0) << rm.err;
   EXPECT_THAT(rm.out, HasSubstr("Untagged localhost/busybox:latest"));
@@ -590,19 +617,25 @@ TEST_P(Images, HostileLayersAreRefusedAndTouchNothingOutside) {
     std::string name, snippet, expect;
   };
   const std::vector<Case> cases = {
-      {"symlink", "mkdir -p h/a h/b/evil && ln -s " + outside + " h/a/evil && echo pwned > h/b/evil/pwned && "
-                  "tar -C h/a -cf h.tar evil && tar -C h/b -rf h.tar evil/pwned",
+      {"symlink",
+       "mkdir -p h/a h/b/evil && ln -s " + outside +
+           " h/a/evil && echo pwned > h/b/evil/pwned && "
+           "tar -C h/a -cf h.tar evil && tar -C h/b -rf h.tar evil/pwned",
        "evil/pwned"},
-      {"dotdot", "mkdir -p h/x && echo pwned > h/pwned && cd h/x && tar -cPf ../../h.tar ../pwned && cd ../..",
+      {"dotdot",
+       "mkdir -p h/x && echo pwned > h/pwned && cd h/x && tar -cPf ../../h.tar ../pwned && cd "
+       "../..",
        "'..'"},
-      {"absolute", "mkdir -p h && echo pwned > " + outside + "-src && tar -cPf h.tar " + outside + "-src",
+      {"absolute",
+       "mkdir -p h && echo pwned > " + outside + "-src && tar -cPf h.tar " + outside + "-src",
        "absolute"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string layout = derived_layout(
-        "hostile-" + c.name + "-" + mode_name(mode()),
-        "rm -rf h h.tar && " + c.snippet + " && umoci raw add-layer --image \"$L:latest\" h.tar && rm -rf h h.tar");
+    const std::string layout =
+        derived_layout("hostile-" + c.name + "-" + mode_name(mode()),
+                       "rm -rf h h.tar && " + c.snippet +
+                           " && umoci raw add-layer --image \"$L:latest\" h.tar && rm -rf h h.tar");
     Result r = os({"image", "import", layout, "hostile"});
     EXPECT_EQ(r.status, 125);
     EXPECT_THAT(r.err, HasSubstr(c.expect));
@@ -611,8 +644,9 @@ TEST_P(Images, HostileLayersAreRefusedAndTouchNothingOutside) {
   }
   if (mode() == Mode::kRoot) {
     const std::string layout = derived_layout(
-        "hostile-device", "rm -rf h h.tar && mkdir h && mknod h/mem c 1 1 && tar -C h -cf h.tar mem && "
-                          "umoci raw add-layer --image \"$L:latest\" h.tar && rm -rf h h.tar");
+        "hostile-device",
+        "rm -rf h h.tar && mkdir h && mknod h/mem c 1 1 && tar -C h -cf h.tar mem && "
+        "umoci raw add-layer --image \"$L:latest\" h.tar && rm -rf h h.tar");
     Result r = os({"image", "import", layout, "hostile"});
     EXPECT_EQ(r.status, 125);
     EXPECT_THAT(r.err, HasSubstr("mem"));
@@ -622,19 +656,21 @@ TEST_P(Images, HostileLayersAreRefusedAndTouchNothingOutside) {
 
 TEST_P(Images, TamperedBlobsAreRefused) {
   // A layer blob cut in half: its digest no longer matches.
-  const std::string layout = derived_layout(
-      "truncated-" + mode_name(mode()),
-      "b=$(ls -S \"$L\"/blobs/sha256/* | head -1) && truncate -s $(( $(stat -c %s \"$b\") / 2 )) \"$b\"",
-      false);
+  const std::string layout = derived_layout("truncated-" + mode_name(mode()),
+                                            "b=$(ls -S \"$L\"/blobs/sha256/* | head -1) && "
+                                            "truncate -s $(( $(stat -c %s \"$b\") / 2 )) \"$b\"",
+                                            false);
   Result r = os({"image", "import", layout, "cut"});
   EXPECT_EQ(r.status, 125);
-  EXPECT_THAT(r.err, testing::AnyOf(HasSubstr("digest"), HasSubstr("truncated"), HasSubstr("ended")));
+  EXPECT_THAT(r.err,
+              testing::AnyOf(HasSubstr("digest"), HasSubstr("truncated"), HasSubstr("ended")));
   expect_store_empty();
 }
 
 TEST_P(Images, PullsFromARegistryByTagAndDigest) {
   Registry* reg = registry();
-  if (!reg->ok()) GTEST_SKIP() << "docker-registry did not start (is the docker-registry package installed?)";
+  if (!reg->ok())
+    GTEST_SKIP() << "docker-registry did not start (is the docker-registry package installed?)";
   ASSERT_TRUE(reg->push(busybox_layout(), "test/busybox:latest"));
   const std::string ref = reg->host() + "/test/busybox:latest";
   Result r = os({"image", "pull", ref});
@@ -724,7 +760,8 @@ TEST_P(Images, PlainHttpOnlyForLocalhostOrWithInsecure) {
   EXPECT_EQ(plain.status, 0) << plain.err;
   EXPECT_EQ(os({"image", "inspect", ref}).status, 0);
   ASSERT_EQ(os({"image", "rm", ref}).status, 0);
-  Result created = os({"sandbox", "create", "--no-keep", "--insecure", "--from", ref, "--", "echo", "ok"}, o);
+  Result created =
+      os({"sandbox", "create", "--no-keep", "--insecure", "--from", ref, "--", "echo", "ok"}, o);
   EXPECT_EQ(created.status, 0) << created.err;
   EXPECT_EQ(created.out, "ok\n");
   ASSERT_EQ(os({"image", "rm", ref}).status, 0);
@@ -738,8 +775,8 @@ TEST_P(Images, MisbehavingRegistriesLeaveNoImage) {
     std::string mode, expect;
   };
   const std::vector<Case> cases = {
-      {"wrong-digest", "digest"}, {"truncate", "bytes"},   {"500", "500"},
-      {"429", "429"},             {"401", "authentication"}, {"404-blobs", "404"},
+      {"wrong-digest", "digest"}, {"truncate", "bytes"}, {"500", "500"}, {"429", "429"},
+      {"401", "authentication"},  {"404-blobs", "404"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.mode);
@@ -764,21 +801,34 @@ TEST_P(Images, ZstdLayersAndPlatformIndexes) {
   const std::string layout = derived_layout(
       "zstd-" + mode_name(mode()),
       "cd \"$L\" && m=$(sed 's/.*sha256:\\([0-9a-f]*\\).*/\\1/' index.json) && "
-      "l=$(grep -o 'layer.v1.tar+gzip\",\"digest\":\"sha256:[0-9a-f]*' blobs/sha256/$m | sed 's/.*://') && "
-      "zcat blobs/sha256/$l | zstd -q -c > z && z=$(sha256sum z | cut -c1-64) && mv z blobs/sha256/$z && "
+      "l=$(grep -o 'layer.v1.tar+gzip\",\"digest\":\"sha256:[0-9a-f]*' blobs/sha256/$m | sed "
+      "'s/.*://') && "
+      "zcat blobs/sha256/$l | zstd -q -c > z && z=$(sha256sum z | cut -c1-64) && mv z "
+      "blobs/sha256/$z && "
       "zs=$(stat -c %s blobs/sha256/$z) && "
-      "sed -e \"s/tar+gzip\\\",\\\"digest\\\":\\\"sha256:$l\\\",\\\"size\\\":[0-9]*/tar+zstd\\\",\\\"digest\\\":\\\"sha256:$z\\\",\\\"size\\\":$zs/\" "
-      "blobs/sha256/$m > m2 && m2=$(sha256sum m2 | cut -c1-64) && m2s=$(stat -c %s m2) && mv m2 blobs/sha256/$m2 && "
+      "sed -e "
+      "\"s/tar+gzip\\\",\\\"digest\\\":\\\"sha256:$l\\\",\\\"size\\\":[0-9]*/"
+      "tar+zstd\\\",\\\"digest\\\":\\\"sha256:$z\\\",\\\"size\\\":$zs/\" "
+      "blobs/sha256/$m > m2 && m2=$(sha256sum m2 | cut -c1-64) && m2s=$(stat -c %s m2) && mv m2 "
+      "blobs/sha256/$m2 && "
       "arch=$(dpkg --print-architecture) && "
-      "printf '{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\",\"manifests\":["
-      "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:%s\",\"size\":%s,"
+      "printf "
+      "'{\"schemaVersion\":2,\"mediaType\":\"application/"
+      "vnd.oci.image.index.v1+json\",\"manifests\":["
+      "{\"mediaType\":\"application/"
+      "vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:%s\",\"size\":%s,"
       "\"platform\":{\"os\":\"linux\",\"architecture\":\"s390x\"}},"
-      "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:%s\",\"size\":%s,"
-      "\"platform\":{\"os\":\"linux\",\"architecture\":\"%s\"}}]}' $m $(stat -c %s blobs/sha256/$m) "
+      "{\"mediaType\":\"application/"
+      "vnd.oci.image.manifest.v1+json\",\"digest\":\"sha256:%s\",\"size\":%s,"
+      "\"platform\":{\"os\":\"linux\",\"architecture\":\"%s\"}}]}' $m $(stat -c %s "
+      "blobs/sha256/$m) "
       "$m2 $m2s $arch > i && echo sha256:$m2 > manifest-for-this-machine && "
       "i=$(sha256sum i | cut -c1-64) && is=$(stat -c %s i) && mv i blobs/sha256/$i && "
-      "printf '{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
-      "\"digest\":\"sha256:%s\",\"size\":%s,\"annotations\":{\"org.opencontainers.image.ref.name\":\"latest\"}}]}' "
+      "printf "
+      "'{\"schemaVersion\":2,\"manifests\":[{\"mediaType\":\"application/"
+      "vnd.oci.image.index.v1+json\","
+      "\"digest\":\"sha256:%s\",\"size\":%s,\"annotations\":{\"org.opencontainers.image.ref.name\":"
+      "\"latest\"}}]}' "
       "$i $is > index.json && cd - >/dev/null",
       false);
   FakeRegistry fake(layout, "ok");
@@ -789,18 +839,21 @@ TEST_P(Images, ZstdLayersAndPlatformIndexes) {
   EXPECT_EQ(run.out, "zstd\n") << run.err;
   std::string chosen = file_contents(layout + "/manifest-for-this-machine");
   ASSERT_FALSE(chosen.empty());
-  EXPECT_THAT(os({"image", "inspect", fake.ref()}).out, HasSubstr("\"digest\": \"" + chosen.substr(0, 71) + "\""));
+  EXPECT_THAT(os({"image", "inspect", fake.ref()}).out,
+              HasSubstr("\"digest\": \"" + chosen.substr(0, 71) + "\""));
   Result other = os({"image", "pull", "--platform", "linux/riscv64", fake.ref()});
   EXPECT_EQ(other.status, 125);
   EXPECT_THAT(other.err, HasSubstr("no image for linux/riscv64 (it has linux/s390x, linux/"));
 }
 
 TEST_P(Images, AFullDiskLeavesNoImage) {
-  if (mode() != Mode::kRoot) GTEST_SKIP() << "mounting a small tmpfs as the state directory needs root";
+  if (mode() != Mode::kRoot)
+    GTEST_SKIP() << "mounting a small tmpfs as the state directory needs root";
   // An image larger than the disk: busybox plus 8 MiB of random bytes.
   const std::string layout = derived_layout(
-      "big", "mkdir -p b && head -c 8388608 /dev/urandom > b/big && tar -C b -cf b.tar big && "
-             "umoci raw add-layer --image \"$L:latest\" b.tar && rm -rf b b.tar");
+      "big",
+      "mkdir -p b && head -c 8388608 /dev/urandom > b/big && tar -C b -cf b.tar big && "
+      "umoci raw add-layer --image \"$L:latest\" b.tar && rm -rf b b.tar");
   ASSERT_EQ(::mount("tmpfs", home_.c_str(), "tmpfs", 0, "size=6m,mode=0700"), 0);
   Result r = os({"image", "import", layout, "big"});
   EXPECT_EQ(r.status, 125);
@@ -865,7 +918,9 @@ TEST_P(Images, AnImageLargerThanTheUnpackedBoundIsRefused) {
 
 TEST_P(Images, DefaultBaseImageRunsPython) {
   const std::string base = env_or("OSH_BASE_LAYOUT", "");
-  if (base.empty()) GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
+  if (base.empty())
+    GTEST_SKIP()
+        << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
   // The layout may lie where the test users cannot read it (a clone under a
   // 0700 /root): one copy in the scratch directory serves every mode.
   static const std::string readable = [&] {
@@ -882,7 +937,8 @@ TEST_P(Images, DefaultBaseImageRunsPython) {
   ASSERT_EQ(imp.status, 0) << imp.err;
   Result r = os({"sandbox", "create", "--no-keep", "--", "python3", "-c", "print(1)"});
   EXPECT_EQ(r.out, "1\n") << r.err;
-  Result bash = os({"sandbox", "create", "--no-keep", "--", "bash", "-lc", "python3 --version; git --version | cut -d' ' -f1-2; id -un"});
+  Result bash = os({"sandbox", "create", "--no-keep", "--", "bash", "-lc",
+                    "python3 --version; git --version | cut -d' ' -f1-2; id -un"});
   EXPECT_THAT(bash.out, HasSubstr("Python 3.11"));
   EXPECT_THAT(bash.out, HasSubstr("git version"));
   EXPECT_THAT(bash.out, HasSubstr("sandbox"));

@@ -79,7 +79,8 @@ TEST_P(Limits, CgroupsAreRemovedAfterFailures) {
   // A failing command and a bad bind after the cgroups exist: the fixture
   // checks that no openshell-* cgroup remains.
   EXPECT_EQ(sandbox(mode(), {"--memory", "64M", "--pids", "50"}, {"/no/such"}).status, 127);
-  EXPECT_EQ(sandbox(mode(), {"--memory", "64M", "--workdir", "/proc/nope/x"}, {"true"}).status, 125);
+  EXPECT_EQ(sandbox(mode(), {"--memory", "64M", "--workdir", "/proc/nope/x"}, {"true"}).status,
+            125);
 }
 
 // The host's RAM in bytes, from /proc/meminfo.
@@ -117,8 +118,8 @@ TEST_P(Limits, DefaultPidsLimitStopsAForkBomb) {
   EXPECT_GE(forked, 4000);
   EXPECT_LE(forked, 4094);
   // --pids 0 lifts it.
-  Result free = sandbox(mode(), {"--pids", "0"}, {"osh-probe", "fork", "4200"},
-                        Options{.timeout_s = 120});
+  Result free =
+      sandbox(mode(), {"--pids", "0"}, {"osh-probe", "fork", "4200"}, Options{.timeout_s = 120});
   EXPECT_EQ(free.status, 0) << free.out << free.err;
   EXPECT_THAT(free.out, HasSubstr("forked 4200"));
 }
@@ -126,27 +127,28 @@ TEST_P(Limits, DefaultPidsLimitStopsAForkBomb) {
 // /tmp and /dev/shm hold no more than their size: writing past it fails
 // with ENOSPC, and so does making more files than their inodes.
 TEST_P(Limits, TmpAndShmFillUpAtTheirSize) {
-  Result r = sandbox(mode(), {"--tmp-size", "4M", "--shm-size", "2M"},
-                     {"sh", "-c",
-                      "dd if=/dev/zero of=/tmp/big bs=1M count=16 2>&1 | grep -o 'No space left on device'; "
-                      "dd if=/dev/zero of=/dev/shm/big bs=1M count=16 2>&1 | grep -o 'No space left on device'; "
-                      "ls -l /dev/shm/big /tmp/big | awk '{print $5}'; "
-                      "rm /tmp/big; i=0; while [ $i -lt 5000 ]; do { echo -n > /tmp/f$i; } 2>/dev/null || break; "
-                      "i=$((i+1)); done; echo files $i"});
+  Result r = sandbox(
+      mode(), {"--tmp-size", "4M", "--shm-size", "2M"},
+      {"sh", "-c",
+       "dd if=/dev/zero of=/tmp/big bs=1M count=16 2>&1 | grep -o 'No space left on device'; "
+       "dd if=/dev/zero of=/dev/shm/big bs=1M count=16 2>&1 | grep -o 'No space left on device'; "
+       "ls -l /dev/shm/big /tmp/big | awk '{print $5}'; "
+       "rm /tmp/big; i=0; while [ $i -lt 5000 ]; do { echo -n > /tmp/f$i; } 2>/dev/null || break; "
+       "i=$((i+1)); done; echo files $i"});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
-  EXPECT_EQ(r.out,
-            "No space left on device\nNo space left on device\n" + std::to_string(2 << 20) + "\n" +
-                std::to_string(4 << 20) + "\nfiles 4095\n");
+  EXPECT_EQ(r.out, "No space left on device\nNo space left on device\n" + std::to_string(2 << 20) +
+                       "\n" + std::to_string(4 << 20) + "\nfiles 4095\n");
 }
 
 // A run's throw-away writable layer is in memory as well: bounded by
 // --tmp-size like /tmp.
 TEST_P(Limits, ThrowAwayRootLayerFillsUpAtTheTmpSize) {
   // Root inside may write /, whoever owns the directory on the host.
-  Result r = sandbox(mode(), {"--tmp-size", "4M", "--user", "0"},
-                     {"sh", "-c",
-                      "dd if=/dev/zero of=/big bs=1M count=16 2>&1 | grep -o 'No space left on device'; "
-                      "ls -l /big | awk '{print $5}'"});
+  Result r =
+      sandbox(mode(), {"--tmp-size", "4M", "--user", "0"},
+              {"sh", "-c",
+               "dd if=/dev/zero of=/big bs=1M count=16 2>&1 | grep -o 'No space left on device'; "
+               "ls -l /big | awk '{print $5}'"});
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("No space left on device\n"));
   ASSERT_NE(r.out.find('\n'), std::string::npos);
@@ -162,11 +164,11 @@ TEST_P(Limits, DefaultTmpfsSizesAreTheDocumentedOnes) {
   Result r = sandbox(mode(), {}, {"cat", "/proc/mounts"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(mount_options(r.out, "/tmp"),
-              HasSubstr("size=" + std::to_string(tmp / 1024) + "k,nr_inodes=" +
-                        std::to_string(tmp / (16 << 10)) + ","));
+              HasSubstr("size=" + std::to_string(tmp / 1024) +
+                        "k,nr_inodes=" + std::to_string(tmp / (16 << 10)) + ","));
   EXPECT_THAT(mount_options(r.out, "/dev/shm"),
-              HasSubstr("size=" + std::to_string(shm / 1024) + "k,nr_inodes=" +
-                        std::to_string(shm / (16 << 10)) + ","));
+              HasSubstr("size=" + std::to_string(shm / 1024) +
+                        "k,nr_inodes=" + std::to_string(shm / (16 << 10)) + ","));
   Result limited = sandbox(mode(), {"--memory", "256M"}, {"cat", "/proc/mounts"});
   ASSERT_EQ(limited.status, 0) << limited.err;
   EXPECT_THAT(mount_options(limited.out, "/tmp"), HasSubstr("size=262144k,nr_inodes=16384,"));
@@ -190,7 +192,8 @@ class GatewayLimits : public ModeTest {
     ModeTest::SetUp();
     if (IsSkipped()) return;
     static int counter = 0;
-    home_ = make_dir(mode(), "limits-home-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
+    home_ = make_dir(mode(), "limits-home-" + mode_name(mode()) + "-" + std::to_string(++counter),
+                     0700);
   }
   void TearDown() override {
     if (!home_.empty()) {
@@ -221,7 +224,8 @@ TEST_P(GatewayLimits, SandboxGetShowsTheDefaults) {
   EXPECT_THAT(table.out, HasSubstr("pids=4096"));
   // What the sandbox sees is what get says.
   Result mounts = os({"sandbox", "exec", "plain", "--", "cat", "/proc/mounts"});
-  EXPECT_THAT(mount_options(mounts.out, "/tmp"), HasSubstr("size=" + std::to_string(tmp / 1024) + "k"));
+  EXPECT_THAT(mount_options(mounts.out, "/tmp"),
+              HasSubstr("size=" + std::to_string(tmp / 1024) + "k"));
 
   ASSERT_EQ(os({"sandbox", "create", "--name", "own", "--from", rootfs(), "--pids", "77",
                 "--memory", "64M", "--shm-size", "3M"})

@@ -2,7 +2,6 @@
 // as root and rootless. Every server here is on 127.0.0.1, and the resolver
 // is pointed at a test DNS server on 127.0.0.1: no traffic leaves the host.
 #include <arpa/inet.h>
-#include <gmock/gmock.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -204,8 +203,9 @@ class Network : public ModeTest {
   }
   std::string policy(const std::string& body) {
     static int counter = 0;
-    return write_file(scratch() + "/net-" + mode_name(mode()) + "-" + std::to_string(++counter) + ".toml",
-                      "version = 1\n" + body);
+    return write_file(
+        scratch() + "/net-" + mode_name(mode()) + "-" + std::to_string(++counter) + ".toml",
+        "version = 1\n" + body);
   }
   std::string port() const { return std::to_string(server_.port()); }
   // A --network-log file the mode's user may write.
@@ -252,8 +252,10 @@ TEST_P(Network, DeniedHostGets403) {
 
 TEST_P(Network, DefaultIsDeny) {
   // A policy with a network part that allows nothing here.
-  Result r = run(policy("[network_policies.elsewhere]\nendpoints = [ { host = \"example.com\", port = 443 } ]\n"),
-                 {"osh-probe", "proxy-connect", "localhost", port(), "status"});
+  Result r = run(
+      policy(
+          "[network_policies.elsewhere]\nendpoints = [ { host = \"example.com\", port = 443 } ]\n"),
+      {"osh-probe", "proxy-connect", "localhost", port(), "status"});
   EXPECT_THAT(r.out, HasSubstr("403 Forbidden"));
   EXPECT_EQ(server_.connections(), 0);
 }
@@ -278,9 +280,10 @@ TEST_P(Network, DirectAndIpLiteralBypassFailsAtOnce) {
 TEST_P(Network, SsrfTargetsAreDenied) {
   // The rule names the host but gives no allowed_ips: loopback, private,
   // link-local (cloud metadata) and 0.0.0.0 addresses are refused.
-  std::string p = policy("[network_policies.open]\nendpoints = [ { host = \"localhost\", port = " + port() +
-                         " }, { host = \"169.254.169.254\", port = 80 }, { host = \"0.0.0.0\", port = " + port() +
-                         " }, { host = \"10.1.2.3\", port = 80 } ]\n");
+  std::string p = policy(
+      "[network_policies.open]\nendpoints = [ { host = \"localhost\", port = " + port() +
+      " }, { host = \"169.254.169.254\", port = 80 }, { host = \"0.0.0.0\", port = " + port() +
+      " }, { host = \"10.1.2.3\", port = 80 } ]\n");
   for (const auto& [host, p2, why] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"localhost", port(), "loopback"},
            {"169.254.169.254", "80", "link-local"},
@@ -296,18 +299,21 @@ TEST_P(Network, SsrfTargetsAreDenied) {
 TEST_P(Network, BinaryIdentityAllowsAndDenies) {
   // Only the probe may connect; busybox's wget may not. /usr/bin/wget is a
   // symlink to busybox: naming it allows busybox, the file it leads to.
-  std::string probe_only = policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-probe\" } ]\n"));
+  std::string probe_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-probe\" } ]\n"));
   Result ok = run(probe_only, {"osh-probe", "proxy-connect", "localhost", port(), "echo"});
   EXPECT_EQ(ok.status, 0) << ok.out;
   Result no = run(probe_only, {"wget", "-q", "-O-", "http://localhost:" + port() + "/"});
   EXPECT_NE(no.status, 0);
   EXPECT_THAT(no.err, HasSubstr("403"));
-  std::string wget_only = policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/wget\" } ]\n"));
+  std::string wget_only =
+      policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/wget\" } ]\n"));
   Result symlinked = run(wget_only, {"wget", "-q", "-O-", "http://localhost:" + port() + "/"});
   EXPECT_EQ(symlinked.status, 0) << symlinked.err;
   EXPECT_EQ(symlinked.out, "hello from the test server\n");
-  Result glob = run(policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-*\" } ]\n")),
-                    {"osh-probe", "proxy-connect", "localhost", port(), "echo"});
+  Result glob =
+      run(policy(local_rule("localhost", "binaries = [ { path = \"/usr/bin/osh-*\" } ]\n")),
+          {"osh-probe", "proxy-connect", "localhost", port(), "echo"});
   EXPECT_EQ(glob.status, 0) << glob.out;
 }
 
@@ -350,8 +356,9 @@ TEST_P(Network, BinariesRuleCountsTheProcessThatConnected) {
   // Refused for the process that connected; when the proxy's look at
   // accept came before the socket was hidden (a race the probe usually
   // wins, and then the holders alone would allow it), as its holder.
-  EXPECT_THAT(hidden.out, testing::AnyOf(HasSubstr("not for /usr/bin/osh-probe (it made the connection"),
-                                         HasSubstr("not for /usr/bin/osh-probe (it holds the connection")))
+  EXPECT_THAT(hidden.out,
+              testing::AnyOf(HasSubstr("not for /usr/bin/osh-probe (it made the connection"),
+                             HasSubstr("not for /usr/bin/osh-probe (it holds the connection")))
       << hidden.out;
   EXPECT_EQ(server_.connections(), 0) << "the hidden connection reached the server";
   std::string lines = file_contents(log);
@@ -362,8 +369,7 @@ TEST_P(Network, BinariesRuleCountsTheProcessThatConnected) {
   // Handed on for good: a later process takes the hidden socket, runs the
   // shell (a program the policy names) and asks, after the one that
   // connected has exited.
-  std::string sh_only =
-      policy(local_rule("localhost", "binaries = [ { path = \"/bin/sh\" } ]\n"));
+  std::string sh_only = policy(local_rule("localhost", "binaries = [ { path = \"/bin/sh\" } ]\n"));
   std::string pass_log = network_log("pass");
   Result passed =
       run(sh_only, {"osh-probe", "proxy-pass", "localhost", port()}, {"--network-log", pass_log});
@@ -372,7 +378,7 @@ TEST_P(Network, BinariesRuleCountsTheProcessThatConnected) {
   std::string pass_lines = file_contents(pass_log);
   EXPECT_THAT(pass_lines, HasSubstr("\"binary\":\"/usr/bin/osh-probe\"")) << pass_lines;
   EXPECT_THAT(pass_lines, testing::AnyOf(HasSubstr("(it made the connection"),
-                                          HasSubstr("(it holds the connection")));
+                                         HasSubstr("(it holds the connection")));
   EXPECT_THAT(pass_lines, Not(HasSubstr("\"decision\":\"allow\"")));
 
   // A named program that connects by itself is still allowed.
@@ -415,8 +421,8 @@ TEST_P(Network, GatewaySandboxCountsTheProcessThatConnected) {
   EXPECT_THAT(hidden.out, HasSubstr("proxy: HTTP/1.1 403 Forbidden")) << hidden.out << hidden.err;
   EXPECT_THAT(hidden.out, HasSubstr("not for /usr/bin/osh-probe (it ")) << hidden.out;
   EXPECT_EQ(server_.connections(), 0) << "the hidden connection reached the server";
-  Result alone = os({"sandbox", "exec", "hide", "--", "wget", "-q", "-O-",
-                     "http://localhost:" + port() + "/"});
+  Result alone = os(
+      {"sandbox", "exec", "hide", "--", "wget", "-q", "-O-", "http://localhost:" + port() + "/"});
   EXPECT_EQ(alone.status, 0) << alone.err;
   EXPECT_EQ(alone.out, "hello from the test server\n");
   Result audit = os({"logs", "hide", "--source", "network"});
@@ -684,7 +690,9 @@ TEST_P(Network, EveryDecisionIsAudited) {
   make_dir(mode(), "audit-" + mode_name(mode()), 0777);
   std::string log_path = scratch() + "/audit-" + mode_name(mode()) + "/network.log";
   run(policy(local_rule()),
-      {"sh", "-c", "wget -q -O- http://localhost:" + port() + "/ >/dev/null; osh-probe proxy-connect localhost 1 status"},
+      {"sh", "-c",
+       "wget -q -O- http://localhost:" + port() +
+           "/ >/dev/null; osh-probe proxy-connect localhost 1 status"},
       {"--network-log", log_path});
   std::string lines = file_contents(log_path);
   EXPECT_THAT(lines, HasSubstr("\"decision\":\"allow\""));
@@ -695,11 +703,13 @@ TEST_P(Network, EveryDecisionIsAudited) {
 }
 
 TEST_P(Network, MalformedPoliciesAreRejectedWithLineAndField) {
-  std::string bad = policy("[network_policies.x]\nendpoints = [ { host = \"*.com\", port = 443 } ]\n");
+  std::string bad =
+      policy("[network_policies.x]\nendpoints = [ { host = \"*.com\", port = 443 } ]\n");
   Result v = openshell(mode(), {"policy", "validate", bad});
   EXPECT_EQ(v.status, 125);
   EXPECT_THAT(v.err, HasSubstr(bad + ":3: network_policies.x.endpoints[0].host"));
-  std::string noport = policy("[network_policies.x]\nendpoints = [ { host = \"a.example.com\" } ]\n");
+  std::string noport =
+      policy("[network_policies.x]\nendpoints = [ { host = \"a.example.com\" } ]\n");
   Result r = run(noport, {"true"});
   EXPECT_EQ(r.status, 125);
   EXPECT_THAT(r.err, HasSubstr("needs a port"));
@@ -903,16 +913,21 @@ TEST_P(Network, AResetTunnelLeavesTheSandboxServing) {
   Options o = env();
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
-  ASSERT_EQ(os({"sandbox", "create", "--name", "rst", "--from", rootfs(), "--policy", policy(local_rule())}).status, 0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "rst", "--from", rootfs(), "--policy",
+                policy(local_rule())})
+                .status,
+            0);
   for (int i = 0; i < 3; ++i) {
-    Result reset = os({"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost", port(), "reset"});
+    Result reset = os({"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost",
+                       port(), "reset"});
     EXPECT_THAT(reset.out, HasSubstr("reset")) << reset.err;
   }
   // The proxy has met each reset (its writes of the echoes failed) once it
   // has closed the tunnel's other end.
   for (int i = 0; i < 3000 && server_.finished() < 3; ++i) ::usleep(10000);
   EXPECT_EQ(server_.finished(), 3) << "the proxy kept a reset tunnel open";
-  Result after = os({"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost", port(), "echo"});
+  Result after = os(
+      {"sandbox", "exec", "rst", "--", "osh-probe", "proxy-connect", "localhost", port(), "echo"});
   EXPECT_EQ(after.status, 0) << after.out << after.err;
   EXPECT_THAT(os({"sandbox", "get", "rst", "-o", "json"}).out, HasSubstr("\"phase\": \"Ready\""));
 }
@@ -926,10 +941,12 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
   o.env.push_back("OPENSHELL_HOME=" + home);
   auto os = [&](const std::vector<std::string>& args) { return openshell(mode(), args, o); };
   std::string allow = policy(local_rule());
-  std::string deny = policy("[network_policies.local]\nendpoints = [ { host = \"localhost\", port = 1 } ]\n");
-  ASSERT_EQ(os({"sandbox", "create", "--name", "live", "--from", rootfs(), "--policy", allow}).status, 0);
-  const std::vector<std::string> fetch = {"sandbox", "exec", "live", "--", "wget", "-q", "-O-",
-                                          "http://localhost:" + port() + "/"};
+  std::string deny =
+      policy("[network_policies.local]\nendpoints = [ { host = \"localhost\", port = 1 } ]\n");
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "live", "--from", rootfs(), "--policy", allow}).status, 0);
+  const std::vector<std::string> fetch = {
+      "sandbox", "exec", "live", "--", "wget", "-q", "-O-", "http://localhost:" + port() + "/"};
   const std::vector<std::string> probe = {
       "sandbox", "exec", "live", "--", "osh-probe", "proxy-connect", "localhost", port(), "status"};
   Result first = os(fetch);
@@ -972,7 +989,9 @@ TEST_P(Network, LivePolicyUpdatesFlipAllowAndDeny) {
   std::vector<Result> racing(4);
   std::vector<std::thread> setters;
   for (size_t i = 0; i < racing.size(); ++i)
-    setters.emplace_back([&, i] { racing[i] = os({"policy", "set", "live", "--policy", i % 2 ? allow : deny}); });
+    setters.emplace_back([&, i] {
+      racing[i] = os({"policy", "set", "live", "--policy", i % 2 ? allow : deny});
+    });
   for (auto& t : setters) t.join();
   for (const auto& r : racing) {
     EXPECT_EQ(r.status, 0) << r.err;

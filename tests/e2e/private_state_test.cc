@@ -2,12 +2,13 @@
 // sockets: the gateway's key, launch files and database, its API socket,
 // the supervisors' sockets and $XDG_RUNTIME_DIR. And the secrets given with
 // -e never rest on disk in plain text. As root and rootless.
-#include <gmock/gmock.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <random>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 

@@ -48,32 +48,58 @@ namespace {
 
 const char* errno_name(int err) {
   switch (err) {
-    case EPERM: return "EPERM";
-    case ENOENT: return "ENOENT";
-    case ESRCH: return "ESRCH";
-    case EACCES: return "EACCES";
-    case EROFS: return "EROFS";
-    case ENOSYS: return "ENOSYS";
-    case EAGAIN: return "EAGAIN";
-    case EINVAL: return "EINVAL";
-    case ETXTBSY: return "ETXTBSY";
-    case ECONNREFUSED: return "ECONNREFUSED";
-    case ENETUNREACH: return "ENETUNREACH";
-    case EHOSTUNREACH: return "EHOSTUNREACH";
-    case ETIMEDOUT: return "ETIMEDOUT";
-    case EAFNOSUPPORT: return "EAFNOSUPPORT";
-    case ENOTTY: return "ENOTTY";
-    case EBADF: return "EBADF";
-    case ENOMEM: return "ENOMEM";
-    case EEXIST: return "EEXIST";
-    case ENOTDIR: return "ENOTDIR";
-    case EISDIR: return "EISDIR";
-    case EXDEV: return "EXDEV";
-    case EOVERFLOW: return "EOVERFLOW";
-    case EOPNOTSUPP: return "EOPNOTSUPP";
-    case ENOEXEC: return "ENOEXEC";
-    case EIO: return "EIO";
-    default: return "E?";
+    case EPERM:
+      return "EPERM";
+    case ENOENT:
+      return "ENOENT";
+    case ESRCH:
+      return "ESRCH";
+    case EACCES:
+      return "EACCES";
+    case EROFS:
+      return "EROFS";
+    case ENOSYS:
+      return "ENOSYS";
+    case EAGAIN:
+      return "EAGAIN";
+    case EINVAL:
+      return "EINVAL";
+    case ETXTBSY:
+      return "ETXTBSY";
+    case ECONNREFUSED:
+      return "ECONNREFUSED";
+    case ENETUNREACH:
+      return "ENETUNREACH";
+    case EHOSTUNREACH:
+      return "EHOSTUNREACH";
+    case ETIMEDOUT:
+      return "ETIMEDOUT";
+    case EAFNOSUPPORT:
+      return "EAFNOSUPPORT";
+    case ENOTTY:
+      return "ENOTTY";
+    case EBADF:
+      return "EBADF";
+    case ENOMEM:
+      return "ENOMEM";
+    case EEXIST:
+      return "EEXIST";
+    case ENOTDIR:
+      return "ENOTDIR";
+    case EISDIR:
+      return "EISDIR";
+    case EXDEV:
+      return "EXDEV";
+    case EOVERFLOW:
+      return "EOVERFLOW";
+    case EOPNOTSUPP:
+      return "EOPNOTSUPP";
+    case ENOEXEC:
+      return "ENOEXEC";
+    case EIO:
+      return "EIO";
+    default:
+      return "E?";
   }
 }
 
@@ -366,7 +392,8 @@ int proxy_connect(const char* host, const char* port, const std::string& mode) {
   addr.sin_port = htons(3128);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return result(-1);
-  std::string request = std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
+  std::string request =
+      std::string("CONNECT ") + host + ":" + port + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n";
   ::write(fd, request.data(), request.size());
   std::string head;
   char c;
@@ -390,7 +417,8 @@ int proxy_connect(const char* host, const char* port, const std::string& mode) {
   };
   if (mode == "upgrade") {
     std::string up = std::string("GET /chat HTTP/1.1\r\nHost: ") + host +
-                     "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+                     "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: "
+                     "dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
     ::write(fd, up.data(), up.size());
     std::string reply;
     while (reply.find("\r\n\r\n") == std::string::npos && ::read(fd, &c, 1) == 1) reply += c;
@@ -736,8 +764,8 @@ int loopback_connects(int count) {
   ::clock_gettime(CLOCK_MONOTONIC, &end);
   double total = (end.tv_sec - start.tv_sec) * 1e6 + (end.tv_nsec - start.tv_nsec) / 1e3;
   char line[128];
-  std::snprintf(line, sizeof line, "%d connects, %.1f us in connect() each, %.1f us a round",
-                count, in_connect / count, total / count);
+  std::snprintf(line, sizeof line, "%d connects, %.1f us in connect() each, %.1f us a round", count,
+                in_connect / count, total / count);
   return result(0, line);
 }
 
@@ -759,7 +787,8 @@ int unix_connect() {
   to.sin_family = AF_INET;
   to.sin_port = htons(9);
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (udp < 0 || ::connect(udp, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) return result(-1);
+  if (udp < 0 || ::connect(udp, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0)
+    return result(-1);
   return result(0, "unix and udp");
 }
 
@@ -926,7 +955,8 @@ int tty_attack() {
     termios t{};
     if (::tcgetattr(fd, &t) == 0) {
       t.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-      std::printf("/dev/tty tcsetattr %s\n", ::tcsetattr(fd, TCSANOW, &t) == 0 ? "ok" : std::strerror(errno));
+      std::printf("/dev/tty tcsetattr %s\n",
+                  ::tcsetattr(fd, TCSANOW, &t) == 0 ? "ok" : std::strerror(errno));
     }
   }
   std::fflush(stdout);
@@ -994,7 +1024,7 @@ int main(int argc, char** argv) {
   if (action == "add_key")
     return result(::syscall(SYS_add_key, "user", "osh", "x", 1, KEY_SPEC_PROCESS_KEYRING));
   if (action == "bpf") {
-    union bpf_attr attr{};
+    union bpf_attr attr {};
     attr.map_type = BPF_MAP_TYPE_ARRAY;
     attr.key_size = 4;
     attr.value_size = 4;

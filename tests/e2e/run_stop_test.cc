@@ -2,7 +2,6 @@
 // from the host (SIGSTOP, as a debugger's attach leaves it) keeps the signal
 // pending forever, so after OPENSHELL_STOP_GRACE_MS the run kills it.
 #include <dirent.h>
-#include <gmock/gmock.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +9,8 @@
 #include <chrono>
 #include <string>
 #include <thread>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 

@@ -121,8 +121,10 @@ TEST_P(Run, HelpAndVersion) {
 
 TEST_P(Run, NewNamespacesForEverything) {
   // Inside, every namespace differs from the host's.
-  Result r = sandbox(mode(), {}, {"sh", "-c", "for n in user mnt pid net uts ipc cgroup; do "
-                                              "readlink /proc/self/ns/$n; done"});
+  Result r = sandbox(mode(), {},
+                     {"sh", "-c",
+                      "for n in user mnt pid net uts ipc cgroup; do "
+                      "readlink /proc/self/ns/$n; done"});
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* ns : {"user", "mnt", "pid", "net", "uts", "ipc", "cgroup"}) {
     char host[128] = {};
@@ -133,7 +135,9 @@ TEST_P(Run, NewNamespacesForEverything) {
 }
 
 TEST_P(Run, InitIsPid1AndOnlyOurProcessesAreVisible) {
-  Result r = sandbox(mode(), {}, {"sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'"});
+  Result r = sandbox(
+      mode(), {},
+      {"sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("openshell-init __init"));
   // init, sh, ls, grep (and perhaps cat/tr finishing): never the host's hundreds.
@@ -142,7 +146,8 @@ TEST_P(Run, InitIsPid1AndOnlyOurProcessesAreVisible) {
 }
 
 TEST_P(Run, OnlyLoopbackNetwork) {
-  Result r = sandbox(mode(), {}, {"sh", "-c", "cat /proc/net/dev | tail -n +3 | cut -d: -f1; ls /sys/class/net"});
+  Result r = sandbox(
+      mode(), {}, {"sh", "-c", "cat /proc/net/dev | tail -n +3 | cut -d: -f1; ls /sys/class/net"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "    lo\nlo\n");
 }
@@ -176,8 +181,9 @@ TEST_P(Run, UserOption) {
 TEST_P(Run, EnvironmentIsCleanAndSetByOptions) {
   Options o;
   o.env = {"OSH_SECRET=hunter2", "OSH_PASS=through"};
-  Result r = sandbox(mode(), {"--env", "A=1", "-e", "B=two words", "--env", "OSH_PASS", "--env", "OSH_UNSET"},
-                     {"env"}, o);
+  Result r = sandbox(
+      mode(), {"--env", "A=1", "-e", "B=two words", "--env", "OSH_PASS", "--env", "OSH_UNSET"},
+      {"env"}, o);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("A=1\n"));
   EXPECT_THAT(r.out, HasSubstr("B=two words\n"));
@@ -196,7 +202,8 @@ TEST_P(Run, RepeatableOptionsTakeOneValueEach) {
 }
 
 TEST_P(Run, WorkdirIsCreatedAndOwnedByTheUser) {
-  Result r = sandbox(mode(), {"--workdir", "/work/deep"}, {"sh", "-c", "pwd; touch mine && echo wrote"});
+  Result r =
+      sandbox(mode(), {"--workdir", "/work/deep"}, {"sh", "-c", "pwd; touch mine && echo wrote"});
   // Rootless, the image's / belongs to an unmapped host root: no new directories there.
   if (is_rootless(mode()) && r.status != 0) {
     EXPECT_EQ(r.status, 125);
@@ -242,8 +249,10 @@ TEST_P(Run, HostRootIsReadOnlyWithPrivateTmpAndRun) {
   std::string shared = "/var/tmp/osh-e2e-writable-" + mode_name(mode());
   write_file(shared, "host\n", 0666);
   Result r = openshell(mode(), {"run", "--rootfs", "host", "--", "/bin/sh", "-c",
-                                "cat " + shared + "; ls -A /tmp | wc -l; ls -A /run | wc -l; "
-                                "echo changed > " + shared + "; test -d " + scratch() + " || echo no-scratch"});
+                                "cat " + shared +
+                                    "; ls -A /tmp | wc -l; ls -A /run | wc -l; "
+                                    "echo changed > " +
+                                    shared + "; test -d " + scratch() + " || echo no-scratch"});
   std::string after = file_contents(shared);
   ::unlink(shared.c_str());
   EXPECT_EQ(r.out, "host\n0\n0\nno-scratch\n");
@@ -267,7 +276,8 @@ TEST_P(Run, BindMounts) {
 
   // A single file.
   // A single file, over one of the image's.
-  Result file = sandbox(mode(), {"--bind", data + "/in:/etc/hostname:ro"}, {"cat", "/etc/hostname"});
+  Result file =
+      sandbox(mode(), {"--bind", data + "/in:/etc/hostname:ro"}, {"cat", "/etc/hostname"});
   EXPECT_EQ(file.out, "from host\n") << file.err;
 }
 
@@ -306,7 +316,9 @@ TEST_P(Run, BindsNeverActAsHostRoot) {
 }
 
 TEST_P(Run, MinimalDevWithoutHostDevices) {
-  Result r = sandbox(mode(), {}, {"sh", "-c", "ls /dev | sort | tr '\\n' ' '; echo x > /dev/null && echo null-ok"});
+  Result r =
+      sandbox(mode(), {},
+              {"sh", "-c", "ls /dev | sort | tr '\\n' ' '; echo x > /dev/null && echo null-ok"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out,
             "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero null-ok\n");
@@ -330,7 +342,8 @@ TEST_P(Run, ProcAndSysAreConfined) {
 }
 
 TEST_P(Run, RlimitsAndNoCoreDumps) {
-  Result r = sandbox(mode(), {"--rlimit", "nofile=64:128"}, {"sh", "-c", "ulimit -c; ulimit -n; ulimit -Hn"});
+  Result r = sandbox(mode(), {"--rlimit", "nofile=64:128"},
+                     {"sh", "-c", "ulimit -c; ulimit -n; ulimit -Hn"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "0\n64\n128\n");
 }
@@ -350,11 +363,11 @@ TEST_P(Run, ForwardsSignals) {
   Options o;
   o.signal_when = "ready";
   o.signal = SIGINT;
-  Result r = sandbox(mode(), {},
-                     // Builtins only: a child killed by the same SIGINT would make the shell's
-                     // reaction depend on timing.
-                     {"sh", "-c", "trap 'echo got-int; exit 7' INT; echo ready; while :; do :; done"},
-                     o);
+  Result r =
+      sandbox(mode(), {},
+              // Builtins only: a child killed by the same SIGINT would make the shell's
+              // reaction depend on timing.
+              {"sh", "-c", "trap 'echo got-int; exit 7' INT; echo ready; while :; do :; done"}, o);
   EXPECT_EQ(r.status, 7) << r.err;
   EXPECT_EQ(r.out, "ready\ngot-int\n");
 

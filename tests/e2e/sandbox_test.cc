@@ -7,15 +7,15 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include <gmock/gmock.h>
-
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
-#include <chrono>
 #include <random>
 #include <thread>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 
@@ -74,7 +74,9 @@ class Sandbox : public ModeTest {
     }
     return false;
   }
-  std::string sandbox_dir(const std::string& name) { return home_ + "/sandboxes/" + field(name, "id"); }
+  std::string sandbox_dir(const std::string& name) {
+    return home_ + "/sandboxes/" + field(name, "id");
+  }
 
   std::string home_;
 };
@@ -97,7 +99,8 @@ TEST_P(Sandbox, CreateShowsOutputAndReturnsStatus) {
 // The field report (OpenShell #4505): a sandbox whose main process exited
 // could not be started again. Here: five times in a row.
 TEST_P(Sandbox, FieldReportStartAfterCompletedFiveTimes) {
-  Result r = os({"sandbox", "create", "--name", "repro1", "--from", rootfs(), "--", "echo", "done"});
+  Result r =
+      os({"sandbox", "create", "--name", "repro1", "--from", rootfs(), "--", "echo", "done"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "done\n");
   EXPECT_EQ(phase("repro1"), "Completed");
@@ -113,7 +116,8 @@ TEST_P(Sandbox, FieldReportStartAfterCompletedFiveTimes) {
 }
 
 TEST_P(Sandbox, StartAfterExit130) {
-  Result r = os({"sandbox", "create", "--name", "ctrlc", "--from", rootfs(), "--", "sh", "-c", "exit 130"});
+  Result r = os(
+      {"sandbox", "create", "--name", "ctrlc", "--from", rootfs(), "--", "sh", "-c", "exit 130"});
   EXPECT_EQ(r.status, 130);
   EXPECT_EQ(phase("ctrlc"), "Error");
   EXPECT_EQ(field("ctrlc", "exit_code"), "130");
@@ -153,24 +157,30 @@ TEST_P(Sandbox, IdleSandboxExecStopStartKeepsWorkspace) {
 }
 
 TEST_P(Sandbox, ExecPassesStdinStatusEnvAndTty) {
-  ASSERT_EQ(os({"sandbox", "create", "--name", "ex", "--from", rootfs(), "-e", "FROM_CREATE=1"}).status, 0);
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "ex", "--from", rootfs(), "-e", "FROM_CREATE=1"}).status,
+      0);
   Options in;
   in.stdin_data = "a\nb\nc\n";
   Result r = os({"sandbox", "exec", "ex", "--", "wc", "-l"}, in);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("3"));
   EXPECT_EQ(os({"sandbox", "exec", "ex", "--", "sh", "-c", "exit 7"}).status, 7);
-  Result with_n = os({"sandbox", "exec", "-n", "ex", "--", "sh", "-c", "echo as-openshell-has-it; exit 8"});
+  Result with_n =
+      os({"sandbox", "exec", "-n", "ex", "--", "sh", "-c", "echo as-openshell-has-it; exit 8"});
   EXPECT_EQ(with_n.status, 8) << with_n.err;
   EXPECT_EQ(with_n.out, "as-openshell-has-it\n");
-  Result e = os({"sandbox", "exec", "ex", "-e", "X=y", "-w", "/tmp", "--", "sh", "-c", "echo $X $FROM_CREATE; pwd; echo oops >&2"});
+  Result e = os({"sandbox", "exec", "ex", "-e", "X=y", "-w", "/tmp", "--", "sh", "-c",
+                 "echo $X $FROM_CREATE; pwd; echo oops >&2"});
   EXPECT_EQ(e.out, "y 1\n/tmp\n");
   EXPECT_EQ(e.err, "oops\n");
   EXPECT_EQ(os({"sandbox", "exec", "ex", "--", "no-such-command"}).status, 127);
   // The supervisor ignores SIGPIPE; what runs in the sandbox does not.
-  for (const auto& command : {std::vector<std::string>{"sandbox", "exec", "ex", "--", "grep", "SigIgn", "/proc/self/status"},
-                              std::vector<std::string>{"sandbox", "create", "--no-keep", "--from", rootfs(), "--",
-                                                       "grep", "SigIgn", "/proc/self/status"}}) {
+  for (const auto& command :
+       {std::vector<std::string>{"sandbox", "exec", "ex", "--", "grep", "SigIgn",
+                                 "/proc/self/status"},
+        std::vector<std::string>{"sandbox", "create", "--no-keep", "--from", rootfs(), "--", "grep",
+                                 "SigIgn", "/proc/self/status"}}) {
     Result ign = os(command);
     ASSERT_EQ(ign.out.rfind("SigIgn:\t", 0), 0u) << ign.out << ign.err;
     EXPECT_EQ(std::stoull(ign.out.substr(8), nullptr, 16) & (1ull << (SIGPIPE - 1)), 0u) << ign.out;
@@ -188,7 +198,8 @@ TEST_P(Sandbox, ExecPassesStdinStatusEnvAndTty) {
     Options sig;
     sig.signal_when = "ready";
     sig.signal = SIGINT;
-    Result s = os({"sandbox", "exec", "ex", "--", "sh", "-c", "trap 'echo got-int; exit 7' INT; echo ready; while :; do :; done"},
+    Result s = os({"sandbox", "exec", "ex", "--", "sh", "-c",
+                   "trap 'echo got-int; exit 7' INT; echo ready; while :; do :; done"},
                   sig);
     EXPECT_EQ(s.status, 7) << s.err;
     EXPECT_EQ(s.out, "ready\ngot-int\n");
@@ -202,7 +213,9 @@ TEST_P(Sandbox, WithoutANameTheLastSandboxNamed) {
   EXPECT_EQ(none.status, 125);
   EXPECT_THAT(none.err, HasSubstr("no sandbox named, and none used before"));
   ASSERT_EQ(os({"sandbox", "create", "--name", "first", "--from", rootfs(), "-d", "--", "sh", "-c",
-                "echo from-first; sleep 600"}).status, 0);
+                "echo from-first; sleep 600"})
+                .status,
+            0);
   ASSERT_EQ(os({"sandbox", "create", "--name", "second", "--from", rootfs()}).status, 0);
   EXPECT_THAT(os({"sandbox", "get"}).out, HasSubstr("Name:         second\n"));
   ASSERT_EQ(os({"sandbox", "exec", "first", "--", "true"}).status, 0);
@@ -228,7 +241,8 @@ TEST_P(Sandbox, UploadAndDownloadFilesAndDirectories) {
   Result up = os({"sandbox", "upload", "files", src});
   ASSERT_EQ(up.status, 0) << up.err;
   Result seen = os({"sandbox", "exec", "files", "--", "sh", "-c",
-                    "cd /sandbox/up-" + m + " && cat a.txt link .wh.plain sub/" + long_name + " && stat -c %U a.txt"});
+                    "cd /sandbox/up-" + m + " && cat a.txt link .wh.plain sub/" + long_name +
+                        " && stat -c %U a.txt"});
   EXPECT_EQ(seen.out, "hello\nhello\nnot a whiteout\nlong\nsandbox\n") << seen.err;
   // A single file, into another directory the policy lets it write.
   EXPECT_EQ(os({"sandbox", "upload", "files", src + "/a.txt", "/tmp"}).status, 0);
@@ -277,15 +291,16 @@ TEST_P(Sandbox, UploadAndDownloadFilesAndDirectories) {
 // FIFO or a symbolic link that leads out of what was downloaded.
 TEST_P(Sandbox, DownloadedFilesAreUntrusted) {
   ASSERT_EQ(os({"sandbox", "create", "--name", "hostile", "--from", rootfs()}).status, 0);
-  Result made = os({"sandbox", "exec", "hostile", "--", "sh", "-c",
-                    "set -e; cd /sandbox; mkdir modes; cd modes;"
-                    "for f in suid sgid open capped; do echo x > $f; done;"
-                    "chmod 4755 suid; chmod 2755 sgid; chmod 0666 open; chmod 0755 capped;"
-                    "mkdir sticky world; chmod 1777 sticky; chmod 0777 world;"
-                    "osh-probe setcap capped || true; osh-probe setxattr capped user.note hi || true;"
-                    "stat -c '%a %n' suid sgid sticky world;"
-                    "cd /sandbox; mkdir fifo link up; mkfifo fifo/f; ln -s /etc/passwd link/pw;"
-                    "ln -s ../.. up/out; ln -s /etc top; ln -s modes toprel"});
+  Result made =
+      os({"sandbox", "exec", "hostile", "--", "sh", "-c",
+          "set -e; cd /sandbox; mkdir modes; cd modes;"
+          "for f in suid sgid open capped; do echo x > $f; done;"
+          "chmod 4755 suid; chmod 2755 sgid; chmod 0666 open; chmod 0755 capped;"
+          "mkdir sticky world; chmod 1777 sticky; chmod 0777 world;"
+          "osh-probe setcap capped || true; osh-probe setxattr capped user.note hi || true;"
+          "stat -c '%a %n' suid sgid sticky world;"
+          "cd /sandbox; mkdir fifo link up; mkfifo fifo/f; ln -s /etc/passwd link/pw;"
+          "ln -s ../.. up/out; ln -s /etc top; ln -s modes toprel"});
   ASSERT_EQ(made.status, 0) << made.err;
   EXPECT_THAT(made.out, HasSubstr("4755 suid\n2755 sgid\n1777 sticky\n777 world\n"));
 
@@ -296,7 +311,7 @@ TEST_P(Sandbox, DownloadedFilesAreUntrusted) {
   ASSERT_EQ(down.status, 0) << down.err;
   const std::string got = out + "/modes";
   const std::vector<std::pair<std::string, mode_t>> expected = {
-      {"", 0750}, {"/suid", 0750}, {"/sgid", 0750}, {"/open", 0640},
+      {"", 0750},        {"/suid", 0750},   {"/sgid", 0750}, {"/open", 0640},
       {"/capped", 0750}, {"/sticky", 0750}, {"/world", 0750}};
   for (const auto& [name, want] : expected) {
     struct stat st {};
@@ -313,7 +328,8 @@ TEST_P(Sandbox, DownloadedFilesAreUntrusted) {
       {"/sandbox/fifo", "entry 'fifo/f': FIFO (not allowed in files from a sandbox)"},
       {"/sandbox/link", "entry 'link/pw': symbolic link to an absolute path ('/etc/passwd')"},
       {"/sandbox/up", "entry 'up/out': symbolic link out of the download ('../..')"},
-      {"/sandbox/top", "entry 'top': a top-level symbolic link (only a file or a directory can be downloaded)"},
+      {"/sandbox/top",
+       "entry 'top': a top-level symbolic link (only a file or a directory can be downloaded)"},
       {"/sandbox/toprel", "entry 'toprel': a top-level symbolic link"},
   };
   for (const auto& [remote, message] : refused) {
@@ -361,11 +377,12 @@ TEST_P(Sandbox, ADownloadLargerThanTheFreeSpaceIsRefused) {
 
 TEST_P(Sandbox, ADownloadFromAForgedTarCarriesNoCapabilities) {
   const std::string root = scratch() + "/forged-tar-root-" + mode_name(mode());
-  ASSERT_EQ(std::system(("rm -rf '" + root + "' && cp -a '" + rootfs() + "' '" + root + "' && rm -f '" + root +
-                         "/bin/tar' && printf '#!/bin/sh\\nexec osh-probe forge-tar x\\n' > '" + root +
-                         "/bin/tar' && chmod 0755 '" + root + "/bin/tar'")
-                            .c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(("rm -rf '" + root + "' && cp -a '" + rootfs() + "' '" + root + "' && rm -f '" +
+                   root + "/bin/tar' && printf '#!/bin/sh\\nexec osh-probe forge-tar x\\n' > '" +
+                   root + "/bin/tar' && chmod 0755 '" + root + "/bin/tar'")
+                      .c_str()),
+      0);
   ASSERT_EQ(os({"sandbox", "create", "--name", "forger", "--from", root}).status, 0);
   const std::string out = make_dir(mode(), "forged-" + mode_name(mode()), 0700);
   const mode_t saved = ::umask(022);
@@ -403,12 +420,19 @@ TEST_P(Sandbox, LogsTailAndFollow) {
   EXPECT_EQ(f.status, 0) << f.err;
   EXPECT_EQ(f.out, "line1\nline2\nline3\nline4\nline5\nlast\n");
   EXPECT_EQ(os({"logs", "lg", "-n", "2"}).out, "line5\nlast\n");
-  EXPECT_THAT(os({"logs", "lg", "-n", "1", "--timestamps"}).out, testing::MatchesRegex("[0-9-]+T[0-9:.]+Z last\n"));
+  EXPECT_THAT(os({"logs", "lg", "-n", "1", "--timestamps"}).out,
+              testing::MatchesRegex("[0-9-]+T[0-9:.]+Z last\n"));
 }
 
 TEST_P(Sandbox, ListGetJsonAndLabels) {
-  ASSERT_EQ(os({"sandbox", "create", "--name", "a1", "--from", rootfs(), "--label", "team=x", "--", "true"}).status, 0);
-  ASSERT_EQ(os({"sandbox", "create", "--name", "b2", "--from", rootfs(), "--label", "team=y", "--", "true"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "a1", "--from", rootfs(), "--label", "team=x", "--",
+                "true"})
+                .status,
+            0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "b2", "--from", rootfs(), "--label", "team=y", "--",
+                "true"})
+                .status,
+            0);
   Result table = os({"sandbox", "list"});
   EXPECT_THAT(table.out, StartsWith("NAME"));
   EXPECT_THAT(table.out, HasSubstr("a1"));
@@ -426,7 +450,8 @@ TEST_P(Sandbox, ListGetJsonAndLabels) {
 }
 
 TEST_P(Sandbox, NoKeepDeletesAfterExit) {
-  Result r = os({"sandbox", "create", "--name", "gone", "--no-keep", "--from", rootfs(), "--", "echo", "bye"});
+  Result r = os({"sandbox", "create", "--name", "gone", "--no-keep", "--from", rootfs(), "--",
+                 "echo", "bye"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "bye\n");
   for (int i = 0; i < 1500 && os({"sandbox", "get", "gone"}).status == 0; ++i) ::usleep(20000);
@@ -435,7 +460,8 @@ TEST_P(Sandbox, NoKeepDeletesAfterExit) {
 
 TEST_P(Sandbox, BadInputGetsOneClearLine) {
   ASSERT_EQ(os({"sandbox", "create", "--name", "busy", "--from", rootfs()}).status, 0);
-  ASSERT_EQ(os({"sandbox", "create", "--name", "done", "--from", rootfs(), "--", "true"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "done", "--from", rootfs(), "--", "true"}).status,
+            0);
   struct Case {
     std::vector<std::string> args;
     std::string says;
@@ -460,13 +486,16 @@ TEST_P(Sandbox, BadInputGetsOneClearLine) {
   for (const auto& c : cases) {
     Result r = os(c.args);
     EXPECT_NE(r.status, 0) << testing::PrintToString(c.args);
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << testing::PrintToString(c.args) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1)
+        << testing::PrintToString(c.args) << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.says)) << testing::PrintToString(c.args);
   }
   // A spec that cannot run says why, on create and in the sandbox's conditions.
-  std::string bad_policy = write_file(home_ + "/nouser.toml", "version = 1\n[process]\nrun_as_user = \"nosuchuser\"\n");
+  std::string bad_policy =
+      write_file(home_ + "/nouser.toml", "version = 1\n[process]\nrun_as_user = \"nosuchuser\"\n");
   ::chown(bad_policy.c_str(), uid_of(mode()), gid_of(mode()));
-  Result nouser = os({"sandbox", "create", "--name", "nouser", "--policy", bad_policy, "--from", rootfs(), "--", "true"});
+  Result nouser = os({"sandbox", "create", "--name", "nouser", "--policy", bad_policy, "--from",
+                      rootfs(), "--", "true"});
   EXPECT_EQ(nouser.status, 125);
   EXPECT_THAT(nouser.err, HasSubstr("failed to start"));
   EXPECT_THAT(nouser.err, HasSubstr("no such user"));
@@ -499,7 +528,8 @@ TEST_P(Sandbox, GatewayThatWillNotStartSaysWhy) {
 }
 
 TEST_P(Sandbox, FullDiskLosesNothing) {
-  if (mode() != Mode::kRoot) GTEST_SKIP() << "needs root to mount a small file system for the state";
+  if (mode() != Mode::kRoot)
+    GTEST_SKIP() << "needs root to mount a small file system for the state";
   // The state directory on a 2 MiB tmpfs that fills up.
   std::string mounted = home_ + "-small";
   ::mkdir(mounted.c_str(), 0700);
@@ -519,7 +549,9 @@ TEST_P(Sandbox, FullDiskLosesNothing) {
       ::rmdir(mounted.c_str());
     }
   } restore{mode(), &home_, saved_home, mounted};
-  ASSERT_EQ(os({"sandbox", "create", "--name", "before", "--from", rootfs(), "--", "echo", "hi"}).status, 0);
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "before", "--from", rootfs(), "--", "echo", "hi"}).status,
+      0);
   // Fill the disk.
   ::system(("dd if=/dev/zero of=" + mounted + "/filler bs=64k >/dev/null 2>&1").c_str());
   Result full = os({"sandbox", "create", "--name", "after", "--from", rootfs(), "--", "true"});
@@ -561,7 +593,8 @@ TEST_P(Sandbox, OlderGenerationIsSuperseded) {
 
 TEST_P(Sandbox, GatewayRestartKeepsSandboxesRunning) {
   ASSERT_EQ(os({"sandbox", "create", "--name", "keep", "--from", rootfs()}).status, 0);
-  ASSERT_EQ(os({"sandbox", "exec", "keep", "--", "sh", "-c", "echo before > /sandbox/f"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "exec", "keep", "--", "sh", "-c", "echo before > /sandbox/f"}).status,
+            0);
   EXPECT_EQ(os({"gateway", "stop"}).status, 0);
   EXPECT_NE(os({"gateway", "status"}).status, 0);
   // The next command starts a new gateway; the sandbox is still Ready.
@@ -613,8 +646,14 @@ TEST_P(Sandbox, TamperedLaunchFileFailsOnlyThatSandbox) {
 }
 
 TEST_P(Sandbox, DeleteLeavesNothing) {
-  ASSERT_EQ(os({"sandbox", "create", "--name", "del", "--from", rootfs(), "--memory", "64M", "--pids", "50"}).status, 0);
-  ASSERT_EQ(os({"sandbox", "exec", "del", "--", "sh", "-c", "mkdir -p /sandbox/a/b && echo x > /sandbox/a/b/c"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "del", "--from", rootfs(), "--memory", "64M",
+                "--pids", "50"})
+                .status,
+            0);
+  ASSERT_EQ(os({"sandbox", "exec", "del", "--", "sh", "-c",
+                "mkdir -p /sandbox/a/b && echo x > /sandbox/a/b/c"})
+                .status,
+            0);
   std::string dir = sandbox_dir("del");
   EXPECT_EQ(::access(dir.c_str(), F_OK), 0);
   Result r = os({"sandbox", "delete", "del"});
@@ -646,13 +685,16 @@ TEST_P(Sandbox, FiftyConcurrentCreatesAndDeletes) {
     for (auto& t : threads) t.join();
   };
   run_all([&](int i) {
-    return std::vector<std::string>{"sandbox", "create", "--name", "c" + std::to_string(i), "--from", rootfs(), "--", "true"};
+    return std::vector<std::string>{"sandbox", "create", "--name", "c" + std::to_string(i),
+                                    "--from",  rootfs(), "--",     "true"};
   });
   EXPECT_EQ(failures.load(), 0) << failure;
   Result list = os({"sandbox", "list"});
   EXPECT_EQ(std::count(list.out.begin(), list.out.end(), '\n'), kCount + 1);
   failures = 0;
-  run_all([&](int i) { return std::vector<std::string>{"sandbox", "delete", "c" + std::to_string(i)}; });
+  run_all([&](int i) {
+    return std::vector<std::string>{"sandbox", "delete", "c" + std::to_string(i)};
+  });
   EXPECT_EQ(failures.load(), 0) << failure;
   EXPECT_EQ(os({"sandbox", "list"}).out, "NAME   PHASE   GEN   EXIT   AGE   FROM   COMMAND\n");
 }
@@ -688,7 +730,9 @@ TEST_P(Sandbox, KillNineChaos) {
     Result get = os({"sandbox", "get", name, "-o", "json"});
     if (get.status == 0) {
       std::string p = phase(name);
-      for (int i = 0; i < 300 && (p == "Provisioning" || p == "Starting" || p == "Stopping" || p == "Deleting"); ++i) {
+      for (int i = 0; i < 300 && (p == "Provisioning" || p == "Starting" || p == "Stopping" ||
+                                  p == "Deleting");
+           ++i) {
         ::usleep(20000);
         p = phase(name);
       }

@@ -1,8 +1,9 @@
 // The caller's terminal without --tty: the sandbox gets pipes that openshell
 // relays, never the terminal itself, so it cannot change the caller's
 // terminal settings or make it its controlling terminal.
-#include <gmock/gmock.h>
 #include <unistd.h>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 

@@ -5,7 +5,6 @@
 // exec sockets, and a client that sends half a request is cut off while
 // others are served.
 #include <fcntl.h>
-#include <gmock/gmock.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +17,8 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+
+#include <gmock/gmock.h>
 
 #include "harness.h"
 

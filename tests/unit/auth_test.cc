@@ -1,15 +1,5 @@
-#include "auth/launch.h"
-
-// clang-format off
-#include <utility>  // before nlohmann-json with GCC 12 in C++20
-// clang-format on
-
 #include <dirent.h>
 #include <fcntl.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -21,13 +11,20 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+
+#include "auth/launch.h"
 #include "base/error.h"
 #include "test_util.h"
 

@@ -1,10 +1,11 @@
 #include "runtime/caps.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <linux/capability.h>
 
 #include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "base/files.h"

@@ -1,5 +1,4 @@
 #include <arpa/inet.h>
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -12,6 +11,8 @@
 #include <cstring>
 #include <optional>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "base/unique_fd.h"
 #include "egress/connect_watch.h"

@@ -1,20 +1,9 @@
-#include "egress/dns.h"
-
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <array>
-#include <boost/asio/ip/udp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -23,17 +12,24 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <boost/asio/ip/udp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/unique_fd.h"
+#include "egress/dns.h"
 #include "egress/proxy.h"
 #include "policy/policy.h"
 #include "test_util.h"
@@ -707,7 +703,8 @@ TEST_F(ResolverTest, NxDomainIsNoSuchHost) {
   config.timeout_ms = kLongTimeoutMs;
   Resolver resolver(io_, config);
   Outcome out = resolve_and_wait(io_, resolver, "nope.example");
-  EXPECT_EQ(out.error, "nope.example: no such host") << "NXDOMAIN is final: no waiting for a timeout";
+  EXPECT_EQ(out.error, "nope.example: no such host")
+      << "NXDOMAIN is final: no waiting for a timeout";
   EXPECT_THAT(out.addresses, IsEmpty());
   EXPECT_EQ(server.queries.size(), 2u);
 }

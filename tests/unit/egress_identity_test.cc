@@ -1,23 +1,23 @@
-#include "egress/identity.h"
-
 #include <arpa/inet.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include "base/unique_fd.h"
+#include "egress/identity.h"
 
 namespace openshell::egress {
 namespace {
@@ -84,7 +84,8 @@ std::string error_reply(uint32_t sequence, int error) {
 }
 
 TEST(SockDiagRequest, AsksForTheExactTcpSocketWithoutADump) {
-  Request r = decode_request(sock_diag::exact_request(end("127.0.0.1", 41000), end("127.0.0.1", 3128), 7));
+  Request r =
+      decode_request(sock_diag::exact_request(end("127.0.0.1", 41000), end("127.0.0.1", 3128), 7));
   EXPECT_EQ(r.header.nlmsg_len, sizeof r);
   EXPECT_EQ(r.header.nlmsg_type, SOCK_DIAG_BY_FAMILY);
   EXPECT_EQ(r.header.nlmsg_flags, NLM_F_REQUEST);  // NLM_F_DUMP would walk every socket
@@ -140,7 +141,8 @@ TEST(SockDiagReply, ADualStackSocketMatchesItsIpv4Ends) {
 
 TEST(SockDiagReply, AnAnswerForAnotherSocketIsNotThatSocket) {
   auto client = end("127.0.0.1", 41000), proxy = end("127.0.0.1", 3128);
-  for (auto [sport, dport] : {std::pair<uint16_t, uint16_t>{41001, 3128}, {41000, 3129}, {3128, 41000}}) {
+  for (auto [sport, dport] :
+       {std::pair<uint16_t, uint16_t>{41001, 3128}, {41000, 3129}, {3128, 41000}}) {
     auto reply = sock_diag::parse_reply(found_v4(1, sport, dport, 5), 1, client, proxy);
     EXPECT_EQ(reply.kind, Kind::kOther) << sport << " " << dport;
     EXPECT_EQ(reply.inode, 0u);
@@ -162,7 +164,8 @@ TEST(SockDiagReply, ErrorsCarryTheErrno) {
 
 TEST(SockDiagReply, AnotherRequestsAnswerIsStale) {
   auto client = end("127.0.0.1", 41000), proxy = end("127.0.0.1", 3128);
-  EXPECT_EQ(sock_diag::parse_reply(found_v4(8, 41000, 3128, 5), 9, client, proxy).kind, Kind::kStale);
+  EXPECT_EQ(sock_diag::parse_reply(found_v4(8, 41000, 3128, 5), 9, client, proxy).kind,
+            Kind::kStale);
   EXPECT_EQ(sock_diag::parse_reply(error_reply(8, -ENOENT), 9, client, proxy).kind, Kind::kStale);
 }
 
@@ -192,7 +195,9 @@ TEST(SockDiagReply, TruncatedOrForeignMessagesAreMalformed) {
 
 // The kernel's side, on loopback in this process's own network namespace.
 
-UniqueFd diag_socket() { return UniqueFd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)); }
+UniqueFd diag_socket() {
+  return UniqueFd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+}
 
 struct Loopback {
   UniqueFd listener, client, accepted;
@@ -224,13 +229,14 @@ sock_diag::Reply ask(int fd, const TcpEnd& local, const TcpEnd& remote, uint32_t
   std::string request = sock_diag::exact_request(local, remote, sequence);
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  EXPECT_EQ(::sendto(fd, request.data(), request.size(), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel),
+  EXPECT_EQ(::sendto(fd, request.data(), request.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
+                     sizeof kernel),
             static_cast<ssize_t>(request.size()));
   alignas(nlmsghdr) char buffer[8192];
   ssize_t n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);  // answered within sendto()
   EXPECT_GT(n, 0) << std::strerror(errno);
-  return sock_diag::parse_reply(std::string_view(buffer, n > 0 ? static_cast<size_t>(n) : 0), sequence,
-                                local, remote);
+  return sock_diag::parse_reply(std::string_view(buffer, n > 0 ? static_cast<size_t>(n) : 0),
+                                sequence, local, remote);
 }
 
 // A sock_diag socket that answers for TCP sockets, or none (the tests that
@@ -252,7 +258,7 @@ UniqueFd working_diag_socket(std::string* why) {
 }
 
 uint64_t inode_of(int fd) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::fstat(fd, &st), 0);
   return st.st_ino;
 }
@@ -335,7 +341,8 @@ TEST(CallerFinder, WithoutSockDiagFallsBackToProcWithOneWarning) {
   EXPECT_EQ(first.pid, ::getpid());
   EXPECT_EQ(second.pid, ::getpid());
   EXPECT_THAT(warnings, HasSubstr("/net/tcp instead"));
-  EXPECT_EQ(warnings.find("warning"), warnings.rfind("warning")) << "warned more than once:\n" << warnings;
+  EXPECT_EQ(warnings.find("warning"), warnings.rfind("warning")) << "warned more than once:\n"
+                                                                 << warnings;
   EXPECT_FALSE(finder.uses_sock_diag());
 }
 
@@ -408,7 +415,8 @@ TEST(CallerFinder, EveryHolderOfTheSocketIsFoundWithinTheBudget) {
 
 TEST(Credit, PreloadingEnvironmentsAreNamed) {
   using namespace std::string_literals;
-  EXPECT_EQ(credit::environment_problem("PATH=/bin\0LD_PRELOAD=/tmp/x.so\0"s), "LD_PRELOAD in its environment");
+  EXPECT_EQ(credit::environment_problem("PATH=/bin\0LD_PRELOAD=/tmp/x.so\0"s),
+            "LD_PRELOAD in its environment");
   EXPECT_EQ(credit::environment_problem("LD_AUDIT=/tmp/a.so"s), "LD_AUDIT in its environment");
   EXPECT_EQ(credit::environment_problem("LD_PRELOAD=\0HOME=/x\0"s), "");
   EXPECT_EQ(credit::environment_problem("XLD_PRELOAD=/x\0MY_LD_AUDIT=1\0"s), "");
@@ -426,8 +434,8 @@ TEST(Credit, ExecutableFileMappingsAreListed) {
       "7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]\n"
       "7f0000080000-7f0000090000 r-xp 00000000 08:01 321 /tmp/my lib.so\n";
   EXPECT_THAT(credit::executable_files(maps),
-              ::testing::ElementsAre("/usr/bin/curl", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/memfd:x (deleted)",
-                                     "/tmp/my lib.so"));
+              ::testing::ElementsAre("/usr/bin/curl", "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                                     "/memfd:x (deleted)", "/tmp/my lib.so"));
 }
 
 TEST(Credit, LibrariesComeFromLibraryDirectoriesOnly) {
@@ -436,8 +444,8 @@ TEST(Credit, LibrariesComeFromLibraryDirectoriesOnly) {
                            "/usr/lib64/libz.so.1"})
     EXPECT_TRUE(credit::library_path_allowed(path, "/usr/bin/curl")) << path;
   for (const char* path : {"/tmp/evil.so", "/sandbox/lib/x.so", "/usr/lib", "/usr/libexec/x.so",
-                           "/usr/lib/../../tmp/x.so", "/usr/lib/x.so (deleted)", "/memfd:x (deleted)", "",
-                           "lib/x.so", "/opt/app/lib/libapp.so"})
+                           "/usr/lib/../../tmp/x.so", "/usr/lib/x.so (deleted)",
+                           "/memfd:x (deleted)", "", "lib/x.so", "/opt/app/lib/libapp.so"})
     EXPECT_FALSE(credit::library_path_allowed(path, "/usr/bin/curl")) << path;
   // An executable's own prefix: /opt/app/bin/app has /opt/app/lib.
   EXPECT_TRUE(credit::library_path_allowed("/opt/app/lib/libapp.so", "/opt/app/bin/app"));

@@ -1,29 +1,25 @@
 // The egress proxy on a loopback listener of this process: its limit on
 // open connections, and live updates that close what they refuse.
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
-#include "egress/proxy.h"
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include <boost/asio.hpp>
 #include <chrono>
 #include <future>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include <boost/asio.hpp>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include "base/unique_fd.h"
+#include "egress/proxy.h"
 #include "policy/policy.h"
 
 namespace openshell::egress {
@@ -138,7 +134,8 @@ TEST(ProxyLimits, ConnectionsBeyondTheLimitGet503AndAnAuditLine) {
   std::string reply = read_for(extra.get(), 30000);
   EXPECT_THAT(reply, HasSubstr("HTTP/1.1 503 Service Unavailable\r\n"));
   EXPECT_THAT(reply, HasSubstr("too many connections to the proxy (the limit is 3)"));
-  EXPECT_THAT(h.audit(), HasSubstr("\"reason\":\"too many connections to the proxy (the limit is 3)\""));
+  EXPECT_THAT(h.audit(),
+              HasSubstr("\"reason\":\"too many connections to the proxy (the limit is 3)\""));
   // The held ones are waiting for their request, not refused.
   for (auto& fd : held) EXPECT_EQ(read_for(fd.get(), 50), "");
   // Once one closes, a new one is served again.
@@ -163,7 +160,8 @@ TEST(ProxyLimits, AnOverlongRequestHeadGets431) {
   UniqueFd client = connect_to(h.port());
   std::string head = "CONNECT 127.0.0.1:1 HTTP/1.1\r\nX: " + std::string(20000, 'a');
   (void)!::write(client.get(), head.data(), head.size());
-  EXPECT_THAT(read_for(client.get(), 2000), HasSubstr("HTTP/1.1 431 Request Header Fields Too Large"));
+  EXPECT_THAT(read_for(client.get(), 2000),
+              HasSubstr("HTTP/1.1 431 Request Header Fields Too Large"));
 }
 
 TEST(ProxyLimits, AHeadOfExactly16KiBIsReadAndOneByteMoreGets431) {
@@ -181,7 +179,8 @@ TEST(ProxyLimits, AHeadOfExactly16KiBIsReadAndOneByteMoreGets431) {
   UniqueFd over = connect_to(h.port());
   const std::string longer = start + std::string(16 * 1024 - start.size() - 3, 'a') + "\r\n\r\n";
   ASSERT_EQ(::write(over.get(), longer.data(), longer.size()), static_cast<ssize_t>(longer.size()));
-  EXPECT_THAT(read_for(over.get(), 5000), HasSubstr("HTTP/1.1 431 Request Header Fields Too Large"));
+  EXPECT_THAT(read_for(over.get(), 5000),
+              HasSubstr("HTTP/1.1 431 Request Header Fields Too Large"));
 }
 
 TEST(ProxyLimits, AClientThatNeverFinishesItsHeadIsClosedAfterTheHeadTimeout) {
@@ -189,7 +188,8 @@ TEST(ProxyLimits, AClientThatNeverFinishesItsHeadIsClosedAfterTheHeadTimeout) {
   auto before = std::chrono::steady_clock::now();
   UniqueFd client = connect_to(h.port());
   const std::string partial = "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1";
-  ASSERT_EQ(::write(client.get(), partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
+  ASSERT_EQ(::write(client.get(), partial.data(), partial.size()),
+            static_cast<ssize_t>(partial.size()));
   bool eof = false;
   std::string reply = read_for(client.get(), 20000, &eof);
   EXPECT_TRUE(eof) << "still open 20 s after a 300 ms head timeout";
@@ -209,7 +209,8 @@ TEST(ProxyLiveUpdate, ANewPolicyClosesTheTunnelsItRefuses) {
   ProxyHarness h(8);
   auto both = std::make_shared<NetworkRules>(NetworkRules::compile(policy::parse(
       "version = 1\n[network_policies.local]\nendpoints = [ { host = \"127.0.0.1\", port = " +
-          std::to_string(port_a) + ", allowed_ips = [\"127.0.0.1/32\"] }, { host = \"127.0.0.1\", port = " +
+          std::to_string(port_a) +
+          ", allowed_ips = [\"127.0.0.1/32\"] }, { host = \"127.0.0.1\", port = " +
           std::to_string(port_b) + ", allowed_ips = [\"127.0.0.1/32\"] } ]\n",
       "test.toml")));
   h.on_thread([&] { h.proxy().set_rules(both, 1); });
@@ -234,7 +235,8 @@ TEST(ProxyLiveUpdate, ANewPolicyClosesTheTunnelsItRefuses) {
   EXPECT_EQ(::read(upstream_b.get(), buf, sizeof buf), 4);
   std::string audit = h.audit();
   EXPECT_THAT(audit, HasSubstr("\"decision\":\"closed\""));
-  EXPECT_THAT(audit, HasSubstr("\"reason\":\"policy revision 2: no rule allows 127.0.0.1:" + std::to_string(port_a)));
+  EXPECT_THAT(audit, HasSubstr("\"reason\":\"policy revision 2: no rule allows 127.0.0.1:" +
+                               std::to_string(port_a)));
   EXPECT_EQ(audit.find("\"decision\":\"closed\""), audit.rfind("\"decision\":\"closed\"")) << audit;
 }
 

@@ -1,9 +1,9 @@
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <map>
 #include <string>
 #include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "egress/proxy.h"
@@ -468,14 +468,16 @@ TEST(RulesCheck, NamesBinariesOnlyWhenSomeRuleDoes) {
 endpoints = [ { host = "a.example.com", port = 443 } ]
 [network_policies.b]
 endpoints = [ { host = "b.example.com", port = 443 } ]
-)").names_binaries());
+)")
+                   .names_binaries());
   EXPECT_TRUE(rules_from(R"(
 [network_policies.a]
 endpoints = [ { host = "a.example.com", port = 443 } ]
 [network_policies.b]
 endpoints = [ { host = "b.example.com", port = 443 } ]
 binaries = [ { path = "/usr/bin/curl" } ]
-)").names_binaries());
+)")
+                  .names_binaries());
 }
 
 TEST(RulesCheck, SymlinksResolvedThroughTheResolver) {

@@ -1,9 +1,9 @@
 #include "base/event_loop.h"
 
-#include <gtest/gtest.h>
+#include <stdexcept>
 
 #include <boost/asio/post.hpp>
-#include <stdexcept>
+#include <gtest/gtest.h>
 
 namespace openshell {
 namespace {

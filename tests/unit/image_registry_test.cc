@@ -1,14 +1,3 @@
-#include "image/registry.h"
-
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509v3.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -23,10 +12,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
 
 #include "../fake_http_server.h"
 #include "image/digest.h"
+#include "image/registry.h"
 #include "test_util.h"
 
 namespace openshell::image {

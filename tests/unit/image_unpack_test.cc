@@ -1,9 +1,5 @@
-#include <archive.h>
-#include <archive_entry.h>
 #include <fcntl.h>
-#include <gmock/gmock.h>
 #include <grp.h>
-#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -24,6 +20,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "base/unique_fd.h"

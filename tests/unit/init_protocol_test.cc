@@ -5,7 +5,6 @@
 #include "runtime/init_protocol.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +15,8 @@
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "../fuzz/init_protocol_check.h"
 

@@ -1,10 +1,10 @@
 #include "base/json_text.h"
 
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
-#include <string>
 
 namespace openshell {
 namespace {

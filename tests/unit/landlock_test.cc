@@ -1,8 +1,6 @@
 #include "runtime/landlock.h"
 
 #include <fcntl.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -11,6 +9,9 @@
 
 #include <cerrno>
 #include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "test_util.h"

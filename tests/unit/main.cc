@@ -1,8 +1,8 @@
 // The unit tests' main: GoogleTest's, plus a reproducible environment.
+#include <clocale>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <clocale>
 
 int main(int argc, char** argv) {
   // Error messages carry strerror() text; the tests expect the C locale's.

@@ -1,10 +1,11 @@
 #include "namespaces/mounts.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "test_util.h"
@@ -150,10 +151,12 @@ TEST(OverlayLowerdirList, JoinsTopFirstAndEscapesSeparators) {
 
 TEST(OverlayListOptions, EscapesUpperAndWorkAndStopsWhenFull) {
   char out[128];
-  ASSERT_TRUE(openshell::namespaces::overlay_list_options(out, sizeof out, "/l0:/l1", "/s,1/upper", "/s,1/work"));
+  ASSERT_TRUE(openshell::namespaces::overlay_list_options(out, sizeof out, "/l0:/l1", "/s,1/upper",
+                                                          "/s,1/work"));
   EXPECT_STREQ(out, "lowerdir=/l0:/l1,upperdir=/s\\,1/upper,workdir=/s\\,1/work,userxattr");
   char small[40];
-  EXPECT_FALSE(openshell::namespaces::overlay_list_options(small, sizeof small, "/l0:/l1", "/upper", "/work"));
+  EXPECT_FALSE(openshell::namespaces::overlay_list_options(small, sizeof small, "/l0:/l1", "/upper",
+                                                           "/work"));
 }
 
 // The list form through mount(2) takes more than fsconfig()'s 256 bytes:

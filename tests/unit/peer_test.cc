@@ -4,12 +4,6 @@
 // caller's own is refused with what to remove.
 #include "auth/peer.h"
 
-// clang-format off
-#include <utility>  // before Asio with GCC 12 in C++20
-// clang-format on
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -21,6 +15,10 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <utility>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "base/error.h"
 #include "base/paths.h"

@@ -1,9 +1,9 @@
 #include "policy/policy.h"
 
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <string>
 
 #include "base/error.h"
 #include "egress/rules.h"

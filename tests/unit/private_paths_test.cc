@@ -1,13 +1,14 @@
 #include "runtime/private_paths.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "test_util.h"
 

@@ -1,17 +1,18 @@
-#include "base/files.h"
-#include "base/text.h"
-#include "base/sandbox_limits.h"
 #include "cli/run_options.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include "base/error.h"
+#include "base/files.h"
+#include "base/sandbox_limits.h"
+#include "base/text.h"
 #include "runtime/landlock.h"
 #include "test_util.h"
 
@@ -216,7 +217,8 @@ TEST(BuildSpec, TmpfsSizes) {
   EXPECT_EQ(build_spec(o).fs.tmp_size, 8u << 20);
   EXPECT_EQ(build_spec(o).fs.shm_size, 2u << 20);
   o.tmp_size = "512k";
-  EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--tmp-size 512k: below the minimum of 1M"));
+  EXPECT_THAT(error_of([&] { build_spec(o); }),
+              StartsWith("--tmp-size 512k: below the minimum of 1M"));
   o.tmp_size = "lots";
   EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--tmp-size lots: not a size"));
 }
@@ -438,10 +440,12 @@ TEST(BuildSpec, PolicyCannotRunAsARootAlias) {
   // Names whose ids are 0 in the sandbox's files are root too.
   TempDir tmp;
   ::mkdir((tmp / "etc").c_str(), 0755);
-  write_file(tmp / "etc/passwd", "toor:x:0:0::/root:/bin/sh\nsandbox:x:1000:1000::/home/sandbox:/bin/sh\n");
+  write_file(tmp / "etc/passwd",
+             "toor:x:0:0::/root:/bin/sh\nsandbox:x:1000:1000::/home/sandbox:/bin/sh\n");
   write_file(tmp / "etc/group", "wheel:x:0:\nsandbox:x:1000:\n");
   write_file(tmp / "user.toml", "version = 1\n[process]\nrun_as_user = \"toor\"\n");
-  write_file(tmp / "group.toml", "version = 1\n[process]\nrun_as_user = \"sandbox\"\nrun_as_group = \"wheel\"\n");
+  write_file(tmp / "group.toml",
+             "version = 1\n[process]\nrun_as_user = \"sandbox\"\nrun_as_group = \"wheel\"\n");
   RunOptions o = with_command();
   o.rootfs = tmp.path();
   o.policy = tmp / "user.toml";

@@ -1,7 +1,6 @@
 #include "runtime/seccomp.h"
 
 #include <fcntl.h>
-#include <gtest/gtest.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/io_uring.h>
@@ -26,6 +25,8 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "test_util.h"
 

@@ -1,10 +1,10 @@
 #include "auth/secrets.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "auth/launch.h"
 #include "gateway/store.h"

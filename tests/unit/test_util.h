@@ -126,10 +126,10 @@ struct ChildReport {
 // buffered across the child's exit.
 // Records a call's result and its errno, read in that order (as arguments of
 // one call, their order of evaluation would be unspecified).
-#define RECORD(writer, name, expr)      \
-  do {                                  \
-    long record_rc_ = (expr);           \
-    int record_errno_ = errno;          \
+#define RECORD(writer, name, expr)                      \
+  do {                                                  \
+    long record_rc_ = (expr);                           \
+    int record_errno_ = errno;                          \
     (writer).result((name), record_rc_, record_errno_); \
   } while (0)
 

@@ -1,9 +1,9 @@
 #include "namespaces/userns.h"
 
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <string>
 
 #include "base/error.h"
 
