@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -42,16 +43,38 @@ pid_t find_process(const std::string& name, const std::string& marker) {
   return found;
 }
 
+// The parent's pid from /proc/PID/stat (after the command name, which may
+// hold spaces and parentheses), or 0.
+pid_t parent_of(pid_t pid) {
+  std::string stat = file_contents("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  char state = 0;
+  int ppid = 0;
+  if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2) return 0;
+  return ppid;
+}
+
+// argv[0] of a process, or "".
+std::string command_name(pid_t pid) {
+  std::string cmdline = file_contents("/proc/" + std::to_string(pid) + "/cmdline");
+  return cmdline.substr(0, cmdline.find('\0'));
+}
+
 TEST_P(RunStop, AStoppedInitIsKilledOnceTheGraceIsOver) {
   const std::string marker = "stop-grace-" + mode_name(mode()) + "-" + std::to_string(::getpid());
-  // From the host, stop the sandbox's init once it is there; the command says
-  // "ready" only when it sees its PID 1 stopped, and the SIGTERM follows.
+  // From the host, stop the sandbox's init once its main process runs (an
+  // init stopped before it starts the main process would never let it say
+  // "ready"); the command says "ready" when it sees its PID 1 stopped, and
+  // the SIGTERM follows.
   std::atomic<bool> done{false};
   std::atomic<pid_t> stopped{0};
   std::thread stopper([&] {
     while (!done) {
-      if (pid_t init = find_process("openshell-init", marker)) {
-        if (::kill(init, SIGSTOP) == 0) stopped = init;
+      if (pid_t main = find_process("sh", marker)) {
+        pid_t init = parent_of(main);
+        if (init > 0 && command_name(init) == "openshell-init" && ::kill(init, SIGSTOP) == 0)
+          stopped = init;
         return;
       }
       ::usleep(10000);
