@@ -9,11 +9,8 @@
 #include <algorithm>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "base/error.h"
 #include "base/files.h"
-#include "base/sandbox_spec.h"
 #include "base/text.h"
 
 namespace openshell::limits {
@@ -105,24 +102,6 @@ Defaults load_defaults(const std::string& path) {
     }
   }
   return d;
-}
-
-void apply_defaults(SandboxSpec* spec, const Defaults& defaults, uint64_t total) {
-  if (!spec->pids) spec->pids = defaults.pids.value_or(kDefaultPids);
-  if (!spec->tmp_size_bytes)
-    spec->tmp_size_bytes = defaults.tmp_size.value_or(default_tmp_size(spec->memory_bytes, total));
-  if (!spec->shm_size_bytes)
-    spec->shm_size_bytes = defaults.shm_size.value_or(default_shm_size(spec->memory_bytes, total));
-}
-
-std::string view_json(const SandboxSpec& spec) {
-  nlohmann::json j = nlohmann::json::object();
-  if (spec.pids) j["pids"] = *spec.pids;
-  if (spec.memory_bytes) j["memory_bytes"] = *spec.memory_bytes;
-  if (spec.cpus) j["cpus"] = *spec.cpus;
-  if (spec.tmp_size_bytes) j["tmp_size_bytes"] = *spec.tmp_size_bytes;
-  if (spec.shm_size_bytes) j["shm_size_bytes"] = *spec.shm_size_bytes;
-  return j.dump();
 }
 
 }  // namespace openshell::limits

@@ -18,11 +18,7 @@
 #include <optional>
 #include <string>
 
-namespace openshell {
-
-struct SandboxSpec;
-
-namespace limits {
+namespace openshell::limits {
 
 inline constexpr uint64_t kDefaultPids = 4096;
 inline constexpr uint64_t kMinTmpfsSize = 1u << 20;  // 1 MiB
@@ -51,12 +47,4 @@ struct Defaults {
 // the file, line and key at fault.
 Defaults load_defaults(const std::string& path);
 
-// Fills what the spec leaves unset: pids, tmp_size_bytes, shm_size_bytes.
-void apply_defaults(SandboxSpec* spec, const Defaults& defaults, uint64_t memory_total);
-
-// The spec's limits as a JSON object (for `sandbox get`): pids, memory_bytes,
-// cpus, tmp_size_bytes, shm_size_bytes; unset ones are left out.
-std::string view_json(const SandboxSpec& spec);
-
-}  // namespace limits
-}  // namespace openshell
+}  // namespace openshell::limits

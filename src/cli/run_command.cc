@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/event_loop.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
@@ -31,9 +32,8 @@
 #include "policy/policy.h"
 #include "runtime/cgroup_reaper.h"
 #include "runtime/container.h"
-#include "runtime/landlock.h"
 #include "runtime/private_paths.h"
-#include "runtime/users.h"
+#include "spec/container_spec.h"
 
 namespace openshell::cli {
 
@@ -117,189 +117,104 @@ runtime::Rlimit parse_rlimit(const std::string& text) {
   return runtime::Rlimit{resource, soft, hard, canonical};
 }
 
-std::vector<std::string> merge_env(std::vector<std::string> base,
-                                   const std::vector<std::string>& entries) {
-  auto set = [&](const std::string& key, const std::string& entry) {
-    for (auto& existing : base)
-      if (existing.compare(0, key.size() + 1, key + "=") == 0) {
-        existing = entry;
-        return;
-      }
-    base.push_back(entry);
-  };
+std::vector<std::string> env_entries(const std::vector<std::string>& entries) {
+  std::vector<std::string> out;
   for (const auto& entry : entries) {
     auto eq = entry.find('=');
     std::string key = entry.substr(0, eq);
-    if (key.empty() || key.find_first_of(" \t\n\0") != std::string::npos)
+    if (key.empty() || key.find_first_of(" \t\n") != std::string::npos)
       throw Error("--env " + entry + ": expected KEY=VALUE or KEY");
-    if (eq != std::string::npos) {
-      set(key, entry);
-    } else if (const char* value = std::getenv(key.c_str())) {
-      set(key, key + "=" + value);
-    }
+    if (eq != std::string::npos)
+      out.push_back(entry);
+    else if (const char* value = std::getenv(key.c_str()))
+      out.push_back(key + "=" + value);
   }
-  return base;
+  return out;
 }
 
-runtime::ContainerSpec build_spec(const RunOptions& o) {
-  runtime::ContainerSpec spec;
-  // An image: its layers are the root; its config gives defaults.
-  std::optional<image::ImageRecord> img;
+RunPlan plan_run(const RunOptions& o) {
+  RunPlan plan;
+  SandboxSpec& sandbox = plan.sandbox;
+  spec::Placement& where = plan.placement;
+  spec::OneShot& one_shot = where.one_shot.emplace();
+
+  // The root: the host's, a directory, or an image (whose config gives
+  // defaults: its Env, WorkingDir, User, Entrypoint and Cmd).
+  sandbox.from = o.rootfs;
+  sandbox.command = o.command;
+  sandbox.env = env_entries(o.env);
   if (!o.image.empty()) {
     if (o.rootfs != "host") throw Error("--image and --rootfs: give one root, not both");
-    img = image::Store(Paths::resolve().images()).find(o.image);
+    where.images_dir = Paths::resolve().images();
+    auto img = image::Store(where.images_dir).find(o.image);
     if (!img)
       throw Error("--image " + o.image + ": not in the image store (openshell image pull " +
                   o.image + ")");
+    sandbox.from = o.image;
+    spec::resolve_image(&sandbox, *img);
   }
-  spec.argv = img ? img->config.entrypoint : std::vector<std::string>{};
-  const auto& rest = o.command.empty() && img ? img->config.cmd : o.command;
-  spec.argv.insert(spec.argv.end(), rest.begin(), rest.end());
-  if (spec.argv.empty())
+  if (sandbox.command.empty())
     throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
-
-  // The root.
-  std::string root_dir = "/";
-  if (img) {
-    spec.fs.root = namespaces::RootKind::kDirectory;
-    image::Store store(Paths::resolve().images());
-    for (auto it = img->diff_ids.rbegin(); it != img->diff_ids.rend(); ++it)
-      spec.fs.layers.push_back(store.layer_root(*it));
-    spec.fs.read_only = o.read_only;
-  } else if (o.rootfs == "host") {
-    spec.fs.root = namespaces::RootKind::kHost;
-    if (o.read_only) log::debug("--read-only: the host root is always read-only");
-  } else {
-    spec.fs.root = namespaces::RootKind::kDirectory;
-    spec.fs.rootfs = o.rootfs;
-    spec.fs.read_only = o.read_only;
-    root_dir = o.rootfs;
-  }
-  for (const auto& b : o.binds) spec.fs.binds.push_back(parse_bind(b));
-  spec.fs.hidden = runtime::openshell_private_paths();
-  spec.fs.workdir = !o.workdir.empty()                        ? text::normalize_path(o.workdir)
-                    : img && !img->config.working_dir.empty() ? img->config.working_dir
-                                                              : "/";
+  one_shot.read_only = o.read_only;
+  for (const auto& b : o.binds) one_shot.binds.push_back(parse_bind(b));
+  where.hidden = runtime::openshell_private_paths();
   if (!o.workdir.empty() && o.workdir[0] != '/')
     throw Error("--workdir " + o.workdir + ": must be an absolute path");
+  if (!o.workdir.empty()) one_shot.workdir = text::normalize_path(o.workdir);
 
-  // The policy: its filesystem part becomes Landlock rules; run_as_user
-  // applies unless --user says otherwise.
-  policy::Policy policy;
-  if (!o.policy.empty()) policy = policy::load(o.policy);
-  // With network policies, the sandbox's way out is an egress proxy that
-  // this process serves; without, it has no network at all.
-  spec.egress = !policy.network.empty();
-  spec.fs.dns_stub = spec.egress;
-  spec.network_policy = policy;
-  // Without a filesystem policy no Landlock rule covers /proc, where a
-  // process could write another's memory (/proc/PID/mem: ptrace is refused,
-  // that file is not) and so act as a binary the network policy names. A
-  // gateway sandbox's default policy makes /proc read-only; so does this.
-  spec.fs.proc_read_only = !policy.has_filesystem_policy;
-
-  // The user.
-  std::string user = o.user;
-  // The image's user, unless it is root (a sandbox's process never is by
-  // default) or the policy names one.
-  if (user.empty() && img && !img->config.user.empty() && !policy.process.run_as_user) {
-    const std::string name = img->config.user.substr(0, img->config.user.find(':'));
-    if (!runtime::names_root(name, image::read_from_layers(spec.fs.layers, "etc/passwd")))
-      user = img->config.user;
-    // The policy's group, when it names one, wins over the image's.
-    if (!user.empty() && policy.process.run_as_group)
-      user = name + ":" + *policy.process.run_as_group;
+  // The policy: its filesystem part becomes Landlock rules; with network
+  // policies, the sandbox's way out is an egress proxy that this process
+  // serves; without, it has no network at all.
+  if (!o.policy.empty()) {
+    if (int err = files::read_into(o.policy, &sandbox.policy))
+      throw_errno("policy " + o.policy, err);
+    sandbox.policy_source = o.policy;
   }
-  if (user.empty()) {
-    user = policy.process.run_as_user.value_or(std::to_string(runtime::kDefaultUid));
-    user += ":" + policy.process.run_as_group.value_or(
-                      policy.process.run_as_user ? "" : std::to_string(runtime::kDefaultGid));
-    if (user.back() == ':') user.pop_back();
-  }
-  // The home directory comes from the root's /etc/passwd when it lists the user.
-  runtime::ResolvedUser resolved =
-      spec.fs.layers.empty()
-          ? runtime::resolve_user_in_root(user, root_dir)
-          : runtime::resolve_user(user, image::read_from_layers(spec.fs.layers, "etc/passwd"),
-                                  image::read_from_layers(spec.fs.layers, "etc/group"), o.image);
-  if (o.user.empty() && policy.process.run_as_user && resolved.uid == 0)
-    throw Error(o.policy + ": process.run_as_user: " + *policy.process.run_as_user +
-                " is root in the sandbox's /etc/passwd");
-  if (o.user.empty() && policy.process.run_as_group && resolved.gid == 0)
-    throw Error(o.policy + ": process.run_as_group: " + *policy.process.run_as_group +
-                " is root's group in the sandbox's /etc/group");
-  spec.uid = resolved.uid;
-  spec.gid = resolved.gid;
+  one_shot.user = o.user;
 
   if (!text::is_dns_label(o.hostname))
     throw Error("--hostname " + o.hostname + ": must be a DNS label (a-z, 0-9, '-', at most 63)");
-  spec.hostname = o.hostname;
-  spec.tty = o.tty;
-
-  // The environment: a clean one, never the caller's.
-  std::vector<std::string> env = {
-      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-      "HOME=" + resolved.home,
-      "HOSTNAME=" + o.hostname,
-  };
+  where.hostname = o.hostname;
+  one_shot.tty = o.tty;
   if (o.tty) {
     const char* term = std::getenv("TERM");
-    env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
+    one_shot.term = term ? term : "";
   }
-  if (spec.egress) {
-    for (const char* var :
-         {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
-      env.push_back(std::string(var) + "=http://127.0.0.1:3128");
-    env.push_back("NO_PROXY=localhost,127.0.0.1");
-    env.push_back("no_proxy=localhost,127.0.0.1");
-  }
-  // The image's environment, then --env on top.
-  if (img) env = merge_env(env, img->config.env);
-  spec.env = merge_env(env, o.env);
 
   // Limits.
   if (!o.memory.empty()) {
     auto bytes = text::parse_size(o.memory);
     if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
     if (*bytes < 4 * 1024 * 1024) throw Error("--memory " + o.memory + ": below the minimum of 4M");
-    spec.limits.memory_bytes = bytes;
+    sandbox.memory_bytes = bytes;
   }
   if (!o.pids.empty()) {
     auto pids = text::parse_uint(o.pids, 4194304);
     if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
-    if (*pids > 0) spec.limits.pids = pids;
-  } else {
-    spec.limits.pids = limits::kDefaultPids;
+    sandbox.pids = pids;
   }
-  spec.fs.tmp_size =
-      parse_tmpfs_size("--tmp-size", o.tmp_size)
-          .value_or(limits::default_tmp_size(spec.limits.memory_bytes, limits::memory_total()));
-  spec.fs.shm_size =
-      parse_tmpfs_size("--shm-size", o.shm_size)
-          .value_or(limits::default_shm_size(spec.limits.memory_bytes, limits::memory_total()));
+  sandbox.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
+  sandbox.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
   if (!o.cpus.empty()) {
     auto cpus = text::parse_positive_decimal(o.cpus);
     if (!cpus || *cpus > 4096) throw Error("--cpus " + o.cpus + ": not a positive number of CPUs");
-    spec.limits.cpus = cpus;
+    sandbox.cpus = cpus;
   }
-  bool core_given = false;
-  for (const auto& r : o.rlimits) {
-    spec.rlimits.push_back(parse_rlimit(r));
-    core_given = core_given || spec.rlimits.back().resource == RLIMIT_CORE;
-  }
-  if (!core_given)
-    spec.rlimits.insert(spec.rlimits.begin(), runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
+  for (const auto& r : o.rlimits) one_shot.rlimits.push_back(parse_rlimit(r));
 
   // Privilege.
-  spec.cap_add = runtime::caps::parse(o.cap_add);
+  one_shot.cap_add = runtime::caps::parse(o.cap_add);
   if (o.seccomp == "unconfined")
-    spec.seccomp = false;
+    one_shot.seccomp = false;
   else if (o.seccomp != "default")
     throw Error("--seccomp " + o.seccomp + ": expected 'default' or 'unconfined'");
-  spec.landlock =
-      runtime::landlock::plan(policy, spec.fs.workdir, runtime::landlock::abi_version());
-  spec.cgroup_name = "openshell-run-" + std::to_string(::getpid());
-  return spec;
+  where.cgroup_name = "openshell-run-" + std::to_string(::getpid());
+  return plan;
+}
+
+runtime::ContainerSpec build_spec(const RunOptions& options) {
+  RunPlan plan = plan_run(options);
+  return spec::container_spec_for(plan.sandbox, plan.placement);
 }
 
 // A repeatable option takes one value per occurrence, so that
@@ -314,7 +229,7 @@ class EgressThread {
  public:
   // network_log: open already (see open_network_log), or null.
   EgressThread(runtime::Container& container, const runtime::ContainerSpec& spec,
-               std::unique_ptr<logfile::RotatingFile> network_log)
+               const policy::Policy& policy, std::unique_ptr<logfile::RotatingFile> network_log)
       : log_(std::move(network_log)) {
     egress::Proxy::Options options;
     options.sandbox = spec.hostname;
@@ -328,7 +243,7 @@ class EgressThread {
     proxy_ = std::make_unique<egress::Proxy>(io_, options);
     const pid_t init = container.pid();
     proxy_->set_rules(std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
-        spec.network_policy,
+        policy,
         [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); })));
     proxy_->serve(container.take_proxy_listener(), container.take_dns_socket(),
                   container.take_diag_socket(), container.take_connect_listener());
@@ -445,7 +360,9 @@ void add_run_command(CLI::App& app, Action* action) {
         if (options->rootfs != "host") throw Error("--image and --rootfs: give one root, not both");
         ensure_image(options->image, options->insecure, "--image");
       }
-      runtime::ContainerSpec spec = build_spec(*options);
+      RunPlan plan = plan_run(*options);
+      runtime::ContainerSpec spec = spec::container_spec_for(plan.sandbox, plan.placement);
+      const policy::Policy policy = spec::effective_policy(plan.sandbox, plan.placement);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto network_log = spec.egress ? open_network_log(*options) : nullptr;
       const auto grace = stop_grace();
@@ -468,7 +385,7 @@ void add_run_command(CLI::App& app, Action* action) {
       relay.start();
       std::unique_ptr<EgressThread> egress;
       if (spec.egress)
-        egress = std::make_unique<EgressThread>(*container, spec, std::move(network_log));
+        egress = std::make_unique<EgressThread>(*container, spec, policy, std::move(network_log));
       int status = attach(*container, grace);
       relay.finish();
       return status;

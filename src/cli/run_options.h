@@ -1,4 +1,6 @@
-// `openshell run` options and their translation into a container spec.
+// `openshell run` options and their translation into a sandbox spec and the
+// one-shot extras, for the builder every sandbox goes through
+// (spec/container_spec.h).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +9,8 @@
 #include <vector>
 
 #include "runtime/spec.h"
+#include "spec/container_spec.h"
+#include "spec/sandbox_spec.h"
 
 namespace openshell::cli {
 
@@ -35,8 +39,16 @@ struct RunOptions {
   std::vector<std::string> command;
 };
 
+// What `openshell run` asks the builder for.
+struct RunPlan {
+  SandboxSpec sandbox;
+  spec::Placement placement;  // with its one_shot part
+};
+
 // Validates and translates; throws Error with a one-line message naming the
-// option at fault.
+// option at fault. With --image, the image must be in the store already.
+RunPlan plan_run(const RunOptions& options);
+// spec::container_spec_for of plan_run.
 runtime::ContainerSpec build_spec(const RunOptions& options);
 
 // Pieces, exposed for tests.
@@ -44,9 +56,8 @@ runtime::ContainerSpec build_spec(const RunOptions& options);
 std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::string& value);
 namespaces::BindSpec parse_bind(const std::string& text);
 runtime::Rlimit parse_rlimit(const std::string& text);
-// Applies --env entries to a base environment ("K=V" strings); "K" alone
-// copies the caller's value (and is skipped when the caller has none).
-std::vector<std::string> merge_env(std::vector<std::string> base,
-                                   const std::vector<std::string>& entries);
+// --env entries as KEY=VALUE: "K" alone takes the caller's value (and is
+// dropped when the caller has none). Throws Error on a bad key.
+std::vector<std::string> env_entries(const std::vector<std::string>& entries);
 
 }  // namespace openshell::cli

@@ -18,7 +18,6 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
-#include "base/sandbox_spec.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "cli/commands.h"
@@ -30,6 +29,7 @@
 #include "cli/table.h"
 #include "gateway/gateway.h"
 #include "net/http.h"
+#include "spec/sandbox_spec.h"
 #include "supervisor/supervisor.h"
 
 namespace openshell::cli {

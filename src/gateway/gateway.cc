@@ -35,7 +35,6 @@
 #include "base/logfile.h"
 #include "base/paths.h"
 #include "base/sandbox_limits.h"
-#include "base/sandbox_spec.h"
 #include "base/text.h"
 #include "gateway/store.h"
 #include "image/store.h"
@@ -46,6 +45,8 @@
 #include "policy/policy.h"
 #include "runtime/cleanup.h"
 #include "runtime/init_protocol.h"
+#include "spec/container_spec.h"
+#include "spec/sandbox_spec.h"
 
 extern char** environ;
 
@@ -355,7 +356,7 @@ json Gateway::view(const SandboxRecord& r) const {
         {"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
   j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
-  j["limits"] = json::parse(limits::view_json(spec));
+  j["limits"] = json::parse(spec.limits_json());
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
 }
@@ -929,25 +930,7 @@ void Gateway::resolve_image(SandboxSpec* spec) {
     throw ApiError(404, "image_not_found",
                    "image " + spec->from + " is not in the image store (" + hint + ")");
   }
-  const image::ImageConfig& config = record->config;
-  spec->image = SandboxImage{record->name,     record->id(), record->manifest_digest,
-                             record->diff_ids, config.user,  config.working_dir};
-  // Docker's rule: the entrypoint, then the caller's command or else the
-  // image's.
-  std::vector<std::string> command = config.entrypoint;
-  const auto& rest = spec->command.empty() ? config.cmd : spec->command;
-  command.insert(command.end(), rest.begin(), rest.end());
-  spec->command = std::move(command);
-  // The image's environment, then the caller's on top.
-  std::vector<std::string> env = config.env;
-  for (const auto& entry : spec->env) {
-    const std::string key = entry.substr(0, entry.find('=') + 1);
-    bool replaced = false;
-    for (auto& existing : env)
-      if (existing.compare(0, key.size(), key) == 0) existing = entry, replaced = true;
-    if (!replaced) env.push_back(entry);
-  }
-  spec->env = std::move(env);
+  spec::resolve_image(spec, *record);
 }
 
 // The storage is the gateway's to choose, not its clients': a copy costs
@@ -1024,8 +1007,8 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   // What the sandbox did not ask for, the gateway's defaults decide: fixed
   // now, so that `sandbox get` shows what holds.
   try {
-    limits::apply_defaults(&spec, limits::load_defaults(paths_.gateway_config()),
-                           limits::memory_total());
+    spec.apply_limit_defaults(limits::load_defaults(paths_.gateway_config()),
+                              limits::memory_total());
   } catch (const Error& e) {
     throw ApiError(500, "bad_config", e.what());
   }

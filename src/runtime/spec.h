@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "namespaces/mounts.h"
-#include "policy/policy.h"
 #include "runtime/caps.h"
 #include "runtime/cgroup.h"
 #include "runtime/landlock.h"
@@ -51,7 +50,6 @@ struct ContainerSpec {
   // stub socket on its loopback, served by whoever started it
   // (Container::egress_sockets); fs.dns_stub makes resolv.conf point there.
   bool egress = false;
-  policy::Policy network_policy;  // what the egress proxy allows (its network part)
   landlock::Plan landlock;
   std::string cgroup_name;  // default: openshell-<pid>
   // The main process's stdio (the caller's by default).

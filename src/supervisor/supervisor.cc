@@ -26,7 +26,6 @@
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
-#include "base/sandbox_spec.h"
 #include "egress/identity.h"
 #include "egress/proxy.h"
 #include "egress/rules.h"
@@ -34,7 +33,8 @@
 #include "policy/policy.h"
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
-#include "supervisor/container_spec.h"
+#include "spec/container_spec.h"
+#include "spec/sandbox_spec.h"
 
 namespace openshell::supervisor {
 
@@ -394,8 +394,9 @@ void Supervisor::load() {
   // failed start to report, not a supervisor that vanishes.
   try {
     spec_ = SandboxSpec::from_json(launch_.spec);
-    prepare_root(spec_, launch_.sandbox_id, paths_);
-    container_spec_ = container_spec_for(spec_, launch_.sandbox_id, launch_.sandbox_name, paths_);
+    spec::prepare_root(spec_, launch_.sandbox_id, paths_);
+    container_spec_ = spec::container_spec_for(
+        spec_, spec::sandbox_placement(launch_.sandbox_id, launch_.sandbox_name, paths_));
   } catch (const Error& e) {
     spec_error_ = e.what();
   }
@@ -416,7 +417,8 @@ void Supervisor::take_environment(const json& welcome) {
   }
   spec_.env = std::move(env);
   try {
-    container_spec_ = container_spec_for(spec_, launch_.sandbox_id, launch_.sandbox_name, paths_);
+    container_spec_ = spec::container_spec_for(
+        spec_, spec::sandbox_placement(launch_.sandbox_id, launch_.sandbox_name, paths_));
   } catch (const Error& e) {
     spec_error_ = e.what();
   }

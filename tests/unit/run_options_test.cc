@@ -114,39 +114,33 @@ TEST(ParseRlimit, UnlimitedSoftAboveFiniteHardIsRefused) {
               HasSubstr("the soft limit is above the hard one"));
 }
 
-// --- merge_env ---------------------------------------------------------------------
+// --- env_entries -------------------------------------------------------------------
+// (how entries merge: MergeEnv.* in container_spec_test.cc)
 
-TEST(MergeEnv, OverridesAndAppends) {
-  EXPECT_THAT(merge_env({"A=1", "B=2"}, {"A=9"}), ElementsAre("A=9", "B=2"));
-  EXPECT_THAT(merge_env({"A=1"}, {"C=3", "D="}), ElementsAre("A=1", "C=3", "D="));
-  EXPECT_THAT(merge_env({"A=1"}, {"A=2", "A=3"}), ElementsAre("A=3"));
-  EXPECT_THAT(merge_env({}, {"X=a=b"}), ElementsAre("X=a=b"));
-}
-
-TEST(MergeEnv, KeyIsNotAPrefixMatch) {
-  EXPECT_THAT(merge_env({"AB=1", "A=0"}, {"A=2"}), ElementsAre("AB=1", "A=2"));
-  EXPECT_THAT(merge_env({"AB=1"}, {"A=2"}), ElementsAre("AB=1", "A=2"));
-}
-
-TEST(MergeEnv, PassesTheCallersValue) {
+TEST(EnvEntries, PassesTheCallersValue) {
   ScopedEnv set("OPENSHELL_UNIT_PASS", "from caller");
-  EXPECT_THAT(merge_env({"A=1"}, {"OPENSHELL_UNIT_PASS"}),
-              ElementsAre("A=1", "OPENSHELL_UNIT_PASS=from caller"));
-  EXPECT_THAT(merge_env({"OPENSHELL_UNIT_PASS=old"}, {"OPENSHELL_UNIT_PASS"}),
-              ElementsAre("OPENSHELL_UNIT_PASS=from caller"));
+  EXPECT_THAT(env_entries({"A=1", "OPENSHELL_UNIT_PASS", "B="}),
+              ElementsAre("A=1", "OPENSHELL_UNIT_PASS=from caller", "B="));
+  // Through the builder: the caller's value replaces an earlier one.
+  RunOptions o;
+  o.command = {"true"};
+  o.env = {"OPENSHELL_UNIT_PASS=old", "OPENSHELL_UNIT_PASS"};
+  runtime::ContainerSpec spec = build_spec(o);
+  EXPECT_THAT(spec.env, Contains("OPENSHELL_UNIT_PASS=from caller"));
+  EXPECT_THAT(spec.env, Not(Contains("OPENSHELL_UNIT_PASS=old")));
 }
 
-TEST(MergeEnv, SkipsAnUnsetVariable) {
+TEST(EnvEntries, SkipsAnUnsetVariable) {
   ScopedEnv unset("OPENSHELL_UNIT_UNSET", nullptr);
-  EXPECT_THAT(merge_env({"A=1"}, {"OPENSHELL_UNIT_UNSET"}), ElementsAre("A=1"));
+  EXPECT_THAT(env_entries({"A=1", "OPENSHELL_UNIT_UNSET"}), ElementsAre("A=1"));
 }
 
-TEST(MergeEnv, BadKeysThrow) {
-  EXPECT_THAT(error_of([] { merge_env({}, {"=x"}); }),
+TEST(EnvEntries, BadKeysThrow) {
+  EXPECT_THAT(error_of([] { env_entries({"=x"}); }),
               StartsWith("--env =x: expected KEY=VALUE or KEY"));
-  EXPECT_THAT(error_of([] { merge_env({}, {""}); }), HasSubstr("expected KEY=VALUE"));
-  EXPECT_THAT(error_of([] { merge_env({}, {"A B=1"}); }), HasSubstr("expected KEY=VALUE"));
-  EXPECT_THAT(error_of([] { merge_env({}, {"A\tB"}); }), HasSubstr("expected KEY=VALUE"));
+  EXPECT_THAT(error_of([] { env_entries({""}); }), HasSubstr("expected KEY=VALUE"));
+  EXPECT_THAT(error_of([] { env_entries({"A B=1"}); }), HasSubstr("expected KEY=VALUE"));
+  EXPECT_THAT(error_of([] { env_entries({"A\tB"}); }), HasSubstr("expected KEY=VALUE"));
 }
 
 // --- build_spec --------------------------------------------------------------------

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
-#include "base/sandbox_spec.h"
+#include "spec/sandbox_spec.h"
 #include "test_util.h"
 
 namespace openshell::limits {
@@ -33,7 +33,7 @@ TEST(SandboxLimits, InodesAreBoundedWithTheSize) {
 
 TEST(SandboxLimits, ApplyFillsOnlyWhatIsUnset) {
   SandboxSpec spec;
-  apply_defaults(&spec, Defaults{}, 10 * kGiB);
+  spec.apply_limit_defaults(Defaults{}, 10 * kGiB);
   EXPECT_EQ(spec.pids, kDefaultPids);
   EXPECT_EQ(spec.tmp_size_bytes, kGiB);
   EXPECT_EQ(spec.shm_size_bytes, kGiB / 2);
@@ -42,7 +42,7 @@ TEST(SandboxLimits, ApplyFillsOnlyWhatIsUnset) {
   own.pids = 0;
   own.memory_bytes = 64u << 20;
   own.shm_size_bytes = 3u << 20;
-  apply_defaults(&own, Defaults{7, 5u << 20, std::nullopt}, 10 * kGiB);
+  own.apply_limit_defaults(Defaults{7, 5u << 20, std::nullopt}, 10 * kGiB);
   EXPECT_EQ(own.pids, 0u);
   EXPECT_EQ(own.tmp_size_bytes, 5u << 20);
   EXPECT_EQ(own.shm_size_bytes, 3u << 20);

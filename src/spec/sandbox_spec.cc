@@ -1,4 +1,4 @@
-#include "base/sandbox_spec.h"
+#include "spec/sandbox_spec.h"
 
 #include <utility>
 
@@ -43,6 +43,24 @@ void SandboxSpec::validate() const {
     if (auto why = check_label(k, v); !why.empty())
       throw Error("--label " + k + "=" + v + ": " + why);
   if (!policy.empty()) policy::parse(policy, policy_source.empty() ? "policy" : policy_source);
+}
+
+void SandboxSpec::apply_limit_defaults(const limits::Defaults& defaults, uint64_t total) {
+  if (!pids) pids = defaults.pids.value_or(limits::kDefaultPids);
+  if (!tmp_size_bytes)
+    tmp_size_bytes = defaults.tmp_size.value_or(limits::default_tmp_size(memory_bytes, total));
+  if (!shm_size_bytes)
+    shm_size_bytes = defaults.shm_size.value_or(limits::default_shm_size(memory_bytes, total));
+}
+
+std::string SandboxSpec::limits_json() const {
+  json j = json::object();
+  if (pids) j["pids"] = *pids;
+  if (memory_bytes) j["memory_bytes"] = *memory_bytes;
+  if (cpus) j["cpus"] = *cpus;
+  if (tmp_size_bytes) j["tmp_size_bytes"] = *tmp_size_bytes;
+  if (shm_size_bytes) j["shm_size_bytes"] = *shm_size_bytes;
+  return j.dump();
 }
 
 std::string SandboxSpec::to_json() const {

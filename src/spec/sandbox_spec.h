@@ -1,6 +1,7 @@
 // What a sandbox is made of, as the user asked for it: the gateway stores it,
 // signs it into the launch file, and the supervisor builds the container
-// from it. JSON on the wire and on disk.
+// from it (spec/container_spec.h); `openshell run` builds one from its flags
+// for the same builder. JSON on the wire and on disk.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "base/sandbox_limits.h"
 
 namespace openshell {
 
@@ -46,6 +49,12 @@ struct SandboxSpec {
 
   // Throws Error naming the field at fault.
   void validate() const;
+  // Fills what the spec leaves unset: pids, tmp_size_bytes, shm_size_bytes
+  // (see base/sandbox_limits.h).
+  void apply_limit_defaults(const limits::Defaults& defaults, uint64_t memory_total);
+  // The limits as a JSON object (for `sandbox get`): pids, memory_bytes,
+  // cpus, tmp_size_bytes, shm_size_bytes; unset ones are left out.
+  std::string limits_json() const;
   std::string to_json() const;
   static SandboxSpec from_json(const std::string& text);  // throws Error
 };

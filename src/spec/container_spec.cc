@@ -1,0 +1,277 @@
+#include "spec/container_spec.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/log.h"
+#include "base/root_files.h"
+#include "base/sandbox_limits.h"
+#include "base/unique_fd.h"
+#include "image/flatten.h"
+#include "image/store.h"
+#include "runtime/cleanup.h"
+#include "runtime/landlock.h"
+#include "runtime/private_paths.h"
+#include "runtime/users.h"
+
+namespace openshell::spec {
+
+namespace {
+
+// The root's /etc/passwd and /etc/group: of the image's layers (the topmost
+// that has each), else of the root directory.
+struct RootFiles {
+  const std::vector<std::string>& layers;
+  const std::string& root_dir;
+
+  std::string passwd() const {
+    return layers.empty() ? files::read_in_root(root_dir, "etc/passwd").value_or("")
+                          : image::read_from_layers(layers, "etc/passwd");
+  }
+  runtime::ResolvedUser resolve(const std::string& user, const std::string& where) const {
+    return layers.empty()
+               ? runtime::resolve_user_in_root(user, root_dir)
+               : runtime::resolve_user(user, image::read_from_layers(layers, "etc/passwd"),
+                                       image::read_from_layers(layers, "etc/group"), where);
+  }
+};
+
+// The user the sandbox's process runs as. The caller's (openshell run
+// --user: anything, root too), else the policy's, else the image's unless it
+// names root, else the default 1000; the policy's group, when it names one,
+// replaces the group. Never root unless the caller said so: a policy's user
+// or group that is root in the sandbox's own files is an Error (the image's
+// is passed over, by runtime::names_root).
+runtime::ResolvedUser choose_user(const SandboxSpec& spec, const Placement& where,
+                                  const policy::Policy& policy, const RootFiles& root) {
+  const auto& process = policy.process;
+  const std::string source = spec.policy_source.empty() ? "policy" : spec.policy_source;
+  const std::string image_name = spec.image ? spec.image->name : std::string();
+  if (where.one_shot && !where.one_shot->user.empty())
+    return root.resolve(where.one_shot->user, image_name);
+  std::string user;
+  if (process.run_as_user) {
+    user = *process.run_as_user;
+    if (process.run_as_group) user += ":" + *process.run_as_group;
+  } else if (spec.image && !spec.image->user.empty() &&
+             !runtime::names_root(spec.image->user, root.passwd())) {
+    user = spec.image->user;
+    if (process.run_as_group) user = user.substr(0, user.find(':')) + ":" + *process.run_as_group;
+  } else {
+    user = std::to_string(runtime::kDefaultUid) + ":" +
+           process.run_as_group.value_or(std::to_string(runtime::kDefaultGid));
+  }
+  runtime::ResolvedUser resolved = root.resolve(user, image_name);
+  // Only the policy's user can be root here: the image's never is, the
+  // default is 1000.
+  if (resolved.uid == 0)
+    throw Error(source + ": process.run_as_user: " + process.run_as_user.value_or(user) +
+                " is root in the sandbox's /etc/passwd");
+  if (process.run_as_group && resolved.gid == 0)
+    throw Error(source + ": process.run_as_group: " + *process.run_as_group +
+                " is root's group in the sandbox's /etc/group");
+  return resolved;
+}
+
+}  // namespace
+
+Placement sandbox_placement(const std::string& sandbox_id, const std::string& sandbox_name,
+                            const Paths& paths) {
+  Placement where;
+  where.hostname = sandbox_name;
+  where.cgroup_name = "openshell-" + sandbox_id;
+  where.images_dir = paths.images();
+  where.hidden = runtime::openshell_private_paths({paths});
+  where.sandbox_dir = paths.sandbox(sandbox_id);
+  return where;
+}
+
+policy::Policy effective_policy(const SandboxSpec& spec, const Placement& where) {
+  // A one-shot sandbox's root is read-only or thrown away: no Landlock rule
+  // unless its policy asks for one (/proc is read-only instead, see
+  // container_spec_for).
+  if (spec.policy.empty()) return where.one_shot ? policy::Policy{} : policy::default_policy();
+  policy::Policy policy =
+      policy::parse(spec.policy, spec.policy_source.empty() ? "policy" : spec.policy_source);
+  // A gateway's sandbox whose policy leaves its filesystem section out keeps
+  // the default one: leaving a section out never lifts a confinement.
+  if (!policy.has_filesystem_policy && !where.one_shot) {
+    policy.filesystem = policy::default_policy().filesystem;
+    policy.has_filesystem_policy = true;
+  }
+  return policy;
+}
+
+void resolve_image(SandboxSpec* spec, const image::ImageRecord& record) {
+  const image::ImageConfig& config = record.config;
+  spec->image = SandboxImage{record.name,     record.id(), record.manifest_digest,
+                             record.diff_ids, config.user, config.working_dir};
+  std::vector<std::string> command = config.entrypoint;
+  const auto& rest = spec->command.empty() ? config.cmd : spec->command;
+  command.insert(command.end(), rest.begin(), rest.end());
+  spec->command = std::move(command);
+  spec->env = merge_env(merge_env({}, config.env), spec->env);
+}
+
+std::vector<std::string> merge_env(std::vector<std::string> base,
+                                   const std::vector<std::string>& entries) {
+  for (const auto& entry : entries) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    bool replaced = false;
+    for (auto& existing : base)
+      if (existing.compare(0, eq + 1, entry, 0, eq + 1) == 0) {
+        existing = entry;
+        replaced = true;
+        break;
+      }
+    if (!replaced) base.push_back(entry);
+  }
+  return base;
+}
+
+std::vector<std::string> proxy_env() {
+  std::vector<std::string> env;
+  for (const char* var :
+       {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+    env.push_back(std::string(var) + "=" + kProxyUrl);
+  // The sandbox's processes reach each other directly.
+  env.push_back("NO_PROXY=localhost,127.0.0.1");
+  env.push_back("no_proxy=localhost,127.0.0.1");
+  return env;
+}
+
+runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placement& where) {
+  runtime::ContainerSpec c;
+  const OneShot* one_shot = where.one_shot ? &*where.one_shot : nullptr;
+  const std::string& dir = where.sandbox_dir;
+  if (!one_shot && dir.empty()) throw Error("sandbox spec: a sandbox without its directory");
+
+  // The root, and the writable layer above it: the sandbox's own (kept
+  // across stop and start, /sandbox with it), or a throw-away one.
+  std::string root_dir = "/";
+  if (spec.from == "host") {
+    // The host's root, read-only; a gateway's sandbox's workspace is a
+    // directory of its own.
+    c.fs.root = namespaces::RootKind::kHost;
+    if (!one_shot) c.fs.binds.push_back({dir + "/workspace", kWorkspace, false});
+    if (one_shot && one_shot->read_only)
+      log::debug("--read-only: the host root is always read-only");
+  } else if (!one_shot && spec.storage == "copy") {
+    // No overlayfs here: the sandbox's own copy of its image or directory.
+    c.fs.root = namespaces::RootKind::kDirectory;
+    c.fs.rootfs = dir + "/rootfs";
+    c.fs.plain_root = true;
+    root_dir = c.fs.rootfs;
+  } else if (spec.image) {
+    c.fs.root = namespaces::RootKind::kDirectory;
+    image::Store store(where.images_dir);
+    for (auto it = spec.image->layers.rbegin(); it != spec.image->layers.rend(); ++it)
+      c.fs.layers.push_back(store.layer_root(*it));
+    if (!one_shot) c.fs.layer_dir = dir + "/layer";
+  } else {
+    c.fs.root = namespaces::RootKind::kDirectory;
+    c.fs.rootfs = spec.from;
+    if (!one_shot) c.fs.layer_dir = dir + "/layer";
+    root_dir = spec.from;
+  }
+  if (one_shot && spec.from != "host") c.fs.read_only = one_shot->read_only;
+  if (one_shot) c.fs.binds.insert(c.fs.binds.end(), one_shot->binds.begin(), one_shot->binds.end());
+  c.fs.hidden = where.hidden;
+  const std::string image_workdir = spec.image ? spec.image->working_dir : std::string();
+  c.fs.workdir = one_shot && !one_shot->workdir.empty() ? one_shot->workdir
+                 : !image_workdir.empty()               ? image_workdir
+                 : one_shot                             ? "/"
+                                                        : kWorkspace;
+  if (!one_shot) c.fs.home = kWorkspace;  // made for the sandbox's user when missing
+
+  const policy::Policy policy = effective_policy(spec, where);
+  const runtime::ResolvedUser user =
+      choose_user(spec, where, policy, RootFiles{c.fs.layers, root_dir});
+  c.uid = user.uid;
+  c.gid = user.gid;
+  c.argv = spec.command;
+  c.hostname = where.hostname;
+  c.tty = one_shot && one_shot->tty;
+
+  // The only way out is the sandbox's egress proxy; names resolve through
+  // its DNS stub. Both listen on the sandbox's loopback.
+  c.egress = !one_shot || !policy.network.empty();
+  c.fs.dns_stub = c.egress;
+  // Without a filesystem policy no Landlock rule covers /proc, where a
+  // process could write another's memory (/proc/PID/mem: ptrace is refused,
+  // that file is not) and so act as a binary the network policy names.
+  c.fs.proc_read_only = !policy.has_filesystem_policy;
+
+  // The environment: a clean one, never the caller's. The proxy variables
+  // come before the spec's, so that -e may change them (the network
+  // namespace has no other way out whatever they say).
+  c.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "HOME=" + (one_shot ? user.home : std::string(kWorkspace)),
+           "HOSTNAME=" + where.hostname};
+  if (c.tty) c.env.push_back("TERM=" + (one_shot->term.empty() ? "xterm" : one_shot->term));
+  if (c.egress) c.env = merge_env(std::move(c.env), proxy_env());
+  c.env = merge_env(std::move(c.env), spec.env);
+
+  // Limits; a sandbox made before the defaults existed gets them here.
+  SandboxSpec limited = spec;
+  limited.apply_limit_defaults(limits::Defaults{}, limits::memory_total());
+  c.limits.cpus = spec.cpus;
+  c.limits.memory_bytes = spec.memory_bytes;
+  if (*limited.pids > 0) c.limits.pids = limited.pids;
+  c.fs.tmp_size = *limited.tmp_size_bytes;
+  c.fs.shm_size = *limited.shm_size_bytes;
+  if (spec.host_uid_start && spec.host_gid_start)
+    c.host_range = namespaces::HostRange{*spec.host_uid_start, *spec.host_gid_start};
+  // No core dumps unless a core limit is given.
+  bool core_given = false;
+  if (one_shot)
+    for (const auto& r : one_shot->rlimits) {
+      c.rlimits.push_back(r);
+      core_given = core_given || r.resource == RLIMIT_CORE;
+    }
+  if (!core_given) c.rlimits.insert(c.rlimits.begin(), runtime::Rlimit{RLIMIT_CORE, 0, 0, "core"});
+
+  // Privilege and confinement.
+  if (one_shot) {
+    c.cap_add = one_shot->cap_add;
+    c.seccomp = one_shot->seccomp;
+  }
+  c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
+  // The default filesystem policy names directories an image may not have.
+  if (policy.filesystem == policy::default_policy().filesystem) c.landlock.warn_missing = false;
+  c.cgroup_name = where.cgroup_name;
+  return c;
+}
+
+void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
+  if (spec.storage != "copy") return;
+  const std::string dir = paths.sandbox(sandbox_id);
+  const std::string rootfs = dir + "/rootfs";
+  const std::string ready = dir + "/rootfs.ready";
+  if (files::exists(ready)) return;
+  // What an interrupted copy left is made again.
+  if (files::exists(rootfs)) runtime::remove_tree(rootfs);
+  if (::mkdir(rootfs.c_str(), 0755) != 0) throw_errno("create " + rootfs);
+  std::vector<std::string> layers;
+  if (spec.image) {
+    image::Store store(paths.images());
+    for (const auto& d : spec.image->layers) layers.push_back(store.layer_root(d));
+  } else {
+    layers.push_back(spec.from);
+  }
+  image::flatten_layers(layers, rootfs);
+  // The workspace is made at the launch, like an overlay root's, for the
+  // user the sandbox runs as.
+  UniqueFd marker(::open(ready.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  if (!marker) throw_errno("create " + ready);
+}
+
+}  // namespace openshell::spec

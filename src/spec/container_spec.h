@@ -1,0 +1,101 @@
+// From a sandbox's spec to the runtime's container spec: the one place that
+// decides a sandbox's root, user, environment, limits and confinement, for a
+// gateway's sandbox (its supervisor calls it) and for `openshell run` alike.
+//
+// The two kinds differ where their lives differ, and only there:
+//  - a gateway's sandbox has a directory of its own (sandboxes/<id>) that
+//    keeps its writable layer and its workspace, /sandbox, across stops and
+//    starts; the workspace is HOME and the default working directory. A
+//    one-shot sandbox's writable layer is thrown away; HOME is the user's
+//    home in the root's /etc/passwd, the working directory "/".
+//  - a gateway's sandbox may have its network policy changed while it runs,
+//    so it always has its egress proxy; a one-shot sandbox has one only when
+//    its policy has network policies, and no network at all otherwise.
+//  - a gateway's sandbox without a filesystem policy gets the default one
+//    (policy::default_policy); a one-shot sandbox gets no Landlock rule
+//    (its root is read-only or thrown away) and a read-only /proc instead.
+//  - only a one-shot sandbox takes the caller's privileges and mounts
+//    (OneShot below): --user root, capabilities, no seccomp, bind mounts.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/paths.h"
+#include "policy/policy.h"
+#include "runtime/spec.h"
+#include "spec/sandbox_spec.h"
+
+namespace openshell::image {
+struct ImageRecord;
+}
+
+namespace openshell::spec {
+
+inline constexpr const char* kWorkspace = "/sandbox";
+inline constexpr const char* kProxyUrl = "http://127.0.0.1:3128";
+
+// What only a one-shot sandbox (openshell run) is given: options of the
+// caller's that a gateway's sandbox never takes.
+struct OneShot {
+  bool read_only = false;                   // the root itself (not for the host's: always)
+  std::vector<namespaces::BindSpec> binds;  // host paths, mounted after the root
+  std::string workdir;                      // absolute; "": the image's, else "/"
+  // UID[:GID] or NAME[:GROUP]: wins over the policy's and the image's, and
+  // may be root; "": chosen as for any sandbox.
+  std::string user;
+  bool tty = false;
+  std::string term;  // TERM with a tty
+  std::vector<runtime::Rlimit> rlimits;
+  runtime::caps::Set cap_add = 0;
+  bool seccomp = true;
+};
+
+// Where a sandbox runs, as its owner knows it.
+struct Placement {
+  std::string hostname = "sandbox";  // also HOSTNAME
+  std::string cgroup_name;
+  std::string images_dir;           // the image store (see image/store.h), for spec.image
+  std::vector<std::string> hidden;  // runtime::openshell_private_paths
+  // A gateway's sandbox: its own directory (sandboxes/<id>), which keeps its
+  // writable layer (or the copy of its root) and its workspace.
+  std::string sandbox_dir;
+  std::optional<OneShot> one_shot;  // set: `openshell run`'s sandbox, without a sandbox_dir
+};
+
+// A gateway's sandbox, named as its launch file names it.
+Placement sandbox_placement(const std::string& sandbox_id, const std::string& sandbox_name,
+                            const Paths& paths);
+
+// The container spec. Throws Error (a bad policy, an unknown user, a
+// policy's user that is root...).
+runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placement& where);
+
+// The policy the sandbox runs under: its own, else the default; the
+// filesystem part as the header says. Throws Error naming the policy's
+// source.
+policy::Policy effective_policy(const SandboxSpec& spec, const Placement& where);
+
+// An image's part of a sandbox spec, when the sandbox is made from it:
+// spec->image, the main process (the image's entrypoint, then the caller's
+// command or else the image's cmd, as Docker does) and the environment (the
+// image's, then the caller's on top).
+void resolve_image(SandboxSpec* spec, const image::ImageRecord& record);
+
+// `entries` over `base`, in order: each KEY=VALUE replaces base's entry of
+// that KEY in place, or is appended. An entry without '=' or without a key
+// is skipped (callers validate what users give; an image's is untrusted).
+std::vector<std::string> merge_env(std::vector<std::string> base,
+                                   const std::vector<std::string>& entries);
+
+// The environment that points a sandbox's programs at its egress proxy.
+std::vector<std::string> proxy_env();
+
+// A gateway's sandbox with storage "copy" gets its root as a copy of its
+// image (or directory) before its first start: sandboxes/<id>/rootfs, kept
+// across stops and starts like a writable layer. Nothing to do otherwise,
+// or when the copy is there. Throws Error.
+void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths);
+
+}  // namespace openshell::spec

@@ -1,0 +1,440 @@
+// The one builder of container specs (spec/container_spec.h), for both kinds
+// of sandbox: a gateway's (through sandbox_placement, as the supervisor
+// calls it) and a one-shot one (a Placement with its one_shot part, as
+// `openshell run` fills it; run_options_test.cc tests its flags).
+#include "spec/container_spec.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "image/store.h"
+#include "policy/policy.h"
+#include "runtime/landlock.h"
+#include "test_util.h"
+
+namespace openshell::spec {
+namespace {
+
+using openshell::testing::ScopedEnv;
+using openshell::testing::TempDir;
+using openshell::testing::write_file;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+const char kPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const char kLayer[] = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return "";
+}
+
+const char kPasswd[] =
+    "root:x:0:0::/root:/bin/sh\ntoor:x:0:0::/root:/bin/sh\n"
+    "app:x:1500:1501::/home/app:/bin/sh\nsandbox:x:1000:1000::/home/sandbox:/bin/sh\n";
+const char kGroup[] = "root:x:0:\nwheel:x:0:\nstaff:x:50:\napp:x:1501:\n";
+
+// A gateway's state directory with one sandbox ("sb-1", named "box") and an
+// image store whose one layer holds the given /etc/passwd and /etc/group.
+struct Gateway {
+  TempDir state;
+  Paths paths{state.path(), state / "run"};
+
+  Placement sandbox() const { return sandbox_placement("sb-1", "box", paths); }
+  Placement one_shot() const {
+    Placement where;
+    where.hostname = "run";
+    where.cgroup_name = "openshell-run-1";
+    where.images_dir = paths.images();
+    where.one_shot.emplace();
+    return where;
+  }
+  // The image's one layer, with an /etc/passwd.
+  void make_layer() const {
+    write_file(image::Store(paths.images()).layer_root(kLayer) + "/etc/passwd", kPasswd);
+  }
+  // A spec made from an image whose layer has these files.
+  SandboxSpec from_image(const std::string& passwd, const std::string& group,
+                         const std::string& user = "") const {
+    const std::string root = image::Store(paths.images()).layer_root(kLayer);
+    write_file(root + "/etc/passwd", passwd);
+    write_file(root + "/etc/group", group);
+    SandboxSpec spec;
+    spec.from = "example/app";
+    image::ImageRecord record;
+    record.name = "localhost/example/app:latest";
+    record.config_digest = "sha256:" + std::string(64, '2');
+    record.diff_ids = {kLayer};
+    record.config.user = user;
+    resolve_image(&spec, record);
+    return spec;
+  }
+};
+
+SandboxSpec with_policy(SandboxSpec spec, const std::string& toml) {
+  spec.policy = "version = 1\n" + toml;
+  spec.policy_source = "p.toml";
+  return spec;
+}
+
+// --- merge_env: the one env merge ----------------------------------------------------
+
+TEST(MergeEnv, OverridesAndAppends) {
+  EXPECT_THAT(merge_env({"A=1", "B=2"}, {"A=9"}), ElementsAre("A=9", "B=2"));
+  EXPECT_THAT(merge_env({"A=1"}, {"C=3", "D="}), ElementsAre("A=1", "C=3", "D="));
+  EXPECT_THAT(merge_env({"A=1"}, {"A=2", "A=3"}), ElementsAre("A=3"));
+  EXPECT_THAT(merge_env({}, {"X=a=b"}), ElementsAre("X=a=b"));
+}
+
+TEST(MergeEnv, KeyIsNotAPrefixMatch) {
+  EXPECT_THAT(merge_env({"AB=1", "A=0"}, {"A=2"}), ElementsAre("AB=1", "A=2"));
+  EXPECT_THAT(merge_env({"AB=1"}, {"A=2"}), ElementsAre("AB=1", "A=2"));
+  EXPECT_THAT(merge_env({"A=1"}, {"AB=2"}), ElementsAre("A=1", "AB=2"));
+}
+
+TEST(MergeEnv, SkipsEntriesWithoutAKey) {
+  EXPECT_THAT(merge_env({"A=1"}, {"B", "=x", "", "C=3"}), ElementsAre("A=1", "C=3"));
+}
+
+// --- the environment ----------------------------------------------------------------
+
+// Base (PATH, HOME, HOSTNAME), then the proxy variables, then the image's
+// environment, then the caller's: each replaces what came before in place.
+TEST(ContainerSpecEnv, MergeOrderOfAGatewaysSandbox) {
+  Gateway g;
+  SandboxSpec spec;
+  spec.from = "example/app";
+  spec.env = {"IMG=caller", "HTTP_PROXY=http://proxy.example:1", "NEW=1"};
+  g.make_layer();
+  image::ImageRecord record;
+  record.name = "localhost/example/app:latest";
+  record.diff_ids = {kLayer};
+  record.config.env = {"PATH=/image/bin", "IMG=image", "ONLY_IMAGE=1"};
+  resolve_image(&spec, record);
+  EXPECT_THAT(spec.env, ElementsAre("PATH=/image/bin", "IMG=caller", "ONLY_IMAGE=1",
+                                    "HTTP_PROXY=http://proxy.example:1", "NEW=1"));
+
+  runtime::ContainerSpec c = container_spec_for(spec, g.sandbox());
+  std::vector<std::string> want = {"PATH=/image/bin", "HOME=/sandbox", "HOSTNAME=box"};
+  for (auto entry : proxy_env()) {
+    if (entry.rfind("HTTP_PROXY=", 0) == 0) entry = "HTTP_PROXY=http://proxy.example:1";
+    want.push_back(entry);
+  }
+  want.insert(want.end(), {"IMG=caller", "ONLY_IMAGE=1", "NEW=1"});
+  EXPECT_THAT(c.env, ElementsAreArray(want));
+}
+
+TEST(ContainerSpecEnv, MergeOrderOfAOneShotSandbox) {
+  Gateway g;
+  SandboxSpec spec = g.from_image(kPasswd, kGroup);
+  spec.env = merge_env({"A=image", "B=image"}, {"B=caller"});
+  Placement where = g.one_shot();
+  where.one_shot->tty = true;
+  where.one_shot->term = "vt100";
+  runtime::ContainerSpec c = container_spec_for(spec, where);
+  // HOME: the default user's home in the image's /etc/passwd; no proxy
+  // without network policies.
+  EXPECT_THAT(c.env, ElementsAre(kPath, "HOME=/home/sandbox", "HOSTNAME=run", "TERM=vt100",
+                                 "A=image", "B=caller"));
+  where.one_shot->term = "";
+  EXPECT_THAT(container_spec_for(spec, where).env, Contains("TERM=xterm"));
+}
+
+// An image's Env entry without '=' is not the caller's variable of that name.
+TEST(ContainerSpecEnv, AnImageNeverNamesTheCallersVariables) {
+  ScopedEnv secret("OPENSHELL_UNIT_SECRET", "hunter2");
+  Gateway g;
+  SandboxSpec spec;
+  spec.from = "example/app";
+  image::ImageRecord record;
+  record.diff_ids = {kLayer};
+  record.config.env = {"OPENSHELL_UNIT_SECRET", "KEPT=1"};
+  g.make_layer();
+  resolve_image(&spec, record);
+  EXPECT_THAT(spec.env, ElementsAre("KEPT=1"));
+  for (const Placement& where : {g.sandbox(), g.one_shot()})
+    for (const auto& entry : container_spec_for(spec, where).env)
+      EXPECT_THAT(entry, Not(HasSubstr("OPENSHELL_UNIT_SECRET"))) << entry;
+}
+
+// --- the proxy environment -----------------------------------------------------------
+
+TEST(ContainerSpecProxy, TheVariables) {
+  EXPECT_THAT(proxy_env(),
+              ElementsAre("HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128",
+                          "ALL_PROXY=http://127.0.0.1:3128", "http_proxy=http://127.0.0.1:3128",
+                          "https_proxy=http://127.0.0.1:3128", "all_proxy=http://127.0.0.1:3128",
+                          "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1"));
+}
+
+// A gateway's sandbox always has its proxy (its network policy may change
+// while it runs); a one-shot one only with network policies.
+TEST(ContainerSpecProxy, WhoGetsIt) {
+  Gateway g;
+  SandboxSpec host;
+  const std::string network =
+      "[network_policies.x]\nendpoints = [ { host = \"api.example.com\", port = 443 } ]\n";
+  struct Case {
+    SandboxSpec spec;
+    Placement where;
+    bool egress;
+  } cases[] = {
+      {host, g.sandbox(), true},
+      {with_policy(host, network), g.sandbox(), true},
+      {host, g.one_shot(), false},
+      {with_policy(host, "[process]\nrun_as_user = \"1000\"\n"), g.one_shot(), false},
+      {with_policy(host, network), g.one_shot(), true},
+  };
+  for (const auto& [spec, where, egress] : cases) {
+    SCOPED_TRACE(spec.policy + (where.one_shot ? " (one-shot)" : " (sandbox)"));
+    runtime::ContainerSpec c = container_spec_for(spec, where);
+    EXPECT_EQ(c.egress, egress);
+    EXPECT_EQ(c.fs.dns_stub, egress);
+    for (const auto& entry : proxy_env())
+      EXPECT_EQ(std::count(c.env.begin(), c.env.end(), entry), egress ? 1 : 0) << entry;
+  }
+}
+
+// --- the main process: entrypoint and cmd ------------------------------------------
+
+TEST(ContainerSpecCommand, EntrypointThenTheCallersCommandOrElseCmd) {
+  Gateway g;
+  struct Case {
+    std::vector<std::string> entrypoint, cmd, command, want;
+  } cases[] = {
+      {{"/ep", "-x"}, {"default"}, {}, {"/ep", "-x", "default"}},
+      {{"/ep", "-x"}, {"default"}, {"mine", "1"}, {"/ep", "-x", "mine", "1"}},
+      {{}, {"default", "arg"}, {}, {"default", "arg"}},
+      {{}, {"default"}, {"mine"}, {"mine"}},
+      {{"/ep"}, {}, {}, {"/ep"}},
+      {{}, {}, {}, {}},  // no main process: a gateway's sandbox idles
+  };
+  g.make_layer();
+  for (const auto& [entrypoint, cmd, command, want] : cases) {
+    SandboxSpec spec;
+    spec.from = "example/app";
+    spec.command = command;
+    image::ImageRecord record;
+    record.diff_ids = {kLayer};
+    record.config.entrypoint = entrypoint;
+    record.config.cmd = cmd;
+    resolve_image(&spec, record);
+    EXPECT_EQ(spec.command, want);
+    EXPECT_EQ(container_spec_for(spec, g.sandbox()).argv, want);
+    EXPECT_EQ(container_spec_for(spec, g.one_shot()).argv, want);
+  }
+}
+
+// --- the user, never root ------------------------------------------------------------
+
+TEST(ContainerSpecUser, PolicyThenImageThenDefault) {
+  Gateway g;
+  for (const Placement& where : {g.sandbox(), g.one_shot()}) {
+    SCOPED_TRACE(where.one_shot ? "one-shot" : "sandbox");
+    SandboxSpec spec = g.from_image(kPasswd, kGroup, "app");
+    runtime::ContainerSpec c = container_spec_for(spec, where);
+    EXPECT_EQ(c.uid, 1500u);
+    EXPECT_EQ(c.gid, 1501u);
+    // The policy's group replaces the image's.
+    c = container_spec_for(with_policy(spec, "[process]\nrun_as_group = \"staff\"\n"), where);
+    EXPECT_EQ(c.uid, 1500u);
+    EXPECT_EQ(c.gid, 50u);
+    // The policy's user wins over the image's.
+    c = container_spec_for(with_policy(spec, "[process]\nrun_as_user = \"sandbox\"\n"), where);
+    EXPECT_EQ(c.uid, 1000u);
+    EXPECT_EQ(c.gid, 1000u);
+    // No user anywhere: 1000:1000, or 1000 and the policy's group.
+    spec = g.from_image(kPasswd, kGroup);
+    c = container_spec_for(spec, where);
+    EXPECT_EQ(c.uid, runtime::kDefaultUid);
+    EXPECT_EQ(c.gid, runtime::kDefaultGid);
+    c = container_spec_for(with_policy(spec, "[process]\nrun_as_group = \"staff\"\n"), where);
+    EXPECT_EQ(c.uid, runtime::kDefaultUid);
+    EXPECT_EQ(c.gid, 50u);
+  }
+}
+
+TEST(ContainerSpecUser, AnImageThatNamesRootRunsAsTheDefaultUser) {
+  Gateway g;
+  for (const char* user : {"root", "0", "toor", "toor:staff", "0:0"})
+    for (const Placement& where : {g.sandbox(), g.one_shot()}) {
+      SCOPED_TRACE(std::string(user) + (where.one_shot ? " (one-shot)" : " (sandbox)"));
+      runtime::ContainerSpec c = container_spec_for(g.from_image(kPasswd, kGroup, user), where);
+      EXPECT_EQ(c.uid, runtime::kDefaultUid);
+      EXPECT_EQ(c.gid, runtime::kDefaultGid);
+    }
+}
+
+TEST(ContainerSpecUser, APolicyThatNamesRootIsRefused) {
+  Gateway g;
+  const SandboxSpec spec = g.from_image(kPasswd, kGroup);
+  for (const Placement& where : {g.sandbox(), g.one_shot()}) {
+    SCOPED_TRACE(where.one_shot ? "one-shot" : "sandbox");
+    EXPECT_EQ(error_of([&] {
+                container_spec_for(with_policy(spec, "[process]\nrun_as_user = \"toor\"\n"), where);
+              }),
+              "p.toml: process.run_as_user: toor is root in the sandbox's /etc/passwd");
+    EXPECT_EQ(error_of([&] {
+                container_spec_for(with_policy(spec,
+                                               "[process]\nrun_as_user = \"app\"\nrun_as_group = "
+                                               "\"wheel\"\n"),
+                                   where);
+              }),
+              "p.toml: process.run_as_group: wheel is root's group in the sandbox's /etc/group");
+  }
+}
+
+// Only openshell run's --user may be root, and it wins over the policy's.
+TEST(ContainerSpecUser, OnlyTheOneShotCallerMayChooseRoot) {
+  Gateway g;
+  const SandboxSpec spec =
+      with_policy(g.from_image(kPasswd, kGroup, "app"), "[process]\nrun_as_user = \"sandbox\"\n");
+  Placement where = g.one_shot();
+  where.one_shot->user = "0";
+  runtime::ContainerSpec c = container_spec_for(spec, where);
+  EXPECT_EQ(c.uid, 0u);
+  EXPECT_EQ(c.gid, 0u);
+  EXPECT_THAT(c.env, Contains("HOME=/root"));
+  where.one_shot->user = "toor:wheel";
+  EXPECT_EQ(container_spec_for(spec, where).uid, 0u);
+}
+
+// --- the default filesystem policy --------------------------------------------------
+
+TEST(ContainerSpecFilesystem, AGatewaysSandboxGetsTheDefaultPolicy) {
+  Gateway g;
+  const policy::FilesystemPolicy defaults = policy::default_policy().filesystem;
+  SandboxSpec host;
+  for (const SandboxSpec& spec :
+       {host, with_policy(host, "[process]\nrun_as_group = \"1000\"\n"),
+        with_policy(host,
+                    "[network_policies.x]\nendpoints = [ { host = \"a.example.com\", "
+                    "port = 443 } ]\n")}) {
+    SCOPED_TRACE(spec.policy);
+    policy::Policy p = effective_policy(spec, g.sandbox());
+    EXPECT_TRUE(p.has_filesystem_policy);
+    EXPECT_EQ(p.filesystem, defaults);
+    runtime::ContainerSpec c = container_spec_for(spec, g.sandbox());
+    EXPECT_FALSE(c.fs.proc_read_only);  // Landlock decides
+    EXPECT_FALSE(c.landlock.warn_missing);
+    EXPECT_EQ(c.landlock.enabled, runtime::landlock::abi_version() > 0);
+  }
+  // A policy's own filesystem section replaces the default.
+  SandboxSpec own = with_policy(host, "[filesystem_policy]\nread_only = [\"/usr\"]\n");
+  policy::Policy p = effective_policy(own, g.sandbox());
+  EXPECT_THAT(p.filesystem.read_only, ElementsAre("/usr"));
+  EXPECT_THAT(p.filesystem.read_write, IsEmpty());
+  EXPECT_TRUE(container_spec_for(own, g.sandbox()).landlock.warn_missing);
+}
+
+TEST(ContainerSpecFilesystem, AOneShotSandboxGetsNoLandlockButAReadOnlyProc) {
+  Gateway g;
+  SandboxSpec host;
+  for (const SandboxSpec& spec :
+       {host, with_policy(host, "[process]\nrun_as_group = \"1000\"\n")}) {
+    SCOPED_TRACE(spec.policy);
+    EXPECT_FALSE(effective_policy(spec, g.one_shot()).has_filesystem_policy);
+    runtime::ContainerSpec c = container_spec_for(spec, g.one_shot());
+    EXPECT_FALSE(c.landlock.enabled);
+    EXPECT_TRUE(c.fs.proc_read_only);
+  }
+  SandboxSpec own = with_policy(host, "[filesystem_policy]\nread_only = [\"/usr\", \"/proc\"]\n");
+  EXPECT_TRUE(effective_policy(own, g.one_shot()).has_filesystem_policy);
+  EXPECT_FALSE(container_spec_for(own, g.one_shot()).fs.proc_read_only);
+}
+
+// --- roots, workspace, working directory ---------------------------------------------
+
+TEST(ContainerSpecRoot, AGatewaysSandboxKeepsItsLayerAndWorkspace) {
+  Gateway g;
+  const std::string dir = g.paths.sandbox("sb-1");
+  SandboxSpec host;
+  runtime::ContainerSpec c = container_spec_for(host, g.sandbox());
+  EXPECT_EQ(c.fs.root, namespaces::RootKind::kHost);
+  ASSERT_EQ(c.fs.binds.size(), 1u);
+  EXPECT_EQ(c.fs.binds[0].source, dir + "/workspace");
+  EXPECT_EQ(c.fs.binds[0].target, "/sandbox");
+  EXPECT_EQ(c.fs.workdir, "/sandbox");
+  EXPECT_EQ(c.fs.home, "/sandbox");
+  EXPECT_THAT(c.env, Contains("HOME=/sandbox"));
+  EXPECT_EQ(c.hostname, "box");
+  EXPECT_EQ(c.cgroup_name, "openshell-sb-1");
+
+  SandboxSpec directory;
+  directory.from = g.state / "rootfs";
+  write_file(directory.from + "/etc/passwd", kPasswd);
+  c = container_spec_for(directory, g.sandbox());
+  EXPECT_EQ(c.fs.rootfs, directory.from);
+  EXPECT_EQ(c.fs.layer_dir, dir + "/layer");
+  directory.storage = "copy";
+  write_file(dir + "/rootfs/etc/passwd", kPasswd);
+  c = container_spec_for(directory, g.sandbox());
+  EXPECT_EQ(c.fs.rootfs, dir + "/rootfs");
+  EXPECT_TRUE(c.fs.plain_root);
+  EXPECT_THAT(c.fs.layer_dir, IsEmpty());
+
+  SandboxSpec image = g.from_image(kPasswd, kGroup);
+  image.image->working_dir = "/app";
+  c = container_spec_for(image, g.sandbox());
+  EXPECT_THAT(c.fs.layers, ElementsAre(image::Store(g.paths.images()).layer_root(kLayer)));
+  EXPECT_EQ(c.fs.layer_dir, dir + "/layer");
+  EXPECT_EQ(c.fs.workdir, "/app");
+}
+
+TEST(ContainerSpecRoot, AOneShotSandboxThrowsItsLayerAway) {
+  Gateway g;
+  SandboxSpec image = g.from_image(kPasswd, kGroup);
+  Placement where = g.one_shot();
+  where.one_shot->read_only = true;
+  where.one_shot->binds = {{"/src", "/dst", true}};
+  runtime::ContainerSpec c = container_spec_for(image, where);
+  EXPECT_THAT(c.fs.layer_dir, IsEmpty());
+  EXPECT_TRUE(c.fs.read_only);
+  ASSERT_EQ(c.fs.binds.size(), 1u);
+  EXPECT_EQ(c.fs.binds[0].target, "/dst");
+  EXPECT_EQ(c.fs.workdir, "/");
+  EXPECT_THAT(c.fs.home, IsEmpty());
+  EXPECT_EQ(c.cgroup_name, "openshell-run-1");
+  image.image->working_dir = "/app";
+  EXPECT_EQ(container_spec_for(image, where).fs.workdir, "/app");
+  where.one_shot->workdir = "/work";
+  EXPECT_EQ(container_spec_for(image, where).fs.workdir, "/work");
+}
+
+// --- limits ----------------------------------------------------------------------------
+
+TEST(ContainerSpecLimits, DefaultsAndCoreDumps) {
+  Gateway g;
+  SandboxSpec spec;
+  spec.memory_bytes = 64u << 20;
+  for (const Placement& where : {g.sandbox(), g.one_shot()}) {
+    runtime::ContainerSpec c = container_spec_for(spec, where);
+    EXPECT_EQ(c.limits.pids, limits::kDefaultPids);
+    EXPECT_EQ(c.fs.tmp_size, 64u << 20);
+    EXPECT_EQ(c.fs.shm_size, 32u << 20);
+    ASSERT_EQ(c.rlimits.size(), 1u);
+    EXPECT_EQ(c.rlimits[0].resource, RLIMIT_CORE);
+    EXPECT_EQ(c.rlimits[0].hard, 0u);
+  }
+  spec.pids = 0;
+  EXPECT_FALSE(container_spec_for(spec, g.sandbox()).limits.pids);
+}
+
+}  // namespace
+}  // namespace openshell::spec
