@@ -35,6 +35,7 @@
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
 #include "supervisor/container_spec.h"
+#include "supervisor/network_rules.h"
 
 namespace openshell::supervisor {
 
@@ -496,7 +497,7 @@ void Supervisor::start_egress() {
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {
   policy::Policy policy = text.empty() ? policy::default_policy() : policy::parse(text, "policy");
   const pid_t init = container_->pid();
-  auto rules = std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
+  auto rules = std::make_shared<egress::NetworkRules>(network_rules(
       policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); }));
   proxy_->set_rules(std::move(rules), revision);
   log::debug("network policy revision " + std::to_string(revision) + " applied");
