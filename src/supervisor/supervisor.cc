@@ -562,8 +562,7 @@ void Supervisor::write_exit_file() {
                  {"reason", reason_},
                  {"message", message_}};
   try {
-    auth::write_file_atomically(paths_.sandbox(launch_.sandbox_id) + "/exit.json",
-                                json_text(record));
+    files::write_atomically(paths_.sandbox(launch_.sandbox_id) + "/exit.json", json_text(record));
   } catch (const Error& e) {
     log::error(e.what());
   }
