@@ -20,8 +20,9 @@
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/pem.h>
-#include <openssl/rand.h>
 
+#include "base/files.h"
+#include "base/text.h"
 #include "base/unique_fd.h"
 
 namespace openshell::auth {
@@ -67,17 +68,6 @@ struct WipedString {
 
 // Never prompts for a passphrase: an encrypted key is simply not loadable.
 int no_passphrase(char*, int, int, void*) { return -1; }
-
-std::string hex(const unsigned char* data, size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    out += kDigits[data[i] >> 4];
-    out += kDigits[data[i] & 0xf];
-  }
-  return out;
-}
 
 std::string base64_encode(std::string_view data) {
   std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');  // + the NUL EVP_EncodeBlock writes
@@ -239,7 +229,7 @@ SigningKey SigningKey::load_or_create(const std::string& path) {
     WipedString pem{std::string(data, static_cast<size_t>(size))};
     // A memory BIO does not wipe what it held.
     OPENSSL_cleanse(data, static_cast<size_t>(size));
-    write_file_atomically(path, pem.text, 0600);
+    files::write_atomically(path, pem.text, 0600);
     result.key_ = key.release();
     return result;
   }
@@ -351,7 +341,7 @@ std::string SigningKey::id() const {
   if (!key_ || EVP_PKEY_get_raw_public_key(as_pkey(key_), raw, &raw_size) != 1 ||
       EVP_Digest(raw, raw_size, digest, &digest_size, EVP_sha256(), nullptr) != 1)
     throw Error("key id: " + openssl_error());
-  return hex(digest, 8);
+  return text::hex(digest, 8);
 }
 
 // --- The launch file ---
@@ -398,56 +388,6 @@ LaunchSpec decode_verified(std::string_view bytes, const SigningKey& key) {
     refuse(LaunchFileError::Kind::kBadSignature,
            "signature does not match (tampered, or signed by another gateway)");
   return parse_payload(lines.payload);
-}
-
-// --- Files and randomness ---
-
-void write_file_atomically(const std::string& path, std::string_view bytes, unsigned mode) {
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  if (base.empty() || base == "." || base == "..")
-    throw Error("write " + path + ": not a file name");
-  std::string temp = dir + "/." + base + ".tmp." + random_hex(8);
-  const std::string what = "write " + path;
-
-  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                     static_cast<mode_t>(mode & 07777)));
-  if (!fd) throw_errno(what);
-  auto fail = [&](int err) {
-    fd.reset();
-    ::unlink(temp.c_str());
-    throw_errno(what, err);
-  };
-  // The umask narrowed the mode given to open(2); the caller asked for this one.
-  if (::fchmod(fd.get(), static_cast<mode_t>(mode & 07777)) != 0) fail(errno);
-  const char* data = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd.get(), data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(errno);
-    if (n == 0) fail(ENOSPC);
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) fail(errno);
-  if (::close(fd.release()) != 0) fail(errno);
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail(errno);
-
-  // The rename is durable only once the directory is.
-  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir_fd) throw_errno(what + ": the new file is in place, but open " + dir);
-  if (::fsync(dir_fd.get()) != 0 && errno != EINVAL)
-    throw_errno(what + ": the new file is in place, but fsync " + dir);
-}
-
-std::string random_hex(size_t bytes) {
-  if (bytes > INT_MAX) throw Error("random_hex: too many bytes asked for");
-  std::vector<unsigned char> buf(bytes);
-  if (bytes > 0 && RAND_bytes(buf.data(), static_cast<int>(bytes)) != 1)
-    throw Error("random bytes: " + openssl_error());
-  return hex(buf.data(), buf.size());
 }
 
 }  // namespace openshell::auth

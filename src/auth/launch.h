@@ -84,12 +84,4 @@ LaunchSpec decode(std::string_view bytes);
 // LaunchFileError, kBadSignature when the signature does not match.
 LaunchSpec decode_verified(std::string_view bytes, const SigningKey& key);
 
-// Writes a file atomically: a temp file in the same directory, fsync, rename
-// over path, fsync of the directory; mode as given. On failure (a full disk
-// included) the old file is untouched and no temp file remains. Throws Error.
-void write_file_atomically(const std::string& path, std::string_view bytes, unsigned mode = 0600);
-
-// Cryptographically random bytes, hex-encoded (OpenSSL RAND_bytes).
-std::string random_hex(size_t bytes);
-
 }  // namespace openshell::auth

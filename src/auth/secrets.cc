@@ -11,6 +11,7 @@
 #include <openssl/rand.h>
 
 #include "base/files.h"
+#include "base/text.h"
 
 namespace openshell::auth {
 namespace {
@@ -144,10 +145,7 @@ std::string env_digest(const std::vector<std::string>& env) {
   if (EVP_Digest(joined.data(), joined.size(), md, &size, EVP_sha256(), nullptr) != 1)
     throw Error("sha256 failed");
   OPENSSL_cleanse(joined.data(), joined.size());
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < size; ++i) out += {kDigits[md[i] >> 4], kDigits[md[i] & 0xf]};
-  return out;
+  return text::hex(md, size);
 }
 
 std::string spec_for_launch_file(const std::string& spec_json) {
@@ -170,7 +168,7 @@ bool strip_launch_file_env(const std::string& path, const SigningKey& key) {
   LaunchSpec launch = decode_verified(bytes, key);
   if (!spec_env_in_plain(launch.spec)) return false;
   launch.spec = spec_for_launch_file(launch.spec);
-  write_file_atomically(path, encode(launch, key));
+  files::write_atomically(path, encode(launch, key));
   return true;
 }
 

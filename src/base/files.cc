@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "base/error.h"
+#include "base/random.h"
 #include "base/unique_fd.h"
 
 namespace openshell::files {
@@ -74,6 +75,46 @@ int write_once(const std::string& path, const std::string& content) {
 
 void write(const std::string& path, const std::string& content) {
   if (int err = write_once(path, content)) throw_errno("write " + path, err);
+}
+
+void write_atomically(const std::string& path, std::string_view bytes, unsigned mode) {
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (base.empty() || base == "." || base == "..")
+    throw Error("write " + path + ": not a file name");
+  std::string temp = dir + "/." + base + ".tmp." + random_hex(8);
+  const std::string what = "write " + path;
+
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                     static_cast<mode_t>(mode & 07777)));
+  if (!fd) throw_errno(what);
+  auto fail = [&](int err) {
+    fd.reset();
+    ::unlink(temp.c_str());
+    throw_errno(what, err);
+  };
+  // The umask narrowed the mode given to open(2); the caller asked for this one.
+  if (::fchmod(fd.get(), static_cast<mode_t>(mode & 07777)) != 0) fail(errno);
+  const char* data = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd.get(), data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(errno);
+    if (n == 0) fail(ENOSPC);
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail(errno);
+  if (::close(fd.release()) != 0) fail(errno);
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail(errno);
+
+  // The rename is durable only once the directory is.
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) throw_errno(what + ": the new file is in place, but open " + dir);
+  if (::fsync(dir_fd.get()) != 0 && errno != EINVAL)
+    throw_errno(what + ": the new file is in place, but fsync " + dir);
 }
 
 bool exists(const std::string& path) {

@@ -26,6 +26,11 @@ void write(const std::string& path, const std::string& content);
 // pipe, say).
 bool write_all(int fd, std::string_view data);
 
+// Writes a file atomically: a temp file in the same directory, fsync, rename
+// over path, fsync of the directory; mode as given. On failure (a full disk
+// included) the old file is untouched and no temp file remains. Throws Error.
+void write_atomically(const std::string& path, std::string_view bytes, unsigned mode = 0600);
+
 bool exists(const std::string& path);
 bool is_directory(const std::string& path);
 

@@ -148,4 +148,15 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
+std::string hex(const unsigned char* data, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out += kDigits[data[i] >> 4];
+    out += kDigits[data[i] & 0xf];
+  }
+  return out;
+}
+
 }  // namespace openshell::text

@@ -34,6 +34,7 @@
 #include "runtime/container.h"
 #include "runtime/private_paths.h"
 #include "spec/container_spec.h"
+#include "supervisor/network_rules.h"
 
 namespace openshell::cli {
 
@@ -242,7 +243,7 @@ class EgressThread {
     };
     proxy_ = std::make_unique<egress::Proxy>(io_, options);
     const pid_t init = container.pid();
-    proxy_->set_rules(std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
+    proxy_->set_rules(std::make_shared<egress::NetworkRules>(supervisor::network_rules(
         policy,
         [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); })));
     proxy_->serve(container.take_proxy_listener(), container.take_dns_socket(),

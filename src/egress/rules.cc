@@ -1,49 +1,15 @@
 #include "egress/rules.h"
 
-#include <arpa/inet.h>
 #include <fnmatch.h>
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
-#include "base/error.h"
 #include "base/text.h"
 
 namespace openshell::egress {
 
 namespace {
-
-int bits_of(int family) { return family == AF_INET ? 32 : 128; }
-
-Address v4_from(const uint8_t* four) {
-  Address address;
-  address.family = AF_INET;
-  std::memcpy(address.bytes, four, 4);
-  return address;
-}
-
-// ::ffff:a.b.c.d: what a dual-stack socket sends to a.b.c.d.
-bool is_v4_mapped(const Address& address) {
-  if (address.family != AF_INET6) return false;
-  for (int i = 0; i < 10; ++i)
-    if (address.bytes[i] != 0) return false;
-  return address.bytes[10] == 0xff && address.bytes[11] == 0xff;
-}
-
-Address unmapped(const Address& address) {
-  return is_v4_mapped(address) ? v4_from(address.bytes + 12) : address;
-}
-
-// Whether the first `prefix` bits of a and b agree.
-bool same_prefix(const uint8_t* a, const uint8_t* b, int prefix) {
-  int whole = prefix / 8;
-  if (std::memcmp(a, b, whole) != 0) return false;
-  int rest = prefix % 8;
-  if (rest == 0) return true;
-  auto mask = static_cast<uint8_t>(0xff << (8 - rest));
-  return (a[whole] & mask) == (b[whole] & mask);
-}
 
 struct SpecialRange {
   Cidr cidr;
@@ -172,81 +138,16 @@ Decision check_one(const std::string& rule, const std::vector<Cidr>& allowed_ips
 
 }  // namespace
 
-// inet_pton's forms only: IPv4 as exactly four decimal parts 0-255 without
-// leading zeros (so "010.1.1.1", "0x7f.1", "1.2.3" and "2130706433" are not
-// addresses), IPv6 as RFC 4291 text, optionally in brackets; no zone ids.
-std::optional<Address> Address::parse(std::string_view text) {
-  if (text.find('\0') != std::string_view::npos || text.size() > 64) return std::nullopt;
-  bool bracketed = text.size() >= 2 && text.front() == '[' && text.back() == ']';
-  if (bracketed) text = text.substr(1, text.size() - 2);
-  std::string copy(text);
-  Address address;
-  if (!bracketed && ::inet_pton(AF_INET, copy.c_str(), address.bytes) == 1) {
-    address.family = AF_INET;
-    return address;
-  }
-  if (::inet_pton(AF_INET6, copy.c_str(), address.bytes) == 1) {
-    address.family = AF_INET6;
-    return address;
-  }
-  return std::nullopt;
-}
-
-std::string Address::to_string() const {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (!::inet_ntop(family, bytes, text, sizeof text)) return "?";
-  return text;
-}
-
-bool Address::operator==(const Address& other) const {
-  return family == other.family && std::memcmp(bytes, other.bytes, bits_of(family) / 8) == 0;
-}
-
-// Host bits are accepted and cleared: "10.1.2.3/8" is 10.0.0.0/8.
-std::optional<Cidr> Cidr::parse(std::string_view text) {
-  size_t slash = text.find('/');
-  auto address = Address::parse(text.substr(0, slash));
-  if (!address) return std::nullopt;
-  Cidr cidr;
-  cidr.base = *address;
-  int bits = bits_of(address->family);
-  cidr.prefix = bits;
-  if (slash != std::string_view::npos) {
-    auto prefix = text::parse_uint(text.substr(slash + 1), bits);
-    if (!prefix) return std::nullopt;
-    cidr.prefix = static_cast<int>(*prefix);
-  }
-  for (int bit = cidr.prefix; bit < bits; ++bit)
-    cidr.base.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
-  return cidr;
-}
-
-// An IPv4-mapped address is its IPv4 address, and an IPv4-mapped CIDR of
-// /96 or longer is the IPv4 CIDR it spells; other IPv6 CIDRs (::/0 too)
-// never contain IPv4 addresses.
-bool Cidr::contains(const Address& address) const {
-  Address base_address = base;
-  int bits = prefix;
-  if (is_v4_mapped(base) && prefix >= 96) {
-    base_address = unmapped(base);
-    bits = prefix - 96;
-  }
-  Address candidate = unmapped(address);
-  if (candidate.family != base_address.family) return false;
-  if (bits < 0 || bits > bits_of(candidate.family)) return false;
-  return same_prefix(base_address.bytes, candidate.bytes, bits);
-}
-
 std::string special_address_reason(const Address& address) {
   if (address.family == AF_INET) {
     for (const auto& range : special_v4())
       if (range.cidr.contains(address)) return range.reason;
     return "";
   }
-  if (is_v4_mapped(address) || nat64_prefix().contains(address))
-    return special_address_reason(v4_from(address.bytes + 12));
+  if (address.is_v4_mapped() || nat64_prefix().contains(address))
+    return special_address_reason(Address::v4(address.bytes + 12));
   if (six_to_four_prefix().contains(address))
-    return special_address_reason(v4_from(address.bytes + 2));
+    return special_address_reason(Address::v4(address.bytes + 2));
   for (const auto& range : special_v6())
     if (range.cidr.contains(address)) return range.reason;
   // Only 2000::/3 is allocated for global unicast.
@@ -277,38 +178,18 @@ bool host_matches(std::string_view pattern_text, std::string_view host_text) {
   return true;
 }
 
-NetworkRules NetworkRules::compile(const policy::Policy& policy, const PathResolver& resolve) {
-  NetworkRules compiled;
-  for (const auto& network : policy.network) {
-    Rule rule;
-    rule.name = network.name;
-    for (size_t i = 0; i < network.endpoints.size(); ++i) {
-      const auto& source = network.endpoints[i];
-      Endpoint endpoint;
-      endpoint.host = source.host;
-      endpoint.ports = source.ports;
-      for (size_t j = 0; j < source.allowed_ips.size(); ++j) {
-        auto cidr = Cidr::parse(source.allowed_ips[j]);
-        // policy::parse() refuses these; a policy built in code may still hold one.
-        if (!cidr)
-          throw Error("network_policies." + network.name + ".endpoints[" + std::to_string(i) +
-                      "].allowed_ips[" + std::to_string(j) +
-                      "]: " + policy::check_allowed_ip(source.allowed_ips[j]));
-        endpoint.allowed_ips.push_back(*cidr);
-      }
-      rule.endpoints.push_back(std::move(endpoint));
-    }
-    for (const auto& binary : network.binaries) {
+NetworkRules::NetworkRules(const std::vector<Rule>& rules, const PathResolver& resolve) {
+  for (const Rule& rule : rules) {
+    Compiled compiled{rule.name, rule.endpoints, {}, rule.binaries};
+    for (const auto& path : rule.binaries) {
       // A glob names no one file to resolve; it is compared as written.
-      bool glob = binary.path.find_first_of("*?[") != std::string::npos;
-      std::string resolved = glob || !resolve ? binary.path : resolve(binary.path);
-      rule.binaries.push_back(resolved.empty() ? binary.path : resolved);
-      rule.binaries_as_written.push_back(binary.path);
+      bool glob = path.find_first_of("*?[") != std::string::npos;
+      std::string resolved = glob || !resolve ? path : resolve(path);
+      compiled.binaries.push_back(resolved.empty() ? path : resolved);
     }
-    compiled.names_binaries_ = compiled.names_binaries_ || !rule.binaries.empty();
-    compiled.rules_.push_back(std::move(rule));
+    names_binaries_ = names_binaries_ || !compiled.binaries.empty();
+    rules_.push_back(std::move(compiled));
   }
-  return compiled;
 }
 
 Decision NetworkRules::check(std::string_view binary, std::string_view host, uint16_t port,
@@ -317,7 +198,7 @@ Decision NetworkRules::check(std::string_view binary, std::string_view host, uin
   Match found;
   std::vector<std::string> only_for;  // binaries of rules that allow host:port, but not the caller
   const std::string caller(binary);
-  for (const Rule& rule : rules_) {
+  for (const Compiled& rule : rules_) {
     bool caller_ok = rule.binaries.empty();
     for (const auto& pattern : rule.binaries)
       caller_ok = caller_ok || (!caller.empty() &&
@@ -367,14 +248,14 @@ Decision NetworkRules::check_address(const Match& match, const Address& address)
 }
 
 bool NetworkRules::knows_host(std::string_view host) const {
-  for (const Rule& rule : rules_)
+  for (const Compiled& rule : rules_)
     for (const Endpoint& endpoint : rule.endpoints)
       if (host_matches(endpoint.host, host)) return true;
   return false;
 }
 
 bool NetworkRules::address_allowed_for_host(std::string_view host, const Address& address) const {
-  for (const Rule& rule : rules_)
+  for (const Compiled& rule : rules_)
     for (const Endpoint& endpoint : rule.endpoints) {
       if (!host_matches(endpoint.host, host)) continue;
       Match match{rule.name, endpoint.allowed_ips, {}};

@@ -19,41 +19,15 @@
 //    addresses are allowed at all.
 #pragma once
 
-#include <netinet/in.h>
-
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "policy/policy.h"
+#include "base/address.h"
 
 namespace openshell::egress {
-
-// An IPv4 or IPv6 address (IPv4 kept as v4, not mapped).
-struct Address {
-  int family = AF_INET;  // AF_INET or AF_INET6
-  uint8_t bytes[16] = {};
-  // inet_pton's forms: IPv4 only as four decimal parts without leading zeros
-  // ("010.1.1.1", "1.2.3", "2130706433" are not addresses); IPv6 bare or in
-  // brackets, without a zone id.
-  static std::optional<Address> parse(std::string_view text);  // "1.2.3.4", "::1", "[::1]"
-  std::string to_string() const;
-  bool operator==(const Address& other) const;
-};
-
-struct Cidr {
-  Address base;
-  int prefix = 0;
-  // Host bits are accepted and cleared ("10.1.2.3/8" is 10.0.0.0/8).
-  static std::optional<Cidr> parse(std::string_view text);  // "10.0.0.0/8", "::1/128", "1.2.3.4"
-  // An IPv4-mapped address (::ffff:a.b.c.d) counts as its IPv4 address; an
-  // IPv6 CIDR other than an IPv4-mapped one of /96 or longer contains no
-  // IPv4 address (so "::/0" does not open IPv4).
-  bool contains(const Address& address) const;
-};
 
 // Loopback, link-local, private, CGNAT, unspecified, multicast, broadcast...
 // (see above); the reason ("private", "loopback", ...) or "" when public.
@@ -87,15 +61,27 @@ struct Match {
 
 class NetworkRules {
  public:
+  // One network policy as the rules take it; supervisor::network_rules()
+  // builds these from a policy's [network_policies].
+  struct Endpoint {
+    std::string host;  // exact, or a wildcard in the leading label
+    std::vector<uint16_t> ports;
+    std::vector<Cidr> allowed_ips;  // empty: any address the SSRF guard lets through
+  };
+  struct Rule {
+    std::string name;
+    std::vector<Endpoint> endpoints;
+    std::vector<std::string> binaries;  // absolute paths or globs; empty: any binary
+  };
+
   // Resolves a binary path of the policy to what the caller's executable
   // would read (symlinks followed inside the sandbox's root). Given by the
   // caller; identity (no resolution) when empty.
   using PathResolver = std::function<std::string(const std::string& path)>;
 
   NetworkRules() = default;  // denies everything
-  // Throws Error for an allowed_ips entry that is not a CIDR, which only a
-  // policy that policy::parse() did not return can hold.
-  static NetworkRules compile(const policy::Policy& policy, const PathResolver& resolve = {});
+  // Plain binary paths go through `resolve`; globs are kept as written.
+  explicit NetworkRules(const std::vector<Rule>& rules, const PathResolver& resolve = {});
 
   // Before DNS: may `binary` (an absolute path, or "" when unknown) connect
   // to host:port? On success *match holds what the address check needs.
@@ -117,18 +103,13 @@ class NetworkRules {
   bool names_binaries() const { return names_binaries_; }
 
  private:
-  struct Endpoint {
-    std::string host;
-    std::vector<uint16_t> ports;
-    std::vector<Cidr> allowed_ips;
-  };
-  struct Rule {
+  struct Compiled {
     std::string name;
     std::vector<Endpoint> endpoints;
     std::vector<std::string> binaries;             // resolved; empty: any binary
     std::vector<std::string> binaries_as_written;  // for reasons
   };
-  std::vector<Rule> rules_;
+  std::vector<Compiled> rules_;
   bool names_binaries_ = false;
 };
 

@@ -34,6 +34,7 @@
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
+#include "base/random.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "gateway/store.h"
@@ -448,7 +449,7 @@ void Gateway::launch(SandboxRecord& record) {
   spec.sandbox_id = record.id;
   spec.sandbox_name = record.name;
   spec.generation = record.generation;
-  spec.nonce = auth::random_hex(32);
+  spec.nonce = random_hex(32);
   spec.auth_epoch = 1;
   spec.issued_at = now_ms() / 1000;
   auto current = store_->policy(record.id, 0);
@@ -457,7 +458,7 @@ void Gateway::launch(SandboxRecord& record) {
   spec.gateway_socket = paths_.socket();
   spec.spec = auth::spec_for_launch_file(record.spec);  // the env's digest, not its values
   const std::string file = paths_.launch_file(record.id);
-  auth::write_file_atomically(file, auth::encode(spec, *key_));
+  files::write_atomically(file, auth::encode(spec, *key_));
 
   // A supervisor of its own session, in nobody's process group, its output
   // in the sandbox's log directory.
@@ -997,7 +998,7 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   // are what the supervisor mounts) and why the root is a copy.
   spec.image.reset();
   spec.storage_note.clear();
-  std::string id = auth::random_hex(6);
+  std::string id = random_hex(6);
   if (name.empty()) name = "sandbox-" + id.substr(0, 6);
   if (!text::is_dns_label(name))
     throw ApiError(400, "invalid_name",

@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include "base/error.h"
+#include "base/text.h"
 
 namespace openshell::image {
 
@@ -29,13 +30,7 @@ std::string Sha256::digest() {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx_->md, out, &len);
-  static const char kHex[] = "0123456789abcdef";
-  std::string text = "sha256:";
-  for (unsigned i = 0; i < len; ++i) {
-    text += kHex[out[i] >> 4];
-    text += kHex[out[i] & 15];
-  }
-  return text;
+  return "sha256:" + text::hex(out, len);
 }
 
 std::string sha256_digest(std::string_view data) {

@@ -31,11 +31,11 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "base/address.h"
 #include "base/error.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "egress/dns.h"
-#include "egress/rules.h"
 #include "image/digest.h"
 #include "net/http.h"
 
@@ -226,7 +226,7 @@ std::optional<Url> parse_authority(std::string_view authority, bool https) {
       if (rest[0] != ':' || rest.size() == 1) return std::nullopt;
       port = rest.substr(1);
     }
-    auto address = egress::Address::parse(host);
+    auto address = Address::parse(host);
     if (!address || address->family != AF_INET6) return std::nullopt;
   } else {
     size_t colon = authority.find(':');
@@ -453,7 +453,7 @@ struct Reply {
   }
 };
 
-asio::ip::address to_asio(const egress::Address& address) {
+asio::ip::address to_asio(const Address& address) {
   if (address.family == AF_INET) {
     asio::ip::address_v4::bytes_type bytes;
     std::memcpy(bytes.data(), address.bytes, bytes.size());
@@ -536,8 +536,8 @@ struct RegistryClient::Impl {
 
   // --- resolving and connecting ---
 
-  std::vector<egress::Address> addresses_of(const std::string& host) {
-    if (auto literal = egress::Address::parse(host)) return {*literal};
+  std::vector<Address> addresses_of(const std::string& host) {
+    if (auto literal = Address::parse(host)) return {*literal};
     if (auto it = resolved.find(host); it != resolved.end()) return it->second;
     if (!resolver) {
       try {
@@ -549,12 +549,12 @@ struct RegistryClient::Impl {
     }
     struct Lookup {
       bool done = false, expired = false;
-      std::vector<egress::Address> addresses;
+      std::vector<Address> addresses;
       std::string error;
     };
     // Shared with the callbacks: a lookup that timed out may still answer.
     auto lookup = std::make_shared<Lookup>();
-    resolver->resolve(host, [lookup](std::vector<egress::Address> addresses, std::string error) {
+    resolver->resolve(host, [lookup](std::vector<Address> addresses, std::string error) {
       lookup->done = true;
       lookup->addresses = std::move(addresses);
       lookup->error = std::move(error);
@@ -603,10 +603,10 @@ struct RegistryClient::Impl {
   }
 
   void connect(Connection& connection, const Url& url) {
-    std::vector<egress::Address> addresses = addresses_of(url.host);
-    bool named = !egress::Address::parse(url.host);
+    std::vector<Address> addresses = addresses_of(url.host);
+    bool named = !Address::parse(url.host);
     std::string last_error;
-    for (const egress::Address& address : addresses) {
+    for (const Address& address : addresses) {
       tcp::endpoint endpoint(to_asio(address), url.port);
       std::string where = url.host_port();
       if (named)
@@ -639,7 +639,7 @@ struct RegistryClient::Impl {
     connection.tls.emplace(std::move(*connection.tcp), tls_context());
     connection.tcp.reset();
     SSL* ssl = connection.tls->native_handle();
-    if (egress::Address::parse(url.host)) {
+    if (Address::parse(url.host)) {
       X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), url.host.c_str());
     } else {
       SSL_set_tlsext_host_name(ssl, url.host.c_str());
@@ -1008,7 +1008,7 @@ struct RegistryClient::Impl {
   asio::io_context io;
   std::optional<asio::ssl::context> tls;
   std::unique_ptr<egress::Resolver> resolver;
-  std::map<std::string, std::vector<egress::Address>> resolved;
+  std::map<std::string, std::vector<Address>> resolved;
   std::map<std::string, std::unique_ptr<Connection>> connections;  // by origin
 };
 

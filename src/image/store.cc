@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "auth/launch.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/logfile.h"
+#include "base/random.h"
 #include "base/root_files.h"
 #include "image/digest.h"
 #include "image/unpack.h"
@@ -325,7 +325,7 @@ std::string Store::make_temp_dir() const {
       // Another process may be removing it too; prune retries.
     }
   }
-  std::string path = tmp + "/" + std::to_string(::getpid()) + "." + auth::random_hex(6);
+  std::string path = tmp + "/" + std::to_string(::getpid()) + "." + random_hex(6);
   if (::mkdir(path.c_str(), 0700) != 0) throw_errno("create " + path);
   return path;
 }
@@ -333,8 +333,8 @@ std::string Store::make_temp_dir() const {
 void Store::commit_layer(const std::string& temp_dir, const std::string& diff_id,
                          uint64_t size) const {
   const std::string target = layer_dir(diff_id);
-  auth::write_file_atomically(temp_dir + "/info.json",
-                              json{{"diff_id", diff_id}, {"size", size}}.dump() + "\n", 0600);
+  files::write_atomically(temp_dir + "/info.json",
+                          json{{"diff_id", diff_id}, {"size", size}}.dump() + "\n", 0600);
   UniqueFd held = lock();
   if (has_layer(diff_id)) {
     remove_layer_tree(temp_dir);
@@ -348,7 +348,7 @@ void Store::commit_layer(const std::string& temp_dir, const std::string& diff_id
 std::string Store::put_blob(std::string_view bytes) const {
   const std::string digest = sha256_digest(bytes);
   const std::string path = blob_path(digest);
-  if (!files::exists(path)) auth::write_file_atomically(path, bytes, 0600);
+  if (!files::exists(path)) files::write_atomically(path, bytes, 0600);
   return digest;
 }
 
@@ -374,7 +374,7 @@ std::vector<ImageRecord> Store::read_records() const {
 void Store::write_records(const std::vector<ImageRecord>& records) const {
   json list = json::array();
   for (const auto& r : records) list.push_back(record_to_json(r));
-  auth::write_file_atomically(dir_ + "/images.json", json{{"images", list}}.dump(1) + "\n", 0600);
+  files::write_atomically(dir_ + "/images.json", json{{"images", list}}.dump(1) + "\n", 0600);
 }
 
 std::vector<ImageRecord> Store::list() const { return read_records(); }
@@ -502,7 +502,7 @@ void Store::hold(const std::string& sandbox_id, const std::vector<std::string>& 
                   " is no longer in the image store (pruned?): pull the image again");
     text += d + "\n";
   }
-  auth::write_file_atomically(dir_ + "/holds/" + sandbox_id, text, 0600);
+  files::write_atomically(dir_ + "/holds/" + sandbox_id, text, 0600);
 }
 
 void Store::release(const std::string& sandbox_id) const {

@@ -10,10 +10,10 @@
 #include <set>
 #include <sstream>
 
+#include "base/address.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
-#include "egress/rules.h"
 
 namespace openshell::policy {
 
@@ -278,10 +278,10 @@ std::string check_host_pattern(std::string_view host) {
 
 std::string check_allowed_ip(std::string_view entry) {
   // The parser the rules compile with: what passes here, compiles there.
-  if (egress::Cidr::parse(entry)) return {};
+  if (Cidr::parse(entry)) return {};
   std::string why = "\"" + std::string(entry) + "\" is not an IP address or CIDR";
   size_t slash = entry.find('/');
-  auto address = egress::Address::parse(entry.substr(0, slash));
+  auto address = Address::parse(entry.substr(0, slash));
   if (address && slash != std::string_view::npos) {
     int bits = address->family == AF_INET ? 32 : 128;
     std::string_view prefix = entry.substr(slash + 1);

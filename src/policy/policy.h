@@ -88,7 +88,7 @@ std::string check_host_pattern(std::string_view host);
 
 // An allowed_ips entry (an address or a CIDR) as the egress rules compile it;
 // empty string when fine, else the reason. A policy that parse() returned
-// always compiles into egress::NetworkRules.
+// always compiles into the egress proxy's rules.
 std::string check_allowed_ip(std::string_view entry);
 
 }  // namespace openshell::policy

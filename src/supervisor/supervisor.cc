@@ -35,6 +35,7 @@
 #include "runtime/init_protocol.h"
 #include "spec/container_spec.h"
 #include "spec/sandbox_spec.h"
+#include "supervisor/network_rules.h"
 
 namespace openshell::supervisor {
 
@@ -498,7 +499,7 @@ void Supervisor::start_egress() {
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {
   policy::Policy policy = text.empty() ? policy::default_policy() : policy::parse(text, "policy");
   const pid_t init = container_->pid();
-  auto rules = std::make_shared<egress::NetworkRules>(egress::NetworkRules::compile(
+  auto rules = std::make_shared<egress::NetworkRules>(network_rules(
       policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); }));
   proxy_->set_rules(std::move(rules), revision);
   log::debug("network policy revision " + std::to_string(revision) + " applied");
@@ -563,8 +564,7 @@ void Supervisor::write_exit_file() {
                  {"reason", reason_},
                  {"message", message_}};
   try {
-    auth::write_file_atomically(paths_.sandbox(launch_.sandbox_id) + "/exit.json",
-                                json_text(record));
+    files::write_atomically(paths_.sandbox(launch_.sandbox_id) + "/exit.json", json_text(record));
   } catch (const Error& e) {
     log::error(e.what());
   }

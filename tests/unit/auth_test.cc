@@ -26,6 +26,8 @@
 
 #include "auth/launch.h"
 #include "base/error.h"
+#include "base/files.h"
+#include "base/random.h"
 #include "test_util.h"
 
 namespace openshell::auth {
@@ -544,7 +546,7 @@ TEST_F(LaunchFile, EncodeRefusesTextThatIsNotUtf8) {
   EXPECT_THAT(error_of([&] { encode(spec, key_); }), HasSubstr("UTF-8"));
 }
 
-// --- write_file_atomically ---
+// --- files::write_atomically (base/files.h), which writes launch.cred ---
 
 TEST(AtomicWrite, CreatesTheFileWithTheAskedModeAndNoTempFile) {
   TempDir dir;
@@ -552,7 +554,7 @@ TEST(AtomicWrite, CreatesTheFileWithTheAskedModeAndNoTempFile) {
   for (unsigned mode : {0600u, 0640u, 0444u}) {
     const std::string path = dir / "launch.cred";
     ::unlink(path.c_str());
-    write_file_atomically(path, "content " + std::to_string(mode), mode);
+    files::write_atomically(path, "content " + std::to_string(mode), mode);
     EXPECT_EQ(mode_of(path), mode);
     EXPECT_EQ(read_file(path), "content " + std::to_string(mode));
     EXPECT_THAT(entries(dir.path()), ElementsAre("launch.cred"));
@@ -570,7 +572,7 @@ TEST(AtomicWrite, ReplacesTheOldFileByRename) {
   int old_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(old_fd, 0);
 
-  write_file_atomically(path, "new content", 0600);
+  files::write_atomically(path, "new content", 0600);
 
   EXPECT_EQ(read_file(path), "new content");
   EXPECT_EQ(mode_of(path), 0600u);
@@ -587,7 +589,7 @@ TEST(AtomicWrite, ReadersSeeTheOldOrTheNewFileNeverAMix) {
   const std::string path = dir / "launch.cred";
   const std::string a(512 * 1024, 'a');
   const std::string b(512 * 1024, 'b');
-  write_file_atomically(path, a);
+  files::write_atomically(path, a);
   std::atomic<bool> done{false};
   std::atomic<int> reads{0};
   std::atomic<int> torn{0};
@@ -598,7 +600,7 @@ TEST(AtomicWrite, ReadersSeeTheOldOrTheNewFileNeverAMix) {
       ++reads;
     }
   });
-  for (int i = 0; i < 8; ++i) write_file_atomically(path, i % 2 ? a : b);
+  for (int i = 0; i < 8; ++i) files::write_atomically(path, i % 2 ? a : b);
   while (reads < 4) std::this_thread::yield();
   done = true;
   reader.join();
@@ -610,7 +612,7 @@ TEST(AtomicWrite, FailedRenameRemovesTheTempFile) {
   TempDir dir;
   const std::string path = dir / "target";
   write_file(path + "/inside", "kept");  // a directory cannot be renamed over
-  EXPECT_EQ(error_of([&] { write_file_atomically(path, "new"); }),
+  EXPECT_EQ(error_of([&] { files::write_atomically(path, "new"); }),
             "write " + path + ": Is a directory");
   EXPECT_THAT(entries(dir.path()), ElementsAre("target"));
   EXPECT_EQ(read_file(path + "/inside"), "kept");
@@ -619,7 +621,7 @@ TEST(AtomicWrite, FailedRenameRemovesTheTempFile) {
 TEST(AtomicWrite, MissingDirectoryIsAnErrorNamingThePath) {
   TempDir dir;
   const std::string path = dir / "missing/launch.cred";
-  EXPECT_EQ(error_of([&] { write_file_atomically(path, "x"); }),
+  EXPECT_EQ(error_of([&] { files::write_atomically(path, "x"); }),
             "write " + path + ": No such file or directory");
 }
 
@@ -640,7 +642,7 @@ TEST(AtomicWrite, ReadOnlyDirectoryLeavesTheOldFile) {
       return;
     }
     try {
-      write_file_atomically(path, "new content");
+      files::write_atomically(path, "new content");
       out.say("written");
     } catch (const std::exception& e) {
       out.say(std::string("error: ") + e.what());
@@ -685,8 +687,8 @@ TEST(AtomicWrite, FullDiskLeavesTheOldFileAndNoTempFile) {
   auto report = run_in_child([&](ChildWriter& out) {
     if (!mount_tiny_tmpfs(sub, out)) return;
     try {
-      write_file_atomically(path, "old content");
-      write_file_atomically(path, std::string(64 * 1024, 'n'));
+      files::write_atomically(path, "old content");
+      files::write_atomically(path, std::string(64 * 1024, 'n'));
       out.say("written");
     } catch (const std::exception& e) {
       out.say(std::string("error: ") + e.what());
@@ -701,9 +703,9 @@ TEST(AtomicWrite, FullDiskLeavesTheOldFileAndNoTempFile) {
                              "entry: launch.cred\n");
 }
 
-// --- random_hex ---
+// --- random_hex (base/random.h), which makes the launch nonce ---
 
-TEST(AuthRandomHex, GivesFreshHexOfTheAskedLength) {
+TEST(RandomHex, GivesFreshHexOfTheAskedLength) {
   const std::string a = random_hex(32);
   EXPECT_THAT(a, MatchesRegex("[0-9a-f]{64}"));
   EXPECT_NE(random_hex(32), a);

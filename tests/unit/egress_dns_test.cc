@@ -32,6 +32,7 @@
 #include "egress/dns.h"
 #include "egress/proxy.h"
 #include "policy/policy.h"
+#include "supervisor/network_rules.h"
 #include "test_util.h"
 
 namespace openshell::egress {
@@ -1226,7 +1227,7 @@ class StubTest : public ::testing::Test {
     options.audit = [this](const std::string& line) { lines_.push_back(line); };
     config.hosts_file = dir_ / "hosts-missing";
     proxy_ = std::make_unique<Proxy>(io_, options, config);
-    proxy_->set_rules(std::make_shared<NetworkRules>(NetworkRules::compile(policy::parse(
+    proxy_->set_rules(std::make_shared<NetworkRules>(supervisor::network_rules(policy::parse(
         "version = 1\n[network_policies.t]\nendpoints = [ { host = \"*.example.test\", port = 443, "
         "allowed_ips = [\"192.0.2.0/24\", \"2001:db8::/32\"] } ]\n",
         "test.toml"))));

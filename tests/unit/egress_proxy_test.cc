@@ -21,6 +21,7 @@
 #include "base/unique_fd.h"
 #include "egress/proxy.h"
 #include "policy/policy.h"
+#include "supervisor/network_rules.h"
 
 namespace openshell::egress {
 namespace {
@@ -70,7 +71,7 @@ std::string read_for(int fd, int ms, bool* eof = nullptr) {
 }
 
 std::shared_ptr<NetworkRules> rules_for_port(uint16_t port) {
-  return std::make_shared<NetworkRules>(NetworkRules::compile(policy::parse(
+  return std::make_shared<NetworkRules>(supervisor::network_rules(policy::parse(
       "version = 1\n[network_policies.local]\nendpoints = [ { host = \"127.0.0.1\", port = " +
           std::to_string(port) + ", allowed_ips = [\"127.0.0.1/32\"] } ]\n",
       "test.toml")));
@@ -207,7 +208,7 @@ TEST(ProxyLiveUpdate, ANewPolicyClosesTheTunnelsItRefuses) {
   uint16_t port_a = 0, port_b = 0;
   UniqueFd server_a = listener(&port_a), server_b = listener(&port_b);
   ProxyHarness h(8);
-  auto both = std::make_shared<NetworkRules>(NetworkRules::compile(policy::parse(
+  auto both = std::make_shared<NetworkRules>(supervisor::network_rules(policy::parse(
       "version = 1\n[network_policies.local]\nendpoints = [ { host = \"127.0.0.1\", port = " +
           std::to_string(port_a) +
           ", allowed_ips = [\"127.0.0.1/32\"] }, { host = \"127.0.0.1\", port = " +

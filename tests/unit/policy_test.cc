@@ -5,8 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/address.h"
 #include "base/error.h"
-#include "egress/rules.h"
+#include "supervisor/network_rules.h"
 #include "test_util.h"
 
 namespace openshell::policy {
@@ -397,14 +398,14 @@ TEST(PolicyParse, WhatParsesCompilesIntoEgressRules) {
     try {
       Policy p = parse(text, "policy.toml");
       parsed = true;
-      EXPECT_NO_THROW(egress::NetworkRules::compile(p)) << entry;
+      EXPECT_NO_THROW(supervisor::network_rules(p)) << entry;
     } catch (const Error&) {
     }
     // The same verdict as the rules' own parser, in both directions.
     std::string unescaped = entry;
     if (auto nul = unescaped.find("\\u0000"); nul != std::string::npos)
       unescaped.replace(nul, 6, std::string(1, '\0'));
-    EXPECT_EQ(parsed, egress::Cidr::parse(unescaped).has_value()) << entry;
+    EXPECT_EQ(parsed, Cidr::parse(unescaped).has_value()) << entry;
   }
   // Hosts, ports and binaries: every form parse() takes, compiled and used.
   Policy p = parse(R"(version = 1
@@ -420,8 +421,8 @@ binaries = [ { path = "/usr/bin/[" }, { path = "/opt/*/bin/?" }, { path = "/" },
 )",
                    "policy.toml");
   egress::NetworkRules rules;
-  ASSERT_NO_THROW(
-      rules = egress::NetworkRules::compile(p, [](const std::string& path) { return path; }));
+  ASSERT_NO_THROW(rules =
+                      supervisor::network_rules(p, [](const std::string& path) { return path; }));
   EXPECT_TRUE(rules.check("/opt/x/bin/y", "api-1.example.com", 443, nullptr).allowed);
   EXPECT_TRUE(rules.check("/opt/x/bin/y", "2001:db8::1", 65535, nullptr).allowed);
 }

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "auth/launch.h"
+#include "base/files.h"
+#include "base/random.h"
 #include "gateway/store.h"
 #include "test_util.h"
 
@@ -122,7 +124,7 @@ TEST(SpecEnv, OldLaunchFileIsResignedWithoutValues) {
   launch.gateway_socket = "/run/x.sock";
   launch.spec = R"({"env":["SECRET_TOKEN=s3cr3t"],"from":"host"})";
   const std::string path = dir / "launch.cred";
-  write_file_atomically(path, encode(launch, key));
+  files::write_atomically(path, encode(launch, key));
   EXPECT_TRUE(strip_launch_file_env(path, key));
   const std::string bytes = read_file(path);
   EXPECT_THAT(bytes, Not(HasSubstr("s3cr3t")));

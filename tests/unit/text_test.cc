@@ -132,5 +132,11 @@ TEST(FormatBytes, PicksBinaryUnit) {
   EXPECT_EQ(format_bytes(2048 * kTiB), "2048.0 TiB");  // no unit above TiB
 }
 
+TEST(Hex, TwoLowerCaseDigitsAByte) {
+  const unsigned char bytes[] = {0x00, 0x0a, 0x7f, 0xa0, 0xff};
+  EXPECT_EQ(hex(bytes, sizeof bytes), "000a7fa0ff");
+  EXPECT_EQ(hex(bytes, 0), "");
+}
+
 }  // namespace
 }  // namespace openshell::text

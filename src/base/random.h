@@ -1,0 +1,13 @@
+// Random bytes for names and nonces that must not be guessed.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace openshell {
+
+// Cryptographically random bytes, hex-encoded (OpenSSL RAND_bytes): 2*bytes
+// characters. Throws Error.
+std::string random_hex(size_t bytes);
+
+}  // namespace openshell
