@@ -11,8 +11,10 @@
 #include "auth/peer.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/packet.h"
 #include "base/unique_fd.h"
 #include "net/http.h"
+#include "protocol/exec_handoff.h"
 #include "runtime/init_protocol.h"
 #include "supervisor/exec_session.h"
 #include "supervisor/owner.h"
@@ -24,17 +26,16 @@ void Supervisor::watch_control() {
       asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
         if (ec) return;
         std::string packet;
-        int fds[3];
-        long n = runtime::receive_packet(control_.native_handle(), &packet, fds);
+        PacketFds fds;  // what a session does not take is closed with them
+        long n = receive_packet(control_.native_handle(), &packet, &fds);
         if (n <= 0 && n != -EAGAIN && n != -EINTR) return;  // the init is gone
         runtime::InitMessage m = runtime::parse_message(packet);
         uint64_t id = m.fields.empty() ? 0 : std::strtoull(m.fields[0].c_str(), nullptr, 10);
         auto it = execs_.find(id);
         if (it == execs_.end()) {
-          for (int fd : fds)
-            if (fd >= 0) ::close(fd);
+          // Not ours (any longer): its fds close here.
         } else if (m.kind == runtime::InitMessage::Kind::kStarted) {
-          it->second->started(fds[0]);
+          it->second->started(std::move(fds[0]));
         } else if (m.kind == runtime::InitMessage::Kind::kFailed && m.fields.size() >= 4) {
           int code = std::atoi(m.fields[1].c_str());
           int err = std::atoi(m.fields[2].c_str());
@@ -48,15 +49,13 @@ void Supervisor::watch_control() {
 
 bool Supervisor::send_exec(const runtime::ExecRequest& request, const int* fds, int count) {
   if (state_ != State::kRunning || !control_.is_open()) return false;
-  return runtime::send_packet(control_.native_handle(), runtime::encode_exec(request), fds,
-                              count) == 0;
+  return send_packet(control_.native_handle(), runtime::encode_exec(request), fds, count) == 0;
 }
 
 void Supervisor::kill_exec(uint64_t id, int sig) {
   if (!control_.is_open()) return;
-  runtime::send_packet(control_.native_handle(),
-                       runtime::make_message({"kill", std::to_string(id), std::to_string(sig)}),
-                       nullptr, 0);
+  send_packet(control_.native_handle(),
+              runtime::make_message({"kill", std::to_string(id), std::to_string(sig)}), nullptr, 0);
 }
 
 // The gateway hands exec connections over through a socket of ours.
@@ -96,22 +95,16 @@ void Supervisor::accept_exec() {
             log::error("exec handover refused (uid " + std::to_string(cred.uid) + "): " + why);
             continue;
           }
-          std::string packet;
-          int fds[3];
-          long n = runtime::receive_packet(conn.get(), &packet, fds);
-          for (int i = 1; i < 3; ++i)
-            if (fds[i] >= 0) ::close(fds[i]);
-          if (n <= 0 || fds[0] < 0) {
-            if (fds[0] >= 0) ::close(fds[0]);
-            continue;
-          }
-          runtime::InitMessage m = runtime::parse_message(packet);
-          if (m.fields.size() != 1 || packet.rfind("handoff", 0) != 0) {
-            ::close(fds[0]);
+          protocol::ExecHandoff handoff;
+          try {
+            handoff = protocol::receive_exec_handoff(conn.get());
+          } catch (const Error& e) {
+            log::error(e.what());
             continue;
           }
           std::string error;
-          auto ws = net::WebSocket::accept_handed_over(io_, fds[0], m.fields[0], &error);
+          auto ws = net::WebSocket::accept_handed_over(io_, handoff.connection.release(),
+                                                       handoff.request, &error);
           if (!ws) {
             log::error("exec handover: " + error);
             continue;

@@ -10,13 +10,11 @@
 #include <cerrno>
 
 #include "base/error.h"
-#include "base/json_text.h"
+#include "base/unique_fd.h"
 #include "net/http.h"
 #include "supervisor/owner.h"
 
 namespace openshell::supervisor {
-
-using nlohmann::json;
 
 namespace {
 
@@ -42,80 +40,83 @@ void ExecSession::on_message(std::string data, bool binary) {
     write_stdin();
     return;
   }
-  json m = json::parse(data, nullptr, false);
-  if (!m.is_object()) return;
-  std::string type = m.value("type", "");
-  if (type == "start" && !requested_) {
-    requested_ = true;
-    runtime::ExecRequest request;
-    request.id = id_;
-    request.tty = m.value("tty", false);
-    request.rows = static_cast<uint16_t>(m.value("rows", 24));
-    request.cols = static_cast<uint16_t>(m.value("cols", 80));
-    request.workdir = m.value("workdir", owner_.container_spec().fs.workdir);
-    request.argv = m.value("argv", std::vector<std::string>{});
-    // The sandbox's environment, then the caller's additions.
-    request.env = owner_.container_spec().env;
-    for (const auto& entry : m.value("env", std::vector<std::string>{})) {
-      std::string key = entry.substr(0, entry.find('='));
-      bool replaced = false;
-      for (auto& existing : request.env)
-        if (existing.compare(0, key.size() + 1, key + "=") == 0) existing = entry, replaced = true;
-      if (!replaced) request.env.push_back(entry);
-    }
-    if (request.argv.empty())
-      return end({{"type", "error"}, {"code", 125}, {"message", "no command"}});
-    tty_ = request.tty;
-    int fds[3] = {-1, -1, -1};
-    int ours[3] = {-1, -1, -1};
-    if (!tty_) {
-      for (int i = 0; i < 3; ++i) {
-        int p[2];
-        if (::pipe2(p, O_CLOEXEC) != 0)
-          return end({{"type", "error"}, {"code", 125}, {"message", errno_message("pipe", errno)}});
-        // stdin: the process reads p[0]; stdout/stderr: it writes p[1].
-        fds[i] = i == 0 ? p[0] : p[1];
-        ours[i] = i == 0 ? p[1] : p[0];
-      }
-      stdin_.assign(ours[0]);
-      out_.assign(ours[1]);
-      err_.assign(ours[2]);
-    }
-    bool sent = owner_.send_exec(request, tty_ ? nullptr : fds, tty_ ? 0 : 3);
-    for (int fd : fds)
-      if (fd >= 0) ::close(fd);
-    if (!sent)
-      return end({{"type", "error"}, {"code", 125}, {"message", "the sandbox is not running"}});
-  } else if (type == "eof") {
+  exec::ClientMessage message;
+  try {
+    message = exec::decode_client(data);
+  } catch (const protocol::ProtocolError& e) {
+    // A client that speaks the stream wrong gets told, and what it ran ends.
+    if (running_ && !status_) owner_.kill_exec(id_, SIGKILL);
+    return end(exec::Failure{exit_code::kFailure, e.what()});
+  }
+  if (auto* start = std::get_if<exec::Start>(&message)) {
+    if (!requested_) begin(*start);
+  } else if (std::holds_alternative<exec::Eof>(message)) {
     stdin_eof_ = true;
     write_stdin();
-  } else if (type == "resize" && tty_ && pty_.is_open()) {
-    winsize size{static_cast<unsigned short>(m.value("rows", 24)),
-                 static_cast<unsigned short>(m.value("cols", 80)), 0, 0};
-    ::ioctl(pty_.native_handle(), TIOCSWINSZ, &size);
-  } else if (type == "signal" && running_) {
-    owner_.kill_exec(id_, m.value("signal", SIGTERM));
+  } else if (auto* resize = std::get_if<exec::Resize>(&message)) {
+    if (tty_ && pty_.is_open()) {
+      winsize size{resize->rows, resize->cols, 0, 0};
+      ::ioctl(pty_.native_handle(), TIOCSWINSZ, &size);
+    }
+  } else if (auto* signal = std::get_if<exec::Signal>(&message)) {
+    if (running_) owner_.kill_exec(id_, signal->signal);
   }
 }
 
-void ExecSession::started(int pty_master) {
+void ExecSession::begin(const exec::Start& start) {
+  requested_ = true;
+  runtime::ExecRequest request;
+  request.id = id_;
+  request.tty = start.tty;
+  request.rows = start.rows;
+  request.cols = start.cols;
+  request.workdir = start.workdir.value_or(owner_.container_spec().fs.workdir);
+  request.argv = start.argv;
+  // The sandbox's environment, then the caller's additions.
+  request.env = owner_.container_spec().env;
+  for (const auto& entry : start.env) {
+    std::string key = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (auto& existing : request.env)
+      if (existing.compare(0, key.size() + 1, key + "=") == 0) existing = entry, replaced = true;
+    if (!replaced) request.env.push_back(entry);
+  }
+  tty_ = request.tty;
+  UniqueFd theirs[3];
+  if (!tty_) {
+    for (int i = 0; i < 3; ++i) {
+      int p[2];
+      if (::pipe2(p, O_CLOEXEC) != 0)
+        return end(exec::Failure{exit_code::kFailure, errno_message("pipe", errno)});
+      // stdin: the process reads p[0]; stdout/stderr: it writes p[1].
+      theirs[i].reset(i == 0 ? p[0] : p[1]);
+      int ours = i == 0 ? p[1] : p[0];
+      (i == 0 ? stdin_ : i == 1 ? out_ : err_).assign(ours);
+    }
+  }
+  const int fds[3] = {theirs[0].get(), theirs[1].get(), theirs[2].get()};
+  if (!owner_.send_exec(request, tty_ ? nullptr : fds, tty_ ? 0 : 3))
+    return end(exec::Failure{exit_code::kFailure, "the sandbox is not running"});
+}
+
+void ExecSession::started(UniqueFd pty_master) {
   running_ = true;
   if (tty_) {
-    if (pty_master < 0) return failed(exit_code::kFailure, "no pseudo-terminal");
-    pty_.assign(pty_master);
+    if (!pty_master) return failed(exit_code::kFailure, "no pseudo-terminal");
+    pty_.assign(pty_master.release());
     open_streams_ = 1;
-    read_stream(pty_, 1);
+    read_stream(pty_, exec::kStdout);
   } else {
     open_streams_ = 2;
-    read_stream(out_, 1);
-    read_stream(err_, 2);
+    read_stream(out_, exec::kStdout);
+    read_stream(err_, exec::kStderr);
   }
-  ws_->send(json_text(json{{"type", "started"}}), false);
+  ws_->send(protocol::encode(exec::Started{}), false);
   write_stdin();
 }
 
 void ExecSession::failed(int exit_code, const std::string& why) {
-  end({{"type", "error"}, {"code", exit_code}, {"message", why}});
+  end(exec::Failure{exit_code, why});
 }
 
 void ExecSession::exited(int status) {
@@ -209,18 +210,18 @@ void ExecSession::finish() {
     }
   };
   if (tty_) {
-    drain(pty_, 1);
+    drain(pty_, exec::kStdout);
   } else {
-    drain(out_, 1);
-    drain(err_, 2);
+    drain(out_, exec::kStdout);
+    drain(err_, exec::kStderr);
   }
-  end({{"type", "exit"}, {"code", status_.value_or(128 + SIGKILL)}});
+  end(exec::Exit{status_.value_or(128 + SIGKILL)});
 }
 
-void ExecSession::end(json message) {
+void ExecSession::end(const exec::ServerMessage& message) {
   if (ended_) return;
   ended_ = true;
-  ws_->send(json_text(message), false);
+  ws_->send(std::visit([](const auto& m) { return protocol::encode(m); }, message), false);
   ws_->close();
   boost::system::error_code ignored;
   stdin_.close(ignored);

@@ -9,7 +9,9 @@
 #include <utility>
 
 #include <boost/asio.hpp>
-#include <nlohmann/json.hpp>
+
+#include "base/unique_fd.h"
+#include "protocol/exec_stream.h"
 
 namespace openshell::net {
 class WebSocket;
@@ -20,6 +22,7 @@ namespace openshell::supervisor {
 namespace asio = boost::asio;
 
 class Supervisor;
+namespace exec = protocol::exec;
 
 class ExecSession : public std::enable_shared_from_this<ExecSession> {
  public:
@@ -37,7 +40,7 @@ class ExecSession : public std::enable_shared_from_this<ExecSession> {
 
   void start();
   // From the init.
-  void started(int pty_master);
+  void started(UniqueFd pty_master);
   void failed(int exit_code, const std::string& why);
   void exited(int status);
   // The sandbox ended under it.
@@ -49,7 +52,8 @@ class ExecSession : public std::enable_shared_from_this<ExecSession> {
   void read_stream(asio::posix::stream_descriptor& stream, uint8_t tag);
   void write_stdin();
   void finish();
-  void end(nlohmann::json message);
+  void begin(const protocol::exec::Start& start);
+  void end(const protocol::exec::ServerMessage& message);
 
   asio::io_context& io_;
   Supervisor& owner_;

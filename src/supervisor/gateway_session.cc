@@ -2,18 +2,18 @@
 // on the welcome, its status reported, stops and policy updates taken.
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
+#include <variant>
 
 #include "base/error.h"
 #include "base/files.h"
-#include "base/json_text.h"
 #include "base/log.h"
 #include "net/http.h"
+#include "protocol/supervisor_session.h"
 #include "supervisor/owner.h"
 
 namespace openshell::supervisor {
 
-using nlohmann::json;
+namespace session = protocol::session;
 
 void Supervisor::connect_session() {
   net::WebSocket::connect(
@@ -49,67 +49,79 @@ void Supervisor::connect_session() {
         // The launch file is read afresh on every connection: it is our identity.
         std::string bytes;
         files::read_into(launch_file_, &bytes);
-        ws->send(json_text(json{{"type", "hello"}, {"launch", bytes}, {"pid", ::getpid()}}), false);
+        ws->send(protocol::encode(session::Hello{bytes, ::getpid()}), false);
       });
 }
 
 void Supervisor::on_session_message(const std::string& data) {
-  json m = json::parse(data, nullptr, false);
-  if (!m.is_object()) return;
-  std::string type = m.value("type", "");
-  if (type == "welcome") {
+  session::ToSupervisor message;
+  try {
+    message = session::decode_to_supervisor(data);
+  } catch (const protocol::ProtocolError& e) {
+    log::error(std::string("from the gateway: ") + e.what());
+    return;
+  }
+  if (auto* welcome = std::get_if<session::Welcome>(&message)) {
     session_welcome_ = true;
     if (!container_ && state_ == State::kRunning) {
-      std::vector<std::string> env;
-      if (m.contains("env") && m["env"].is_array())
-        for (const auto& e : m["env"])
-          if (e.is_string()) env.push_back(e.get<std::string>());
-      take_environment(env);
+      take_environment(welcome->env);
       if (spec_error_.empty())
         start_container();
       else
         fail_start(exit_code::kFailure, spec_error_);
     }
     report_status();
-  } else if (type == "superseded" || type == "rejected") {
+  } else if (std::holds_alternative<session::Superseded>(message) ||
+             std::holds_alternative<session::Rejected>(message)) {
     // Another launch of this sandbox is current, or ours is not valid: end,
     // claiming nothing (the gateway has recorded why).
-    log::error("the gateway refused this supervisor: " + m.value("message", type));
+    const std::string& why = std::holds_alternative<session::Superseded>(message)
+                                 ? std::get<session::Superseded>(message).message
+                                 : std::get<session::Rejected>(message).message;
+    log::error("the gateway refused this supervisor: " + why);
     result_ = exit_code::kFailure;
     refused_ = true;
     io_.stop();
-  } else if (type == "stop") {
-    stop(m.value("grace_ms", kDefaultGraceMs));
-  } else if (type == "policy") {
+  } else if (auto* stop_message = std::get_if<session::Stop>(&message)) {
+    stop(stop_message->grace_ms);
+  } else if (auto* policy = std::get_if<session::Policy>(&message)) {
     // A live update of the network part: the next connection sees it.
-    int64_t revision = m.value("revision", int64_t{0});
-    json ack = {{"type", "policy_applied"}, {"revision", revision}};
+    session::PolicyApplied ack{policy->revision, std::nullopt};
     try {
-      if (proxy_) apply_policy(m.value("text", std::string()), revision);
-      spec_.policy = m.value("text", std::string());
+      if (proxy_) apply_policy(policy->text, policy->revision);
+      spec_.policy = policy->text;
     } catch (const std::exception& e) {
-      ack["error"] = e.what();
+      ack.error = e.what();
     }
-    if (session_) session_->send(json_text(ack), false);
+    if (session_) session_->send(protocol::encode(ack), false);
   }
+}
+
+// What the gateway learns of the sandbox: running (after every welcome), or
+// how it ended, once; the same record is the exit file.
+session::Status Supervisor::status() const {
+  session::Status status;
+  status.generation = launch_.generation;
+  if (state_ == State::kEnded) {
+    status.state = stopped_ ? "stopped" : "exited";
+    status.exit_code = exit_code_;
+    status.reason = reason_;
+    status.message = message_;
+  } else {
+    status.state = "running";
+    // The gateway waits for it to be gone before it removes the sandbox.
+    status.init_pid = container_ ? container_->pid() : 0;
+  }
+  return status;
 }
 
 void Supervisor::report_status() {
   if (!session_ || !session_welcome_) return;
-  json status = {{"type", "status"}, {"generation", launch_.generation}};
-  if (state_ == State::kEnded) {
-    status["state"] = stopped_ ? "stopped" : "exited";
-    status["exit_code"] = exit_code_;
-    status["reason"] = reason_;
-    status["message"] = message_;
+  session::Status now = status();
+  session_->send(protocol::encode(now), false);
+  if (!now.running()) {
     final_sent_ = true;
-    session_->send(json_text(status), false);
     session_->close();
-  } else {
-    status["state"] = "running";
-    // The gateway waits for it to be gone before it removes the sandbox.
-    status["init_pid"] = container_ ? container_->pid() : 0;
-    session_->send(json_text(status), false);
   }
 }
 

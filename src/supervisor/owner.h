@@ -19,6 +19,7 @@
 #include "base/paths.h"
 #include "base/sandbox_spec.h"
 #include "egress/proxy.h"
+#include "protocol/supervisor_session.h"
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
 
@@ -79,6 +80,7 @@ class Supervisor {
   void connect_session();
   void on_session_message(const std::string& data);
   void report_status();
+  protocol::session::Status status() const;
   // egress.cc: the sandbox's proxy and DNS stub.
   void start_egress();
   void apply_policy(const std::string& text, int64_t revision);

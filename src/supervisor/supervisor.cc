@@ -8,21 +8,16 @@
 
 #include <map>
 
-#include <nlohmann/json.hpp>
-
 #include "auth/secrets.h"
 #include "base/error.h"
 #include "base/event_loop.h"
 #include "base/files.h"
-#include "base/json_text.h"
 #include "base/log.h"
 #include "supervisor/container_spec.h"
 #include "supervisor/exec_session.h"
 #include "supervisor/owner.h"
 
 namespace openshell::supervisor {
-
-using nlohmann::json;
 
 void Supervisor::load() {
   std::string bytes;
@@ -148,14 +143,9 @@ void Supervisor::container_ended(int status) {
 
 void Supervisor::write_exit_file() {
   if (refused_) return;
-  json record = {{"generation", launch_.generation},
-                 {"state", stopped_ ? "stopped" : "exited"},
-                 {"exit_code", exit_code_},
-                 {"reason", reason_},
-                 {"message", message_}};
   try {
     auth::write_file_atomically(paths_.sandbox(launch_.sandbox_id) + "/exit.json",
-                                json_text(record));
+                                protocol::session::encode_exit_file(status()));
   } catch (const Error& e) {
     log::error(e.what());
   }
