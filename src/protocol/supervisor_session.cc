@@ -29,7 +29,7 @@ void from_json(const json& j, Status& m) {
   } else if (m.state == "exited" || m.state == "stopped") {
     r.required("exit_code", &m.exit_code);
     r.required("reason", &m.reason);
-    r.optional("message", &m.message);
+    r.required("message", &m.message);
   } else {
     throw ProtocolError("\"status\" message: field \"state\" must be running, exited or stopped");
   }

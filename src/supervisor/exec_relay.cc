@@ -22,29 +22,35 @@
 namespace openshell::supervisor {
 
 void Supervisor::watch_control() {
-  control_.async_wait(
-      asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
-        if (ec) return;
-        std::string packet;
-        PacketFds fds;  // what a session does not take is closed with them
-        long n = receive_packet(control_.native_handle(), &packet, &fds);
-        if (n <= 0 && n != -EAGAIN && n != -EINTR) return;  // the init is gone
-        runtime::InitMessage m = runtime::parse_message(packet);
-        uint64_t id = m.fields.empty() ? 0 : std::strtoull(m.fields[0].c_str(), nullptr, 10);
-        auto it = execs_.find(id);
-        if (it == execs_.end()) {
-          // Not ours (any longer): its fds close here.
-        } else if (m.kind == runtime::InitMessage::Kind::kStarted) {
-          it->second->started(std::move(fds[0]));
-        } else if (m.kind == runtime::InitMessage::Kind::kFailed && m.fields.size() >= 4) {
-          int code = std::atoi(m.fields[1].c_str());
-          int err = std::atoi(m.fields[2].c_str());
-          it->second->failed(code, m.fields[3] + ": " + std::strerror(err));
-        } else if (m.kind == runtime::InitMessage::Kind::kExited && m.fields.size() >= 2) {
-          it->second->exited(std::atoi(m.fields[1].c_str()));
-        }
-        watch_control();
-      });
+  control_.async_wait(asio::posix::descriptor_base::wait_read,
+                      [this](const boost::system::error_code& ec) {
+                        if (ec) return;
+                        long n = read_control();
+                        if (n <= 0 && n != -EAGAIN && n != -EINTR) return;  // the init is gone
+                        watch_control();
+                      });
+}
+
+long Supervisor::read_control() {
+  std::string packet;
+  PacketFds fds;  // what a session does not take is closed with them
+  long n = receive_packet(control_.native_handle(), &packet, &fds);
+  if (n <= 0) return n;
+  runtime::InitMessage m = runtime::parse_message(packet);
+  uint64_t id = m.fields.empty() ? 0 : std::strtoull(m.fields[0].c_str(), nullptr, 10);
+  auto it = execs_.find(id);
+  if (it == execs_.end()) {
+    // Not ours (any longer): its fds close here.
+  } else if (m.kind == runtime::InitMessage::Kind::kStarted) {
+    it->second->started(std::move(fds[0]));
+  } else if (m.kind == runtime::InitMessage::Kind::kFailed && m.fields.size() >= 4) {
+    int code = std::atoi(m.fields[1].c_str());
+    int err = std::atoi(m.fields[2].c_str());
+    it->second->failed(code, m.fields[3] + ": " + std::strerror(err));
+  } else if (m.kind == runtime::InitMessage::Kind::kExited && m.fields.size() >= 2) {
+    it->second->exited(std::atoi(m.fields[1].c_str()));
+  }
+  return n;
 }
 
 bool Supervisor::send_exec(const runtime::ExecRequest& request, const int* fds, int count) {

@@ -74,6 +74,7 @@ class Supervisor {
   void read_output(asio::posix::stream_descriptor& stream, const std::string& name);
   // exec_relay.cc: handed-over exec connections and the init's control channel.
   void watch_control();
+  long read_control();  // one report from the init: receive_packet's result
   void listen_for_exec();
   void accept_exec();
   // gateway_session.cc: the session to the gateway.

@@ -134,6 +134,14 @@ void Supervisor::container_ended(int status) {
   if (container_->oom_kills() > 0)
     log_->write("stderr", "openshell: the sandbox ran out of memory at its --memory limit\n",
                 logfile::now_ns());
+  // What the init reported before it ended (an exec's exit, say) may still
+  // wait in the channel, behind the end this handler saw first.
+  if (control_.is_open()) {
+    const int fd = control_.native_handle();
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    while (read_control() > 0) {
+    }
+  }
   for (auto& [id, session] : std::map(execs_)) session->sandbox_gone();
   boost::system::error_code ignored;
   control_.close(ignored);
