@@ -26,8 +26,9 @@ void ExecSession::start() {
   auto self = shared_from_this();
   ws_->start([self](std::string data, bool binary) { self->on_message(std::move(data), binary); },
              [self](const std::string&) {
-               // The caller is gone: so is what it ran.
-               if (self->running_ && !self->status_) self->owner_.kill_exec(self->id_, SIGKILL);
+               // The caller is gone: so is what it ran (or is about to run: the
+               // kill follows the request on the init's channel).
+               if (self->requested_ && !self->status_) self->owner_.kill_exec(self->id_, SIGKILL);
                self->ended_ = true;
                self->owner_.forget(self->id_);
              });
@@ -45,7 +46,7 @@ void ExecSession::on_message(std::string data, bool binary) {
     message = exec::decode_client(data);
   } catch (const protocol::ProtocolError& e) {
     // A client that speaks the stream wrong gets told, and what it ran ends.
-    if (running_ && !status_) owner_.kill_exec(id_, SIGKILL);
+    if (requested_ && !status_) owner_.kill_exec(id_, SIGKILL);
     return end(exec::Failure{exit_code::kFailure, e.what()});
   }
   if (auto* start = std::get_if<exec::Start>(&message)) {
