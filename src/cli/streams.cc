@@ -20,10 +20,12 @@
 #include "base/text.h"
 #include "cli/terminal.h"
 #include "net/http.h"
+#include "protocol/exec_stream.h"
 
 namespace openshell::cli {
 
 namespace asio = boost::asio;
+namespace exec_stream = protocol::exec;
 using nlohmann::json;
 
 namespace {
@@ -114,10 +116,15 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
   const bool tty = options.tty;
   unsigned short rows = 24, cols = 80;
   if (tty) terminal_size(&rows, &cols);
-  json start = {{"type", "start"}, {"argv", options.argv}, {"env", options.env},
-                {"tty", tty},      {"rows", rows},         {"cols", cols}};
-  if (!options.workdir.empty()) start["workdir"] = options.workdir;
-  ws->send(start.dump(), false);
+  exec_stream::Start start;
+  start.argv = options.argv;
+  start.env = options.env;
+  if (!options.workdir.empty()) start.workdir = options.workdir;
+  start.tty = tty;
+  start.rows = rows;
+  start.cols = cols;
+  ws->send(protocol::encode(start), false);
+  const std::string eof = protocol::encode(exec_stream::Eof{});
 
   std::optional<int> status;
   std::string error;
@@ -140,13 +147,13 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
     while ((n = ::read(options.stdin_fd, buf, sizeof buf)) > 0)
       all.append(buf, static_cast<size_t>(n));
     if (!all.empty()) ws->send(all, true);
-    ws->send(json{{"type", "eof"}}.dump(), false);
+    ws->send(eof, false);
   }
   std::array<char, 32768> in_buf;
   std::function<void()> read_input = [&]() {
     input.async_read_some(asio::buffer(in_buf), [&](const boost::system::error_code& ec, size_t n) {
       if (ec) {
-        ws->send(json{{"type", "eof"}}.dump(), false);
+        ws->send(eof, false);
         return;
       }
       ws->send(std::string(in_buf.data(), n), true);
@@ -163,10 +170,10 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
         if (tty) {
           unsigned short r, c;
           terminal_size(&r, &c);
-          ws->send(json{{"type", "resize"}, {"rows", r}, {"cols", c}}.dump(), false);
+          ws->send(protocol::encode(exec_stream::Resize{r, c}), false);
         }
       } else {
-        ws->send(json{{"type", "signal"}, {"signal", sig}}.dump(), false);
+        ws->send(protocol::encode(exec_stream::Signal{sig}), false);
       }
       wait_signal();
     });
@@ -180,7 +187,7 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
     timeout.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
       timed_out = true;
-      ws->send(json{{"type", "signal"}, {"signal", SIGKILL}}.dump(), false);
+      ws->send(protocol::encode(exec_stream::Signal{SIGKILL}), false);
     });
   }
 
@@ -188,17 +195,22 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
       [&](std::string data, bool binary) {
         if (binary) {
           if (data.empty()) return;
-          files::write_all(data[0] == 2 ? STDERR_FILENO : options.stdout_fd,
+          files::write_all(data[0] == exec_stream::kStderr ? STDERR_FILENO : options.stdout_fd,
                            std::string_view(data).substr(1));
           return;
         }
-        json m = json::parse(data, nullptr, false);
-        if (!m.is_object()) return;
-        std::string type = m.value("type", "");
-        if (type == "exit") status = m.value("code", 0);
-        if (type == "error") {
-          error = m.value("message", "exec failed");
-          error_code = m.value("code", 125);
+        try {
+          auto message = exec_stream::decode_server(data);
+          if (auto* exit = std::get_if<exec_stream::Exit>(&message)) status = exit->code;
+          if (auto* failure = std::get_if<exec_stream::Failure>(&message)) {
+            error = failure->message;
+            error_code = failure->code;
+          }
+        } catch (const protocol::ProtocolError& e) {
+          // A supervisor that speaks the stream wrong: say so, and stop.
+          error = e.what();
+          error_code = exit_code::kFailure;
+          io.stop();
         }
       },
       [&](const std::string&) { io.stop(); });

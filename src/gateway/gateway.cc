@@ -44,8 +44,9 @@
 #include "namespaces/userns.h"
 #include "net/http.h"
 #include "policy/policy.h"
+#include "protocol/exec_handoff.h"
+#include "protocol/supervisor_session.h"
 #include "runtime/cleanup.h"
-#include "runtime/init_protocol.h"
 #include "spec/container_spec.h"
 #include "spec/sandbox_spec.h"
 
@@ -173,9 +174,10 @@ class Gateway {
   // Runs `then` once the sandbox's own processes are gone too (its init dies
   // with its supervisor, a moment later).
   void after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then);
-  void apply_final(SandboxRecord& record, const json& status);
-  void on_session_message(const std::string& id, std::shared_ptr<net::WebSocket> ws,
-                          const std::string& data);
+  void apply_final(SandboxRecord& record, const protocol::session::Status& status);
+  void on_hello(const std::shared_ptr<net::WebSocket>& ws, const protocol::session::Hello& hello,
+                std::string* sandbox_id);
+  void on_session_message(const std::string& id, const protocol::session::ToGateway& message);
   void request_stop(SandboxRecord& record);
   void finish_delete(const std::string& id);
   // An image reference in spec->from: its layers and config (command,
@@ -212,7 +214,9 @@ class Gateway {
   std::map<std::string, std::vector<std::weak_ptr<std::function<void()>>>> followers_;
   // Policy updates waiting for their supervisor's acknowledgement, by
   // sandbox id and revision (two `policy set`s may be in flight at once).
-  std::map<std::pair<std::string, int64_t>, std::function<void(const json&)>> policy_acks_;
+  std::map<std::pair<std::string, int64_t>,
+           std::function<void(const protocol::session::PolicyApplied&)>>
+      policy_acks_;
 };
 
 // The sandboxes' env sealed in the store, and out of the launch files,
@@ -575,10 +579,14 @@ void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
   // It ended without telling us: its exit file may say why.
   std::string text;
   if (files::read_into(paths_.sandbox(id) + "/exit.json", &text) == 0) {
-    json status = json::parse(text, nullptr, false);
-    if (status.is_object() && status.value("generation", int64_t{-1}) == generation) {
-      apply_final(*record, status);
-      return;
+    try {
+      auto status = protocol::session::decode_exit_file(text);
+      if (status.generation == generation && !status.running()) {
+        apply_final(*record, status);
+        return;
+      }
+    } catch (const protocol::ProtocolError& e) {
+      log::error(paths_.sandbox(id) + "/exit.json: " + e.what());
     }
   }
   if (finished(record->phase)) {
@@ -589,19 +597,15 @@ void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
   set_phase(*record, Phase::kError, "SupervisorLost", "the sandbox's supervisor is gone");
 }
 
-void Gateway::apply_final(SandboxRecord& record, const json& status) {
-  std::string state = status.value("state", "");
+void Gateway::apply_final(SandboxRecord& record, const protocol::session::Status& status) {
   record.intent = "";
-  if (state == "stopped") {
+  if (status.state == "stopped") {
     set_phase(record, Phase::kStopped, "Stopped");
     return;
   }
-  int code = status.value("exit_code", 0);
+  int code = status.exit_code.value_or(0);
   record.exit_code = code;
-  std::string reason =
-      status.value("reason", code == 0 ? "MainProcessCompleted" : "MainProcessFailed");
-  std::string message = status.value("message", "");
-  set_phase(record, code == 0 ? Phase::kCompleted : Phase::kError, reason, message);
+  set_phase(record, code == 0 ? Phase::kCompleted : Phase::kError, status.reason, status.message);
   SandboxSpec spec = SandboxSpec::from_json(record.spec);
   if (spec.no_keep) {
     // Delete it once its supervisor is gone.
@@ -620,7 +624,7 @@ void Gateway::cleanup_host(const SandboxRecord& record) {
 void Gateway::request_stop(SandboxRecord& record) {
   auto it = supervised_.find(record.id);
   if (it != supervised_.end() && it->second.session) {
-    it->second.session->send(json{{"type", "stop"}, {"grace_ms", kStopGraceMs}}.dump(), false);
+    it->second.session->send(protocol::encode(protocol::session::Stop{kStopGraceMs}), false);
     return;
   }
   // No session: the supervisor stops the sandbox on SIGTERM as well.
@@ -713,73 +717,22 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
   auto sandbox_id = std::make_shared<std::string>();
   ws->start(
       [this, ws, sandbox_id](std::string data, bool) {
-        json m = json::parse(data, nullptr, false);
-        if (!m.is_object()) return;
-        if (m.value("type", "") != "hello") {
-          if (!sandbox_id->empty()) on_session_message(*sandbox_id, ws, data);
-          return;
-        }
-        std::string bytes = m.value("launch", "");
-        auth::LaunchSpec launch;
+        namespace session = protocol::session;
+        session::ToGateway message;
         try {
-          launch = auth::decode_verified(bytes, *key_);
-        } catch (const auth::LaunchFileError& e) {
-          // Whose is it? Only the supervisor we started may fail its sandbox.
-          std::string claimed;
-          try {
-            claimed = auth::decode(bytes).sandbox_id;
-          } catch (const Error&) {
+          message = session::decode_to_gateway(data);
+        } catch (const protocol::ProtocolError& e) {
+          log::error("supervisor (pid " + std::to_string(ws->peer().pid) + "): " + e.what());
+          if (sandbox_id->empty()) {
+            ws->send(protocol::encode(session::Rejected{e.what()}), false);
+            ws->close();
           }
-          if (auto record = store_->find_by_id(claimed);
-              record && record->supervisor_pid == ws->peer().pid && !finished(record->phase) &&
-              record->phase != Phase::kDeleting) {
-            record->intent = "";
-            set_phase(*record, Phase::kError, "LaunchFileInvalid", e.what());
-          }
-          ws->send(json_text(json{{"type", "rejected"}, {"message", e.what()}}), false);
-          ws->close();
           return;
         }
-        auto record = store_->find_by_id(launch.sandbox_id);
-        if (!record || record->phase == Phase::kDeleting) {
-          ws->send(json{{"type", "rejected"}, {"message", "no such sandbox"}}.dump(), false);
-          ws->close();
-          return;
-        }
-        if (finished(record->phase)) {
-          // Its run is over (stopped, or its supervisor was given up for lost).
-          ws->send(json_text(json{{"type", "rejected"},
-                                  {"message", "sandbox '" + record->name + "' is " +
-                                                  std::string(phase_name(record->phase))}}),
-                   false);
-          ws->close();
-          return;
-        }
-        if (launch.generation != record->generation) {
-          ws->send(json{{"type", "superseded"},
-                        {"message", "launch generation " + std::to_string(launch.generation) +
-                                        " is superseded by generation " +
-                                        std::to_string(record->generation)}}
-                       .dump(),
-                   false);
-          ws->close();
-          return;
-        }
-        *sandbox_id = launch.sandbox_id;
-        Supervised& s = supervised_[launch.sandbox_id];
-        if (s.session && s.session != ws) s.session->close("superseded by a new session");
-        s.session = ws;
-        if (!s.pidfd) {
-          // A supervisor we did not start (this gateway restarted): learn it.
-          record->supervisor_pid = ws->peer().pid;
-          record->supervisor_start = start_time(ws->peer().pid);
-          save(*record);
-          watch_supervisor(record->id, record->supervisor_pid, record->generation);
-          supervised_[launch.sandbox_id].session = ws;
-        }
-        // The environment, which the launch file names only by its digest.
-        json welcome = {{"type", "welcome"}, {"env", SandboxSpec::from_json(record->spec).env}};
-        ws->send(welcome.dump(), false);
+        if (auto* hello = std::get_if<session::Hello>(&message))
+          on_hello(ws, *hello, sandbox_id.get());
+        else if (!sandbox_id->empty())
+          on_session_message(*sandbox_id, message);
       },
       [this, ws, sandbox_id](const std::string&) {
         auto it = supervised_.find(*sandbox_id);
@@ -787,26 +740,80 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
       });
 }
 
-void Gateway::on_session_message(const std::string& id, std::shared_ptr<net::WebSocket> ws,
-                                 const std::string& data) {
-  json m = json::parse(data, nullptr, false);
-  if (m.value("type", "") == "policy_applied") {
-    auto waiting = policy_acks_.find({id, m.value("revision", int64_t{0})});
+// The first message of every session: the supervisor's launch file.
+void Gateway::on_hello(const std::shared_ptr<net::WebSocket>& ws,
+                       const protocol::session::Hello& hello, std::string* sandbox_id) {
+  namespace session = protocol::session;
+  auto refuse = [&](auto message) {
+    ws->send(protocol::encode(message), false);
+    ws->close();
+  };
+  auth::LaunchSpec launch;
+  try {
+    launch = auth::decode_verified(hello.launch, *key_);
+  } catch (const auth::LaunchFileError& e) {
+    // Whose is it? Only the supervisor we started may fail its sandbox.
+    std::string claimed;
+    try {
+      claimed = auth::decode(hello.launch).sandbox_id;
+    } catch (const Error&) {
+    }
+    if (auto record = store_->find_by_id(claimed);
+        record && record->supervisor_pid == ws->peer().pid && !finished(record->phase) &&
+        record->phase != Phase::kDeleting) {
+      record->intent = "";
+      set_phase(*record, Phase::kError, "LaunchFileInvalid", e.what());
+    }
+    return refuse(session::Rejected{e.what()});
+  }
+  auto record = store_->find_by_id(launch.sandbox_id);
+  if (!record || record->phase == Phase::kDeleting)
+    return refuse(session::Rejected{"no such sandbox"});
+  if (finished(record->phase)) {
+    // Its run is over (stopped, or its supervisor was given up for lost).
+    return refuse(session::Rejected{"sandbox '" + record->name + "' is " +
+                                    std::string(phase_name(record->phase))});
+  }
+  if (launch.generation != record->generation) {
+    return refuse(session::Superseded{"launch generation " + std::to_string(launch.generation) +
+                                      " is superseded by generation " +
+                                      std::to_string(record->generation)});
+  }
+  *sandbox_id = launch.sandbox_id;
+  Supervised& s = supervised_[launch.sandbox_id];
+  if (s.session && s.session != ws) s.session->close("superseded by a new session");
+  s.session = ws;
+  if (!s.pidfd) {
+    // A supervisor we did not start (this gateway restarted): learn it.
+    record->supervisor_pid = ws->peer().pid;
+    record->supervisor_start = start_time(ws->peer().pid);
+    save(*record);
+    watch_supervisor(record->id, record->supervisor_pid, record->generation);
+    supervised_[launch.sandbox_id].session = ws;
+  }
+  // The environment, which the launch file names only by its digest.
+  ws->send(protocol::encode(session::Welcome{SandboxSpec::from_json(record->spec).env}), false);
+}
+
+void Gateway::on_session_message(const std::string& id,
+                                 const protocol::session::ToGateway& message) {
+  namespace session = protocol::session;
+  if (auto* ack = std::get_if<session::PolicyApplied>(&message)) {
+    auto waiting = policy_acks_.find({id, ack->revision});
     if (waiting != policy_acks_.end()) {
       auto callback = std::move(waiting->second);
       policy_acks_.erase(waiting);
-      callback(m);
+      callback(*ack);
     }
     return;
   }
+  const auto* status = std::get_if<session::Status>(&message);
   auto record = store_->find_by_id(id);
-  if (!record || m.value("type", "") != "status") return;
-  if (m.value("generation", int64_t{-1}) != record->generation) return;
-  std::string state = m.value("state", "");
-  if (state == "running") {
+  if (!record || !status || status->generation != record->generation) return;
+  if (status->running()) {
     auto s = supervised_.find(id);
-    if (s != supervised_.end() && m.contains("init_pid")) {
-      s->second.init_pid = m.value("init_pid", int64_t{0});
+    if (s != supervised_.end()) {
+      s->second.init_pid = status->init_pid.value_or(0);
       s->second.init_start = start_time(static_cast<pid_t>(s->second.init_pid));
     }
     if (record->phase == Phase::kProvisioning || record->phase == Phase::kStarting) {
@@ -818,8 +825,7 @@ void Gateway::on_session_message(const std::string& id, std::shared_ptr<net::Web
   auto it = supervised_.find(id);
   if (it != supervised_.end()) it->second.final_status = true;
   if (record->intent == "delete") return;
-  apply_final(*record, m);
-  (void)ws;
+  apply_final(*record, *status);
 }
 
 // ---- the API ----------------------------------------------------------------
@@ -1313,9 +1319,8 @@ void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::st
     throw ApiError(503, "unavailable",
                    errno_message("the supervisor of '" + name + "' does not answer", errno));
   std::string raw = exchange->request().raw;
-  int fd = exchange->release();
-  int err = runtime::send_packet(sock.get(), runtime::make_message({"handoff", raw}), &fd, 1);
-  ::close(fd);
+  UniqueFd connection(exchange->release());
+  int err = protocol::send_exec_handoff(sock.get(), raw, connection.get());
   if (err) log::error(errno_message("hand exec over to the supervisor of " + name, -err));
 }
 
@@ -1394,17 +1399,17 @@ void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const s
   if (s == supervised_.end() || !s->second.session || record.phase != Phase::kReady)
     return respond(false, "");  // takes effect at the next start
   auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(5));
-  policy_acks_[{record.id, revision}] = [respond, timer](const json& ack) {
+  policy_acks_[{record.id, revision}] = [respond,
+                                         timer](const protocol::session::PolicyApplied& ack) {
     timer->cancel();
-    respond(!ack.contains("error"), ack.value("error", ""));
+    respond(!ack.error, ack.error.value_or(""));
   };
   timer->async_wait([this, id = record.id, revision, respond](const boost::system::error_code& ec) {
     if (ec) return;
     policy_acks_.erase({id, revision});
     respond(false, "the sandbox's supervisor did not acknowledge the policy");
   });
-  s->second.session->send(
-      json_text(json{{"type", "policy"}, {"revision", revision}, {"text", text}}), false);
+  s->second.session->send(protocol::encode(protocol::session::Policy{revision, text}), false);
 }
 
 void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {

@@ -217,25 +217,25 @@ class Init {
   // One request from the owner; false when the channel is closed.
   bool serve_control() {
     std::string packet;
-    int fds[3];
-    long n = receive_packet(control_fd_, &packet, fds);
+    PacketFds fds;  // whatever start() does not dup onto stdio closes here
+    long n = receive_packet(control_fd_, &packet, &fds);
     if (n == 0 || n == -ECONNRESET) return false;
     if (n < 0) return n == -EAGAIN || n == -EINTR || n == -EMSGSIZE;
     InitMessage message = parse_message(packet);
     if (message.kind == InitMessage::Kind::kExec) {
-      if (auto request = decode_exec(message))
-        start(*request, fds);
-      else
+      if (auto request = decode_exec(message)) {
+        const int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
+        start(*request, stdio);
+      } else {
         send(
             make_message({"failed", "0", std::to_string(exit_code::kFailure), "0", "bad request"}));
+      }
     } else if (message.kind == InitMessage::Kind::kKill && message.fields.size() == 2) {
       uint64_t id = std::strtoull(message.fields[0].c_str(), nullptr, 10);
       int sig = std::atoi(message.fields[1].c_str());
       for (const auto& [pid, exec_id] : execs_)
         if (exec_id == id && ::kill(-pid, sig) != 0) ::kill(pid, sig);
     }
-    for (int fd : fds)
-      if (fd >= 0) ::close(fd);
     return true;
   }
 

@@ -1,11 +1,5 @@
 #include "runtime/init_protocol.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "base/text.h"
 
 namespace openshell::runtime {
@@ -80,66 +74,6 @@ std::optional<ExecRequest> decode_exec(const InitMessage& m) {
   if (!envc || m.fields.size() != at + *envc) return std::nullopt;
   r.env.assign(m.fields.begin() + at, m.fields.end());
   return r;
-}
-
-int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count) {
-  iovec iov{const_cast<char*>(packet.data()), packet.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (fd_count > 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(fd_count * sizeof(int));
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(fd_count * sizeof(int));
-    std::memcpy(CMSG_DATA(cmsg), fds, fd_count * sizeof(int));
-  }
-  for (;;) {
-    ssize_t n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
-    if (n >= 0) return 0;
-    if (errno != EINTR) return -errno;
-  }
-}
-
-long receive_packet(int socket_fd, std::string* packet, int fds[3]) {
-  fds[0] = fds[1] = fds[2] = -1;
-  packet->resize(kMaxControlMessage);
-  iovec iov{packet->data(), packet->size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do n = ::recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    packet->clear();
-    return -errno;
-  }
-  packet->resize(static_cast<size_t>(n));
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (i < 3)
-        fds[i] = fd;
-      else
-        ::close(fd);
-    }
-  }
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-    for (int i = 0; i < 3; ++i)
-      if (fds[i] >= 0) ::close(fds[i]), fds[i] = -1;
-    return -EMSGSIZE;
-  }
-  return n;
 }
 
 }  // namespace openshell::runtime

@@ -5,7 +5,8 @@
 // answers and reports their exits.
 //
 // A message is a list of strings, each ended by a NUL; the first is its kind.
-// File descriptors travel beside it (SCM_RIGHTS).
+// File descriptors travel beside it (SCM_RIGHTS), sent and received with
+// base/packet.h, which owns each one from the moment it arrives.
 //
 //   owner -> init
 //     exec ID TTY ROWS COLS WORKDIR ARGC ARG... ENVC ENV...
@@ -22,6 +23,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/packet.h"
 
 namespace openshell::runtime {
 
@@ -41,7 +44,7 @@ struct InitMessage {
   std::vector<std::string> fields;  // after the kind
 };
 
-inline constexpr size_t kMaxControlMessage = 256 * 1024;
+inline constexpr size_t kMaxControlMessage = kMaxPacket;
 
 std::string encode_exec(const ExecRequest& request);
 std::optional<ExecRequest> decode_exec(const InitMessage& message);
@@ -49,12 +52,5 @@ std::optional<ExecRequest> decode_exec(const InitMessage& message);
 // Splits a packet into its strings; kUnknown when malformed.
 InitMessage parse_message(std::string_view packet);
 std::string make_message(const std::vector<std::string>& parts);
-
-// Sends a packet with up to three fds; returns 0 or -errno, the sign
-// receive_packet uses too.
-int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count);
-// Receives a packet and up to three fds (close-on-exec); returns the packet
-// size, 0 at end of stream, or -errno. Fds not sent are -1.
-long receive_packet(int socket_fd, std::string* packet, int fds[3]);
 
 }  // namespace openshell::runtime

@@ -218,7 +218,8 @@ int exec_handoff(const char* path) {
       "GET /v1/sandboxes/x/exec HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
       "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
       "Sec-WebSocket-Version: 13\r\n\r\n";
-  std::string packet = std::string("handoff") + '\0' + upgrade + '\0';
+  // protocol/exec_handoff.h: the tag line, then the request as it is.
+  std::string packet = "openshell exec-handoff 1\n" + upgrade;
   if (send_with_fd(fd, packet, pair[1], MSG_NOSIGNAL) < 0) return result(-1);
   ::close(pair[1]);
   ::close(fd);

@@ -1,15 +1,8 @@
 // The init's control channel: what arrives from inside the sandbox is parsed
-// strictly (a malformed exec request is refused, never half-read), fds beyond
-// the three a packet may carry are closed, and send and receive report errors
-// with the same sign.
+// strictly (a malformed exec request is refused, never half-read). Its
+// packets and their fds: tests/unit/packet_test.cc.
 #include "runtime/init_protocol.h"
 
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -117,137 +110,6 @@ TEST(InitProtocolExec, MalformedRequestsAreRefused) {
   EXPECT_TRUE(decode_exec(parse_message(msg({"exec", "1", "0", "24", "80", "/", "1", "sh", "0"}))));
   EXPECT_TRUE(
       decode_exec(parse_message(msg({"exec", "1", "1", "0", "0", "", "1", "sh", "1", "A=1"}))));
-}
-
-struct SocketPair {
-  int fd[2] = {-1, -1};
-  SocketPair() { EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fd), 0); }
-  ~SocketPair() {
-    for (int f : fd)
-      if (f >= 0) ::close(f);
-  }
-};
-
-// Sends `count` copies of `fd` with one packet, bypassing send_packet's limit.
-void send_fds(int socket_fd, int fd, int count) {
-  std::vector<int> fds(count, fd);
-  char byte = 'x';
-  iovec iov{&byte, 1};
-  std::vector<char> control(CMSG_SPACE(count * sizeof(int)));
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = control.data();
-  m.msg_controllen = control.size();
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(count * sizeof(int));
-  std::memcpy(CMSG_DATA(c), fds.data(), count * sizeof(int));
-  ASSERT_EQ(::sendmsg(socket_fd, &m, 0), 1);
-}
-
-// True when no copy of a pipe's write end is left open anywhere.
-bool write_end_closed(int read_fd) {
-  ::fcntl(read_fd, F_SETFL, O_NONBLOCK);
-  char byte;
-  return ::read(read_fd, &byte, 1) == 0;
-}
-
-TEST(InitProtocolReceive, FdsAndPacketArriveCloseOnExec) {
-  SocketPair s;
-  int p[2];
-  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
-  int sent[2] = {p[1], p[1]};
-  ASSERT_EQ(send_packet(s.fd[0], msg({"started", "1", "2"}), sent, 2), 0);
-  ::close(p[1]);
-  std::string packet;
-  int fds[3];
-  ASSERT_EQ(receive_packet(s.fd[1], &packet, fds), 12);
-  EXPECT_EQ(packet, msg({"started", "1", "2"}));
-  ASSERT_GE(fds[0], 0);
-  ASSERT_GE(fds[1], 0);
-  EXPECT_EQ(fds[2], -1);
-  EXPECT_EQ(::fcntl(fds[0], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
-  EXPECT_FALSE(write_end_closed(p[0]));
-  ::close(fds[0]);
-  ::close(fds[1]);
-  EXPECT_TRUE(write_end_closed(p[0]));
-  ::close(p[0]);
-}
-
-TEST(InitProtocolReceive, AFourthFdIsClosed) {
-  SocketPair s;
-  int p[2];
-  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
-  send_fds(s.fd[0], p[1], 4);
-  ::close(p[1]);
-  std::string packet;
-  int fds[3];
-  ASSERT_EQ(receive_packet(s.fd[1], &packet, fds), 1);
-  for (int fd : fds) {
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-  }
-  EXPECT_TRUE(write_end_closed(p[0])) << "the fourth fd is still open";
-  ::close(p[0]);
-}
-
-TEST(InitProtocolReceive, TooManyFdsRefuseThePacketAndCloseAll) {
-  SocketPair s;
-  int p[2];
-  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
-  send_fds(s.fd[0], p[1], 8);
-  ::close(p[1]);
-  std::string packet;
-  int fds[3];
-  EXPECT_EQ(receive_packet(s.fd[1], &packet, fds), -EMSGSIZE);
-  EXPECT_EQ(fds[0], -1);
-  EXPECT_EQ(fds[1], -1);
-  EXPECT_EQ(fds[2], -1);
-  EXPECT_TRUE(write_end_closed(p[0])) << "an fd of a refused packet is still open";
-  ::close(p[0]);
-}
-
-TEST(InitProtocolReceive, AnOversizedPacketIsRefusedAndItsFdsClosed) {
-  SocketPair s;
-  int size = 1 << 20;
-  ::setsockopt(s.fd[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
-  ::setsockopt(s.fd[1], SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-  int p[2];
-  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
-  std::string big(kMaxControlMessage + 1, 'a');
-  int sent = send_packet(s.fd[0], big, &p[1], 1);
-  ::close(p[1]);
-  if (sent == -EMSGSIZE) GTEST_SKIP() << "the socket buffer cannot hold a packet over 256 KiB here";
-  ASSERT_EQ(sent, 0);
-  std::string packet;
-  int fds[3];
-  EXPECT_EQ(receive_packet(s.fd[1], &packet, fds), -EMSGSIZE);
-  EXPECT_EQ(fds[0], -1);
-  EXPECT_TRUE(write_end_closed(p[0]));
-  ::close(p[0]);
-}
-
-TEST(InitProtocolReceive, EndOfStreamIsZero) {
-  SocketPair s;
-  ::close(s.fd[0]);
-  s.fd[0] = -1;
-  std::string packet = "stale";
-  int fds[3];
-  EXPECT_EQ(receive_packet(s.fd[1], &packet, fds), 0);
-  EXPECT_EQ(packet, "");
-}
-
-TEST(InitProtocolErrors, SendAndReceiveBothReturnMinusErrno) {
-  SocketPair s;
-  ::close(s.fd[1]);
-  s.fd[1] = -1;
-  EXPECT_EQ(send_packet(s.fd[0], msg({"kill", "1", "9"}), nullptr, 0), -EPIPE);
-  std::string packet;
-  int fds[3];
-  EXPECT_EQ(receive_packet(-1, &packet, fds), -EBADF);
-  EXPECT_EQ(send_packet(-1, msg({"kill", "1", "9"}), nullptr, 0), -EBADF);
 }
 
 // The fuzz target's properties, over its committed corpus, on every build.

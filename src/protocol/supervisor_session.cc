@@ -1,0 +1,99 @@
+#include "protocol/supervisor_session.h"
+
+namespace openshell::protocol::session {
+
+void to_json(json& j, const Hello& m) { j = {{"launch", m.launch}, {"pid", m.pid}}; }
+void from_json(const json& j, Hello& m) {
+  FieldReader r(j, Hello::kType);
+  r.required("launch", &m.launch);
+  r.required("pid", &m.pid);
+  r.no_others();
+}
+
+void to_json(json& j, const Status& m) {
+  j = {{"generation", m.generation}, {"state", m.state}};
+  if (m.init_pid) j["init_pid"] = *m.init_pid;
+  if (m.exit_code) j["exit_code"] = *m.exit_code;
+  if (!m.running()) {
+    j["reason"] = m.reason;
+    j["message"] = m.message;
+  }
+}
+
+void from_json(const json& j, Status& m) {
+  FieldReader r(j, Status::kType);
+  r.required("generation", &m.generation);
+  r.required("state", &m.state);
+  if (m.state == "running") {
+    r.required("init_pid", &m.init_pid);
+  } else if (m.state == "exited" || m.state == "stopped") {
+    r.required("exit_code", &m.exit_code);
+    r.required("reason", &m.reason);
+    r.required("message", &m.message);
+  } else {
+    throw ProtocolError("\"status\" message: field \"state\" must be running, exited or stopped");
+  }
+  r.no_others();
+}
+
+void to_json(json& j, const PolicyApplied& m) {
+  j = {{"revision", m.revision}};
+  if (m.error) j["error"] = *m.error;
+}
+void from_json(const json& j, PolicyApplied& m) {
+  FieldReader r(j, PolicyApplied::kType);
+  r.required("revision", &m.revision);
+  r.optional("error", &m.error);
+  r.no_others();
+}
+
+void to_json(json& j, const Welcome& m) { j = {{"env", m.env}}; }
+void from_json(const json& j, Welcome& m) {
+  FieldReader r(j, Welcome::kType);
+  r.required("env", &m.env);
+  r.no_others();
+}
+
+void to_json(json& j, const Superseded& m) { j = {{"message", m.message}}; }
+void from_json(const json& j, Superseded& m) {
+  FieldReader r(j, Superseded::kType);
+  r.required("message", &m.message);
+  r.no_others();
+}
+
+void to_json(json& j, const Rejected& m) { j = {{"message", m.message}}; }
+void from_json(const json& j, Rejected& m) {
+  FieldReader r(j, Rejected::kType);
+  r.required("message", &m.message);
+  r.no_others();
+}
+
+void to_json(json& j, const Stop& m) { j = {{"grace_ms", m.grace_ms}}; }
+void from_json(const json& j, Stop& m) {
+  FieldReader r(j, Stop::kType);
+  r.required("grace_ms", &m.grace_ms);
+  r.no_others();
+  if (m.grace_ms < 0) throw ProtocolError("\"stop\" message: field \"grace_ms\" is negative");
+}
+
+void to_json(json& j, const Policy& m) { j = {{"revision", m.revision}, {"text", m.text}}; }
+void from_json(const json& j, Policy& m) {
+  FieldReader r(j, Policy::kType);
+  r.required("revision", &m.revision);
+  r.required("text", &m.text);
+  r.no_others();
+}
+
+std::string encode_exit_file(const Status& status) { return json_text(json(status)); }
+
+Status decode_exit_file(std::string_view text) {
+  try {
+    json j = json::parse(text, nullptr, false);
+    if (j.is_discarded()) throw ProtocolError("not JSON");
+    return j.get<Status>();
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(std::string("exit file: ") + e.what());
+  }
+}
+
+}  // namespace openshell::protocol::session

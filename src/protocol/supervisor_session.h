@@ -1,0 +1,110 @@
+// The supervisor session: a WebSocket from a sandbox's supervisor to the
+// gateway (GET /v1/supervisor/session), text messages only. docs/api.md,
+// "The supervisor session", is its description.
+//
+//   supervisor -> gateway: Hello (first, on every connection), Status,
+//                          PolicyApplied
+//   gateway -> supervisor: Welcome, Superseded, Rejected, Stop, Policy
+//
+// A final Status is also the supervisor's exit file (sandboxes/ID/exit.json),
+// without its "type".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "protocol/message.h"
+
+namespace openshell::protocol::session {
+
+inline constexpr std::string_view kProtocol = "supervisor session";
+
+struct Hello {
+  static constexpr const char* kType = "hello";
+  std::string launch;  // the launch file's bytes, read afresh for each connection
+  int64_t pid = 0;
+};
+
+// state "running" carries init_pid; "exited" and "stopped" carry exit_code,
+// reason and message.
+struct Status {
+  static constexpr const char* kType = "status";
+  int64_t generation = 0;
+  std::string state;
+  std::optional<int64_t> init_pid;
+  std::optional<int> exit_code;
+  std::string reason;
+  std::string message;
+
+  bool running() const { return state == "running"; }
+};
+
+struct PolicyApplied {
+  static constexpr const char* kType = "policy_applied";
+  int64_t revision = 0;
+  std::optional<std::string> error;  // the supervisor refused it
+};
+
+struct Welcome {
+  static constexpr const char* kType = "welcome";
+  std::vector<std::string> env;  // the spec's, which the launch file names by its digest
+};
+
+struct Superseded {
+  static constexpr const char* kType = "superseded";
+  std::string message;
+};
+
+struct Rejected {
+  static constexpr const char* kType = "rejected";
+  std::string message;
+};
+
+struct Stop {
+  static constexpr const char* kType = "stop";
+  int grace_ms = 10000;  // SIGTERM, then SIGKILL after this
+};
+
+struct Policy {
+  static constexpr const char* kType = "policy";
+  int64_t revision = 0;
+  std::string text;  // TOML; empty: the default policy
+};
+
+using ToGateway = std::variant<Hello, Status, PolicyApplied>;
+using ToSupervisor = std::variant<Welcome, Superseded, Rejected, Stop, Policy>;
+
+// Throw ProtocolError: "supervisor session: "status" message: missing field ...".
+inline ToGateway decode_to_gateway(std::string_view text) {
+  return decode<ToGateway>(text, kProtocol);
+}
+inline ToSupervisor decode_to_supervisor(std::string_view text) {
+  return decode<ToSupervisor>(text, kProtocol);
+}
+
+// The exit file: a final Status without "type". Throws ProtocolError.
+std::string encode_exit_file(const Status& status);
+Status decode_exit_file(std::string_view text);
+
+void to_json(json& j, const Hello& m);
+void from_json(const json& j, Hello& m);
+void to_json(json& j, const Status& m);
+void from_json(const json& j, Status& m);
+void to_json(json& j, const PolicyApplied& m);
+void from_json(const json& j, PolicyApplied& m);
+void to_json(json& j, const Welcome& m);
+void from_json(const json& j, Welcome& m);
+void to_json(json& j, const Superseded& m);
+void from_json(const json& j, Superseded& m);
+void to_json(json& j, const Rejected& m);
+void from_json(const json& j, Rejected& m);
+void to_json(json& j, const Stop& m);
+void from_json(const json& j, Stop& m);
+void to_json(json& j, const Policy& m);
+void from_json(const json& j, Policy& m);
+
+}  // namespace openshell::protocol::session

@@ -1,0 +1,41 @@
+// The sandbox's egress proxy and DNS stub, and the network part of its policy.
+#include <memory>
+
+#include "base/log.h"
+#include "egress/identity.h"
+#include "egress/proxy.h"
+#include "egress/rules.h"
+#include "policy/policy.h"
+#include "supervisor/network_rules.h"
+#include "supervisor/owner.h"
+
+namespace openshell::supervisor {
+
+// The sandbox's egress proxy and DNS stub, with the network part of its policy.
+void Supervisor::start_egress() {
+  network_log_ = std::make_unique<logfile::RotatingFile>(paths_.sandbox(launch_.sandbox_id) +
+                                                         "/logs/network.log");
+  egress::Proxy::Options options;
+  options.sandbox = launch_.sandbox_name;
+  options.init_pid = container_->pid();
+  options.audit = [this](const std::string& line) { audit(line); };
+  proxy_ = std::make_unique<egress::Proxy>(io_, options);
+  apply_policy(spec_.policy, launch_.policy_revision);
+  proxy_->serve(container_->take_proxy_listener(), container_->take_dns_socket(),
+                container_->take_diag_socket(), container_->take_connect_listener());
+}
+
+void Supervisor::apply_policy(const std::string& text, int64_t revision) {
+  policy::Policy policy = text.empty() ? policy::default_policy() : policy::parse(text, "policy");
+  const pid_t init = container_->pid();
+  auto rules = std::make_shared<egress::NetworkRules>(network_rules(
+      policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); }));
+  proxy_->set_rules(std::move(rules), revision);
+  log::debug("network policy revision " + std::to_string(revision) + " applied");
+}
+
+void Supervisor::audit(const std::string& line) {
+  if (network_log_) network_log_->append(line + "\n");
+}
+
+}  // namespace openshell::supervisor

@@ -1,0 +1,24 @@
+// Log capture: the main process's stdout and stderr into the persisted log.
+#include <array>
+#include <memory>
+
+#include "supervisor/owner.h"
+
+namespace openshell::supervisor {
+
+void Supervisor::read_output(asio::posix::stream_descriptor& stream, const std::string& name) {
+  auto buffer = std::make_shared<std::array<char, 16384>>();
+  stream.async_read_some(asio::buffer(*buffer), [this, &stream, name, buffer](
+                                                    const boost::system::error_code& ec, size_t n) {
+    if (ec) {
+      log_->flush_partial(name, logfile::now_ns());
+      --streams_open_;
+      maybe_exit();
+      return;
+    }
+    log_->write(name, std::string_view(buffer->data(), n), logfile::now_ns());
+    read_output(stream, name);
+  });
+}
+
+}  // namespace openshell::supervisor

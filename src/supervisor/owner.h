@@ -1,0 +1,123 @@
+// The supervisor's state, shared by its jobs: each job (the lifecycle, the
+// session to the gateway, the exec relay, log capture, the egress proxy)
+// lives in a file of its own and works on this one object.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+
+#include "auth/launch.h"
+#include "base/logfile.h"
+#include "base/paths.h"
+#include "egress/proxy.h"
+#include "protocol/supervisor_session.h"
+#include "runtime/container.h"
+#include "runtime/init_protocol.h"
+#include "spec/sandbox_spec.h"
+
+namespace openshell::net {
+class WebSocket;
+}
+
+namespace openshell::supervisor {
+
+namespace asio = boost::asio;
+
+inline constexpr int kDefaultGraceMs = 10000;
+
+class ExecSession;
+
+class Supervisor {
+ public:
+  Supervisor(asio::io_context& io, std::string launch_file)
+      : io_(io),
+        launch_file_(std::move(launch_file)),
+        paths_(Paths::resolve()),
+        pidfd_(io),
+        out_(io),
+        err_(io),
+        control_(io),
+        listener_(io),
+        signals_(io, SIGTERM, SIGINT, SIGHUP),
+        reconnect_timer_(io),
+        stop_timer_(io),
+        exit_timer_(io) {}
+
+  int run();
+  // For exec sessions.
+  bool send_exec(const runtime::ExecRequest& request, const int* fds, int count);
+  void kill_exec(uint64_t id, int sig);
+  void forget(uint64_t id) { execs_.erase(id); }
+  const runtime::ContainerSpec& container_spec() const { return container_spec_; }
+
+ private:
+  // supervisor.cc: the lifecycle.
+  void load();
+  void start_container();
+  void watch_exit();
+  void stop(int grace_ms);
+  void container_ended(int status);
+  void write_exit_file();
+  void finish_soon();
+  void maybe_exit();
+  void fail_start(int code, const std::string& why);
+  void take_environment(const std::vector<std::string>& env);
+  // output.cc: log capture.
+  void read_output(asio::posix::stream_descriptor& stream, const std::string& name);
+  // exec_relay.cc: handed-over exec connections and the init's control channel.
+  void watch_control();
+  long read_control();  // one report from the init: receive_packet's result
+  void listen_for_exec();
+  void accept_exec();
+  // gateway_session.cc: the session to the gateway.
+  void connect_session();
+  void on_session_message(const std::string& data);
+  void report_status();
+  protocol::session::Status status() const;
+  // egress.cc: the sandbox's proxy and DNS stub.
+  void start_egress();
+  void apply_policy(const std::string& text, int64_t revision);
+  void audit(const std::string& line);
+
+  asio::io_context& io_;
+  std::string launch_file_;
+  Paths paths_;
+  auth::LaunchSpec launch_;
+  SandboxSpec spec_;
+  runtime::ContainerSpec container_spec_;
+  std::unique_ptr<runtime::Container> container_;
+  std::unique_ptr<logfile::Writer> log_;
+  asio::posix::stream_descriptor pidfd_, out_, err_, control_, listener_;
+  asio::signal_set signals_;
+  asio::steady_timer reconnect_timer_, stop_timer_, exit_timer_;
+  std::shared_ptr<net::WebSocket> session_;
+  bool session_welcome_ = false;
+  int reconnect_ms_ = 20;
+  std::map<uint64_t, std::shared_ptr<ExecSession>> execs_;
+  uint64_t next_exec_ = 1;
+  std::string socket_path_;
+  std::string spec_error_;  // why the spec cannot become a container
+  std::unique_ptr<egress::Proxy> proxy_;
+  std::unique_ptr<logfile::RotatingFile> network_log_;  // the proxy's decisions
+
+  // What happened to the main process.
+  enum class State { kRunning, kStopping, kEnded } state_ = State::kRunning;
+  bool stopped_ = false;  // ended by a stop, not by itself
+  int exit_code_ = 0;
+  std::string reason_, message_;
+  int streams_open_ = 0;
+  bool final_sent_ = false;
+  bool refused_ = false;  // the gateway refused our launch file
+  bool exit_reported_ = false;
+  int result_ = 0;
+};
+
+}  // namespace openshell::supervisor
