@@ -1,7 +1,8 @@
 // HTTP/1.1 and WebSocket over Unix sockets: the gateway's API server, the
 // command line's client, and the streams (logs, exec stdio, watch, the
-// supervisor's session). Implemented with Boost.Beast in http.cc, the only
-// translation unit that includes Beast.
+// supervisor's session). Implemented with Boost.Beast in http_server.cc,
+// http_client.cc, websocket.cc, http_socket.cc and http_message.cc; only they
+// include Beast (through http_internal.h), since it is slow to compile.
 //
 // Everything asynchronous runs on one asio::io_context, single-threaded:
 // handlers are called from it and may call back into these objects freely.
