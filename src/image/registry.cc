@@ -837,8 +837,8 @@ struct RegistryClient::Impl {
         challenge.scope.empty() ? "repository:" + ref.repository + ":pull" : challenge.scope;
     std::string query;
     if (!challenge.service.empty())
-      query = "service=" + net::percent_encode(challenge.service) + "&";
-    query += "scope=" + net::percent_encode(scope);
+      query = "service=" + text::percent_encode(challenge.service) + "&";
+    query += "scope=" + text::percent_encode(scope);
     url->target += (url->target.find('?') == std::string::npos ? "?" : "&") + query;
 
     Reply reply = follow(*url, {{"Accept", "application/json"}}, false);

@@ -23,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "base/error.h"
+#include "base/text.h"
 
 namespace openshell::net {
 
@@ -208,7 +209,8 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// "a b/c" -> "a%20b%2Fc", for path segments and query values.
-std::string percent_encode(std::string_view text);
+// "a b/c" -> "a%20b%2Fc", for path segments and query values: base's
+// text::percent_encode, named here too for the API's callers.
+using text::percent_encode;
 
 }  // namespace openshell::net

@@ -35,11 +35,10 @@ constexpr uint32_t kHeaderLimit = 64u << 10;
 constexpr size_t kMessageLimit = 16u << 20;
 constexpr size_t kReadChunk = 64u << 10;
 
-// The API's error shape: {"error": {"code": ..., "message": ...}}.
+// The API's error shape: {"error": {"code": ..., "message": ...}}. Strings
+// as JSON writes them (quotes, backslashes and control characters escaped,
+// UTF-8 as it is); bytes that are not valid UTF-8 become U+FFFD.
 std::string error_body(std::string_view code, std::string_view message);
-
-// nullopt for a malformed escape or an encoded NUL (never a valid name).
-std::optional<std::string> percent_decode(std::string_view text);
 
 inline std::string str(beast::string_view text) { return std::string(text.data(), text.size()); }
 
