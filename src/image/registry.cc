@@ -34,9 +34,9 @@
 #include "base/error.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
-#include "egress/dns.h"
 #include "egress/rules.h"
 #include "image/digest.h"
+#include "net/dns.h"
 #include "net/http.h"
 
 namespace openshell::image {
@@ -542,7 +542,7 @@ struct RegistryClient::Impl {
     if (!resolver) {
       try {
         resolver =
-            std::make_unique<egress::Resolver>(io, egress::ResolverConfig::from_environment());
+            std::make_unique<net::dns::Resolver>(io, net::dns::ResolverConfig::from_environment());
       } catch (const Error& e) {
         throw Fatal{std::string("resolve ") + host + ": " + e.what()};
       }
@@ -1007,7 +1007,7 @@ struct RegistryClient::Impl {
   std::vector<char> chunk;
   asio::io_context io;
   std::optional<asio::ssl::context> tls;
-  std::unique_ptr<egress::Resolver> resolver;
+  std::unique_ptr<net::dns::Resolver> resolver;
   std::map<std::string, std::vector<egress::Address>> resolved;
   std::map<std::string, std::unique_ptr<Connection>> connections;  // by origin
 };
