@@ -16,7 +16,7 @@
 #include "base/unique_fd.h"
 #include "image/unpack_internal.h"
 
-namespace openshell::image::detail {
+namespace openshell::image::unpack_detail {
 
 void Extractor::refuse(const std::string& reason) const {
   throw Error(what_ + ": entry " + quoted(raw_name_) + ": " + reason);
@@ -327,4 +327,4 @@ void Extractor::apply_directory(const std::string& path, const DirectoryMetadata
   }
 }
 
-}  // namespace openshell::image::detail
+}  // namespace openshell::image::unpack_detail

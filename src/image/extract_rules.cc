@@ -15,7 +15,7 @@
 #include "base/error.h"
 #include "image/unpack_internal.h"
 
-namespace openshell::image::detail {
+namespace openshell::image::unpack_detail {
 
 timespec mtime_of(archive_entry* entry) {
   timespec t{};
@@ -103,4 +103,4 @@ void Extractor::set_link_metadata(int parent, archive_entry* entry) {
   if (::utimensat(parent, leaf(), times, AT_SYMLINK_NOFOLLOW) != 0) fail_errno("set times");
 }
 
-}  // namespace openshell::image::detail
+}  // namespace openshell::image::unpack_detail

@@ -12,7 +12,7 @@
 #include "base/unique_fd.h"
 #include "image/unpack_internal.h"
 
-namespace openshell::image::detail {
+namespace openshell::image::unpack_detail {
 
 // Where a ".wh." component starts in the current entry's parent path, or
 // npos: such a name is never created, so nothing can be below it.
@@ -45,4 +45,4 @@ void Extractor::make_opaque() {
     fail_errno("set user.overlay.opaque on its directory");
 }
 
-}  // namespace openshell::image::detail
+}  // namespace openshell::image::unpack_detail

@@ -11,7 +11,7 @@
 #include "base/error.h"
 #include "image/unpack_internal.h"
 
-namespace openshell::image::detail {
+namespace openshell::image::unpack_detail {
 
 LayerReader::LayerReader(int fd, const UnpackOptions& options, const std::string& what)
     : fd_(fd), options_(options), what_(what) {
@@ -192,4 +192,4 @@ void LayerReader::fail(archive* a) const {
   throw Error(what_ + ": " + text);
 }
 
-}  // namespace openshell::image::detail
+}  // namespace openshell::image::unpack_detail

@@ -16,7 +16,7 @@
 
 namespace openshell::image {
 
-using namespace detail;
+using namespace unpack_detail;
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include "image/digest.h"
 #include "image/unpack.h"
 
-namespace openshell::image::detail {
+namespace openshell::image::unpack_detail {
 
 constexpr size_t kBufferSize = 1 << 20;        // one read(2), one decompressed chunk
 constexpr uint64_t kProgressStep = 256 << 10;  // compressed bytes between progress calls
@@ -176,4 +176,4 @@ class Extractor {
   std::map<std::string, DirectoryMetadata> directories_;
 };
 
-}  // namespace openshell::image::detail
+}  // namespace openshell::image::unpack_detail

@@ -13,7 +13,7 @@
 #include "image/unpack_internal.h"
 
 namespace openshell::image {
-namespace detail {
+namespace unpack_detail {
 
 // openat2 below dirfd, never through a symlink (the last component included)
 // nor out of dirfd. EAGAIN: a rename raced the lookup; try again.
@@ -85,5 +85,5 @@ bool is_dot_or_dotdot(const char* name) {
   return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'));
 }
 
-}  // namespace detail
+}  // namespace unpack_detail
 }  // namespace openshell::image

@@ -14,7 +14,7 @@
 
 namespace openshell::image {
 
-using namespace detail;
+using namespace unpack_detail;
 
 namespace {
 
@@ -70,7 +70,7 @@ int remove_files_until_directory(int dir, std::string* subdir) {
 // rm -rf of directory `name` below `parent`, never following a symlink.
 // Holds two fds at a time whatever the depth: it climbs back with "..",
 // checking that it lands where it came from. Returns 0 or an errno.
-int detail::remove_directory_at(int parent, const char* name) {
+int unpack_detail::remove_directory_at(int parent, const char* name) {
   struct Entered {
     std::string name;  // of the directory entered
     dev_t parent_dev;  // and the identity of the one it was entered from
