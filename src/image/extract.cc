@@ -1,5 +1,4 @@
-// Writing a layer's entries below dest: parents resolved without symlinks,
-// files, directories, links and FIFOs created, directories finished last.
+// Writing a layer's entries below dest, directories finished last.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

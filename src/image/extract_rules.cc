@@ -1,5 +1,4 @@
-// What an entry may be and carry: symbolic link targets out of a sandbox,
-// modes, owners, and the metadata applied to what was written.
+// What a layer's entry may be and carry: link targets, modes, owners, metadata.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>

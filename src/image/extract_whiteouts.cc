@@ -1,5 +1,4 @@
-// Whiteouts: ".wh." names of an image layer turned into what overlayfs reads
-// (a 0:0 character device, or user.overlay.opaque on a directory).
+// Whiteouts: an image layer's .wh. names turned into what overlayfs reads.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>

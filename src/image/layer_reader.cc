@@ -1,5 +1,5 @@
-// Reading a layer: the compression recognised from its first bytes, the
-// decompressed stream parsed as tar, both hashed while they are read.
+// Reading a layer: decompressed, parsed as tar, both streams hashed.
+// The compression (none, gzip, zstd) is recognised from the first bytes.
 #include <unistd.h>
 
 #include <cctype>

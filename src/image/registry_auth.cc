@@ -1,5 +1,4 @@
-// Authentication: the anonymous bearer-token flow (a 401's Bearer
-// challenge, a token from its realm, the request again with the token).
+// Registry authentication: the anonymous bearer-token flow.
 #include <cerrno>
 #include <optional>
 #include <string>

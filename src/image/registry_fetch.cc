@@ -1,6 +1,4 @@
-// Fetching one object: its answer checked (status, size, digest, limits),
-// a broken transfer resumed or started again, failures that may pass retried
-// with a growing delay.
+// Fetching one registry object: checks, resumption and retries.
 #include <algorithm>
 #include <cerrno>
 #include <chrono>

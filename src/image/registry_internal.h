@@ -1,6 +1,4 @@
-// What the registry client's files share: Beast's names, the limits, the
-// failures, URLs, the connections and answers, and RegistryClient::Impl,
-// whose steps the files define. Only src/image includes it.
+// Private to src/image: what the registry client's files share.
 #pragma once
 
 #include <unistd.h>

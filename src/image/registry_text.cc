@@ -1,5 +1,4 @@
-// The registry client's text: header values and statuses, the registry's
-// error messages, URLs and the redirects between them.
+// The registry client's text: header values, error messages, URLs.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>

@@ -1,6 +1,5 @@
-// Transport: names resolved through net::dns, TCP and TLS connections kept
-// per origin, one GET and its answer's header, bodies read or drained, and
-// redirects followed.
+// Registry transport: resolving, TCP and TLS connections, requests, redirects.
+// Names resolve through net::dns; one connection is kept per origin.
 #include <fcntl.h>
 #include <sys/socket.h>
 

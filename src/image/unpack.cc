@@ -1,5 +1,4 @@
-// The unpack driver: an empty destination, then each entry of the layer
-// through the extractor, then the digests and the directories' metadata.
+// The unpack driver: each entry of a layer through the extractor.
 #include "image/unpack.h"
 
 #include <dirent.h>

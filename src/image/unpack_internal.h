@@ -1,6 +1,4 @@
-// What the layer extraction files share: the helpers for names and paths,
-// the reader of the (compressed) tar stream, and the extractor's state. Only
-// src/image includes it.
+// Private to src/image: what the layer extraction files share.
 #pragma once
 
 #include <sys/types.h>

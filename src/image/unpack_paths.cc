@@ -1,5 +1,4 @@
-// Names and paths inside a layer: entry names normalised and quoted for
-// messages, and files opened beneath the destination without symlinks.
+// Names inside a layer: normalised, quoted, opened beneath dest.
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>

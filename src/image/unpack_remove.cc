@@ -1,5 +1,4 @@
-// Removing a tree that unpack_layer made, also where its modes stand in the
-// way, without ever following a symlink.
+// Removing a tree that unpack_layer made, never following a symlink.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>

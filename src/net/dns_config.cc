@@ -1,5 +1,5 @@
-// Where the resolver's configuration comes from: the environment, the hosts
-// file and resolv.conf, each file read again when it changes.
+// The resolver's configuration: the environment, the hosts file, resolv.conf.
+// Each file is read again when it changes.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>

@@ -1,6 +1,4 @@
-// What the DNS files share: wire-format helpers, the parts of a response the
-// resolver reads, and the configuration files it watches. Only src/net
-// includes it.
+// Private to src/net: what the DNS files share.
 #pragma once
 
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
-// The DNS wire format (RFC 1035): queries parsed and answered for the stub,
-// queries built and responses parsed for the resolver.
+// The DNS wire format (RFC 1035): queries and responses parsed and built.
+// The stub parses queries and builds answers; the resolver the reverse.
 #include <netinet/in.h>
 
 #include <algorithm>

@@ -1,5 +1,4 @@
-// The resolver: lookups through the hosts file, a cache and a rate limit,
-// then A and AAAA queries to the nameservers over UDP.
+// The resolver: hosts file, cache, rate limit, then UDP queries upstream.
 #include <sys/random.h>
 
 #include <algorithm>

@@ -1,5 +1,4 @@
-// The command line's synchronous HTTP client: one keep-alive connection to
-// the gateway's socket, reconnecting when the server had closed it.
+// The command line's synchronous HTTP client, one keep-alive connection.
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>

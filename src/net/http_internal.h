@@ -1,5 +1,4 @@
-// What the HTTP server, client and WebSocket files share: Beast's names, the
-// limits, and the socket helpers. Only src/net includes it.
+// Private to src/net: what the HTTP and WebSocket files share.
 #pragma once
 
 #include <sys/socket.h>

@@ -1,5 +1,4 @@
-// The API's message text: the JSON error body, and request targets parsed
-// into path, segments and query.
+// The API's message text: the JSON error body and parsed request targets.
 #include <optional>
 #include <string>
 #include <string_view>

@@ -1,5 +1,4 @@
-// The API server: listening on a Unix socket, admission, one connection's
-// requests read with their deadlines, answered, upgraded or handed over.
+// The API server: accepting, admitting, reading and answering requests.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>

@@ -1,5 +1,4 @@
-// Unix socket plumbing that the server, the client and the WebSocket share:
-// peer credentials, close-on-exec, addresses, and the client's trust check.
+// Unix socket helpers shared by the server, the client and the WebSocket.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>

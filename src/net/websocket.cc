@@ -1,6 +1,5 @@
-// The WebSocket connection, both sides: the client's connect and upgrade,
-// the server's accept (also of a connection handed over by another process),
-// and the queued, ordered sends.
+// WebSocket connections, both sides, with queued and ordered sends.
+// A server may also take over a connection another process accepted.
 #include <chrono>
 #include <deque>
 #include <functional>
