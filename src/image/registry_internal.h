@@ -20,13 +20,15 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
-#include "egress/rules.h"
 #include "image/digest.h"
 #include "image/registry.h"
 #include "net/dns.h"
 
 namespace openshell::image {
 namespace registry_detail {
+
+// The address type of net::dns, egress's until Address moves to base.
+using net::dns::Address;
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -217,7 +219,7 @@ struct Reply {
   }
 };
 
-asio::ip::address to_asio(const egress::Address& address);
+asio::ip::address to_asio(const Address& address);
 
 // What to fetch, and what it must be.
 struct Object {
@@ -274,7 +276,7 @@ struct RegistryClient::Impl {
 
   // --- resolving and connecting ---
 
-  std::vector<egress::Address> addresses_of(const std::string& host);
+  std::vector<Address> addresses_of(const std::string& host);
   asio::ssl::context& tls_context();
   void connect(Connection& connection, const Url& url);
   void handshake(Connection& connection, const Url& url);
@@ -321,7 +323,7 @@ struct RegistryClient::Impl {
   asio::io_context io;
   std::optional<asio::ssl::context> tls;
   std::unique_ptr<net::dns::Resolver> resolver;
-  std::map<std::string, std::vector<egress::Address>> resolved;
+  std::map<std::string, std::vector<Address>> resolved;
   std::map<std::string, std::unique_ptr<Connection>> connections;  // by origin
 };
 

@@ -119,7 +119,7 @@ std::optional<Url> parse_authority(std::string_view authority, bool https) {
       if (rest[0] != ':' || rest.size() == 1) return std::nullopt;
       port = rest.substr(1);
     }
-    auto address = egress::Address::parse(host);
+    auto address = Address::parse(host);
     if (!address || address->family != AF_INET6) return std::nullopt;
   } else {
     size_t colon = authority.find(':');

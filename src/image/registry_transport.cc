@@ -37,7 +37,7 @@ constexpr const char* kCaBundles[] = {
 
 namespace registry_detail {
 
-asio::ip::address to_asio(const egress::Address& address) {
+asio::ip::address to_asio(const Address& address) {
   if (address.family == AF_INET) {
     asio::ip::address_v4::bytes_type bytes;
     std::memcpy(bytes.data(), address.bytes, bytes.size());
@@ -58,8 +58,8 @@ std::string RegistryClient::Impl::step_message(const beast::error_code& ec) cons
   return ec.message();
 }
 
-std::vector<egress::Address> RegistryClient::Impl::addresses_of(const std::string& host) {
-  if (auto literal = egress::Address::parse(host)) return {*literal};
+std::vector<Address> RegistryClient::Impl::addresses_of(const std::string& host) {
+  if (auto literal = Address::parse(host)) return {*literal};
   if (auto it = resolved.find(host); it != resolved.end()) return it->second;
   if (!resolver) {
     try {
@@ -71,12 +71,12 @@ std::vector<egress::Address> RegistryClient::Impl::addresses_of(const std::strin
   }
   struct Lookup {
     bool done = false, expired = false;
-    std::vector<egress::Address> addresses;
+    std::vector<Address> addresses;
     std::string error;
   };
   // Shared with the callbacks: a lookup that timed out may still answer.
   auto lookup = std::make_shared<Lookup>();
-  resolver->resolve(host, [lookup](std::vector<egress::Address> addresses, std::string error) {
+  resolver->resolve(host, [lookup](std::vector<Address> addresses, std::string error) {
     lookup->done = true;
     lookup->addresses = std::move(addresses);
     lookup->error = std::move(error);
@@ -124,10 +124,10 @@ asio::ssl::context& RegistryClient::Impl::tls_context() {
 }
 
 void RegistryClient::Impl::connect(Connection& connection, const Url& url) {
-  std::vector<egress::Address> addresses = addresses_of(url.host);
-  bool named = !egress::Address::parse(url.host);
+  std::vector<Address> addresses = addresses_of(url.host);
+  bool named = !Address::parse(url.host);
   std::string last_error;
-  for (const egress::Address& address : addresses) {
+  for (const Address& address : addresses) {
     tcp::endpoint endpoint(to_asio(address), url.port);
     std::string where = url.host_port();
     if (named)
@@ -160,7 +160,7 @@ void RegistryClient::Impl::handshake(Connection& connection, const Url& url) {
   connection.tls.emplace(std::move(*connection.tcp), tls_context());
   connection.tcp.reset();
   SSL* ssl = connection.tls->native_handle();
-  if (egress::Address::parse(url.host)) {
+  if (Address::parse(url.host)) {
     X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), url.host.c_str());
   } else {
     SSL_set_tlsext_host_name(ssl, url.host.c_str());
