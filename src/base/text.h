@@ -36,4 +36,14 @@ std::string format_bytes(uint64_t bytes);
 // Lower-case hex, two digits a byte: {0x0a, 0xff} -> "0aff".
 std::string hex(const unsigned char* data, size_t size);
 
+// RFC 3986 percent-encoding, for URL path segments and query values: every
+// byte but the unreserved A-Z a-z 0-9 - . _ ~ becomes %XX (upper-case hex),
+// so "a b/c" -> "a%20b%2Fc" and UTF-8 "\xc3\xa9" -> "%C3%A9".
+std::string percent_encode(std::string_view text);
+
+// The reverse: "%41%2fb" -> "A/b", other bytes as they are ("+" stays "+").
+// nullopt for a malformed escape ("%4", "%zz") and for an encoded NUL, which
+// is never part of a valid name.
+std::optional<std::string> percent_decode(std::string_view text);
+
 }  // namespace openshell::text

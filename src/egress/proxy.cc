@@ -33,6 +33,7 @@
 namespace openshell::egress {
 
 namespace asio = boost::asio;
+namespace dns = net::dns;
 using asio::ip::tcp;
 using asio::ip::udp;
 using nlohmann::json;
@@ -75,7 +76,7 @@ constexpr size_t kMaxAuditPath = 4096;
 constexpr size_t kMaxAuditReason = 1024;
 
 std::string qtype_name(uint16_t qtype) {
-  return qtype == kTypeA ? "A" : qtype == kTypeAAAA ? "AAAA" : std::to_string(qtype);
+  return qtype == dns::kTypeA ? "A" : qtype == dns::kTypeAAAA ? "AAAA" : std::to_string(qtype);
 }
 
 std::string lower(std::string_view text) {
@@ -374,7 +375,7 @@ class Proxy::IdentityWorker {
 struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context& io;
   Options options;
-  Resolver resolver;
+  dns::Resolver resolver;
   std::shared_ptr<const NetworkRules> rules = std::make_shared<NetworkRules>();
   std::shared_ptr<IdentityWorker> worker;  // from serve() on
   // Who connected each socket (connect_watch.h): null when that is not seen.
@@ -436,7 +437,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
                       });
   }
 
-  Impl(asio::io_context& io_, Options o, ResolverConfig config)
+  Impl(asio::io_context& io_, Options o, dns::ResolverConfig config)
       : io(io_), options(std::move(o)), resolver(io_, std::move(config)), acceptor(io_), dns(io_) {}
 
   // The audit is written in the middle of a connection's decision: nothing
@@ -1183,7 +1184,7 @@ void Proxy::Impl::serve_dns() {
           return;
         }
         self->serve_dns();
-        auto query = parse_query(std::string_view(buf->data(), n));
+        auto query = dns::parse_query(std::string_view(buf->data(), n));
         if (!query) return;  // not a query we answer: drop it
         auto reply = [self, from](std::string message) {
           auto data = std::make_shared<std::string>(std::move(message));
@@ -1196,34 +1197,35 @@ void Proxy::Impl::serve_dns() {
         if (!rules->knows_host(name)) {
           // Never asked upstream: the name stays on this host.
           self->audit("dns", nobody, name, 0, false, "", "no rule names this host");
-          return reply(build_response(*query, kRcodeNxDomain, {}, kDnsTtl));
+          return reply(dns::build_response(*query, dns::kRcodeNxDomain, {}, kDnsTtl));
         }
-        if (query->question.type != kTypeA && query->question.type != kTypeAAAA)
-          return reply(build_response(*query, kRcodeNoError, {}, kDnsTtl));
-        Query q = *query;
-        self->resolver.lookup(name, [self, q, reply, rules, name](Resolution result) {
-          if (result.source == Source::kRateLimited) {
+        if (query->question.type != dns::kTypeA && query->question.type != dns::kTypeAAAA)
+          return reply(dns::build_response(*query, dns::kRcodeNoError, {}, kDnsTtl));
+        dns::Query q = *query;
+        self->resolver.lookup(name, [self, q, reply, rules, name](dns::Resolution result) {
+          if (result.source == dns::Source::kRateLimited) {
             self->audit_rate_limited(name, q.question.type, result.error);
-            return reply(build_response(q, kRcodeRefused, {}, kDnsTtl));
+            return reply(dns::build_response(q, dns::kRcodeRefused, {}, kDnsTtl));
           }
           if (!result.error.empty()) {
             const std::string& error = result.error;
             bool missing =
                 error.size() >= 14 && error.compare(error.size() - 14, 14, ": no such host") == 0;
-            self->audit_dns(name, q.question.type, source_name(result.source), 0, error);
-            return reply(build_response(q, missing ? kRcodeNxDomain : kRcodeServFail, {}, kDnsTtl));
+            self->audit_dns(name, q.question.type, dns::source_name(result.source), 0, error);
+            return reply(dns::build_response(q, missing ? dns::kRcodeNxDomain : dns::kRcodeServFail,
+                                             {}, kDnsTtl));
           }
           // Only addresses a connection could use (the SSRF guard holds here too).
           std::vector<Address> usable;
           size_t answers = 0;
-          int family = q.question.type == kTypeA ? AF_INET : AF_INET6;
+          int family = q.question.type == dns::kTypeA ? AF_INET : AF_INET6;
           for (const auto& a : result.addresses) {
             if (!rules->address_allowed_for_host(name, a)) continue;
             usable.push_back(a);
             if (a.family == family) ++answers;
           }
-          self->audit_dns(name, q.question.type, source_name(result.source), answers, "");
-          reply(build_response(q, kRcodeNoError, usable, kDnsTtl));
+          self->audit_dns(name, q.question.type, dns::source_name(result.source), answers, "");
+          reply(dns::build_response(q, dns::kRcodeNoError, usable, kDnsTtl));
         });
       });
 }
@@ -1246,7 +1248,7 @@ Proxy::Options with_environment(Proxy::Options options) {
 
 }  // namespace
 
-Proxy::Proxy(asio::io_context& io, Options options, ResolverConfig resolver)
+Proxy::Proxy(asio::io_context& io, Options options, dns::ResolverConfig resolver)
     : impl_(std::make_shared<Impl>(io, with_environment(std::move(options)), std::move(resolver))) {
 }
 

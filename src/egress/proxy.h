@@ -29,8 +29,8 @@
 #include <boost/asio/io_context.hpp>
 
 #include "base/unique_fd.h"
-#include "egress/dns.h"
 #include "egress/rules.h"
+#include "net/dns.h"
 
 namespace openshell::egress {
 
@@ -104,7 +104,7 @@ class Proxy {
   };
 
   Proxy(boost::asio::io_context& io, Options options,
-        ResolverConfig resolver = ResolverConfig::from_environment());
+        net::dns::ResolverConfig resolver = net::dns::ResolverConfig::from_environment());
   ~Proxy();
   Proxy(const Proxy&) = delete;
   Proxy& operator=(const Proxy&) = delete;

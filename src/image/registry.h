@@ -6,7 +6,7 @@
 // distribution's CA bundle), the server's name checked against its
 // certificate. Plain HTTP only for local registries (localhost, 127.0.0.0/8,
 // ::1) and those marked insecure. Host names resolve through
-// egress::Resolver (the hosts file, then the nameservers), never glibc.
+// net::dns::Resolver (the hosts file, then the nameservers), never glibc.
 //
 // Authentication: the anonymous bearer-token flow only (a 401 with a Bearer
 // challenge, a token from its realm, the request again with the token).

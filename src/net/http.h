@@ -1,7 +1,8 @@
 // HTTP/1.1 and WebSocket over Unix sockets: the gateway's API server, the
 // command line's client, and the streams (logs, exec stdio, watch, the
-// supervisor's session). Implemented with Boost.Beast in http.cc, the only
-// translation unit that includes Beast.
+// supervisor's session). Implemented with Boost.Beast in http_server.cc,
+// http_client.cc, websocket.cc, http_socket.cc and http_message.cc; only they
+// include Beast (through http_internal.h), since it is slow to compile.
 //
 // Everything asynchronous runs on one asio::io_context, single-threaded:
 // handlers are called from it and may call back into these objects freely.
@@ -22,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "base/error.h"
+#include "base/text.h"
 
 namespace openshell::net {
 
@@ -207,7 +209,8 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// "a b/c" -> "a%20b%2Fc", for path segments and query values.
-std::string percent_encode(std::string_view text);
+// "a b/c" -> "a%20b%2Fc", for path segments and query values: base's
+// text::percent_encode, named here too for the API's callers.
+using text::percent_encode;
 
 }  // namespace openshell::net

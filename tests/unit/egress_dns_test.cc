@@ -29,8 +29,8 @@
 
 #include "base/error.h"
 #include "base/unique_fd.h"
-#include "egress/dns.h"
 #include "egress/proxy.h"
+#include "net/dns.h"
 #include "policy/policy.h"
 #include "supervisor/network_rules.h"
 #include "test_util.h"
@@ -40,6 +40,7 @@ namespace {
 
 namespace asio = boost::asio;
 using asio::ip::udp;
+using namespace net::dns;
 using namespace std::chrono_literals;
 using openshell::testing::ScopedEnv;
 using openshell::testing::TempDir;

@@ -1,6 +1,7 @@
 #include "base/text.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -136,6 +137,36 @@ TEST(Hex, TwoLowerCaseDigitsAByte) {
   const unsigned char bytes[] = {0x00, 0x0a, 0x7f, 0xa0, 0xff};
   EXPECT_EQ(hex(bytes, sizeof bytes), "000a7fa0ff");
   EXPECT_EQ(hex(bytes, 0), "");
+}
+
+// ---- percent-encoding ---------------------------------------------------------
+
+TEST(PercentEncode, EncodesEveryByteButTheUnreservedOnesAsUpperCaseHex) {
+  EXPECT_EQ(percent_encode("a b/c"), "a%20b%2Fc");
+  EXPECT_EQ(percent_encode("AZaz09-._~"), "AZaz09-._~");
+  EXPECT_EQ(percent_encode("?&=+%#:@!*'()"), "%3F%26%3D%2B%25%23%3A%40%21%2A%27%28%29");
+  EXPECT_EQ(percent_encode("\xc3\xa9\xff\x7f"), "%C3%A9%FF%7F");
+  EXPECT_EQ(percent_encode(std::string("\0x", 2)), "%00x");
+  EXPECT_EQ(percent_encode(""), "");
+}
+
+TEST(PercentDecode, DecodesEscapesInEitherCaseAndLeavesOtherBytes) {
+  EXPECT_THAT(percent_decode("a%20b%2fc%2F"), Optional(Eq("a b/c/")));
+  EXPECT_THAT(percent_decode("a+b"), Optional(Eq("a+b")));
+  EXPECT_THAT(percent_decode("%C3%a9"), Optional(Eq("\xc3\xa9")));
+  EXPECT_THAT(percent_decode(""), Optional(Eq("")));
+  EXPECT_THAT(percent_decode("%25zz"), Optional(Eq("%zz")));  // decoded once only
+}
+
+TEST(PercentDecode, RefusesMalformedEscapesAndAnEncodedNul) {
+  for (const char* text : {"%", "a%", "a%4", "%zz", "%4g", "%g4", "%%41", "% 41", "%00", "a%00b"})
+    EXPECT_EQ(percent_decode(text), std::nullopt) << text;
+}
+
+TEST(PercentDecode, UndoesPercentEncodeForEveryByteButNul) {
+  std::string all;
+  for (int byte = 1; byte < 256; ++byte) all += static_cast<char>(byte);
+  EXPECT_THAT(percent_decode(percent_encode(all)), Optional(Eq(all)));
 }
 
 }  // namespace

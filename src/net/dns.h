@@ -1,7 +1,6 @@
-// DNS for sandboxes. Inside a sandbox, names resolve through a stub the
-// sandbox's owner serves on 127.0.0.1:53 (a socket made inside the sandbox's
-// network namespace): names of allowed hosts get their addresses, resolved
-// on the host; any other name gets NXDOMAIN and no query leaves the host.
+// DNS on the host: the wire format (RFC 1035) and a resolver that asks the
+// hosts file, then the nameservers, never glibc. The egress proxy's stub
+// (names of allowed hosts for a sandbox) and the image client use it.
 #pragma once
 
 #include <chrono>
@@ -16,9 +15,9 @@
 
 #include <boost/asio/io_context.hpp>
 
-#include "egress/rules.h"
+#include "base/address.h"
 
-namespace openshell::egress {
+namespace openshell::net::dns {
 
 // ---- the wire format (RFC 1035) ---------------------------------------------
 
@@ -154,4 +153,4 @@ class Resolver {
   std::shared_ptr<Impl> impl_;
 };
 
-}  // namespace openshell::egress
+}  // namespace openshell::net::dns
