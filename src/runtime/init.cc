@@ -3,6 +3,8 @@
 // signals on, reaps orphans, and exits with the main process's status. It
 // runs from a sealed image of this binary (see MountPlan::apply), already
 // confined like everything else in the sandbox.
+#include "runtime/init.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
