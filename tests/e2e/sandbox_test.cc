@@ -272,7 +272,7 @@ TEST_P(Sandbox, UploadAndDownloadFilesAndDirectories) {
   // Refused by the sandbox (its user may not write /usr), not by a missing
   // program or openshell itself; and nothing arrived there.
   EXPECT_EQ(usr.status, 1) << usr.err;
-  EXPECT_THAT(usr.err, HasSubstr("up-" + m + ": Permission denied")) << usr.err;
+  EXPECT_EQ(usr.err, "openshell: upload to /usr/up-" + m + ": Permission denied\n");
   Result in_usr = os({"sandbox", "exec", "files", "--", "ls", "/usr"});
   EXPECT_EQ(in_usr.status, 0) << in_usr.err;
   EXPECT_THAT(in_usr.out, HasSubstr("bin"));
