@@ -60,6 +60,12 @@ class NoSigpipe {
   struct sigaction saved_ {};
 };
 
+// The archive's reader went away: a consequence of its own failure, which
+// it reports.
+struct SandboxStoppedReading : Error {
+  using Error::Error;
+};
+
 // A tar stream in GNU's format (what busybox's and GNU's tar read: long
 // names and link targets as GNU records), written by libarchive.
 class TarWriter {
@@ -134,7 +140,7 @@ class TarWriter {
  private:
   [[noreturn]] void fail() {
     const int err = ::archive_errno(archive_);
-    if (err == EPIPE) throw Error("upload: the sandbox stopped reading");
+    if (err == EPIPE) throw SandboxStoppedReading("upload: the sandbox stopped reading");
     const char* why = ::archive_error_string(archive_);
     throw Error(std::string("upload: write the archive: ") + (why ? why : "unknown error"));
   }
@@ -205,19 +211,22 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   int ends[2];
   if (::pipe2(ends, O_CLOEXEC) != 0) throw_errno("pipe");
   UniqueFd read_end(ends[0]), write_end(ends[1]);
+  // tar's complaints are kept: a refusal becomes one line of ours.
+  UniqueFd tar_errors(static_cast<int>(::syscall(SYS_memfd_create, "tar-errors", MFD_CLOEXEC)));
+  if (!tar_errors) throw_errno("upload: memfd_create");
   NoSigpipe quiet;
-  std::string write_error;
+  std::string write_error;       // the archive could not be made (a file here)
+  bool stopped_reading = false;  // the sandbox's tar quit first
   std::thread writer([&] {
     try {
       write_tar(local, write_end.get());
+    } catch (const SandboxStoppedReading&) {
+      stopped_reading = true;
     } catch (const std::exception& e) {
       write_error = e.what();
     }
     write_end.reset();  // the end of the archive
   });
-  // tar's complaints are kept: a refusal becomes one line of ours.
-  UniqueFd tar_errors(static_cast<int>(::syscall(SYS_memfd_create, "tar-errors", MFD_CLOEXEC)));
-  if (!tar_errors) throw_errno("upload: memfd_create");
   ExecOptions options;
   options.argv = {"tar", "-x", "-f", "-", "-C", dest};
   options.stdin_fd = read_end.get();
@@ -233,12 +242,14 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   read_end.reset();
   writer.join();
   const std::string errors = read_back(tar_errors.get());
+  // What went wrong here comes first: tar then failed on a cut archive.
+  if (!write_error.empty()) throw Error(write_error);
   if (status == 0 || status == 127) {
     files::write_all(STDERR_FILENO, errors);  // warnings, or a shell's "not found"
-    if (!write_error.empty()) throw Error(write_error);
+    if (stopped_reading && status == 0) throw Error("upload: the sandbox stopped reading");
     return tar_status(status, "upload");
   }
-  if (!write_error.empty()) throw Error(write_error);
+  // The sandbox refused (and so stopped reading): its first complaint says why.
   log::error(upload_failure(errors, dest, status));
   return kUploadRefused;
 }

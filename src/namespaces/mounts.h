@@ -7,6 +7,10 @@
 // applied in the child between clone and exec with raw syscalls only. Mount
 // targets are resolved inside the new root (openat2 RESOLVE_IN_ROOT), so a
 // symlink in an image cannot point a mount at the host.
+//
+// mounts.cc renders the plan, mount_apply.cc applies it, kernel_paths.cc
+// builds /dev and masks the kernel's paths, with mount_ops.h's primitives;
+// overlay.h probes overlayfs.
 #pragma once
 
 #include <cstdint>
