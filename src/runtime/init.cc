@@ -21,7 +21,6 @@
 
 #include "base/child_failure.h"
 #include "base/error.h"
-#include "runtime/container.h"
 #include "runtime/init_protocol.h"
 
 namespace openshell::runtime {
