@@ -112,6 +112,15 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   return out;
 }
 
+std::string check_absolute_path(std::string_view path) {
+  if (path.empty()) return "must not be empty";
+  if (path[0] != '/') return "must be an absolute path";
+  for (const auto& part : split(path, '/'))
+    if (part == "..") return "must not contain '..'";
+  if (path.find('\0') != std::string_view::npos) return "must not contain NUL";
+  return {};
+}
+
 std::string normalize_path(std::string_view path) {
   std::string out;
   for (const auto& part : split(path, '/')) {

@@ -27,6 +27,11 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 // "/a/b/c", "//" -> "/". ".." is kept (callers refuse it).
 std::string normalize_path(std::string_view path);
 
+// Whether `path` is one a sandbox's file system may name (a policy's path,
+// a bind destination, a working directory): "" when fine, else the reason
+// ("must be an absolute path").
+std::string check_absolute_path(std::string_view path);
+
 // A DNS label: 1-63 of [a-z0-9-], not starting or ending with '-'.
 bool is_dns_label(std::string_view text);
 

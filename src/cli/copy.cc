@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +15,12 @@
 #include <filesystem>
 #include <thread>
 
+#include <archive.h>
+#include <archive_entry.h>
+
 #include "base/error.h"
 #include "base/files.h"
+#include "base/log.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "image/budget.h"
@@ -54,118 +60,94 @@ class NoSigpipe {
   struct sigaction saved_ {};
 };
 
-// A tar stream in GNU's format (what busybox's and GNU's tar read), written
-// here: libarchive's writers would pull every format it has (XML included)
-// into the static binary.
+// The archive's reader went away: a consequence of its own failure, which
+// it reports.
+struct SandboxStoppedReading : Error {
+  using Error::Error;
+};
+
+// A tar stream in GNU's format (what busybox's and GNU's tar read: long
+// names and link targets as GNU records), written by libarchive.
 class TarWriter {
  public:
-  explicit TarWriter(int fd) : fd_(fd) {}
+  explicit TarWriter(int fd) : archive_(::archive_write_new()), entry_(::archive_entry_new()) {
+    if (!archive_ || !entry_) throw Error("upload: out of memory");
+    if (::archive_write_set_format_gnutar(archive_) != ARCHIVE_OK ||
+        ::archive_write_add_filter_none(archive_) != ARCHIVE_OK ||
+        ::archive_write_set_bytes_in_last_block(archive_, 1) != ARCHIVE_OK ||
+        ::archive_write_open_fd(archive_, fd) != ARCHIVE_OK)
+      fail();
+  }
+  TarWriter(const TarWriter&) = delete;
+  TarWriter& operator=(const TarWriter&) = delete;
+  ~TarWriter() {
+    // An archive left unfinished (a read failed) must not end as if whole:
+    // no padding, no end blocks, so tar in the sandbox sees it cut short.
+    if (!finished_) ::archive_write_fail(archive_);
+    ::archive_entry_free(entry_);
+    ::archive_write_free(archive_);
+  }
 
-  // One file system object, as `name`.
+  // One file system object, as `name`: its mode without setuid and setgid,
+  // owned by 0 (tar in the sandbox, unprivileged, makes it its user's).
   void add(const std::string& host_path, const std::string& name) {
     struct stat st;
     if (::lstat(host_path.c_str(), &st) != 0) throw_errno("upload: " + host_path);
-    char type;
-    std::string target;
-    uint64_t size = 0;
+    ::archive_entry_clear(entry_);
+    ::archive_entry_set_pathname(entry_, name.c_str());
+    ::archive_entry_set_perm(entry_, st.st_mode & 0777);
+    ::archive_entry_set_mtime(entry_, st.st_mtim.tv_sec < 0 ? 0 : st.st_mtim.tv_sec, 0);
+    ::archive_entry_set_uid(entry_, 0);
+    ::archive_entry_set_gid(entry_, 0);
+    UniqueFd fd;
     if (S_ISREG(st.st_mode)) {
-      type = '0';
-      size = static_cast<uint64_t>(st.st_size);
+      // Opened before its header: what cannot be read is not announced.
+      fd.reset(::open(host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (!fd) throw_errno("upload: " + host_path);
+      ::archive_entry_set_filetype(entry_, AE_IFREG);
+      ::archive_entry_set_size(entry_, st.st_size);
     } else if (S_ISDIR(st.st_mode)) {
-      type = '5';
+      ::archive_entry_set_filetype(entry_, AE_IFDIR);
     } else if (S_ISLNK(st.st_mode)) {
-      type = '2';
       char buf[4096];
-      ssize_t n = ::readlink(host_path.c_str(), buf, sizeof buf);
+      ssize_t n = ::readlink(host_path.c_str(), buf, sizeof buf - 1);
       if (n < 0) throw_errno("upload: readlink " + host_path);
-      target.assign(buf, static_cast<size_t>(n));
+      buf[n] = '\0';
+      ::archive_entry_set_filetype(entry_, AE_IFLNK);
+      ::archive_entry_set_symlink(entry_, buf);
     } else {
       throw Error("upload: " + host_path + ": not a file, directory or symbolic link");
     }
-    const std::string entry_name = type == '5' ? name + "/" : name;
-    if (entry_name.size() > 100) long_field('L', entry_name);
-    if (target.size() > 100) long_field('K', target);
-    header(entry_name, type, st.st_mode & 0777, size, st.st_mtim.tv_sec, target);
-    if (type != '0') return;
-    UniqueFd fd(::open(host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!fd) throw_errno("upload: " + host_path);
+    if (::archive_write_header(archive_, entry_) != ARCHIVE_OK) fail();
+    if (!fd) return;
     char buf[65536];
-    uint64_t left = size;
+    uint64_t left = static_cast<uint64_t>(st.st_size);
     while (left > 0) {
       ssize_t n = ::read(fd.get(), buf, static_cast<size_t>(std::min<uint64_t>(left, sizeof buf)));
       if (n < 0) throw_errno("upload: " + host_path);
       if (n == 0) throw Error("upload: " + host_path + ": it shrank while being read");
-      put(buf, static_cast<size_t>(n));
+      if (::archive_write_data(archive_, buf, static_cast<size_t>(n)) != n) fail();
       left -= static_cast<uint64_t>(n);
     }
-    pad(size);
   }
 
-  // Two zero blocks end the archive.
+  // The end of the archive (its two zero blocks).
   void finish() {
-    char zeros[1024] = {};
-    put(zeros, sizeof zeros);
+    if (::archive_write_close(archive_) != ARCHIVE_OK) fail();
+    finished_ = true;
   }
 
  private:
-  static void octal(char* field, size_t width, uint64_t value) {
-    // width-1 digits and a NUL; larger sizes in base 256 (a GNU extension).
-    if (width >= 12 && value >= (uint64_t{1} << (3 * (width - 1)))) {
-      std::memset(field, 0, width);
-      field[0] = static_cast<char>(0x80);
-      for (size_t i = width - 1; i > 0 && value; --i, value >>= 8)
-        field[i] = static_cast<char>(value & 0xff);
-      return;
-    }
-    std::snprintf(field, width, "%0*llo", static_cast<int>(width - 1),
-                  static_cast<unsigned long long>(value));
+  [[noreturn]] void fail() {
+    const int err = ::archive_errno(archive_);
+    if (err == EPIPE) throw SandboxStoppedReading("upload: the sandbox stopped reading");
+    const char* why = ::archive_error_string(archive_);
+    throw Error(std::string("upload: write the archive: ") + (why ? why : "unknown error"));
   }
 
-  void header(const std::string& name, char type, unsigned mode, uint64_t size, int64_t mtime,
-              const std::string& target) {
-    char h[512] = {};
-    std::memcpy(h, name.data(), std::min<size_t>(name.size(), 100));
-    octal(h + 100, 8, mode);
-    octal(h + 108, 8, 0);
-    octal(h + 116, 8, 0);
-    octal(h + 124, 12, size);
-    octal(h + 136, 12, static_cast<uint64_t>(mtime < 0 ? 0 : mtime));
-    h[156] = type;
-    std::memcpy(h + 157, target.data(), std::min<size_t>(target.size(), 100));
-    std::memcpy(h + 257, "ustar  ", 8);  // GNU's magic and version
-    std::memset(h + 148, ' ', 8);
-    unsigned sum = 0;
-    for (unsigned char c : h) sum += c;
-    std::snprintf(h + 148, 8, "%06o", sum);
-    h[155] = ' ';
-    put(h, sizeof h);
-  }
-
-  // A GNU long name ('L') or long link target ('K') record before a header.
-  void long_field(char type, const std::string& value) {
-    header("././@LongLink", type, 0, value.size() + 1, 0, "");
-    put(value.data(), value.size());
-    const char nul = '\0';
-    put(&nul, 1);
-    pad(value.size() + 1);
-  }
-
-  void pad(uint64_t size) {
-    static const char zeros[512] = {};
-    if (size % 512) put(zeros, 512 - size % 512);
-  }
-
-  void put(const char* data, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd_, data, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw Error("upload: the sandbox stopped reading");
-      data += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-
-  int fd_;
+  archive* archive_;
+  archive_entry* entry_;
+  bool finished_ = false;
 };
 
 }  // namespace
@@ -204,6 +186,14 @@ mode_t current_umask() {
   return mask;
 }
 
+// Everything written to fd (a memfd) so far, up to 64 KiB.
+std::string read_back(int fd) {
+  std::string text(65536, '\0');
+  ssize_t n = ::pread(fd, text.data(), text.size(), 0);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return text;
+}
+
 int tar_status(int status, const char* what) {
   if (status == 127)
     throw Error(std::string(what) + ": the sandbox has no tar, which it needs", 125);
@@ -221,11 +211,17 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   int ends[2];
   if (::pipe2(ends, O_CLOEXEC) != 0) throw_errno("pipe");
   UniqueFd read_end(ends[0]), write_end(ends[1]);
+  // tar's complaints are kept: a refusal becomes one line of ours.
+  UniqueFd tar_errors(static_cast<int>(::syscall(SYS_memfd_create, "tar-errors", MFD_CLOEXEC)));
+  if (!tar_errors) throw_errno("upload: memfd_create");
   NoSigpipe quiet;
-  std::string write_error;
+  std::string write_error;       // the archive could not be made (a file here)
+  bool stopped_reading = false;  // the sandbox's tar quit first
   std::thread writer([&] {
     try {
       write_tar(local, write_end.get());
+    } catch (const SandboxStoppedReading&) {
+      stopped_reading = true;
     } catch (const std::exception& e) {
       write_error = e.what();
     }
@@ -234,6 +230,7 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   ExecOptions options;
   options.argv = {"tar", "-x", "-f", "-", "-C", dest};
   options.stdin_fd = read_end.get();
+  options.stderr_fd = tar_errors.get();
   int status = 0;
   try {
     status = exec(paths, name, options);
@@ -244,8 +241,53 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   }
   read_end.reset();
   writer.join();
+  const std::string errors = read_back(tar_errors.get());
+  // What went wrong here comes first: tar then failed on a cut archive.
   if (!write_error.empty()) throw Error(write_error);
-  return tar_status(status, "upload");
+  if (status == 0 || status == 127) {
+    files::write_all(STDERR_FILENO, errors);  // warnings, or a shell's "not found"
+    if (stopped_reading && status == 0) throw Error("upload: the sandbox stopped reading");
+    return tar_status(status, "upload");
+  }
+  // The sandbox refused (and so stopped reading): its first complaint says why.
+  log::error(upload_failure(errors, dest, status));
+  return kUploadRefused;
+}
+
+std::string upload_failure(const std::string& tar_errors, const std::string& dest, int status) {
+  std::string line;
+  for (const auto& l : text::split(tar_errors, '\n'))
+    if (!text::trim(l).empty()) {
+      line = std::string(text::trim(l));
+      break;
+    }
+  if (line.empty())
+    return "upload to " + dest + ": tar in the sandbox ended with status " + std::to_string(status);
+  if (line.rfind("tar: ", 0) == 0) line.erase(0, 5);
+  const auto colon = line.rfind(": ");
+  if (colon == std::string::npos) return "upload to " + dest + ": " + line;
+  const std::string reason = line.substr(colon + 2);
+  // The path: quoted just before the reason (busybox: "can't open 'x': ..."
+  // - "can't" has a quote too), before the first colon (GNU: "x: Cannot
+  // mkdir: ..."), else the last word (busybox: "can't make dir x: ...").
+  std::string path;
+  const auto open_quote =
+      colon >= 2 && line[colon - 1] == '\'' ? line.rfind('\'', colon - 2) : std::string::npos;
+  if (open_quote != std::string::npos)
+    path = line.substr(open_quote + 1, colon - 1 - open_quote - 1);
+  else if (const auto first = line.find(": "); first != colon)
+    path = line.substr(0, first);
+  else if (const auto space = line.rfind(' ', colon); space != std::string::npos)
+    path = line.substr(space + 1, colon - space - 1);
+  else
+    path = line.substr(0, colon);
+  while (path.rfind("./", 0) == 0) path.erase(0, 2);
+  std::string where = dest;
+  if (!path.empty() && path[0] == '/')
+    where = path;
+  else if (!path.empty())
+    where = (dest == "/" ? "" : dest) + "/" + path;
+  return "upload to " + where + ": " + reason;
 }
 
 int download(const Paths& paths, const std::string& name, const std::string& remote,
@@ -351,3 +393,19 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
 }
 
 }  // namespace openshell::cli
+
+// The one libarchive-internal function that its tar writers call, defined
+// here, in the object that uses the writer (so that the linker meets it
+// first), so that the static link does not pull in libarchive's table of
+// every writer (xar's brings libxml2 and ICU). It reports an entry whose
+// file type the format cannot hold; upload never asks for one (TarWriter
+// refuses anything but files, directories and symbolic links first). If
+// another part of openshell ever links that table, the link fails on this
+// duplicate definition: loudly, not silently.
+extern "C" void __archive_write_entry_filetype_unsupported(struct archive* a,
+                                                           struct archive_entry* entry,
+                                                           const char* format) {
+  const char* path = archive_entry_pathname(entry);
+  archive_set_error(a, EINVAL, "%s: %s cannot hold this type of file", path ? path : "(no name)",
+                    format ? format : "the archive's format");
+}

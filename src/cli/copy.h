@@ -9,11 +9,22 @@
 
 namespace openshell::cli {
 
+// upload's exit status when the sandbox refused the copy (tar there
+// failed: a directory it may not write, a full disk); one line says what.
+inline constexpr int kUploadRefused = 1;
+
 // Copies `local` (a file, a directory with everything below it, or a
 // symbolic link) into the sandbox's directory `dest`, as the sandbox's user.
-// Returns tar's exit status in the sandbox (0: done). Throws Error.
+// Returns 0 when done, kUploadRefused after printing one line naming what
+// the sandbox refused. Throws Error (125) when openshell fails, or the
+// sandbox has no tar.
 int upload(const Paths& paths, const std::string& name, const std::string& local,
            const std::string& dest);
+
+// The one line for a refused upload, from what tar in the sandbox wrote
+// (its first complaint) and its status: "upload to /usr/x: Permission
+// denied".
+std::string upload_failure(const std::string& tar_errors, const std::string& dest, int status);
 
 // Copies the sandbox's `remote` into the existing directory `local_dir`,
 // under its own name, which must not exist there yet. What arrives is

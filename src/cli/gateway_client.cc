@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -36,23 +37,33 @@ std::unique_ptr<net::Client> try_connect(const Paths& paths, int* err) {
 
 void start_gateway_in_background(const Paths& paths) {
   paths.ensure();
+  // Everything the children need is made before fork: after it they only
+  // make system calls.
+  const std::string log_path = paths.gateway_log();
+  static const char* const kArgv[] = {"openshell", "gateway", "run", "--ready-fd", "3", nullptr};
   Pipe ready = Pipe::create();
   pid_t pid = ::fork();
   if (pid < 0) throw_errno("fork");
   if (pid == 0) {
     // A daemon: its own session, no terminal, output to the gateway's log;
     // the middle child exits so the gateway is nobody's child. It says on
-    // fd 3 whether it started.
+    // fd 3 whether it started; an exec that fails says so there itself.
     ::setsid();
     if (::fork() != 0) ::_exit(0);
     int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int log = ::open(paths.gateway_log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (null >= 0) ::dup2(null, 0);
     if (log >= 0) ::dup2(log, 1), ::dup2(log, 2);
     ::dup2(ready.write.get(), 3);
     ::close_range(4, ~0U, 0);
-    ::execl("/proc/self/exe", "openshell", "gateway", "run", "--ready-fd", "3",
-            static_cast<char*>(nullptr));
+    ::execve("/proc/self/exe", const_cast<char* const*>(kArgv), environ);
+    const int err = errno;
+    static const char kPrefix[] = "error: exec /proc/self/exe: ";
+    const char* name = ::strerrorname_np(err);
+    if (!name) name = "unknown error";
+    (void)!::write(3, kPrefix, sizeof kPrefix - 1);
+    (void)!::write(3, name, std::strlen(name));
+    (void)!::write(3, "\n", 1);
     ::_exit(127);
   }
   ready.write.reset();

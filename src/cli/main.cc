@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "cli/app.h"
-#include "runtime/container.h"
+#include "runtime/init.h"
 
 int main(int argc, char** argv) {
   // The init must start fast and touch nothing else of the program.

@@ -195,7 +195,7 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
       [&](std::string data, bool binary) {
         if (binary) {
           if (data.empty()) return;
-          files::write_all(data[0] == exec_stream::kStderr ? STDERR_FILENO : options.stdout_fd,
+          files::write_all(data[0] == exec_stream::kStderr ? options.stderr_fd : options.stdout_fd,
                            std::string_view(data).substr(1));
           return;
         }

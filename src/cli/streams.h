@@ -34,7 +34,8 @@ struct ExecOptions {
   bool tty = false;
   int timeout_s = 0;  // 0: none
   int stdin_fd = 0;   // where its input comes from (a pipe, a file, a terminal)
-  int stdout_fd = 1;  // where its output goes; stderr always goes to 2
+  int stdout_fd = 1;  // where its output goes
+  int stderr_fd = 2;  // where its diagnostics go
 };
 
 // Runs a command in a Ready sandbox with stdin, stdout and stderr passed

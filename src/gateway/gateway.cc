@@ -39,14 +39,12 @@
 #include "base/text.h"
 #include "gateway/store.h"
 #include "image/store.h"
-#include "namespaces/id_pool.h"
-#include "namespaces/mounts.h"
-#include "namespaces/userns.h"
 #include "net/http.h"
 #include "policy/policy.h"
 #include "protocol/exec_handoff.h"
 #include "protocol/supervisor_session.h"
 #include "runtime/cleanup.h"
+#include "runtime/host_ids.h"
 #include "spec/container_spec.h"
 #include "spec/sandbox_spec.h"
 
@@ -370,8 +368,7 @@ json Gateway::view(const SandboxRecord& r) const {
 void Gateway::release_id_range(const SandboxRecord& record) const {
   SandboxSpec spec = SandboxSpec::from_json(record.spec);
   if (spec.host_uid_start)
-    namespaces::release_sandbox_range(namespaces::kRegistryDir, *spec.host_uid_start,
-                                      paths_.sandbox(record.id));
+    runtime::release_sandbox_ids(*spec.host_uid_start, paths_.sandbox(record.id));
 }
 
 SandboxRecord Gateway::find(const std::string& name) const {
@@ -972,7 +969,7 @@ void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
     }
     const std::string scratch = paths_.sandboxes() + "/.probe-" + id;
     if (::mkdir(scratch.c_str(), 0700) != 0) throw_errno("create " + scratch);
-    problem = namespaces::overlay_problem(lowers, scratch);
+    problem = runtime::overlay_problem(lowers, scratch);
     try {
       runtime::remove_tree(scratch);
     } catch (const Error& e) {
@@ -1028,9 +1025,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   spec.host_gid_start.reset();
   if (::geteuid() == 0) {
     try {
-      namespaces::HostRange range = namespaces::claim_host_range(paths_.sandbox(id), false).range();
-      spec.host_uid_start = range.uid_start;
-      spec.host_gid_start = range.gid_start;
+      const runtime::SandboxIds ids = runtime::claim_sandbox_ids(paths_.sandbox(id));
+      spec.host_uid_start = ids.uid_start;
+      spec.host_gid_start = ids.gid_start;
     } catch (const Error& e) {
       throw ApiError(503, "no_id_range", e.what());
     }
@@ -1081,13 +1078,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
     // As root the sandbox runs as unprivileged ids: its layer and workspace
     // are theirs.
     if (::geteuid() == 0) {
-      namespaces::IdMap map = namespaces::plan_id_map_for_host(
-          namespaces::current_identity(), 0, 0,
-          namespaces::HostRange{*spec.host_uid_start, *spec.host_gid_start});
+      const runtime::SandboxIds ids{*spec.host_uid_start, *spec.host_gid_start};
       auto own = [&](const std::string& path, uint32_t inside_uid, uint32_t inside_gid) {
-        if (::chown(path.c_str(), map.host_uid(inside_uid).value_or(0),
-                    map.host_gid(inside_gid).value_or(0)) != 0)
-          throw_errno("chown " + path);
+        runtime::chown_to_sandbox(path, ids, inside_uid, inside_gid);
       };
       if (spec.from == "host") {
         own(dir + "/workspace", 1000, 1000);

@@ -98,7 +98,7 @@ class Parser {
       size_t i = 0;
       for (auto& [item, path] : string_array(*node, field)) {
         std::string item_field = field + "[" + std::to_string(i++) + "]";
-        if (auto why = check_policy_path(path); !why.empty()) fail(item, item_field, why);
+        if (auto why = text::check_absolute_path(path); !why.empty()) fail(item, item_field, why);
         std::string normal = text::normalize_path(path);
         if (list == &fs.read_write && normal == "/")
           fail(item, item_field, "/ cannot be read-write; name the directories that need writing");
@@ -245,15 +245,6 @@ class Parser {
 };
 
 }  // namespace
-
-std::string check_policy_path(std::string_view path) {
-  if (path.empty()) return "must not be empty";
-  if (path[0] != '/') return "must be an absolute path";
-  for (const auto& part : text::split(path, '/'))
-    if (part == "..") return "must not contain '..'";
-  if (path.find('\0') != std::string_view::npos) return "must not contain NUL";
-  return {};
-}
 
 std::string check_host_pattern(std::string_view host) {
   if (host.empty()) return "must not be empty";

@@ -79,10 +79,6 @@ std::string to_toml(const Policy& policy);
 // workspace, /tmp and /dev/null writable.
 Policy default_policy();
 
-// Validation of a single path as the filesystem policy wants it.
-// Returns an empty string when fine, else the reason.
-std::string check_policy_path(std::string_view path);
-
 // A host pattern as endpoints take it; empty string when fine, else the reason.
 std::string check_host_pattern(std::string_view host);
 

@@ -21,41 +21,55 @@ namespace openshell::runtime {
 
 namespace {
 
-// Removes the entries of dirfd and returns 0, or the first errno.
+// Removes the entries of dirfd, closes it, and returns 0 or the first errno.
+// Raw system calls and a buffer on the stack only: it also runs in a child
+// between clone and exit (remove_in_user_namespace), where nothing may
+// allocate.
 int remove_contents(int dirfd) {
+  struct Dirent64 {
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[];
+  };
   int first_error = 0;
-  DIR* dir = ::fdopendir(dirfd);
-  if (!dir) {
-    ::close(dirfd);
-    return errno;
-  }
-  while (dirent* e = ::readdir(dir)) {
-    if (!std::strcmp(e->d_name, ".") || !std::strcmp(e->d_name, "..")) continue;
-    bool is_dir = e->d_type == DT_DIR;
-    if (e->d_type == DT_UNKNOWN) {
-      struct stat st;
-      is_dir =
-          ::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
-    }
-    if (is_dir) {
-      // A directory left unreadable (overlayfs's work/work is mode 000).
-      ::fchmodat(::dirfd(dir), e->d_name, 0700, 0);
-      int sub = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub < 0) {
-        if (!first_error) first_error = errno;
-        continue;
+  alignas(8) char buf[2048];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dirfd, buf, sizeof buf);
+    if (n < 0 && !first_error) first_error = errno;
+    if (n <= 0) break;
+    for (long pos = 0; pos < n;) {
+      const auto* e = reinterpret_cast<const Dirent64*>(buf + pos);
+      pos += e->reclen;
+      const char* name = e->name;
+      if (!std::strcmp(name, ".") || !std::strcmp(name, "..")) continue;
+      bool is_dir = e->type == DT_DIR;
+      if (e->type == DT_UNKNOWN) {
+        struct stat st;
+        is_dir = ::fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
       }
-      int err = remove_contents(sub);
-      if (err && !first_error) first_error = err;
+      if (is_dir) {
+        // A directory left unreadable (overlayfs's work/work is mode 000).
+        ::fchmodat(dirfd, name, 0700, 0);
+        int sub = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+          if (!first_error) first_error = errno;
+          continue;
+        }
+        int err = remove_contents(sub);
+        if (err && !first_error) first_error = err;
+      }
+      if (::unlinkat(dirfd, name, is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT &&
+          !first_error)
+        first_error = errno;
     }
-    if (::unlinkat(::dirfd(dir), e->d_name, is_dir ? AT_REMOVEDIR : 0) != 0 && errno != ENOENT &&
-        !first_error)
-      first_error = errno;
   }
-  ::closedir(dir);
+  ::close(dirfd);
   return first_error;
 }
 
+// rm -rf path; 0 or the first errno. Async-signal-safe.
 int remove_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
@@ -81,6 +95,7 @@ int remove_in_user_namespace(const std::string& path) {
   long pid = ::syscall(SYS_clone3, &args, sizeof args);
   if (pid < 0) return errno;
   if (pid == 0) {
+    // Until _exit: system calls only (remove_path allocates nothing).
     ::close(go.write.get());
     char byte;
     if (::read(go.read.get(), &byte, 1) != 1) ::_exit(1);

@@ -80,7 +80,4 @@ class Container {
   int oom_kills_ = 0;
 };
 
-// The init's entry point: `openshell __init ...` as exec'd by the runtime.
-int init_main(int argc, char** argv);
-
 }  // namespace openshell::runtime

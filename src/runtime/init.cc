@@ -3,6 +3,8 @@
 // signals on, reaps orphans, and exits with the main process's status. It
 // runs from a sealed image of this binary (see MountPlan::apply), already
 // confined like everything else in the sandbox.
+#include "runtime/init.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -19,7 +21,6 @@
 
 #include "base/child_failure.h"
 #include "base/error.h"
-#include "runtime/container.h"
 #include "runtime/init_protocol.h"
 
 namespace openshell::runtime {

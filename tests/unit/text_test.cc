@@ -169,5 +169,17 @@ TEST(PercentDecode, UndoesPercentEncodeForEveryByteButNul) {
   EXPECT_THAT(percent_decode(percent_encode(all)), Optional(Eq(all)));
 }
 
+TEST(CheckAbsolutePath, Reasons) {
+  EXPECT_EQ(check_absolute_path("/usr/lib"), "");
+  EXPECT_EQ(check_absolute_path("/"), "");
+  EXPECT_EQ(check_absolute_path("/a/...b"), "");
+  EXPECT_EQ(check_absolute_path(""), "must not be empty");
+  EXPECT_EQ(check_absolute_path("usr"), "must be an absolute path");
+  EXPECT_EQ(check_absolute_path("./usr"), "must be an absolute path");
+  EXPECT_EQ(check_absolute_path("/a/../b"), "must not contain '..'");
+  EXPECT_EQ(check_absolute_path("/a/.."), "must not contain '..'");
+  EXPECT_EQ(check_absolute_path(std::string_view("/a\0b", 4)), "must not contain NUL");
+}
+
 }  // namespace
 }  // namespace openshell::text

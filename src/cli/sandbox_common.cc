@@ -1,0 +1,191 @@
+// Helpers of the `openshell sandbox` subcommands (see sandbox_common.h).
+#include "cli/sandbox_common.h"
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/sandbox_limits.h"
+#include "base/text.h"
+#include "base/unique_fd.h"
+#include "cli/gateway_client.h"
+#include "cli/table.h"
+#include "net/http.h"
+
+namespace openshell::cli {
+
+using nlohmann::json;
+
+namespace {
+
+std::string last_used_file(const Paths& paths) { return paths.state_dir + "/last-sandbox"; }
+
+std::string age(const std::string& rfc3339) {
+  // "2026-11-29T19:51:23.123Z" -> "5s", "3m", "2h", "4d".
+  tm t{};
+  if (!strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &t)) return "?";
+  time_t then = timegm(&t);
+  long s = static_cast<long>(std::time(nullptr) - then);
+  if (s < 0) s = 0;
+  if (s < 120) return std::to_string(s) + "s";
+  if (s < 7200) return std::to_string(s / 60) + "m";
+  if (s < 172800) return std::to_string(s / 3600) + "h";
+  return std::to_string(s / 86400) + "d";
+}
+
+std::string command_text(const json& sandbox) {
+  std::vector<std::string> words = sandbox.value("command", std::vector<std::string>{});
+  return words.empty() ? "-" : text::join(words, " ");
+}
+
+std::string exit_text(const json& sandbox) {
+  return sandbox.contains("exit_code") ? std::to_string(sandbox["exit_code"].get<int>()) : "-";
+}
+
+// "pids=4096 memory=64.0 MiB tmp=2.3 GiB shm=1.2 GiB"; what is not limited is left out.
+std::string limits_text(const json& s) {
+  const json l = s.value("limits", json::object());
+  std::string out;
+  auto add = [&](const std::string& part) { out += (out.empty() ? "" : " ") + part; };
+  if (l.contains("pids"))
+    add(l["pids"].get<uint64_t>() ? "pids=" + std::to_string(l["pids"].get<uint64_t>())
+                                  : "pids=unlimited");
+  if (l.contains("memory_bytes"))
+    add("memory=" + text::format_bytes(l["memory_bytes"].get<uint64_t>()));
+  if (l.contains("cpus")) add("cpus=" + l["cpus"].dump());
+  if (l.contains("tmp_size_bytes"))
+    add("tmp=" + text::format_bytes(l["tmp_size_bytes"].get<uint64_t>()));
+  if (l.contains("shm_size_bytes"))
+    add("shm=" + text::format_bytes(l["shm_size_bytes"].get<uint64_t>()));
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+CLI::Option* add_output(CLI::App* app, std::string* output) {
+  return app->add_option("-o,--output", *output, "Output format: table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+}
+
+void remember(const Paths& paths, const std::string& name) {
+  const std::string file = last_used_file(paths);
+  const std::string temp = file + ".tmp." + std::to_string(::getpid());
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return;
+  const std::string line = name + "\n";
+  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()) ||
+      ::rename(temp.c_str(), file.c_str()) != 0)
+    ::unlink(temp.c_str());
+}
+
+// `given`, remembered; else the one remembered.
+std::string sandbox_name(const Paths& paths, const std::string& given) {
+  if (!given.empty()) {
+    remember(paths, given);
+    return given;
+  }
+  std::string last = files::try_read(last_used_file(paths)).value_or("");
+  while (!last.empty() && (last.back() == '\n' || last.back() == ' ')) last.pop_back();
+  if (last.empty()) throw Error("no sandbox named, and none used before: give its name");
+  return last;
+}
+
+std::string target(const std::string& name, const std::string& action) {
+  return "/v1/sandboxes/" + net::percent_encode(name) + (action.empty() ? "" : "/" + action);
+}
+
+// For the commands that run something in the sandbox (exec, upload,
+// download): it must be Ready; it becomes the last one named.
+void require_ready(GatewayClient& client, const std::string& name, const std::string& verb) {
+  json s = client.call("GET", target(name));
+  if (s.value("phase", "") != "Ready")
+    throw Error("sandbox '" + name + "' is " + s.value("phase", "") + " (" + verb +
+                " needs a Ready sandbox; see 'openshell sandbox start')");
+  remember(client.paths(), name);
+}
+
+void print_sandboxes(const json& list, const std::string& output) {
+  if (output == "json") {
+    std::printf("%s\n", list.dump(2).c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "PHASE", "GEN", "EXIT", "AGE", "FROM", "COMMAND"}};
+  for (const auto& s : list)
+    rows.push_back({s.value("name", ""), s.value("phase", ""),
+                    std::to_string(s.value("generation", 0)), exit_text(s),
+                    age(s.value("created_at", "")), s.value("from", ""), command_text(s)});
+  print_table(rows);
+}
+
+// The reason shown for a sandbox in Error.
+std::string why(const json& sandbox) {
+  for (const auto& c : sandbox.value("conditions", json::array()))
+    if (c.value("type", "") == "Ready" && c.value("status", "") == "False") {
+      std::string reason = c.value("reason", ""), message = c.value("message", "");
+      return reason + (message.empty() ? "" : ": " + message);
+    }
+  return "";
+}
+
+void print_sandbox(const json& s, const std::string& output) {
+  if (output == "json") {
+    std::printf("%s\n", s.dump(2).c_str());
+    return;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"Name:", s.value("name", "")},
+      {"Id:", s.value("id", "")},
+      {"Phase:", s.value("phase", "")},
+      {"Generation:", std::to_string(s.value("generation", 0))},
+      {"Exit code:", exit_text(s)},
+      {"From:", s.value("from", "")},
+      {"Image:", s.contains("image") ? s["image"].value("name", "") + " (" +
+                                           s["image"].value("id", "").substr(7, 12) + ")"
+                                     : "-"},
+      {"Storage:", s.value("storage", "") +
+                       (s.contains("storage_note") ? ": " + s.value("storage_note", "") : "")},
+      {"Command:", command_text(s)},
+      {"Limits:", limits_text(s)},
+      {"Created:", s.value("created_at", "")}};
+  std::string labels;
+  const json label_map = s.value("labels", json::object());
+  for (const auto& [k, v] : label_map.items())
+    labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
+  if (!labels.empty()) rows.push_back({"Labels:", labels});
+  print_table(rows);
+  std::printf("Conditions:\n");
+  for (const auto& c : s.value("conditions", json::array()))
+    std::printf("  %s=%s %s %s (%s)\n", c.value("type", "").c_str(), c.value("status", "").c_str(),
+                c.value("reason", "").c_str(), c.value("message", "").c_str(),
+                c.value("last_transition_time", "").c_str());
+}
+
+// Whether the sandbox could not be launched at all (not: its main process
+// ended, which is a result like any other).
+bool launch_failed(const json& sandbox) {
+  if (sandbox.value("phase", "") != "Error") return false;
+  for (const auto& c : sandbox.value("conditions", json::array()))
+    if (c.value("type", "") == "Ready") {
+      std::string reason = c.value("reason", "");
+      return reason != "MainProcessFailed" && reason != "MainProcessCompleted";
+    }
+  return true;
+}
+
+// A finished sandbox's main process status as this command's exit status.
+int exit_status_of(const json& sandbox) {
+  if (sandbox.contains("exit_code")) return sandbox["exit_code"].get<int>();
+  return sandbox.value("phase", "") == "Error" ? exit_code::kFailure : 0;
+}
+
+}  // namespace openshell::cli

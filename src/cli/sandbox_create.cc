@@ -1,0 +1,150 @@
+// openshell sandbox create: a sandbox from an image, a directory or the host,
+// and its main process.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/log.h"
+#include "base/text.h"
+#include "cli/gateway_client.h"
+#include "cli/images.h"
+#include "cli/run_options.h"
+#include "cli/sandbox_common.h"
+#include "cli/streams.h"
+#include "spec/sandbox_spec.h"
+
+namespace openshell::cli {
+
+using nlohmann::json;
+
+namespace {
+
+void check_name(const std::string& name) {
+  if (!text::is_dns_label(name))
+    throw Error("sandbox name '" + name +
+                "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or ending "
+                "with '-')");
+}
+
+struct CreateOptions {
+  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table";
+  std::vector<std::string> env, labels, command;
+  bool no_keep = false, detach = false, insecure = false;
+  bool name_given = false;  // --name, even an empty one
+};
+
+int create(const CreateOptions& o) {
+  SandboxSpec spec;
+  // A directory, else an image (pulled now when the store lacks it).
+  spec.from = o.from;
+  const bool directory = o.from != "host" && files::is_directory(o.from);
+  if (directory) spec.from = files::canonical(o.from, "--from");
+  spec.command = o.command;
+  spec.env = o.env;
+  if (!o.cpu.empty()) {
+    auto cpus = text::parse_positive_decimal(o.cpu);
+    if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
+    spec.cpus = cpus;
+  }
+  if (!o.memory.empty()) {
+    auto bytes = text::parse_size(o.memory);
+    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
+    spec.memory_bytes = bytes;
+  }
+  if (!o.pids.empty()) {
+    auto pids = text::parse_uint(o.pids, 4194304);
+    if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
+    spec.pids = pids;
+  }
+  spec.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
+  spec.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
+  for (const auto& label : o.labels) {
+    auto eq = label.find('=');
+    if (eq == std::string::npos) throw Error("--label " + label + ": expected KEY=VALUE");
+    spec.labels[label.substr(0, eq)] = label.substr(eq + 1);
+  }
+  if (!o.policy.empty()) {
+    if (int err = files::read_into(o.policy, &spec.policy))
+      throw_errno("--policy " + o.policy, err);
+    spec.policy_source = o.policy;
+  }
+  spec.no_keep = o.no_keep;
+  if (o.name_given) check_name(o.name);
+  spec.validate();  // bad input stops here, before the gateway
+  if (o.from != "host" && !directory) ensure_image(o.from, o.insecure, "--from");
+
+  GatewayClient client;
+  json body = {{"spec", json::parse(spec.to_json())}};
+  if (!o.name.empty()) body["name"] = o.name;
+  json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
+  const std::string name = sandbox.value("name", "");
+  if (!o.no_keep) remember(client.paths(), name);
+
+  if (sandbox.contains("storage_note")) log::warn(sandbox.value("storage_note", ""));
+  if (launch_failed(sandbox)) {
+    log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
+    return exit_status_of(sandbox);
+  }
+  // With a main process (the caller's, or the image's), show its output.
+  if (!sandbox.value("command", json::array()).empty() && !o.detach) {
+    // Show the main process's output and end with its status.
+    LogEnd end = follow_logs(client.paths(), name, LogOptions{});
+    if (end.exit_code) return *end.exit_code;
+    if (end.phase == "Stopped") return 128 + 15;
+    return exit_code::kFailure;
+  }
+  if (o.output == "json")
+    print_sandbox(sandbox, "json");
+  else
+    std::printf("%s\n", name.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_sandbox_create(CLI::App* sandbox, Action* action) {
+  auto o = std::make_shared<CreateOptions>();
+  CLI::App* c = sandbox->add_subcommand("create", "Create a sandbox and start its main process");
+  c->positionals_at_end();
+  CLI::Option* name_option =
+      c->add_option("--name", o->name, "Its name, a DNS label (default: generated)");
+  c->add_option("--from", o->from,
+                "Its root: an image (pulled when missing), a directory, or 'host' for the host's "
+                "/ read-only")
+      ->capture_default_str();
+  c->add_flag("--insecure", o->insecure,
+              "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
+  c->add_option("--policy", o->policy, "Policy file (TOML)");
+  repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
+  c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
+  c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
+  c->add_option("--pids", o->pids,
+                "Most processes and threads at once (default 4096; 0: no limit)");
+  c->add_option("--tmp-size", o->tmp_size,
+                "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
+                "of the RAM)");
+  c->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
+  repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
+  c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
+  c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
+  add_output(c, &o->output);
+  c->add_option(
+      "command", o->command,
+      "The main process (default: the image's entrypoint and command; none: the sandbox idles)");
+  c->footer(
+      "With a command and without --detach, create shows the main process's output and exits "
+      "with its status.\nExamples:\n  openshell sandbox create --name demo -- echo hello\n"
+      "  openshell sandbox create --name agent --from ./rootfs --memory 1G\nSee "
+      "openshell-sandbox(1).");
+  c->callback([o, action, name_option] {
+    o->name_given = name_option->count() > 0;
+    *action = [o] { return create(*o); };
+  });
+}
+
+}  // namespace openshell::cli
