@@ -78,11 +78,7 @@ std::string qtype_name(uint16_t qtype) {
   return qtype == kTypeA ? "A" : qtype == kTypeAAAA ? "AAAA" : std::to_string(qtype);
 }
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+using text::lower;
 
 // "host:port", "[v6]:port", "host" (default port).
 bool split_authority(std::string_view authority, uint16_t default_port, std::string* host,
@@ -201,7 +197,7 @@ size_t BodyEnd::feed(std::string_view bytes) {
           uint64_t size = 0;
           for (; digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits]));
                ++digits) {
-            char c = static_cast<char>(std::tolower(static_cast<unsigned char>(line[digits])));
+            const char c = text::lower(line[digits]);
             size = size * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
           }
           std::string_view after = text::trim(line.substr(digits));

@@ -107,14 +107,8 @@ struct BodyTooLarge {};
 
 std::string str(beast::string_view text) { return std::string(text.data(), text.size()); }
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
-
-bool iequals(std::string_view a, std::string_view b) { return lower(a) == lower(b); }
+using text::iequals;
+using text::lower;
 
 bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;

@@ -119,12 +119,7 @@ std::optional<std::string> percent_decode(std::string_view text) {
 
 std::string str(beast::string_view text) { return std::string(text.data(), text.size()); }
 
-std::string lower(beast::string_view text) {
-  std::string out = str(text);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
+std::string lower(beast::string_view text) { return text::lower({text.data(), text.size()}); }
 
 // Fills the parts of request that come from the target; false when malformed.
 bool parse_target(std::string_view target, Request& request) {
