@@ -2,15 +2,14 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "base/files.h"
 #include "base/text.h"
+#include "base/time.h"
 
 namespace openshell::logfile {
 
@@ -20,25 +19,8 @@ constexpr size_t kMaxLine = 16 * 1024;  // longer lines are split into P records
 
 }  // namespace
 
-int64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-std::string format_time(int64_t time_ns) {
-  time_t seconds = static_cast<time_t>(time_ns / 1000000000);
-  tm utc;
-  gmtime_r(&seconds, &utc);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", utc.tm_year + 1900,
-                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
-                static_cast<long long>(time_ns % 1000000000));
-  return buf;
-}
-
 std::string format(const Record& r) {
-  std::string line = format_time(r.time_ns);
+  std::string line = time::format_ns(r.time_ns);
   line += ' ';
   line += r.stream;
   line += r.partial ? " P " : " F ";
@@ -61,20 +43,9 @@ std::optional<Record> parse(std::string_view line) {
   r.stream = std::string(stream);
   r.partial = tag == 'P';
   r.text = line.size() > b + 3 ? std::string(line.substr(b + 3)) : std::string();
-  tm utc{};
-  int year, month, day, hour, minute, second;
-  long long nanos = 0;
-  std::string time_text(time);
-  if (std::sscanf(time_text.c_str(), "%d-%d-%dT%d:%d:%d.%lldZ", &year, &month, &day, &hour, &minute,
-                  &second, &nanos) < 6)
-    return std::nullopt;
-  utc.tm_year = year - 1900;
-  utc.tm_mon = month - 1;
-  utc.tm_mday = day;
-  utc.tm_hour = hour;
-  utc.tm_min = minute;
-  utc.tm_sec = second;
-  r.time_ns = static_cast<int64_t>(timegm(&utc)) * 1000000000 + nanos;
+  auto time_ns = time::parse(time);
+  if (!time_ns) return std::nullopt;
+  r.time_ns = *time_ns;
   return r;
 }
 

@@ -21,7 +21,6 @@ struct Record {
   std::string text;  // without the newline
 };
 
-std::string format_time(int64_t time_ns);            // RFC 3339, nanoseconds, UTC
 std::string format(const Record& record);            // one line, with its newline
 std::optional<Record> parse(std::string_view line);  // line without its newline
 
@@ -74,7 +73,5 @@ class Writer {
   RotatingFile file_;
   std::string pending_out_, pending_err_;
 };
-
-int64_t now_ns();
 
 }  // namespace openshell::logfile

@@ -25,8 +25,8 @@
 
 #include "base/json_text.h"
 #include "base/log.h"
-#include "base/logfile.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "egress/connect_watch.h"
 #include "egress/identity.h"
 
@@ -405,7 +405,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   void refuse_over_limit(tcp::socket client) {
     ++counters.denied;
     if (options.audit) {
-      json line = {{"time", logfile::format_time(logfile::now_ns())},
+      json line = {{"time", time::format_ns(time::now_ns())},
                    {"sandbox", options.sandbox},
                    {"kind", "connect"},
                    {"binary", ""},
@@ -454,7 +454,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
     if (!options.audit) return;
     // The sandbox chooses the host (up to a whole request head) and the
     // binary's path, in any bytes: each is clipped, and written as UTF-8.
-    json line = {{"time", logfile::format_time(logfile::now_ns())},
+    json line = {{"time", time::format_ns(time::now_ns())},
                  {"sandbox", options.sandbox},
                  {"kind", kind},
                  {"binary", clip(caller.exe, kMaxAuditPath)},
@@ -479,7 +479,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   }
   json dns_line(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
                 const std::string& reason) const {
-    return {{"time", logfile::format_time(logfile::now_ns())},
+    return {{"time", time::format_ns(time::now_ns())},
             {"sandbox", options.sandbox},
             {"kind", "dns"},
             {"binary", ""},

@@ -32,11 +32,11 @@
 #include "base/files.h"
 #include "base/json_text.h"
 #include "base/log.h"
-#include "base/logfile.h"
 #include "base/paths.h"
 #include "base/sandbox_limits.h"
 #include "base/sandbox_spec.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "gateway/store.h"
 #include "image/store.h"
 #include "namespaces/id_pool.h"
@@ -59,13 +59,7 @@ namespace {
 constexpr int kStopGraceMs = 10000;
 constexpr auto kWaitTimeout = std::chrono::seconds(60);
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string rfc3339(int64_t ms) { return logfile::format_time(ms * 1000000).substr(0, 23) + "Z"; }
+using time::now_ms;
 
 // ---- processes --------------------------------------------------------------
 
@@ -339,14 +333,14 @@ json Gateway::view(const SandboxRecord& r) const {
                           {"status", c.status},
                           {"reason", c.reason},
                           {"message", c.message},
-                          {"last_transition_time", rfc3339(c.last_transition_ms)}});
+                          {"last_transition_time", time::format_ms(c.last_transition_ms)}});
   SandboxSpec spec = SandboxSpec::from_json(r.spec);
   json j = {{"name", r.name},
             {"id", r.id},
             {"phase", std::string(phase_name(r.phase))},
             {"generation", r.generation},
             {"conditions", conditions},
-            {"created_at", rfc3339(r.created_ms)},
+            {"created_at", time::format_ms(r.created_ms)},
             {"labels", r.labels},
             {"from", spec.from},
             {"command", spec.command}};
@@ -851,7 +845,7 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
     return exchange->respond(json_response(200, {{"version", OPENSHELL_VERSION},
                                                  {"pid", ::getpid()},
                                                  {"gateway_id", gateway_id_},
-                                                 {"started_at", rfc3339(started_ms_)},
+                                                 {"started_at", time::format_ms(started_ms_)},
                                                  {"state_dir", paths_.state_dir},
                                                  {"socket", paths_.socket()},
                                                  {"sandboxes", store_->list().size()}}));
@@ -906,7 +900,7 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
         json events = json::array();
         for (const auto& e : store_->events(record.id, *limit))
           events.push_back(
-              {{"time", rfc3339(e.time_ms)}, {"type", e.type}, {"message", e.message}});
+              {{"time", time::format_ms(e.time_ms)}, {"type", e.type}, {"message", e.message}});
         return exchange->respond(
             json_response(200, {{"sandbox", record.name}, {"events", events}}));
       }
@@ -1344,7 +1338,7 @@ json policy_view(const SandboxRecord& record, const PolicyRevision& p, int64_t c
               {"revision", p.revision},
               {"current", p.revision == current},
               {"default", p.text.empty()},
-              {"created_at", rfc3339(p.created_ms)},
+              {"created_at", time::format_ms(p.created_ms)},
               {"policy", text}};
 }
 

@@ -27,6 +27,7 @@
 #include "base/logfile.h"
 #include "base/paths.h"
 #include "base/sandbox_spec.h"
+#include "base/time.h"
 #include "egress/identity.h"
 #include "egress/proxy.h"
 #include "egress/rules.h"
@@ -427,7 +428,7 @@ void Supervisor::fail_start(int code, const std::string& why) {
   exit_code_ = code;
   reason_ = code == exit_code::kFailure ? "StartFailed" : "MainProcessFailed";
   message_ = why;
-  log_->write("stderr", "openshell: " + why + "\n", logfile::now_ns());
+  log_->write("stderr", "openshell: " + why + "\n", time::now_ns());
   write_exit_file();
   finish_soon();
 }
@@ -511,12 +512,12 @@ void Supervisor::read_output(asio::posix::stream_descriptor& stream, const std::
   stream.async_read_some(asio::buffer(*buffer), [this, &stream, name, buffer](
                                                     const boost::system::error_code& ec, size_t n) {
     if (ec) {
-      log_->flush_partial(name, logfile::now_ns());
+      log_->flush_partial(name, time::now_ns());
       --streams_open_;
       maybe_exit();
       return;
     }
-    log_->write(name, std::string_view(buffer->data(), n), logfile::now_ns());
+    log_->write(name, std::string_view(buffer->data(), n), time::now_ns());
     read_output(stream, name);
   });
 }
@@ -545,7 +546,7 @@ void Supervisor::container_ended(int status) {
   }
   if (container_->oom_kills() > 0)
     log_->write("stderr", "openshell: the sandbox ran out of memory at its --memory limit\n",
-                logfile::now_ns());
+                time::now_ns());
   for (auto& [id, session] : std::map(execs_)) session->sandbox_gone();
   boost::system::error_code ignored;
   control_.close(ignored);
