@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
@@ -314,7 +315,7 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
   reader.join();
   auto clean = [&] {
     try {
-      image::remove_layer_tree(staging);
+      files::remove_tree(staging);
     } catch (const std::exception&) {
     }
   };

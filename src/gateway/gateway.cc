@@ -1,6 +1,5 @@
 #include "gateway/gateway.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -27,6 +26,7 @@
 #include "auth/launch.h"
 #include "auth/peer.h"
 #include "auth/secrets.h"
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/event_loop.h"
 #include "base/files.h"
@@ -657,18 +657,16 @@ void Gateway::finish_delete(const std::string& id) {
 // under way is finished.
 void Gateway::reconcile() {
   // Overlay probes of a gateway that died during one.
-  if (DIR* d = ::opendir(paths_.sandboxes().c_str())) {
-    std::vector<std::string> stale;
-    while (dirent* e = ::readdir(d))
-      if (std::strncmp(e->d_name, ".probe-", 7) == 0)
-        stale.push_back(paths_.sandboxes() + "/" + e->d_name);
-    ::closedir(d);
-    for (const auto& path : stale) {
-      try {
-        runtime::remove_tree(path);
-      } catch (const Error& e) {
-        log::warn(e.what());
-      }
+  std::vector<std::string> stale;
+  files::for_each_entry(paths_.sandboxes(), [&](const char* name, unsigned char) {
+    if (std::strncmp(name, ".probe-", 7) == 0) stale.push_back(paths_.sandboxes() + "/" + name);
+    return true;
+  });
+  for (const auto& path : stale) {
+    try {
+      runtime::remove_tree(path);
+    } catch (const Error& e) {
+      log::warn(e.what());
     }
   }
   for (SandboxRecord record : store_->list()) {

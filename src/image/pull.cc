@@ -14,6 +14,7 @@
 #include <archive_entry.h>
 #include <nlohmann/json.hpp>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
@@ -40,7 +41,7 @@ class TempDir {
   explicit TempDir(const Store& store) : path_(store.make_temp_dir()) {}
   ~TempDir() {
     try {
-      remove_layer_tree(path_);
+      files::remove_tree(path_);
     } catch (const Error&) {
       // Left for the next pull or prune.
     }
