@@ -10,6 +10,7 @@
 #include "base/files.h"
 #include "base/text.h"
 #include "base/time.h"
+#include "base/unique_fd.h"
 
 namespace openshell::logfile {
 
@@ -55,25 +56,24 @@ namespace {
 // last component, and only when it is a regular file: a log must never
 // write through a link someone planted, nor into a FIFO or a device.
 // O_NONBLOCK makes a FIFO without reader fail instead of hanging.
-int open_log(const std::string& path, int extra_flags, std::string* error) {
-  int fd = ::open(
+UniqueFd open_log(const std::string& path, int extra_flags, std::string* error) {
+  UniqueFd fd(::open(
       path.c_str(),
       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | extra_flags,
-      0600);
-  if (fd < 0) {
+      0600));
+  if (!fd) {
     int err = errno;
     *error = err == ELOOP   ? "is a symbolic link (a log file is never opened through one)"
              : err == ENXIO ? "is not a regular file"
                             : std::strerror(err);
-    return -1;
+    return {};
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     *error = "is not a regular file";
-    return -1;
+    return {};
   }
-  ::fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);  // back to blocking writes
+  ::fcntl(fd.get(), F_SETFL, O_WRONLY | O_APPEND);  // back to blocking writes
   return fd;
 }
 
@@ -83,25 +83,22 @@ RotatingFile::RotatingFile(std::string path, uint64_t max_bytes)
     : path_(std::move(path)), max_bytes_(max_bytes) {
   fd_ = open_log(path_, 0, &error_);
   struct stat st;
-  if (fd_ >= 0 && ::fstat(fd_, &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
+  if (fd_ && ::fstat(fd_.get(), &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
 }
 
-RotatingFile::~RotatingFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
+RotatingFile::~RotatingFile() = default;
 
 void RotatingFile::append(std::string_view lines) {
-  if (fd_ < 0) return;
+  if (!fd_) return;
   if (size_ > 0 && size_ + lines.size() > max_bytes_) {
     // Keep one older file; the newest lines always land.
     std::string old = path_ + ".1";
     ::rename(path_.c_str(), old.c_str());
-    ::close(fd_);
     fd_ = open_log(path_, O_TRUNC, &error_);
     size_ = 0;
-    if (fd_ < 0) return;
+    if (!fd_) return;
   }
-  if (files::write_all(fd_, lines)) size_ += lines.size();
+  if (files::write_all(fd_.get(), lines)) size_ += lines.size();
 }
 
 Writer::Writer(std::string path, uint64_t max_bytes) : file_(std::move(path), max_bytes) {}

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/unique_fd.h"
+
 namespace openshell::logfile {
 
 struct Record {
@@ -44,13 +46,13 @@ class RotatingFile {
 
   void append(std::string_view lines);  // ends with a newline
   const std::string& path() const { return path_; }
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return fd_.valid(); }
   const std::string& error() const { return error_; }
 
  private:
   std::string path_;
   uint64_t max_bytes_;
-  int fd_ = -1;
+  UniqueFd fd_;
   uint64_t size_ = 0;
   std::string error_;
 };

@@ -55,16 +55,9 @@ constexpr int kSpliceRounds = 32;         // splices before the relay yields to 
 // A pipe between two sockets: splice() moves a tunnel's bytes through it
 // inside the kernel, without copying them through the proxy.
 struct SplicePipe {
-  int read_end = -1, write_end = -1;
+  UniqueFd read_end, write_end;
   size_t held = 0;  // bytes in the pipe, not yet passed on
   bool moved = false;
-  SplicePipe(int r, int w) : read_end(r), write_end(w) {}
-  SplicePipe(const SplicePipe&) = delete;
-  SplicePipe& operator=(const SplicePipe&) = delete;
-  ~SplicePipe() {
-    ::close(read_end);
-    ::close(write_end);
-  }
 };
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr uint32_t kDnsTtl = 30;
@@ -1019,8 +1012,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     to.native_non_blocking(true, ec2);
     if (ec || ec2 || ::pipe2(ends, O_NONBLOCK | O_CLOEXEC) != 0)
       return pump(from, to, std::move(buf));
-    auto pipe = std::make_shared<SplicePipe>(ends[0], ends[1]);
-    (void)::fcntl(pipe->write_end, F_SETPIPE_SZ,
+    auto pipe = std::make_shared<SplicePipe>();
+    pipe->read_end.reset(ends[0]);
+    pipe->write_end.reset(ends[1]);
+    (void)::fcntl(pipe->write_end.get(), F_SETPIPE_SZ,
                   static_cast<int>(kSpliceChunk));  // a bigger pipe when allowed
     splice_step(from, to, std::move(pipe), std::move(buf));
   }
@@ -1030,7 +1025,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto self = shared_from_this();
     for (int round = 0; round < kSpliceRounds; ++round) {
       if (pipe->held > 0) {
-        ssize_t n = ::splice(pipe->read_end, nullptr, to.native_handle(), nullptr, pipe->held,
+        ssize_t n = ::splice(pipe->read_end.get(), nullptr, to.native_handle(), nullptr, pipe->held,
                              SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         if (n > 0) {
           pipe->held -= static_cast<size_t>(n);
@@ -1047,8 +1042,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         return abort();
       }
-      ssize_t n = ::splice(from.native_handle(), nullptr, pipe->write_end, nullptr, kSpliceChunk,
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      ssize_t n = ::splice(from.native_handle(), nullptr, pipe->write_end.get(), nullptr,
+                           kSpliceChunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n > 0) {
         pipe->held = static_cast<size_t>(n);
         pipe->moved = true;
