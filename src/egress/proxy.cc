@@ -370,7 +370,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<ConnectLog> connects;
   tcp::acceptor acceptor;
   udp::socket dns;
-  Counters counters;
+  size_t open_connections = 0;  // held against options.max_connections
   bool closed = false;
   uint64_t closed_since_trim = 0;
   // The connections with a server: each is asked, when the policy changes,
@@ -386,9 +386,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void connection_closed() {
-    --counters.open;
+    --open_connections;
     // A burst of connections leaves free memory in the heap: give it back.
-    if (++closed_since_trim >= kTrimAfter || counters.open == 0) {
+    if (++closed_since_trim >= kTrimAfter || open_connections == 0) {
       if (closed_since_trim > 1) ::malloc_trim(0);
       closed_since_trim = 0;
     }
@@ -396,7 +396,6 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
 
   // Accepted beyond the limit: told so, and closed.
   void refuse_over_limit(tcp::socket client) {
-    ++counters.denied;
     if (options.audit) {
       json line = {{"time", time::format_ns(time::now_ns())},
                    {"sandbox", options.sandbox},
@@ -443,7 +442,6 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   void audit(const std::string& kind, const Caller& caller, const std::string& host, uint16_t port,
              bool allowed, const std::string& rule, const std::string& reason,
              const std::string& address = {}, const char* decision = nullptr) {
-    if (!decision) ++(allowed ? counters.allowed : counters.denied);
     if (!options.audit) return;
     // The sandbox chooses the host (up to a whole request head) and the
     // binary's path, in any bytes: each is clipped, and written as UTF-8.
@@ -467,7 +465,6 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   // came from (local, cached, upstream) and how many addresses it got.
   void audit_dns(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
                  const std::string& reason) {
-    ++counters.allowed;
     if (options.audit) write_audit(dns_line(name, qtype, decision, answers, reason));
   }
   json dns_line(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
@@ -490,7 +487,6 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   // most, counting the refusals since the last, so that a flood of queries
   // cannot flood the log too.
   void audit_rate_limited(const std::string& name, uint16_t qtype, const std::string& reason) {
-    ++counters.denied;
     ++rate_limited_unlogged;
     auto now = std::chrono::steady_clock::now();
     if (rate_limited_logged && now - *rate_limited_logged < std::chrono::seconds(1)) return;
@@ -519,7 +515,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         upstream_(proxy_->io),
         timer_(proxy_->io),
         id_(++proxy_->next_id) {
-    ++proxy_->counters.open;
+    ++proxy_->open_connections;
   }
   ~Connection() {
     proxy_->established.erase(id_);
@@ -876,7 +872,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (n > 0) {
       auto data = std::make_shared<std::string>(rest_.substr(0, n));
       rest_.erase(0, n);
-      proxy_->counters.bytes += n;
       asio::async_write(
           upstream_, asio::buffer(*data),
           [self, data](const boost::system::error_code& ec, size_t) {
@@ -970,7 +965,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (request_forwarded_ && request_.upgrade) after_response_head();
     auto self = shared_from_this();
     auto data = std::make_shared<std::string>(std::move(bytes));
-    proxy_->counters.bytes += data->size();
     asio::async_write(client_, asio::buffer(*data),
                       [self, data, relay](const boost::system::error_code& ec, size_t) {
                         if (ec) return self->abort();
@@ -1047,7 +1041,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (n > 0) {
         pipe->held = static_cast<size_t>(n);
         pipe->moved = true;
-        proxy_->counters.bytes += static_cast<uint64_t>(n);
         continue;
       }
       if (n == 0) return shutdown(to);
@@ -1078,7 +1071,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
             if (ec != asio::error::eof) return self->abort();
             return self->shutdown(to);
           }
-          self->proxy_->counters.bytes += n;
           asio::async_write(to, asio::buffer(buf->data(), n),
                             [self, &from, &to, buf](const boost::system::error_code& wec, size_t) {
                               if (wec) return self->abort();
@@ -1154,7 +1146,7 @@ void Proxy::Impl::accept() {
   auto self = shared_from_this();
   acceptor.async_accept([self](const boost::system::error_code& ec, tcp::socket client) {
     if (self->closed) return;
-    if (!ec && self->counters.open >= self->options.max_connections)
+    if (!ec && self->open_connections >= self->options.max_connections)
       self->refuse_over_limit(std::move(client));
     else if (!ec)
       std::make_shared<Connection>(self, std::move(client))->start();
@@ -1291,7 +1283,5 @@ void Proxy::close() {
   impl_->acceptor.close(ignored);
   impl_->dns.close(ignored);
 }
-
-Proxy::Counters Proxy::counters() const { return impl_->counters; }
 
 }  // namespace openshell::egress

@@ -74,7 +74,6 @@ uint64_t fs_rights_for_abi(int abi) {
 }
 
 uint64_t read_only_rights() { return kExecute | kReadFile | kReadDir; }
-uint64_t read_write_rights() { return fs_rights_for_abi(1 << 20); }
 uint64_t file_rights() { return kExecute | kWriteFile | kReadFile | kTruncate | kIoctlDev; }
 
 Plan plan(const policy::Policy& policy, const std::string& workdir, int abi) {
