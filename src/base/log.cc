@@ -25,7 +25,6 @@ void emit(const std::string& line) {
 }  // namespace
 
 void set_verbose(bool on) { g_verbose = on; }
-bool verbose() { return g_verbose; }
 
 void warn(const std::string& message) { emit("openshell: warning: " + message); }
 

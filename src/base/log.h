@@ -6,7 +6,6 @@
 namespace openshell::log {
 
 void set_verbose(bool on);
-bool verbose();
 
 // "openshell: warning: ..." - always shown.
 void warn(const std::string& message);

@@ -2,15 +2,15 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "base/files.h"
 #include "base/text.h"
+#include "base/time.h"
+#include "base/unique_fd.h"
 
 namespace openshell::logfile {
 
@@ -20,25 +20,8 @@ constexpr size_t kMaxLine = 16 * 1024;  // longer lines are split into P records
 
 }  // namespace
 
-int64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-std::string format_time(int64_t time_ns) {
-  time_t seconds = static_cast<time_t>(time_ns / 1000000000);
-  tm utc;
-  gmtime_r(&seconds, &utc);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", utc.tm_year + 1900,
-                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
-                static_cast<long long>(time_ns % 1000000000));
-  return buf;
-}
-
 std::string format(const Record& r) {
-  std::string line = format_time(r.time_ns);
+  std::string line = time::format_ns(r.time_ns);
   line += ' ';
   line += r.stream;
   line += r.partial ? " P " : " F ";
@@ -61,20 +44,9 @@ std::optional<Record> parse(std::string_view line) {
   r.stream = std::string(stream);
   r.partial = tag == 'P';
   r.text = line.size() > b + 3 ? std::string(line.substr(b + 3)) : std::string();
-  tm utc{};
-  int year, month, day, hour, minute, second;
-  long long nanos = 0;
-  std::string time_text(time);
-  if (std::sscanf(time_text.c_str(), "%d-%d-%dT%d:%d:%d.%lldZ", &year, &month, &day, &hour, &minute,
-                  &second, &nanos) < 6)
-    return std::nullopt;
-  utc.tm_year = year - 1900;
-  utc.tm_mon = month - 1;
-  utc.tm_mday = day;
-  utc.tm_hour = hour;
-  utc.tm_min = minute;
-  utc.tm_sec = second;
-  r.time_ns = static_cast<int64_t>(timegm(&utc)) * 1000000000 + nanos;
+  auto time_ns = time::parse(time);
+  if (!time_ns) return std::nullopt;
+  r.time_ns = *time_ns;
   return r;
 }
 
@@ -84,25 +56,24 @@ namespace {
 // last component, and only when it is a regular file: a log must never
 // write through a link someone planted, nor into a FIFO or a device.
 // O_NONBLOCK makes a FIFO without reader fail instead of hanging.
-int open_log(const std::string& path, int extra_flags, std::string* error) {
-  int fd = ::open(
+UniqueFd open_log(const std::string& path, int extra_flags, std::string* error) {
+  UniqueFd fd(::open(
       path.c_str(),
       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | extra_flags,
-      0600);
-  if (fd < 0) {
+      0600));
+  if (!fd) {
     int err = errno;
     *error = err == ELOOP   ? "is a symbolic link (a log file is never opened through one)"
              : err == ENXIO ? "is not a regular file"
                             : std::strerror(err);
-    return -1;
+    return {};
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     *error = "is not a regular file";
-    return -1;
+    return {};
   }
-  ::fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);  // back to blocking writes
+  ::fcntl(fd.get(), F_SETFL, O_WRONLY | O_APPEND);  // back to blocking writes
   return fd;
 }
 
@@ -112,25 +83,22 @@ RotatingFile::RotatingFile(std::string path, uint64_t max_bytes)
     : path_(std::move(path)), max_bytes_(max_bytes) {
   fd_ = open_log(path_, 0, &error_);
   struct stat st;
-  if (fd_ >= 0 && ::fstat(fd_, &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
+  if (fd_ && ::fstat(fd_.get(), &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
 }
 
-RotatingFile::~RotatingFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
+RotatingFile::~RotatingFile() = default;
 
 void RotatingFile::append(std::string_view lines) {
-  if (fd_ < 0) return;
+  if (!fd_) return;
   if (size_ > 0 && size_ + lines.size() > max_bytes_) {
     // Keep one older file; the newest lines always land.
     std::string old = path_ + ".1";
     ::rename(path_.c_str(), old.c_str());
-    ::close(fd_);
     fd_ = open_log(path_, O_TRUNC, &error_);
     size_ = 0;
-    if (fd_ < 0) return;
+    if (!fd_) return;
   }
-  if (files::write_all(fd_, lines)) size_ += lines.size();
+  if (files::write_all(fd_.get(), lines)) size_ += lines.size();
 }
 
 Writer::Writer(std::string path, uint64_t max_bytes) : file_(std::move(path), max_bytes) {}

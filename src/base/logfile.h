@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/unique_fd.h"
+
 namespace openshell::logfile {
 
 struct Record {
@@ -21,7 +23,6 @@ struct Record {
   std::string text;  // without the newline
 };
 
-std::string format_time(int64_t time_ns);            // RFC 3339, nanoseconds, UTC
 std::string format(const Record& record);            // one line, with its newline
 std::optional<Record> parse(std::string_view line);  // line without its newline
 
@@ -45,13 +46,13 @@ class RotatingFile {
 
   void append(std::string_view lines);  // ends with a newline
   const std::string& path() const { return path_; }
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return fd_.valid(); }
   const std::string& error() const { return error_; }
 
  private:
   std::string path_;
   uint64_t max_bytes_;
-  int fd_ = -1;
+  UniqueFd fd_;
   uint64_t size_ = 0;
   std::string error_;
 };
@@ -74,7 +75,5 @@ class Writer {
   RotatingFile file_;
   std::string pending_out_, pending_err_;
 };
-
-int64_t now_ns();
 
 }  // namespace openshell::logfile

@@ -24,9 +24,8 @@ int open_in_root(int root, const std::string& path, uint64_t flags) {
   // openat2 takes with O_PATH no flags but O_DIRECTORY and O_NOFOLLOW.
   how.flags = flags | O_CLOEXEC | ((flags & O_PATH) ? 0 : O_NOCTTY);
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
-  std::string relative = path;
-  while (!relative.empty() && relative.front() == '/') relative.erase(0, 1);
-  if (relative.empty()) relative = ".";
+  const size_t start = path.find_first_not_of('/');
+  const std::string relative = start == std::string::npos ? std::string(".") : path.substr(start);
   long fd = -1;
   for (int attempt = 0; attempt < 16; ++attempt) {
     fd = ::syscall(SYS_openat2, root, relative.c_str(), &how, sizeof how);

@@ -121,6 +121,25 @@ std::string check_absolute_path(std::string_view path) {
   return {};
 }
 
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = lower(c);
+  return out;
+}
+
+std::string upper(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = upper(c);
+  return out;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (lower(a[i]) != lower(b[i])) return false;
+  return true;
+}
+
 std::string normalize_path(std::string_view path) {
   std::string out;
   for (const auto& part : split(path, '/')) {

@@ -23,6 +23,16 @@ std::vector<std::string> split(std::string_view text, char sep);
 std::string_view trim(std::string_view text);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
+// ASCII case only: protocol tokens, host and header names, capability names.
+// Bytes outside A-Z (a-z for upper), UTF-8 included, are left as they are,
+// whatever the locale.
+constexpr char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+constexpr char upper(char c) { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; }
+std::string lower(std::string_view text);
+std::string upper(std::string_view text);
+// Equal but for ASCII case.
+bool iequals(std::string_view a, std::string_view b);
+
 // An absolute path with "//" and "." components removed: "/a//b/./c/" ->
 // "/a/b/c", "//" -> "/". ".." is kept (callers refuse it).
 std::string normalize_path(std::string_view path);

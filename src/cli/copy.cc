@@ -18,6 +18,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -356,7 +357,7 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
   reader.join();
   auto clean = [&] {
     try {
-      image::remove_layer_tree(staging);
+      files::remove_tree(staging);
     } catch (const std::exception&) {
     }
   };

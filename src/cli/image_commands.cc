@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <memory>
 #include <utility>
 
@@ -15,6 +14,7 @@
 #include "base/log.h"
 #include "base/paths.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "cli/commands.h"
 #include "cli/images.h"
 #include "cli/table.h"
@@ -116,16 +116,8 @@ class ProgressDisplay : public image::Progress {
 };
 
 std::string age(const std::string& rfc3339) {
-  tm t{};
-  if (rfc3339.empty() || !strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &t)) return "-";
-  long s = static_cast<long>(std::time(nullptr) - timegm(&t));
-  if (s < 0) s = 0;
-  if (s < 120) return std::to_string(s) + " seconds ago";
-  if (s < 7200) return std::to_string(s / 60) + " minutes ago";
-  if (s < 172800) return std::to_string(s / 3600) + " hours ago";
-  if (s < 86400L * 60) return std::to_string(s / 86400) + " days ago";
-  if (s < 86400L * 730) return std::to_string(s / (86400L * 30)) + " months ago";
-  return std::to_string(s / (86400L * 365)) + " years ago";
+  auto then = time::parse(rfc3339);
+  return then ? time::long_age((time::now_ns() - *then) / 1000000000) : "-";
 }
 
 json record_json(const image::Store& store, const image::ImageRecord& r) {

@@ -1,6 +1,5 @@
 // openshell policy set|get|list|update|validate.
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -53,11 +52,6 @@ int put_policy(const std::string& name, const std::string& text, const std::stri
                   result.contains("error") ? (" (" + result.value("error", "") + ")").c_str() : "");
   }
   return result.contains("error") ? exit_code::kFailure : 0;
-}
-
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
 }
 
 // "host:port" -> host and port; IPv6 literals in brackets.
@@ -198,7 +192,7 @@ void add_policy_commands(CLI::App& app, Action* action) {
           for (auto& np : p.network)
             for (auto it = np.endpoints.begin(); it != np.endpoints.end();) {
               auto& ports = it->ports;
-              bool same_host = lower(it->host) == lower(host);
+              bool same_host = text::iequals(it->host, host);
               auto port_it = std::find(ports.begin(), ports.end(), port);
               if (same_host && port_it != ports.end()) {
                 found = true;

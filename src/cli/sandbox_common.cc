@@ -15,6 +15,7 @@
 #include "base/files.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "base/unique_fd.h"
 #include "cli/gateway_client.h"
 #include "cli/table.h"
@@ -29,16 +30,8 @@ namespace {
 std::string last_used_file(const Paths& paths) { return paths.state_dir + "/last-sandbox"; }
 
 std::string age(const std::string& rfc3339) {
-  // "2026-11-29T19:51:23.123Z" -> "5s", "3m", "2h", "4d".
-  tm t{};
-  if (!strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%S", &t)) return "?";
-  time_t then = timegm(&t);
-  long s = static_cast<long>(std::time(nullptr) - then);
-  if (s < 0) s = 0;
-  if (s < 120) return std::to_string(s) + "s";
-  if (s < 7200) return std::to_string(s / 60) + "m";
-  if (s < 172800) return std::to_string(s / 3600) + "h";
-  return std::to_string(s / 86400) + "d";
+  auto then = time::parse(rfc3339);
+  return then ? time::short_age((time::now_ns() - *then) / 1000000000) : "?";
 }
 
 std::string command_text(const json& sandbox) {

@@ -18,6 +18,7 @@
 #include "base/files.h"
 #include "base/logfile.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "cli/terminal.h"
 #include "net/http.h"
 #include "protocol/exec_stream.h"
@@ -59,7 +60,7 @@ size_t print_records(const std::string& text, bool timestamps, std::string* carr
     auto record = logfile::parse(std::string_view(*carry).substr(start, nl - start));
     start = nl + 1;
     if (!record) continue;
-    std::string out = timestamps ? logfile::format_time(record->time_ns) + " " : "";
+    std::string out = timestamps ? time::format_ns(record->time_ns) + " " : "";
     out += record->text;
     if (!record->partial) out += '\n';
     files::write_all(record->stream == "stderr" ? STDERR_FILENO : STDOUT_FILENO, out);

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "base/error.h"
@@ -96,7 +95,11 @@ void block_forwarded_signals() {
 }
 
 int attach(runtime::Container& container, std::chrono::milliseconds grace) {
-  std::optional<std::chrono::steady_clock::time_point> kill_at;  // armed by a SIGTERM
+  // Armed by a SIGTERM. A plain time_point with a sentinel: GCC reads an
+  // optional's value as maybe uninitialized here (-Wmaybe-uninitialized).
+  using Clock = std::chrono::steady_clock;
+  constexpr Clock::time_point kUnarmed = Clock::time_point::max();
+  Clock::time_point kill_at = kUnarmed;
   sigset_t set = forwarded_set();
   sigset_t saved;
   ::sigprocmask(SIG_BLOCK, &set, &saved);
@@ -124,20 +127,19 @@ int attach(runtime::Container& container, std::chrono::milliseconds grace) {
                      {master_open ? master : -1, POLLIN, 0},
                      {stdin_open ? STDIN_FILENO : -1, POLLIN, 0}};
     int timeout = -1;
-    if (kill_at) {
-      auto left =
-          std::chrono::ceil<std::chrono::milliseconds>(*kill_at - std::chrono::steady_clock::now());
+    if (kill_at != kUnarmed) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(kill_at - Clock::now());
       timeout = static_cast<int>(std::max<long>(0, left.count()));
     }
     if (::poll(fds, 4, timeout) < 0) {
       if (errno == EINTR) continue;
       throw_errno("poll");
     }
-    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+    if (kill_at != kUnarmed && Clock::now() >= kill_at) {
       log::warn("the sandbox did not end within " + std::to_string(grace.count()) +
                 " ms of SIGTERM: killing it");
       container.signal(SIGKILL);
-      kill_at.reset();
+      kill_at = kUnarmed;
     }
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
@@ -146,8 +148,7 @@ int attach(runtime::Container& container, std::chrono::milliseconds grace) {
           if (tty) copy_window_size(master);
         } else {
           container.signal(static_cast<int>(info.ssi_signo));
-          if (info.ssi_signo == SIGTERM && !kill_at)
-            kill_at = std::chrono::steady_clock::now() + grace;
+          if (info.ssi_signo == SIGTERM && kill_at == kUnarmed) kill_at = Clock::now() + grace;
         }
       }
     }

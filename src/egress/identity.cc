@@ -1,7 +1,6 @@
 #include "egress/identity.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -20,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/directory.h"
 #include "base/files.h"
 #include "base/log.h"
 #include "base/text.h"
@@ -186,23 +186,19 @@ uint64_t proc_socket_inode(pid_t pid, uint16_t client_port, uint16_t server_port
 // a whole /proc path, for each. Each entry read counts against *budget;
 // false with *budget 0 when it ran out before the last.
 bool holds_socket(pid_t pid, std::string_view wanted, size_t* budget) {
-  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return false;
+  UniqueFd dir(
+      ::open(("/proc/" + std::to_string(pid) + "/fd").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return false;
   bool found = false;
-  char link[64];
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    if (*budget == 0) break;
+  files::for_each_entry(dir.get(), [&](const char* name, unsigned char) {
+    if (*budget == 0) return false;
     --*budget;
-    ssize_t n = ::readlinkat(::dirfd(d), e->d_name, link, sizeof link);
-    if (n == static_cast<ssize_t>(wanted.size()) &&
-        std::memcmp(link, wanted.data(), wanted.size()) == 0) {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(d);
+    char link[64];
+    ssize_t n = ::readlinkat(dir.get(), name, link, sizeof link);
+    found = n == static_cast<ssize_t>(wanted.size()) &&
+            std::memcmp(link, wanted.data(), wanted.size()) == 0;
+    return !found;
+  });
   return found;
 }
 
@@ -212,18 +208,15 @@ std::vector<pid_t> sandbox_processes(pid_t init_pid, size_t* budget) {
   std::vector<pid_t> out = {init_pid};
   for (size_t i = 0; i < out.size() && *budget > 0; ++i) {
     std::string tasks = "/proc/" + std::to_string(out[i]) + "/task";
-    DIR* d = ::opendir(tasks.c_str());
-    if (!d) continue;
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      if (*budget == 0) break;
+    files::for_each_entry(tasks, [&](const char* name, unsigned char) {
+      if (*budget == 0) return false;
       --*budget;
-      auto children = files::try_read(tasks + "/" + e->d_name + "/children");
-      if (!children) continue;
+      auto children = files::try_read(tasks + "/" + name + "/children");
+      if (!children) return true;
       for (const auto& word : text::split(text::trim(*children), ' '))
         if (auto child = text::parse_uint(word)) out.push_back(static_cast<pid_t>(*child));
-    }
-    ::closedir(d);
+      return true;
+    });
   }
   return out;
 }

@@ -25,8 +25,8 @@
 
 #include "base/json_text.h"
 #include "base/log.h"
-#include "base/logfile.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "egress/connect_watch.h"
 #include "egress/identity.h"
 
@@ -56,16 +56,9 @@ constexpr int kSpliceRounds = 32;         // splices before the relay yields to 
 // A pipe between two sockets: splice() moves a tunnel's bytes through it
 // inside the kernel, without copying them through the proxy.
 struct SplicePipe {
-  int read_end = -1, write_end = -1;
+  UniqueFd read_end, write_end;
   size_t held = 0;  // bytes in the pipe, not yet passed on
   bool moved = false;
-  SplicePipe(int r, int w) : read_end(r), write_end(w) {}
-  SplicePipe(const SplicePipe&) = delete;
-  SplicePipe& operator=(const SplicePipe&) = delete;
-  ~SplicePipe() {
-    ::close(read_end);
-    ::close(write_end);
-  }
 };
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr uint32_t kDnsTtl = 30;
@@ -79,11 +72,7 @@ std::string qtype_name(uint16_t qtype) {
   return qtype == dns::kTypeA ? "A" : qtype == dns::kTypeAAAA ? "AAAA" : std::to_string(qtype);
 }
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
+using text::lower;
 
 // "host:port", "[v6]:port", "host" (default port).
 bool split_authority(std::string_view authority, uint16_t default_port, std::string* host,
@@ -202,7 +191,7 @@ size_t BodyEnd::feed(std::string_view bytes) {
           uint64_t size = 0;
           for (; digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits]));
                ++digits) {
-            char c = static_cast<char>(std::tolower(static_cast<unsigned char>(line[digits])));
+            const char c = text::lower(line[digits]);
             size = size * 16 + static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
           }
           std::string_view after = text::trim(line.substr(digits));
@@ -382,7 +371,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<ConnectLog> connects;
   tcp::acceptor acceptor;
   udp::socket dns;
-  Counters counters;
+  size_t open_connections = 0;  // held against options.max_connections
   bool closed = false;
   uint64_t closed_since_trim = 0;
   // The connections with a server: each is asked, when the policy changes,
@@ -398,9 +387,9 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void connection_closed() {
-    --counters.open;
+    --open_connections;
     // A burst of connections leaves free memory in the heap: give it back.
-    if (++closed_since_trim >= kTrimAfter || counters.open == 0) {
+    if (++closed_since_trim >= kTrimAfter || open_connections == 0) {
       if (closed_since_trim > 1) ::malloc_trim(0);
       closed_since_trim = 0;
     }
@@ -408,9 +397,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
 
   // Accepted beyond the limit: told so, and closed.
   void refuse_over_limit(tcp::socket client) {
-    ++counters.denied;
     if (options.audit) {
-      json line = {{"time", logfile::format_time(logfile::now_ns())},
+      json line = {{"time", time::format_ns(time::now_ns())},
                    {"sandbox", options.sandbox},
                    {"kind", "connect"},
                    {"binary", ""},
@@ -455,11 +443,10 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   void audit(const std::string& kind, const Caller& caller, const std::string& host, uint16_t port,
              bool allowed, const std::string& rule, const std::string& reason,
              const std::string& address = {}, const char* decision = nullptr) {
-    if (!decision) ++(allowed ? counters.allowed : counters.denied);
     if (!options.audit) return;
     // The sandbox chooses the host (up to a whole request head) and the
     // binary's path, in any bytes: each is clipped, and written as UTF-8.
-    json line = {{"time", logfile::format_time(logfile::now_ns())},
+    json line = {{"time", time::format_ns(time::now_ns())},
                  {"sandbox", options.sandbox},
                  {"kind", kind},
                  {"binary", clip(caller.exe, kMaxAuditPath)},
@@ -479,12 +466,11 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   // came from (local, cached, upstream) and how many addresses it got.
   void audit_dns(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
                  const std::string& reason) {
-    ++counters.allowed;
     if (options.audit) write_audit(dns_line(name, qtype, decision, answers, reason));
   }
   json dns_line(const std::string& name, uint16_t qtype, const char* decision, size_t answers,
                 const std::string& reason) const {
-    return {{"time", logfile::format_time(logfile::now_ns())},
+    return {{"time", time::format_ns(time::now_ns())},
             {"sandbox", options.sandbox},
             {"kind", "dns"},
             {"binary", ""},
@@ -502,7 +488,6 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   // most, counting the refusals since the last, so that a flood of queries
   // cannot flood the log too.
   void audit_rate_limited(const std::string& name, uint16_t qtype, const std::string& reason) {
-    ++counters.denied;
     ++rate_limited_unlogged;
     auto now = std::chrono::steady_clock::now();
     if (rate_limited_logged && now - *rate_limited_logged < std::chrono::seconds(1)) return;
@@ -531,7 +516,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         upstream_(proxy_->io),
         timer_(proxy_->io),
         id_(++proxy_->next_id) {
-    ++proxy_->counters.open;
+    ++proxy_->open_connections;
   }
   ~Connection() {
     proxy_->established.erase(id_);
@@ -888,7 +873,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (n > 0) {
       auto data = std::make_shared<std::string>(rest_.substr(0, n));
       rest_.erase(0, n);
-      proxy_->counters.bytes += n;
       asio::async_write(
           upstream_, asio::buffer(*data),
           [self, data](const boost::system::error_code& ec, size_t) {
@@ -982,7 +966,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (request_forwarded_ && request_.upgrade) after_response_head();
     auto self = shared_from_this();
     auto data = std::make_shared<std::string>(std::move(bytes));
-    proxy_->counters.bytes += data->size();
     asio::async_write(client_, asio::buffer(*data),
                       [self, data, relay](const boost::system::error_code& ec, size_t) {
                         if (ec) return self->abort();
@@ -1024,8 +1007,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     to.native_non_blocking(true, ec2);
     if (ec || ec2 || ::pipe2(ends, O_NONBLOCK | O_CLOEXEC) != 0)
       return pump(from, to, std::move(buf));
-    auto pipe = std::make_shared<SplicePipe>(ends[0], ends[1]);
-    (void)::fcntl(pipe->write_end, F_SETPIPE_SZ,
+    auto pipe = std::make_shared<SplicePipe>();
+    pipe->read_end.reset(ends[0]);
+    pipe->write_end.reset(ends[1]);
+    (void)::fcntl(pipe->write_end.get(), F_SETPIPE_SZ,
                   static_cast<int>(kSpliceChunk));  // a bigger pipe when allowed
     splice_step(from, to, std::move(pipe), std::move(buf));
   }
@@ -1035,7 +1020,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto self = shared_from_this();
     for (int round = 0; round < kSpliceRounds; ++round) {
       if (pipe->held > 0) {
-        ssize_t n = ::splice(pipe->read_end, nullptr, to.native_handle(), nullptr, pipe->held,
+        ssize_t n = ::splice(pipe->read_end.get(), nullptr, to.native_handle(), nullptr, pipe->held,
                              SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         if (n > 0) {
           pipe->held -= static_cast<size_t>(n);
@@ -1052,12 +1037,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         return abort();
       }
-      ssize_t n = ::splice(from.native_handle(), nullptr, pipe->write_end, nullptr, kSpliceChunk,
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      ssize_t n = ::splice(from.native_handle(), nullptr, pipe->write_end.get(), nullptr,
+                           kSpliceChunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
       if (n > 0) {
         pipe->held = static_cast<size_t>(n);
         pipe->moved = true;
-        proxy_->counters.bytes += static_cast<uint64_t>(n);
         continue;
       }
       if (n == 0) return shutdown(to);
@@ -1088,7 +1072,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
             if (ec != asio::error::eof) return self->abort();
             return self->shutdown(to);
           }
-          self->proxy_->counters.bytes += n;
           asio::async_write(to, asio::buffer(buf->data(), n),
                             [self, &from, &to, buf](const boost::system::error_code& wec, size_t) {
                               if (wec) return self->abort();
@@ -1164,7 +1147,7 @@ void Proxy::Impl::accept() {
   auto self = shared_from_this();
   acceptor.async_accept([self](const boost::system::error_code& ec, tcp::socket client) {
     if (self->closed) return;
-    if (!ec && self->counters.open >= self->options.max_connections)
+    if (!ec && self->open_connections >= self->options.max_connections)
       self->refuse_over_limit(std::move(client));
     else if (!ec)
       std::make_shared<Connection>(self, std::move(client))->start();
@@ -1302,7 +1285,5 @@ void Proxy::close() {
   impl_->acceptor.close(ignored);
   impl_->dns.close(ignored);
 }
-
-Proxy::Counters Proxy::counters() const { return impl_->counters; }
 
 }  // namespace openshell::egress

@@ -126,12 +126,6 @@ class Proxy {
   // Stops accepting; open connections go on until they end.
   void close();
 
-  // Bytes relayed, connections allowed and refused so far, and open now (for status).
-  struct Counters {
-    uint64_t allowed = 0, denied = 0, bytes = 0, open = 0;
-  };
-  Counters counters() const;
-
   struct Impl;  // public so that the connections (in proxy.cc) may hold it
   class IdentityWorker;
 

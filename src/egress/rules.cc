@@ -80,10 +80,7 @@ const Cidr& global_unicast() {
 
 std::string lower_without_trailing_dot(std::string_view text) {
   if (!text.empty() && text.back() == '.') text.remove_suffix(1);
-  std::string out(text);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
+  return text::lower(text);
 }
 
 // A label against a pattern label in which each '*' stands for one or more

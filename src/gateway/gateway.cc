@@ -1,6 +1,5 @@
 #include "gateway/gateway.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -27,16 +26,17 @@
 #include "auth/launch.h"
 #include "auth/peer.h"
 #include "auth/secrets.h"
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/event_loop.h"
 #include "base/files.h"
 #include "base/json_text.h"
 #include "base/log.h"
-#include "base/logfile.h"
 #include "base/paths.h"
 #include "base/random.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "gateway/store.h"
 #include "image/store.h"
 #include "net/http.h"
@@ -60,13 +60,7 @@ namespace {
 constexpr int kStopGraceMs = 10000;
 constexpr auto kWaitTimeout = std::chrono::seconds(60);
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string rfc3339(int64_t ms) { return logfile::format_time(ms * 1000000).substr(0, 23) + "Z"; }
+using time::now_ms;
 
 // ---- processes --------------------------------------------------------------
 
@@ -343,14 +337,14 @@ json Gateway::view(const SandboxRecord& r) const {
                           {"status", c.status},
                           {"reason", c.reason},
                           {"message", c.message},
-                          {"last_transition_time", rfc3339(c.last_transition_ms)}});
+                          {"last_transition_time", time::format_ms(c.last_transition_ms)}});
   SandboxSpec spec = SandboxSpec::from_json(r.spec);
   json j = {{"name", r.name},
             {"id", r.id},
             {"phase", std::string(phase_name(r.phase))},
             {"generation", r.generation},
             {"conditions", conditions},
-            {"created_at", rfc3339(r.created_ms)},
+            {"created_at", time::format_ms(r.created_ms)},
             {"labels", r.labels},
             {"from", spec.from},
             {"command", spec.command}};
@@ -666,18 +660,16 @@ void Gateway::finish_delete(const std::string& id) {
 // under way is finished.
 void Gateway::reconcile() {
   // Overlay probes of a gateway that died during one.
-  if (DIR* d = ::opendir(paths_.sandboxes().c_str())) {
-    std::vector<std::string> stale;
-    while (dirent* e = ::readdir(d))
-      if (std::strncmp(e->d_name, ".probe-", 7) == 0)
-        stale.push_back(paths_.sandboxes() + "/" + e->d_name);
-    ::closedir(d);
-    for (const auto& path : stale) {
-      try {
-        runtime::remove_tree(path);
-      } catch (const Error& e) {
-        log::warn(e.what());
-      }
+  std::vector<std::string> stale;
+  files::for_each_entry(paths_.sandboxes(), [&](const char* name, unsigned char) {
+    if (std::strncmp(name, ".probe-", 7) == 0) stale.push_back(paths_.sandboxes() + "/" + name);
+    return true;
+  });
+  for (const auto& path : stale) {
+    try {
+      runtime::remove_tree(path);
+    } catch (const Error& e) {
+      log::warn(e.what());
     }
   }
   for (SandboxRecord record : store_->list()) {
@@ -856,7 +848,7 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
     return exchange->respond(json_response(200, {{"version", OPENSHELL_VERSION},
                                                  {"pid", ::getpid()},
                                                  {"gateway_id", gateway_id_},
-                                                 {"started_at", rfc3339(started_ms_)},
+                                                 {"started_at", time::format_ms(started_ms_)},
                                                  {"state_dir", paths_.state_dir},
                                                  {"socket", paths_.socket()},
                                                  {"sandboxes", store_->list().size()}}));
@@ -911,7 +903,7 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
         json events = json::array();
         for (const auto& e : store_->events(record.id, *limit))
           events.push_back(
-              {{"time", rfc3339(e.time_ms)}, {"type", e.type}, {"message", e.message}});
+              {{"time", time::format_ms(e.time_ms)}, {"type", e.type}, {"message", e.message}});
         return exchange->respond(
             json_response(200, {{"sandbox", record.name}, {"events", events}}));
       }
@@ -1326,7 +1318,7 @@ json policy_view(const SandboxRecord& record, const PolicyRevision& p, int64_t c
               {"revision", p.revision},
               {"current", p.revision == current},
               {"default", p.text.empty()},
-              {"created_at", rfc3339(p.created_ms)},
+              {"created_at", time::format_ms(p.created_ms)},
               {"policy", text}};
 }
 

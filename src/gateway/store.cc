@@ -584,13 +584,6 @@ std::optional<PolicyRevision> Store::policy(const std::string& sandbox_id, int64
   return PolicyRevision{statement.int64(0), statement.text(1), statement.int64(2)};
 }
 
-std::optional<std::string> Store::meta(const std::string& key) const {
-  Statement statement(db_, "SELECT value FROM meta WHERE key = ?1");
-  statement.bind(1, key);
-  if (!statement.step()) return std::nullopt;
-  return statement.text(0);
-}
-
 void Store::set_meta(const std::string& key, const std::string& value) {
   write_transaction(db_, "set meta " + key, [&] {
     Statement(db_,

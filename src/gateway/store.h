@@ -112,7 +112,6 @@ class Store {
   // revision 0: the newest.
   std::optional<PolicyRevision> policy(const std::string& sandbox_id, int64_t revision) const;
 
-  std::optional<std::string> meta(const std::string& key) const;
   void set_meta(const std::string& key, const std::string& value);
 
   // How a sandbox's spec rests in the database: `seal` before every write,

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/unique_fd.h"
 #include "image/unpack_internal.h"
@@ -159,7 +160,7 @@ void Extractor::make_room(int parent) {
       cached_parent_[path_.size()] == '/')
     cached_fd_.reset();
   forget_directories(path_);
-  if (int err = remove_directory_at(parent, leaf()))
+  if (int err = files::remove_tree_at(parent, leaf()))
     fail_errno("remove the directory it replaces", err);
 }
 

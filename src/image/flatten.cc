@@ -1,6 +1,5 @@
 #include "image/flatten.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -10,6 +9,7 @@
 #include <cerrno>
 #include <map>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/unique_fd.h"
 
@@ -53,13 +53,7 @@ class Flattener {
   std::string where(const std::string& rel) const { return dest_ + "/" + rel; }
 
   void remove_entry(int dirfd, const char* name, const std::string& rel) {
-    if (::unlinkat(dirfd, name, 0) == 0 || errno == ENOENT) return;
-    if (errno != EISDIR && errno != EPERM) throw_errno("remove " + where(rel));
-    UniqueFd sub(::openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!sub) throw_errno("open " + where(rel));
-    ::fchmod(sub.get(), 0700);
-    clear(sub.get(), rel);
-    if (::unlinkat(dirfd, name, AT_REMOVEDIR) != 0) throw_errno("remove " + where(rel));
+    if (int err = files::remove_tree_at(dirfd, name)) throw files::removal_error(where(rel), err);
     // It and what was below it need no metadata any more.
     for (auto it = dirs_.lower_bound(rel);
          it != dirs_.end() && it->first.compare(0, rel.size(), rel) == 0;) {
@@ -76,18 +70,11 @@ class Flattener {
 
   static std::vector<std::string> entries(int dirfd) {
     std::vector<std::string> names;
-    int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) throw_errno("read a directory");
-    DIR* d = ::fdopendir(fd);
-    if (!d) {
-      ::close(fd);
-      throw_errno("read a directory");
-    }
-    while (dirent* e = ::readdir(d)) {
-      std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(std::move(name));
-    }
-    ::closedir(d);
+    const int err = files::for_each_entry(dirfd, [&names](const char* name, unsigned char) {
+      names.emplace_back(name);
+      return true;
+    });
+    if (err) throw_errno("read a directory", err);
     return names;
   }
 

@@ -14,10 +14,11 @@
 #include <archive_entry.h>
 #include <nlohmann/json.hpp>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
-#include "base/logfile.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "image/budget.h"
 #include "image/digest.h"
 #include "image/manifest.h"
@@ -40,7 +41,7 @@ class TempDir {
   explicit TempDir(const Store& store) : path_(store.make_temp_dir()) {}
   ~TempDir() {
     try {
-      remove_layer_tree(path_);
+      files::remove_tree(path_);
     } catch (const Error&) {
       // Left for the next pull or prune.
     }
@@ -113,7 +114,7 @@ StoredLayer store_layer(const Store& store, int fd, const std::string& blob_dige
   return {result.content_bytes, result.compressed_digest};
 }
 
-std::string now_text() { return logfile::format_time(logfile::now_ns()); }
+std::string now_text() { return time::format_ns(time::now_ns()); }
 
 // Names the image once its manifest, config and layers are all stored.
 ImageRecord finish(const Store& store, const std::string& name, const std::string& manifest,

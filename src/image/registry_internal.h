@@ -20,6 +20,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include "base/text.h"
 #include "image/digest.h"
 #include "image/registry.h"
 #include "net/dns.h"
@@ -78,9 +79,8 @@ struct BodyTooLarge {};
 
 inline std::string str(beast::string_view text) { return std::string(text.data(), text.size()); }
 
-std::string lower(std::string_view text);
-
-bool iequals(std::string_view a, std::string_view b);
+using text::iequals;
+using text::lower;
 
 bool starts_with(std::string_view text, std::string_view prefix);
 

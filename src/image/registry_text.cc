@@ -20,15 +20,6 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxQuotedText = 200;
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
-
-bool iequals(std::string_view a, std::string_view b) { return lower(a) == lower(b); }
-
 bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
 }

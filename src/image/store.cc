@@ -1,6 +1,5 @@
 #include "image/store.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -14,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/logfile.h"
@@ -30,22 +30,6 @@ namespace {
 
 void make_dir(const std::string& path) {
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("create " + path);
-}
-
-std::vector<std::string> list_dir(const std::string& path) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(path.c_str());
-  if (!d) {
-    if (errno == ENOENT) return names;
-    throw_errno("read " + path);
-  }
-  while (dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 std::vector<std::string> string_list(const json& j, const char* key, const std::string& what) {
@@ -127,7 +111,7 @@ uint64_t tree_bytes(const std::string& path) {
   if (::lstat(path.c_str(), &st) != 0) return 0;
   uint64_t total = static_cast<uint64_t>(st.st_blocks) * 512;
   if (S_ISDIR(st.st_mode))
-    for (const auto& name : list_dir(path)) total += tree_bytes(path + "/" + name);
+    for (const auto& name : files::list_directory(path)) total += tree_bytes(path + "/" + name);
   return total;
 }
 
@@ -317,10 +301,10 @@ UniqueFd Store::begin_work() const { return locked(dir_ + "/active", LOCK_SH); }
 
 std::string Store::make_temp_dir() const {
   const std::string tmp = dir_ + "/tmp";
-  for (const auto& name : list_dir(tmp)) {
+  for (const auto& name : files::list_directory(tmp)) {
     if (!stale_temp(name)) continue;
     try {
-      remove_layer_tree(tmp + "/" + name);
+      files::remove_tree(tmp + "/" + name);
     } catch (const Error&) {
       // Another process may be removing it too; prune retries.
     }
@@ -337,11 +321,11 @@ void Store::commit_layer(const std::string& temp_dir, const std::string& diff_id
                           json{{"diff_id", diff_id}, {"size", size}}.dump() + "\n", 0600);
   UniqueFd held = lock();
   if (has_layer(diff_id)) {
-    remove_layer_tree(temp_dir);
+    files::remove_tree(temp_dir);
     return;
   }
   // A directory without info.json is an interrupted commit's: replace it.
-  if (files::exists(target)) remove_layer_tree(target);
+  if (files::exists(target)) files::remove_tree(target);
   if (::rename(temp_dir.c_str(), target.c_str()) != 0) throw_errno("store layer " + diff_id);
 }
 
@@ -458,7 +442,7 @@ Store::PruneResult Store::prune() const {
     used_blobs.insert(r.manifest_digest.substr(7));
     used_blobs.insert(r.config_digest.substr(7));
   }
-  for (const auto& id : list_dir(dir_ + "/holds")) {
+  for (const auto& id : files::list_directory(dir_ + "/holds")) {
     auto text = files::try_read(dir_ + "/holds/" + id);
     if (!text) continue;
     size_t start = 0;
@@ -471,24 +455,24 @@ Store::PruneResult Store::prune() const {
     }
   }
   PruneResult result;
-  for (const auto& name : list_dir(dir_ + "/layers")) {
+  for (const auto& name : files::list_directory(dir_ + "/layers")) {
     if (used_layers.count(name)) continue;
     const std::string path = dir_ + "/layers/" + name;
     result.bytes += tree_bytes(path);
-    remove_layer_tree(path);
+    files::remove_tree(path);
     ++result.layers;
   }
-  for (const auto& name : list_dir(dir_ + "/blobs/sha256")) {
+  for (const auto& name : files::list_directory(dir_ + "/blobs/sha256")) {
     if (used_blobs.count(name)) continue;
     const std::string path = dir_ + "/blobs/sha256/" + name;
     result.bytes += tree_bytes(path);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("remove " + path);
     ++result.blobs;
   }
-  for (const auto& name : list_dir(dir_ + "/tmp")) {
+  for (const auto& name : files::list_directory(dir_ + "/tmp")) {
     const std::string path = dir_ + "/tmp/" + name;
     result.bytes += tree_bytes(path);
-    remove_layer_tree(path);
+    files::remove_tree(path);
   }
   return result;
 }

@@ -1,7 +1,6 @@
 // The unpack driver: each entry of a layer through the extractor.
 #include "image/unpack.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/unique_fd.h"
 #include "image/unpack_internal.h"
@@ -25,17 +25,9 @@ UniqueFd open_empty_directory(const std::string& dest, const std::string& what) 
     const int err = errno;
     throw_errno(what + ": open " + dest, err);
   }
-  alignas(8) char buf[4096];
-  ssize_t n = ::getdents64(dir.get(), buf, sizeof buf);
-  if (n < 0) {
-    const int err = errno;
-    throw_errno(what + ": read " + dest, err);
-  }
-  for (ssize_t pos = 0; pos < n;) {
-    auto* entry = reinterpret_cast<dirent64*>(buf + pos);
-    pos += entry->d_reclen;
-    if (!is_dot_or_dotdot(entry->d_name)) throw Error(what + ": " + dest + " is not empty");
-  }
+  files::EntryReader entries(dir.get());
+  if (entries.next()) throw Error(what + ": " + dest + " is not empty");
+  if (entries.error()) throw_errno(what + ": read " + dest, entries.error());
   return dir;
 }
 

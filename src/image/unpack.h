@@ -87,9 +87,4 @@ struct UnpackResult {
 UnpackResult unpack_layer(int fd, const std::string& dest, const UnpackOptions& options,
                           const std::string& what);
 
-// rm -rf of a tree unpack_layer made, also as an ordinary user when modes
-// stand in the way (0555 directories, 0000 files): directories get owner rwx
-// first. Never follows a symlink. A missing path is fine. Throws Error.
-void remove_layer_tree(const std::string& path);
-
 }  // namespace openshell::image

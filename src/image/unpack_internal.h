@@ -43,12 +43,6 @@ std::string quoted(std::string_view name);
 // why the name is refused.
 const char* normalize(std::string_view raw, std::string* out);
 
-bool is_dot_or_dotdot(const char* name);
-
-// rm -rf of directory `name` below `parent`, never following a symlink.
-// Returns 0 or an errno.
-int remove_directory_at(int parent, const char* name);
-
 using ArchivePtr = std::unique_ptr<archive, int (*)(archive*)>;
 
 // The layer as two libarchive readers: `raw_` decompresses what is read from

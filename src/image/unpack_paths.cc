@@ -80,9 +80,5 @@ const char* normalize(std::string_view raw, std::string* out) {
   return nullptr;
 }
 
-bool is_dot_or_dotdot(const char* name) {
-  return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'));
-}
-
 }  // namespace unpack_detail
 }  // namespace openshell::image

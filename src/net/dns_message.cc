@@ -55,7 +55,7 @@ bool is_host_name_char(unsigned char c) {
          c == '_';
 }
 
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c | 0x20) : c; }
+using text::lower;
 
 // Reads the name at *offset and moves *offset past it. Queries carry no
 // compression pointers; in responses a pointer must point before the part

@@ -35,12 +35,7 @@ constexpr auto kAcceptRetryDelay = std::chrono::milliseconds(100);
 constexpr int kRefusalLogBurst = 20;
 constexpr auto kRefusalLogWindow = std::chrono::seconds(10);
 
-std::string lower(beast::string_view text) {
-  std::string out = str(text);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  return out;
-}
+std::string lower(beast::string_view text) { return text::lower({text.data(), text.size()}); }
 
 // --- server ------------------------------------------------------------------------
 

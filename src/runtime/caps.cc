@@ -6,8 +6,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 
 #include "base/error.h"
@@ -30,17 +28,13 @@ Set parse(const std::vector<std::string>& names) {
   Set set = 0;
   for (const auto& raw : names) {
     std::string name(text::trim(raw));
-    std::string upper = name;
-    std::transform(upper.begin(), upper.end(), upper.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    std::string upper = text::upper(name);
     if (upper == "ALL") {
       for (int i = 0; i <= last_cap(); ++i) set |= Set{1} << i;
       continue;
     }
     if (upper.rfind("CAP_", 0) != 0) upper = "CAP_" + upper;
-    std::string lower = upper;
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const std::string lower = text::lower(upper);
     cap_value_t value;
     bool known = lower.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string::npos &&
                  cap_from_name(lower.c_str(), &value) == 0 && value >= 0 && value <= last_cap();
@@ -61,11 +55,8 @@ std::string describe(Set set) {
   for (int i = 0; i < 64; ++i) {
     if (!(set & (Set{1} << i))) continue;
     char* name = cap_to_name(static_cast<cap_value_t>(i));
-    std::string upper = name ? name : std::to_string(i);
+    names.push_back(text::upper(name ? name : std::to_string(i)));
     cap_free(name);
-    std::transform(upper.begin(), upper.end(), upper.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    names.push_back(upper);
   }
   return names.empty() ? "none" : text::join(names, ",");
 }

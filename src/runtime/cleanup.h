@@ -11,9 +11,9 @@ namespace openshell::runtime {
 // CgroupSet::create made for it). Ignores ones that do not exist.
 void remove_cgroups(const std::string& name) noexcept;
 
-// rm -rf path. Where ownership stands in the way (rootless, files made by
-// other ids inside the sandbox), removes it from a user namespace with the
-// caller's id map. Throws Error.
+// files::remove_tree(path); where ownership stands in the way (rootless,
+// files made by other ids inside the sandbox), again from a user namespace
+// with the caller's id map. Throws Error.
 void remove_tree(const std::string& path);
 
 }  // namespace openshell::runtime

@@ -21,6 +21,7 @@
 
 #include "base/child_failure.h"
 #include "base/error.h"
+#include "base/unique_fd.h"
 #include "runtime/init_protocol.h"
 
 namespace openshell::runtime {
@@ -245,57 +246,41 @@ class Init {
     auto fail = [&](int err, int code, const char* what) {
       send(make_message({"failed", id, std::to_string(code), std::to_string(err), what}));
     };
-    int master = -1, slave = -1;
+    UniqueFd master, slave;
     if (request.tty) {
       // A pty from the sandbox's own devpts; the master goes to the owner.
-      master = ::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+      master.reset(::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
       int unlock = 0;
-      if (master < 0 || ::ioctl(master, TIOCSPTLCK, &unlock) != 0 ||
-          (slave = ::ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
-        int err = errno;
-        if (master >= 0) ::close(master);
-        return fail(err, exit_code::kFailure, "open a pseudo-terminal");
-      }
+      if (master && ::ioctl(master.get(), TIOCSPTLCK, &unlock) == 0)
+        slave.reset(::ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+      if (!slave) return fail(errno, exit_code::kFailure, "open a pseudo-terminal");
       winsize size{request.rows, request.cols, 0, 0};
-      ::ioctl(master, TIOCSWINSZ, &size);
+      ::ioctl(master.get(), TIOCSWINSZ, &size);
     }
-    int error_pipe[2];
-    if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
-      int err = errno;
-      if (master >= 0) ::close(master), ::close(slave);
-      return fail(err, exit_code::kFailure, "pipe");
-    }
+    int pipe_ends[2];
+    if (::pipe2(pipe_ends, O_CLOEXEC) != 0) return fail(errno, exit_code::kFailure, "pipe");
+    UniqueFd error_read(pipe_ends[0]), error_write(pipe_ends[1]);
     std::vector<char*> argv = c_strings(request.argv);
     std::vector<char*> envp = c_strings(request.env);
     pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(error_pipe[0]);
-      exec_child(argv.data(), envp.data(), slave, stdio, request.workdir.c_str(), error_pipe[1],
-                 -1);
-    }
-    ::close(error_pipe[1]);
-    if (slave >= 0) ::close(slave);
-    if (pid < 0) {
-      int err = errno;
-      ::close(error_pipe[0]);
-      if (master >= 0) ::close(master);
-      return fail(err, exit_code::kFailure, "fork");
-    }
+    if (pid == 0)
+      exec_child(argv.data(), envp.data(), slave.get(), stdio, request.workdir.c_str(),
+                 error_write.get(), -1);
+    const int fork_error = errno;
+    error_write.reset();
+    slave.reset();
+    if (pid < 0) return fail(fork_error, exit_code::kFailure, "fork");
     // The child's exec closes the pipe; a failure writes errno and code.
     int message[2] = {0, 0};
     ssize_t n;
-    do n = ::read(error_pipe[0], message, sizeof message);
+    do n = ::read(error_read.get(), message, sizeof message);
     while (n < 0 && errno == EINTR);
-    ::close(error_pipe[0]);
-    if (n == sizeof message) {
-      if (master >= 0) ::close(master);
-      // Reaped by the SIGCHLD loop; it is not reported as an exec.
-      return fail(message[0], message[1], "exec");
-    }
+    // Reaped by the SIGCHLD loop; it is not reported as an exec.
+    if (n == sizeof message) return fail(message[0], message[1], "exec");
     execs_[pid] = request.id;
-    send(make_message({"started", id, std::to_string(pid)}), master >= 0 ? &master : nullptr,
-         master >= 0 ? 1 : 0);
-    if (master >= 0) ::close(master);
+    const int tty = master.get();
+    send(make_message({"started", id, std::to_string(pid)}), tty >= 0 ? &tty : nullptr,
+         tty >= 0 ? 1 : 0);
   }
 
   int report_fd_, life_fd_, tty_fd_, control_fd_;

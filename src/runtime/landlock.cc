@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/unique_fd.h"
 
 // The kernel's uapi, defined here so that older headers still build.
 #ifndef SYS_landlock_create_ruleset
@@ -73,7 +74,6 @@ uint64_t fs_rights_for_abi(int abi) {
 }
 
 uint64_t read_only_rights() { return kExecute | kReadFile | kReadDir; }
-uint64_t read_write_rights() { return fs_rights_for_abi(1 << 20); }
 uint64_t file_rights() { return kExecute | kWriteFile | kReadFile | kTruncate | kIoctlDev; }
 
 Plan plan(const policy::Policy& policy, const std::string& workdir, int abi) {
@@ -115,8 +115,9 @@ bool apply(const Plan& plan, int extra_exec_fd, char* skipped, size_t skipped_si
   RulesetAttr attr{plan.handled_fs, 0, plan.scoped};
   size_t attr_size = plan.abi >= 6 ? sizeof attr : 2 * sizeof(uint64_t);
   if (plan.abi < 4) attr_size = sizeof(uint64_t);
-  int ruleset = static_cast<int>(::syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0));
-  if (ruleset < 0) return child::fail(f, errno, "landlock_create_ruleset");
+  // UniqueFd: its destructor is a close(2), fit for the child before exec.
+  UniqueFd ruleset(static_cast<int>(::syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0)));
+  if (!ruleset) return child::fail(f, errno, "landlock_create_ruleset");
 
   auto add = [&](int fd, uint64_t access) -> int {
     struct stat st;
@@ -125,41 +126,32 @@ bool apply(const Plan& plan, int extra_exec_fd, char* skipped, size_t skipped_si
     access &= plan.handled_fs;
     if (access == 0) return 0;
     PathBeneathAttr rule{access, fd};
-    if (::syscall(SYS_landlock_add_rule, ruleset, kRulePathBeneath, &rule, 0) != 0) return errno;
+    if (::syscall(SYS_landlock_add_rule, ruleset.get(), kRulePathBeneath, &rule, 0) != 0)
+      return errno;
     return 0;
   };
 
   for (const Rule& rule : plan.rules) {
-    int fd = ::open(rule.path.c_str(), O_PATH | O_CLOEXEC);
-    if (fd < 0) {
+    UniqueFd path(::open(rule.path.c_str(), O_PATH | O_CLOEXEC));
+    if (!path) {
       if (errno == ENOENT && !plan.hard) {
         if (skipped[0]) child::append(skipped, skipped_size, ", ");
         child::append(skipped, skipped_size, rule.path.c_str());
         continue;
       }
-      int err = errno;
-      ::close(ruleset);
-      return child::fail(f, err, "landlock: policy path", rule.path.c_str());
+      return child::fail(f, errno, "landlock: policy path", rule.path.c_str());
     }
-    int err = add(fd, rule.access);
-    ::close(fd);
-    if (err) {
-      ::close(ruleset);
+    if (int err = add(path.get(), rule.access))
       return child::fail(f, err, "landlock_add_rule", rule.path.c_str());
-    }
   }
   if (extra_exec_fd >= 0) {
     // The sealed init image; a memfd cannot carry a rule and needs none.
     int err = add(extra_exec_fd, kExecute | kReadFile);
-    if (err && err != EBADF && err != EBADFD && err != EINVAL) {
-      ::close(ruleset);
+    if (err && err != EBADF && err != EBADFD && err != EINVAL)
       return child::fail(f, err, "landlock_add_rule", "(init image)");
-    }
   }
-  int rc = static_cast<int>(::syscall(SYS_landlock_restrict_self, ruleset, 0));
-  int err = errno;
-  ::close(ruleset);
-  if (rc != 0) return child::fail(f, err, "landlock_restrict_self");
+  if (::syscall(SYS_landlock_restrict_self, ruleset.get(), 0) != 0)
+    return child::fail(f, errno, "landlock_restrict_self");
   return true;
 }
 

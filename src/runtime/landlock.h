@@ -17,7 +17,6 @@ int abi_version();
 // Access rights (the kernel's LANDLOCK_ACCESS_FS_* bits).
 uint64_t fs_rights_for_abi(int abi);
 uint64_t read_only_rights();
-uint64_t read_write_rights();
 uint64_t file_rights();  // the subset that applies to non-directories
 
 struct Rule {

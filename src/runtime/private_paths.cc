@@ -1,6 +1,5 @@
 #include "runtime/private_paths.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "runtime/users.h"
 
@@ -67,12 +67,11 @@ std::vector<std::string> openshell_private_paths(const std::vector<Paths>& known
   if (std::string runtime = env("XDG_RUNTIME_DIR"); !runtime.empty()) candidates.push_back(runtime);
   for (uid_t uid : {::getuid(), ::geteuid()})
     candidates.push_back("/run/user/" + std::to_string(uid));
-  if (DIR* tmp = ::opendir("/tmp")) {
-    while (dirent* e = ::readdir(tmp))
-      if (std::strncmp(e->d_name, "openshell-", 10) == 0)
-        candidates.push_back(std::string("/tmp/") + e->d_name);
-    ::closedir(tmp);
-  }
+  files::for_each_entry("/tmp", [&candidates](const char* name, unsigned char) {
+    if (std::strncmp(name, "openshell-", 10) == 0)
+      candidates.push_back(std::string("/tmp/") + name);
+    return true;
+  });
 
   std::vector<std::string> paths;
   for (const auto& candidate : candidates) {

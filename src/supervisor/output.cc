@@ -2,6 +2,7 @@
 #include <array>
 #include <memory>
 
+#include "base/time.h"
 #include "supervisor/owner.h"
 
 namespace openshell::supervisor {
@@ -11,12 +12,12 @@ void Supervisor::read_output(asio::posix::stream_descriptor& stream, const std::
   stream.async_read_some(asio::buffer(*buffer), [this, &stream, name, buffer](
                                                     const boost::system::error_code& ec, size_t n) {
     if (ec) {
-      log_->flush_partial(name, logfile::now_ns());
+      log_->flush_partial(name, time::now_ns());
       --streams_open_;
       maybe_exit();
       return;
     }
-    log_->write(name, std::string_view(buffer->data(), n), logfile::now_ns());
+    log_->write(name, std::string_view(buffer->data(), n), time::now_ns());
     read_output(stream, name);
   });
 }

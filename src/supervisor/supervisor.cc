@@ -13,6 +13,7 @@
 #include "base/event_loop.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "spec/container_spec.h"
 #include "spec/sandbox_spec.h"
 #include "supervisor/exec_session.h"
@@ -60,7 +61,7 @@ void Supervisor::fail_start(int code, const std::string& why) {
   exit_code_ = code;
   reason_ = code == exit_code::kFailure ? "StartFailed" : "MainProcessFailed";
   message_ = why;
-  log_->write("stderr", "openshell: " + why + "\n", logfile::now_ns());
+  log_->write("stderr", "openshell: " + why + "\n", time::now_ns());
   write_exit_file();
   finish_soon();
 }
@@ -136,7 +137,7 @@ void Supervisor::container_ended(int status) {
   }
   if (container_->oom_kills() > 0)
     log_->write("stderr", "openshell: the sandbox ran out of memory at its --memory limit\n",
-                logfile::now_ns());
+                time::now_ns());
   // What the init reported before it ended (an exec's exit, say) may still
   // wait in the channel, behind the end this handler saw first.
   if (control_.is_open()) {

@@ -26,6 +26,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/unique_fd.h"
 #include "image/digest.h"
@@ -657,7 +658,7 @@ TEST_F(ImageUnpack, RefusesHostileEntries) {
       std::string message = unpack_error(compress(tar_of(c.entries), compression), dest);
       EXPECT_THAT(message, HasSubstr("layer test: " + c.expect));
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-      remove_layer_tree(dest);
+      files::remove_tree(dest);
       ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
     }
     EXPECT_EQ(names_in(tmp.path()), std::vector<std::string>{"layer"});
@@ -836,16 +837,16 @@ std::string awkward_layer() {
 TEST_F(ImageUnpack, RemoveLayerTreeRemovesUnwritableTrees) {
   unpack(awkward_layer(), dest_);
   ASSERT_EQ(mode_of(dest_ + "/ro"), 0555u);
-  remove_layer_tree(dest_);
+  files::remove_tree(dest_);
   EXPECT_FALSE(path_exists(dest_));
-  EXPECT_NO_THROW(remove_layer_tree(dest_));  // missing is fine
+  EXPECT_NO_THROW(files::remove_tree(dest_));  // missing is fine
   expect_sentinel_untouched(false);
 }
 
 TEST_F(ImageUnpack, RemoveLayerTreeAsAnOrdinaryUser) {
   if (::geteuid() != 0) {
     unpack(awkward_layer(), dest_);
-    remove_layer_tree(dest_);
+    files::remove_tree(dest_);
     EXPECT_FALSE(path_exists(dest_));
     return;
   }
@@ -868,7 +869,7 @@ TEST_F(ImageUnpack, RemoveLayerTreeAsAnOrdinaryUser) {
     out.say(unpack_error(blob, dest, options));
     out.say(std::to_string(mode_of(dest + "/ro/closed")));
     try {
-      remove_layer_tree(dest);
+      files::remove_tree(dest);
       out.say("removed");
     } catch (const Error& e) {
       out.say(e.what());
@@ -888,7 +889,7 @@ TEST_F(ImageUnpack, DeepTreesNeedFewDescriptors) {
     ::setrlimit(RLIMIT_NOFILE, &limit);
     out.say(unpack_error(tar, dest_));
     try {
-      remove_layer_tree(dest_);
+      files::remove_tree(dest_);
       out.say(path_exists(dest_) ? "still there" : "removed");
     } catch (const Error& e) {
       out.say(e.what());

@@ -181,5 +181,32 @@ TEST(CheckAbsolutePath, Reasons) {
   EXPECT_EQ(check_absolute_path(std::string_view("/a\0b", 4)), "must not contain NUL");
 }
 
+TEST(Lower, AsciiLettersOnly) {
+  EXPECT_EQ(lower("Content-Type: TEXT/Plain"), "content-type: text/plain");
+  EXPECT_EQ(lower("Example.COM."), "example.com.");
+  EXPECT_EQ(lower("@[`{09_"), "@[`{09_");      // the neighbours of A-Z stay
+  EXPECT_EQ(lower("\xC3\x84X"), "\xC3\x84x");  // UTF-8 bytes stay (no locale folding)
+  EXPECT_EQ(lower(std::string_view("A\0B", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(lower(""), "");
+  EXPECT_EQ(lower('Q'), 'q');
+  EXPECT_EQ(lower('q'), 'q');
+  EXPECT_EQ(lower('\xC4'), '\xC4');
+}
+
+TEST(Upper, AsciiLettersOnly) {
+  EXPECT_EQ(upper("cap_net_admin"), "CAP_NET_ADMIN");
+  EXPECT_EQ(upper("\xC3\xA4x"), "\xC3\xA4X");
+  EXPECT_EQ(upper('z'), 'Z');
+  EXPECT_EQ(upper('{'), '{');
+}
+
+TEST(Iequals, IgnoresAsciiCaseOnly) {
+  EXPECT_TRUE(iequals("Bearer", "bEARER"));
+  EXPECT_TRUE(iequals("", ""));
+  EXPECT_FALSE(iequals("bearer", "bearer "));
+  EXPECT_FALSE(iequals("@", "`"));  // 0x40 and 0x60 differ by the case bit, but are no letters
+  EXPECT_FALSE(iequals("\xC3\x84", "\xC3\xA4"));
+}
+
 }  // namespace
 }  // namespace openshell::text
