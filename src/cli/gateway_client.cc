@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/process_name.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "net/http.h"
@@ -51,7 +52,8 @@ void start_gateway_in_background(const Paths& paths) {
     if (log >= 0) ::dup2(log, 1), ::dup2(log, 2);
     ::dup2(ready.write.get(), 3);
     ::close_range(4, ~0U, 0);
-    ::execl("/proc/self/exe", "openshell", "gateway", "run", "--ready-fd", "3",
+    // Named for ps (base/process_name.h): "openshell-gateway".
+    ::execl("/proc/self/exe", process_name::kGateway.data(), "--ready-fd", "3",
             static_cast<char*>(nullptr));
     ::_exit(127);
   }

@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/copy.h"
 #include "cli/gateway_client.h"
+#include "cli/gateway_view.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
 #include "cli/streams.h"
@@ -627,6 +628,7 @@ void add_gateway_commands(CLI::App& app, Action* action) {
         std::printf("socket: %s\nstate: %s\nsandboxes: %d\nsince: %s\n",
                     info.value("socket", "").c_str(), info.value("state_dir", "").c_str(),
                     info.value("sandboxes", 0), info.value("started_at", "").c_str());
+        print_gateway_config(info.value("config", json()));
       }
       return 0;
     };

@@ -34,8 +34,10 @@
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
+#include "base/process_name.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
+#include "gateway/config.h"
 #include "gateway/store.h"
 #include "image/store.h"
 #include "namespaces/id_pool.h"
@@ -189,6 +191,11 @@ class Gateway {
   void notify(const std::string& id);
   void shutdown();
 
+  // The settings (gateway/config.h), read again when the file changes.
+  const GatewayConfig& config();
+  GatewayConfig config_;
+  struct stat config_stat_ {};
+
   asio::io_context& io_;
   Paths paths_;
   asio::signal_set signals_;
@@ -256,6 +263,9 @@ void Gateway::start() {
     if (errno == EWOULDBLOCK) throw Error("another gateway is running for " + paths_.state_dir);
     throw_errno("lock " + paths_.lock());
   }
+  // A bad configuration stops the gateway here, saying what is wrong.
+  config_ = load_config(config_path(paths_), std::getenv);
+  if (::stat(config_.path.c_str(), &config_stat_) != 0) config_stat_ = {};
   store_ = Store::open(paths_.db());
   key_.emplace(auth::SigningKey::load_or_create(paths_.key()));
   gateway_id_ = key_->id();
@@ -292,6 +302,23 @@ void Gateway::shutdown() {
 }
 
 // ---- state ------------------------------------------------------------------
+
+const GatewayConfig& Gateway::config() {
+  struct stat now {};
+  if (::stat(config_.path.c_str(), &now) != 0) now = {};
+  if (now.st_ino != config_stat_.st_ino || now.st_dev != config_stat_.st_dev ||
+      now.st_size != config_stat_.st_size || now.st_mtim.tv_sec != config_stat_.st_mtim.tv_sec ||
+      now.st_mtim.tv_nsec != config_stat_.st_mtim.tv_nsec) {
+    try {
+      config_ = load_config(config_.path, std::getenv);
+    } catch (const Error& e) {
+      // Until the file is right again, what needs it fails, saying why.
+      throw ApiError(500, "bad_config", e.what());
+    }
+    config_stat_ = now;
+  }
+  return config_;
+}
 
 void Gateway::save(SandboxRecord& record) {
   record.updated_ms = now_ms();
@@ -463,18 +490,20 @@ void Gateway::launch(SandboxRecord& record) {
   // in the sandbox's log directory.
   // This very binary, even if a newer one replaced it on disk since.
   std::string self = "/proc/self/exe";
-  std::vector<std::string> args = {"openshell", "supervisor", "--launch", file};
+  // Named for ps: "openshell-supervisor NAME" (base/process_name.h).
+  std::vector<std::string> args = {std::string(process_name::kSupervisor), record.name, "--launch",
+                                   file};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
-  // Where state lives, and how the sandbox's DNS resolves on the host (the
-  // same settings as the gateway's own).
-  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME",
-                           "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS",
-                           "OPENSHELL_DNS_QUERY_RATE", "OPENSHELL_DNS_QUERY_BURST"})
+  // Where state lives (as the gateway's own), and how the sandbox's DNS
+  // resolves on the host (the gateway's configuration, its environment
+  // over its file).
+  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME"})
     if (const char* value = std::getenv(name))
       env_strings.push_back(std::string(name) + "=" + value);
+  for (const auto& entry : config().supervisor_env()) env_strings.push_back(entry);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -848,14 +877,19 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   if (p == std::vector<std::string>{"health"} && m == "GET")
     return exchange->respond(
         json_response(200, {{"status", "ok"}, {"version", OPENSHELL_VERSION}}));
-  if (p == std::vector<std::string>{"gateway"} && m == "GET")
-    return exchange->respond(json_response(200, {{"version", OPENSHELL_VERSION},
-                                                 {"pid", ::getpid()},
-                                                 {"gateway_id", gateway_id_},
-                                                 {"started_at", rfc3339(started_ms_)},
-                                                 {"state_dir", paths_.state_dir},
-                                                 {"socket", paths_.socket()},
-                                                 {"sandboxes", store_->list().size()}}));
+  if (p == std::vector<std::string>{"gateway"} && m == "GET") {
+    json info = {{"version", OPENSHELL_VERSION},      {"pid", ::getpid()},
+                 {"gateway_id", gateway_id_},         {"started_at", rfc3339(started_ms_)},
+                 {"state_dir", paths_.state_dir},     {"socket", paths_.socket()},
+                 {"sandboxes", store_->list().size()}};
+    try {
+      info["config"] = config().view();
+    } catch (const ApiError& e) {
+      info["config"] = config_.view();  // what holds until the file is right again
+      info["config"]["error"] = e.what();
+    }
+    return exchange->respond(json_response(200, info));
+  }
   if (p == std::vector<std::string>{"gateway", "stop"} && m == "POST") {
     exchange->respond(json_response(202, {{"stopping", true}}));
     asio::post(io_, [this] { shutdown(); });
@@ -936,23 +970,23 @@ void Gateway::resolve_image(SandboxSpec* spec) {
 // The storage is the gateway's to choose, not its clients': a copy costs
 // the gateway's disk a whole root per sandbox, and a sandbox's own copy is
 // a root the sandbox can rewrite. A client's "copy" is accepted only where
-// every root is a copy anyway (OPENSHELL_STORAGE=copy).
-static void check_client_storage(const SandboxSpec& spec) {
+// every root is a copy anyway (storage.mode = "copy", OPENSHELL_STORAGE=copy).
+static void check_client_storage(const SandboxSpec& spec, const std::string& mode) {
   if (spec.storage.empty()) return;
-  const char* setting = std::getenv("OPENSHELL_STORAGE");
-  if (spec.storage == "copy" && setting && std::string(setting) == "copy") return;
+  if (spec.storage == "copy" && mode == "copy") return;
   throw Error("storage '" + spec.storage +
-              "': chosen by the gateway, not by its clients (a gateway started with "
-              "OPENSHELL_STORAGE=copy gives every sandbox a copy)");
+              "': chosen by the gateway, not by its clients (a gateway whose storage.mode is "
+              "copy gives every sandbox a copy)");
 }
 
 void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
-  const char* forced = std::getenv("OPENSHELL_STORAGE");
-  const std::string setting = forced ? forced : "";
+  const Setting& mode = config().storage;
+  const std::string setting = mode.value;
   if (setting == "overlay") return;
   std::string problem;
   if (setting == "copy") {
-    problem = "OPENSHELL_STORAGE=copy";
+    problem = mode.source == "environment" ? "OPENSHELL_STORAGE=copy"
+                                           : "storage.mode = \"copy\" in " + config().path;
   } else if (!overlay_checked_) {
     // Once per gateway: whether overlayfs stacks on this file system here.
     std::vector<std::string> lowers;
@@ -986,10 +1020,11 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   if (!body.is_object()) throw ApiError(400, "bad_request", "the body must be a JSON object");
   std::string name = body.value("name", "");
   SandboxSpec spec;
+  const std::string storage_mode = config().storage.value;
   try {
     spec = SandboxSpec::from_json(body.contains("spec") ? body["spec"].dump() : "{}");
     spec.validate();
-    check_client_storage(spec);
+    check_client_storage(spec, storage_mode);
   } catch (const Error& e) {
     throw ApiError(400, "invalid_spec", e.what());
   }
@@ -1007,8 +1042,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   // What the sandbox did not ask for, the gateway's defaults decide: fixed
   // now, so that `sandbox get` shows what holds.
   try {
-    spec.apply_limit_defaults(limits::load_defaults(paths_.gateway_config()),
-                              limits::memory_total());
+    spec.apply_limit_defaults(config().sandbox_defaults, limits::memory_total());
+  } catch (const ApiError&) {
+    throw;
   } catch (const Error& e) {
     throw ApiError(500, "bad_config", e.what());
   }
@@ -1418,6 +1454,7 @@ int run(int ready_fd) {
   // A write to a client or pipe that has gone (the CLI that started us,
   // killed before it read our answer) is that peer's end, not ours.
   ::signal(SIGPIPE, SIG_IGN);
+  process_name::set_comm(process_name::kGatewayComm);
   // The CLI that started us waits for this pipe's answer, and for its end:
   // no child of ours may hold it.
   if (ready_fd >= 0) ::fcntl(ready_fd, F_SETFD, FD_CLOEXEC);

@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "base/logfile.h"
 #include "base/paths.h"
+#include "base/process_name.h"
 #include "egress/identity.h"
 #include "egress/proxy.h"
 #include "egress/rules.h"
@@ -817,6 +818,7 @@ int main(const std::string& launch_file) {
   // MSG_NOSIGNAL) is an error for that connection, never the end of the
   // supervisor. The sandbox's processes get their signals' defaults back.
   ::signal(SIGPIPE, SIG_IGN);
+  process_name::set_comm(process_name::kSupervisorComm);
   try {
     asio::io_context io;
     Supervisor supervisor(io, launch_file);

@@ -1,0 +1,70 @@
+// The gateway's settings: a TOML file, gateway.toml, in the state directory
+// (the system gateway, root's without OPENSHELL_HOME, reads
+// /etc/openshell/gateway.toml when that exists), and the environment
+// variables of old, which win over the file. Every setting knows where its
+// value came from, for `gateway status`.
+//
+//   [dns]                 # how sandboxes' names resolve on the host
+//   servers = ["192.0.2.53", "[2001:db8::53]:5353"]   # OPENSHELL_DNS_SERVERS
+//   hosts_file = "/etc/hosts"                         # OPENSHELL_HOSTS_FILE
+//   resolv_conf = "/etc/resolv.conf"                  # OPENSHELL_RESOLV_CONF
+//   query_rate = 20       # lookups a second, 0: no limit   OPENSHELL_DNS_QUERY_RATE
+//   query_burst = 50                                  # OPENSHELL_DNS_QUERY_BURST
+//   [storage]
+//   mode = "auto"         # auto | overlay | copy     # OPENSHELL_STORAGE
+//   [sandbox_defaults]    # see base/sandbox_limits.h
+//   pids = 4096
+//   tmp_size = "1G"
+//   shm_size = "512M"
+//
+// A file that cannot be read or parsed, an unknown table or key, or a value
+// of the wrong kind: Error "FILE:LINE: TABLE.KEY: what is wrong".
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/paths.h"
+#include "base/sandbox_limits.h"
+
+namespace openshell::gateway {
+
+struct Setting {
+  std::string value;   // as text ("" for an unset list)
+  std::string source;  // "default", "file" or "environment"
+  std::string env;     // the variable that overrides it
+};
+
+struct GatewayConfig {
+  std::string path;          // the file read
+  bool file_exists = false;  // absent: every setting is its default or the environment's
+  Setting servers;           // comma separated
+  Setting hosts_file;
+  Setting resolv_conf;
+  Setting query_rate;
+  Setting query_burst;
+  Setting storage;  // "auto", "overlay" or "copy"
+  limits::Defaults sandbox_defaults;
+
+  // KEY=VALUE for the supervisors the gateway starts: the DNS settings that
+  // are not the defaults, under the variables the supervisor reads
+  // (egress/dns.h ResolverConfig::from_environment).
+  std::vector<std::string> supervisor_env() const;
+  // For `gateway status`: {"file": ..., "file_exists": ..., "settings":
+  // {"dns.servers": {"value", "source", "env"}, ...}}.
+  nlohmann::json view() const;
+};
+
+// Which file configures the gateway of these paths.
+std::string config_path(const Paths& paths);
+
+// Reads path (a missing file: no settings from it), then the environment
+// through getenv. Throws Error naming the file, line and key, or the
+// variable, at fault.
+using Getenv = std::function<const char*(const char*)>;
+GatewayConfig load_config(const std::string& path, const Getenv& getenv);
+
+}  // namespace openshell::gateway
