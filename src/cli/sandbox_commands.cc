@@ -26,6 +26,7 @@
 #include "cli/gateway_view.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
+#include "cli/sandbox_lifecycle.h"
 #include "cli/streams.h"
 #include "cli/table.h"
 #include "gateway/gateway.h"
@@ -174,6 +175,7 @@ void print_sandbox(const json& s, const std::string& output) {
                        (s.contains("storage_note") ? ": " + s.value("storage_note", "") : "")},
       {"Command:", command_text(s)},
       {"Limits:", limits_text(s)},
+      {"Restart:", s.value("restart", "unless-stopped")},
       {"Created:", s.value("created_at", "")}};
   std::string labels;
   const json label_map = s.value("labels", json::object());
@@ -214,7 +216,8 @@ void check_name(const std::string& name) {
 }
 
 struct CreateOptions {
-  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table";
+  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table",
+                    restart;
   std::vector<std::string> env, labels, command;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
@@ -256,6 +259,7 @@ int create(const CreateOptions& o) {
     spec.policy_source = o.policy;
   }
   spec.no_keep = o.no_keep;
+  spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
   spec.validate();  // bad input stops here, before the gateway
   if (o.from != "host" && !directory) ensure_image(o.from, o.insecure, "--from");
@@ -264,6 +268,7 @@ int create(const CreateOptions& o) {
   json body = {{"spec", json::parse(spec.to_json())}};
   if (!o.name.empty()) body["name"] = o.name;
   json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
+  const auto ready_at = std::chrono::steady_clock::now();
   const std::string name = sandbox.value("name", "");
   if (!o.no_keep) remember(client.paths(), name);
 
@@ -276,10 +281,13 @@ int create(const CreateOptions& o) {
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
     LogEnd end = follow_logs(client.paths(), name, LogOptions{});
+    if (o.command.empty()) warn_if_it_exited_at_once(sandbox, end, ready_at);
     if (end.exit_code) return *end.exit_code;
     if (end.phase == "Stopped") return 128 + 15;
     return exit_code::kFailure;
   }
+  if (o.command.empty() && !sandbox.value("command", json::array()).empty())
+    warn_if_it_exits_at_once(client, sandbox);
   if (o.output == "json")
     print_sandbox(sandbox, "json");
   else
@@ -319,6 +327,10 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
     repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
     c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
+    c->add_option("--restart", o->restart,
+                  "Start it again when the gateway starts and finds it gone (the host came back): "
+                  "no, on-failure or unless-stopped (default)")
+        ->check(CLI::IsMember({"no", "on-failure", "unless-stopped"}));
     c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
     add_output(c, &o->output);
     c->add_option(
@@ -384,6 +396,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
   // start / stop
   for (const char* verb : {"start", "stop"}) {
     auto name = std::make_shared<std::string>();
+    auto all = std::make_shared<bool>(false);
     auto output = std::make_shared<std::string>("table");
     std::string what =
         std::string(verb) == "start"
@@ -391,25 +404,44 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
             : "Stop a sandbox's processes, keeping its workspace, and wait until they are gone";
     CLI::App* c = sandbox->add_subcommand(verb, what);
     c->add_option("name", *name, "The sandbox (default: the last one named)");
+    if (std::string(verb) == "start")
+      c->add_flag("--all", *all, "Every Stopped, Completed and Error sandbox (not with a name)");
     add_output(c, output.get());
     std::string v = verb;
-    c->callback([name, output, action, v] {
-      *action = [name, output, v] {
+    c->callback([name, all, output, action, v] {
+      *action = [name, all, output, v] {
+        if (*all && !name->empty()) throw Error("sandbox start: give a name or --all (not both)");
         GatewayClient client;
-        *name = sandbox_name(client.paths(), *name);
-        json s = client.call("POST", target(*name, v));
-        if (*output == "json") {
-          print_sandbox(s, "json");
-        } else {
-          std::printf("%s: %s\n", s.value("name", "").c_str(), s.value("phase", "").c_str());
+        std::vector<std::string> names =
+            *all ? startable_sandboxes(client)
+                 : std::vector<std::string>{sandbox_name(client.paths(), *name)};
+        json started = json::array();
+        int status = 0;
+        for (const auto& n : names) {
+          json s;
+          try {
+            s = client.call("POST", target(n, v));
+          } catch (const Error& e) {
+            if (!*all) throw;
+            log::error(e.what());  // the others still start
+            status = exit_code::kFailure;
+            continue;
+          }
+          if (*output == "json" && !*all)
+            print_sandbox(s, "json");
+          else if (*output == "json")
+            started.push_back(s);
+          else
+            std::printf("%s: %s\n", s.value("name", "").c_str(), s.value("phase", "").c_str());
+          // The start failed only if the launch did; a main process that
+          // ended at once is the sandbox's business (see its phase).
+          if (v == "start" && launch_failed(s)) {
+            log::error("sandbox '" + n + "' failed to start: " + why(s));
+            status = exit_code::kFailure;
+          }
         }
-        // The start failed only if the launch did; a main process that
-        // ended at once is the sandbox's business (see its phase).
-        if (v == "start" && launch_failed(s)) {
-          log::error("sandbox '" + *name + "' failed to start: " + why(s));
-          return exit_code::kFailure;
-        }
-        return 0;
+        if (*all && *output == "json") std::printf("%s\n", started.dump(2).c_str());
+        return status;
       };
     });
   }

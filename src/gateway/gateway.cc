@@ -38,6 +38,7 @@
 #include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "gateway/config.h"
+#include "gateway/restart_policy.h"
 #include "gateway/store.h"
 #include "image/store.h"
 #include "namespaces/id_pool.h"
@@ -73,7 +74,8 @@ std::string rfc3339(int64_t ms) { return logfile::format_time(ms * 1000000).subs
 // ---- processes --------------------------------------------------------------
 
 // Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
-// 0 when it does not exist.
+// 0 when it does not exist or has ended (a zombie: killed while its parent,
+// a gateway, was gone, and not yet reaped).
 uint64_t start_time(pid_t pid) {
   auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return 0;
@@ -81,7 +83,7 @@ uint64_t start_time(pid_t pid) {
   if (paren == std::string::npos) return 0;
   auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
   // After ") ": field 3 (state) is index 0, so field 22 is index 19.
-  if (fields.size() < 20) return 0;
+  if (fields.size() < 20 || fields[0] == "Z" || fields[0] == "X") return 0;
   return text::parse_uint(fields[19]).value_or(0);
 }
 
@@ -169,6 +171,13 @@ class Gateway {
   void set_phase(SandboxRecord& record, Phase phase, const std::string& reason = "",
                  const std::string& message = "");
   void launch(SandboxRecord& record);
+  // A new generation of a sandbox whose run is over: the old supervisor
+  // gone, the launch recorded (Starting, with this reason), then done.
+  void relaunch(SandboxRecord& record, const std::string& reason = "",
+                const std::string& message = "");
+  // At the gateway's start: a sandbox meant to run whose supervisor was
+  // gone, settled now, starts again if its restart policy says so.
+  void restart_if_meant_to(const std::string& id);
   void watch_supervisor(const std::string& id, int64_t pid, int64_t generation);
   void supervisor_exited(const std::string& id, int64_t generation);
   // Runs `then` once the sandbox's own processes are gone too (its init dies
@@ -384,6 +393,7 @@ json Gateway::view(const SandboxRecord& r) const {
   j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
   j["limits"] = json::parse(spec.limits_json());
+  j["restart"] = spec.restart.empty() ? "unless-stopped" : spec.restart;
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
 }
@@ -619,9 +629,16 @@ void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
 
 void Gateway::apply_final(SandboxRecord& record, const json& status) {
   std::string state = status.value("state", "");
+  const bool stopped_by_user = record.intent == "stop" || record.phase == Phase::kStopping;
   record.intent = "";
   if (state == "stopped") {
-    set_phase(record, Phase::kStopped, "Stopped");
+    // A stop that did not come through the gateway: a signal to the
+    // supervisor, the host shutting down (gateway/restart_policy.h).
+    if (!stopped_by_user)
+      set_phase(record, Phase::kStopped, std::string(kStoppedBySignal),
+                "its supervisor was stopped by a signal, not by 'sandbox stop'");
+    else
+      set_phase(record, Phase::kStopped, "Stopped");
     return;
   }
   int code = status.value("exit_code", 0);
@@ -689,6 +706,45 @@ void Gateway::finish_delete(const std::string& id) {
   notify(id);
 }
 
+void Gateway::relaunch(SandboxRecord& record, const std::string& reason,
+                       const std::string& message) {
+  // A supervisor of an older generation must be gone before the new one.
+  if (alive(record.supervisor_pid, record.supervisor_start)) {
+    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGKILL);
+    record.supervisor_pid = 0;
+  }
+  supervised_.erase(record.id);
+  record.generation += 1;
+  record.exit_code.reset();
+  record.intent = "launch";
+  record.supervisor_pid = 0;
+  record.supervisor_start = 0;
+  set_phase(record, Phase::kStarting, reason, message);  // on disk before the launch
+  ::unlink((paths_.sandbox(record.id) + "/exit.json").c_str());
+  try {
+    launch(record);
+  } catch (const Error& e) {
+    record.intent = "";
+    set_phase(record, Phase::kError, "LaunchFailed", e.what());
+  }
+}
+
+void Gateway::restart_if_meant_to(const std::string& id) {
+  auto record = store_->find_by_id(id);
+  if (!record || !finished(record->phase) || !record->intent.empty()) return;
+  SandboxSpec spec = SandboxSpec::from_json(record->spec);
+  RestartPolicy policy = parse_restart_policy(spec.restart).value_or(RestartPolicy::kUnlessStopped);
+  const std::string reason = ready_reason(*record);
+  if (!restarts(policy, record->phase, reason)) return;
+  const std::string why = "restart policy " + std::string(restart_policy_name(policy)) +
+                          ": generation " + std::to_string(record->generation) + " ended " +
+                          std::string(phase_name(record->phase)) + " (" + reason +
+                          ") while the gateway was away";
+  store_->append_event(record->id, "Restart", why, now_ms());
+  log::warn("sandbox " + record->name + ": " + why + "; starting it again");
+  relaunch(*record, "Restarted", why);
+}
+
 // After a restart: every sandbox settles in a consistent phase, and what was
 // under way is finished.
 void Gateway::reconcile() {
@@ -729,8 +785,10 @@ void Gateway::reconcile() {
       }
       continue;
     }
+    const bool restart_candidate = meant_to_run(record);
     if (record.supervisor_pid != 0 || !finished(record.phase))
       supervisor_exited(record.id, record.generation);
+    if (restart_candidate) restart_if_meant_to(record.id);
   }
 }
 
@@ -1154,25 +1212,7 @@ void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange,
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
                        " (start works from Stopped, Completed or Error)");
-  // A supervisor of an older generation must be gone before the new one.
-  if (alive(record.supervisor_pid, record.supervisor_start)) {
-    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGKILL);
-    record.supervisor_pid = 0;
-  }
-  supervised_.erase(record.id);
-  record.generation += 1;
-  record.exit_code.reset();
-  record.intent = "launch";
-  record.supervisor_pid = 0;
-  record.supervisor_start = 0;
-  set_phase(record, Phase::kStarting);  // on disk before the launch
-  ::unlink((paths_.sandbox(record.id) + "/exit.json").c_str());
-  try {
-    launch(record);
-  } catch (const Error& e) {
-    record.intent = "";
-    set_phase(record, Phase::kError, "LaunchFailed", e.what());
-  }
+  relaunch(record);
   wait_for(
       record.id,
       [](const SandboxRecord* r) {
