@@ -26,8 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kSystemConfig = "/etc/openshell/gateway.toml";
-
 [[noreturn]] void fail(const std::string& path, const toml::node* node, const std::string& key,
                        const std::string& message) {
   std::ostringstream out;
@@ -185,10 +183,10 @@ void from_environment(const Getenv& getenv, GatewayConfig* c) {
 
 }  // namespace
 
-std::string config_path(const Paths& paths) {
+std::string config_path(const Paths& paths, uid_t euid, const Getenv& getenv,
+                        const std::string& system_file) {
   // The system gateway: its settings where the host's are kept.
-  if (::geteuid() == 0 && !std::getenv("OPENSHELL_HOME") && files::exists(kSystemConfig))
-    return kSystemConfig;
+  if (euid == 0 && !getenv("OPENSHELL_HOME") && files::exists(system_file)) return system_file;
   return paths.gateway_config();
 }
 

@@ -21,6 +21,8 @@
 // of the wrong kind: Error "FILE:LINE: TABLE.KEY: what is wrong".
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -58,13 +60,18 @@ struct GatewayConfig {
   nlohmann::json view() const;
 };
 
-// Which file configures the gateway of these paths.
-std::string config_path(const Paths& paths);
+using Getenv = std::function<const char*(const char*)>;
+
+// Which file configures the gateway of these paths: system_file for the
+// system gateway (euid 0 without OPENSHELL_HOME) when that file exists,
+// else STATE/gateway.toml.
+inline constexpr const char* kSystemConfigFile = "/etc/openshell/gateway.toml";
+std::string config_path(const Paths& paths, uid_t euid, const Getenv& getenv,
+                        const std::string& system_file = kSystemConfigFile);
 
 // Reads path (a missing file: no settings from it), then the environment
 // through getenv. Throws Error naming the file, line and key, or the
 // variable, at fault.
-using Getenv = std::function<const char*(const char*)>;
 GatewayConfig load_config(const std::string& path, const Getenv& getenv);
 
 }  // namespace openshell::gateway

@@ -273,7 +273,7 @@ void Gateway::start() {
     throw_errno("lock " + paths_.lock());
   }
   // A bad configuration stops the gateway here, saying what is wrong.
-  config_ = load_config(config_path(paths_), std::getenv);
+  config_ = load_config(config_path(paths_, ::geteuid(), std::getenv), std::getenv);
   if (::stat(config_.path.c_str(), &config_stat_) != 0) config_stat_ = {};
   store_ = Store::open(paths_.db());
   key_.emplace(auth::SigningKey::load_or_create(paths_.key()));

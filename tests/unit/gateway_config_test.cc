@@ -70,6 +70,20 @@ TEST(GatewayConfig, TheFileSetsAndTheEnvironmentWins) {
   EXPECT_EQ(view["settings"]["dns.resolv_conf"]["source"], "default");
 }
 
+TEST(GatewayConfig, TheSystemGatewayReadsEtcWhenItExists) {
+  openshell::testing::TempDir dir;
+  Paths paths{dir.path() + "/state", dir.path() + "/run"};
+  const std::string etc = dir.path() + "/etc-gateway.toml";
+  FakeEnv env;
+  EXPECT_EQ(config_path(paths, 0, env.getenv(), etc), dir.path() + "/state/gateway.toml");
+  openshell::testing::write_file(etc, "");
+  EXPECT_EQ(config_path(paths, 0, env.getenv(), etc), etc);
+  // Not for an ordinary user's gateway, nor for root's with OPENSHELL_HOME.
+  EXPECT_EQ(config_path(paths, 1000, env.getenv(), etc), dir.path() + "/state/gateway.toml");
+  env.vars["OPENSHELL_HOME"] = dir.path() + "/state";
+  EXPECT_EQ(config_path(paths, 0, env.getenv(), etc), dir.path() + "/state/gateway.toml");
+}
+
 TEST(GatewayConfig, BadSettingsNameTheFileLineAndKey) {
   openshell::testing::TempDir dir;
   const std::string path = dir.path() + "/gateway.toml";
