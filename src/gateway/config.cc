@@ -92,6 +92,16 @@ bool good_storage(const std::string& mode) {
   return mode == "auto" || mode == "overlay" || mode == "copy";
 }
 
+constexpr int64_t kMaxLimit = 86400000;
+
+Setting* api_setting(GatewayConfig* c, const std::string& name) {
+  if (name == "api.header_timeout_ms") return &c->header_timeout_ms;
+  if (name == "api.body_timeout_ms") return &c->body_timeout_ms;
+  if (name == "api.idle_timeout_ms") return &c->idle_timeout_ms;
+  if (name == "api.max_connections_per_uid") return &c->max_connections_per_uid;
+  return nullptr;
+}
+
 void from_file(const std::string& path, const toml::table& root, GatewayConfig* c) {
   auto set = [](Setting* s, std::string value) {
     s->value = std::move(value);
@@ -100,8 +110,9 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
   for (const auto& [table_key, table_node] : root) {
     const std::string table_name(table_key.str());
     if (table_name == "sandbox_defaults") continue;  // base/sandbox_limits.h reads it
-    if (table_name != "dns" && table_name != "storage")
-      fail(path, &table_node, table_name, "unknown table (known: dns, storage, sandbox_defaults)");
+    if (table_name != "dns" && table_name != "storage" && table_name != "api")
+      fail(path, &table_node, table_name,
+           "unknown table (known: dns, storage, api, sandbox_defaults)");
     const toml::table* table = table_node.as_table();
     if (!table) fail(path, &table_node, table_name, "must be a table");
     for (const auto& [key, node] : *table) {
@@ -133,6 +144,15 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
         auto s = node.value<std::string>();
         if (!s || !good_storage(*s)) fail(path, &node, name, std::string("not ") + kStorageWhat);
         set(&c->storage, *s);
+      } else if (Setting* limit = api_setting(c, name)) {
+        auto n = node.value<int64_t>();
+        if (!n || *n < 1 || *n > kMaxLimit)
+          fail(path, &node, name, "not a whole number from 1 to 86400000");
+        set(limit, std::to_string(*n));
+      } else if (table_name == "api") {
+        fail(path, &node, name,
+             "unknown key (known: header_timeout_ms, body_timeout_ms, idle_timeout_ms, "
+             "max_connections_per_uid)");
       } else if (table_name == "dns") {
         fail(path, &node, name,
              "unknown key (known: servers, hosts_file, resolv_conf, query_rate, query_burst)");
@@ -179,6 +199,13 @@ void from_environment(const Getenv& getenv, GatewayConfig* c) {
     if (!good_storage(*v)) bad(c->storage, *v, std::string("not ") + kStorageWhat);
     set(&c->storage, *v);
   }
+  for (Setting* s : {&c->header_timeout_ms, &c->body_timeout_ms, &c->idle_timeout_ms,
+                     &c->max_connections_per_uid})
+    if (auto v = variable(s)) {
+      auto n = text::parse_uint(*v, kMaxLimit);
+      if (!n || *n == 0) bad(*s, *v, "expected a whole number from 1 to 86400000");
+      set(s, std::to_string(*n));
+    }
 }
 
 }  // namespace
@@ -200,6 +227,15 @@ GatewayConfig load_config(const std::string& path, const Getenv& getenv) {
   c.query_rate = {"20", "default", "OPENSHELL_DNS_QUERY_RATE"};
   c.query_burst = {"50", "default", "OPENSHELL_DNS_QUERY_BURST"};
   c.storage = {"auto", "default", "OPENSHELL_STORAGE"};
+  const net::ServerLimits api;
+  c.header_timeout_ms = {std::to_string(api.header_timeout.count()), "default",
+                         "OPENSHELL_API_HEADER_TIMEOUT_MS"};
+  c.body_timeout_ms = {std::to_string(api.body_timeout.count()), "default",
+                       "OPENSHELL_API_BODY_TIMEOUT_MS"};
+  c.idle_timeout_ms = {std::to_string(api.idle_timeout.count()), "default",
+                       "OPENSHELL_API_IDLE_TIMEOUT_MS"};
+  c.max_connections_per_uid = {std::to_string(api.max_connections_per_uid), "default",
+                               "OPENSHELL_API_MAX_CONNECTIONS_PER_UID"};
   std::string text;
   int err = files::read_into(path, &text);
   if (err && err != ENOENT) throw_errno("read " + path, err);
@@ -220,6 +256,16 @@ GatewayConfig load_config(const std::string& path, const Getenv& getenv) {
   return c;
 }
 
+net::ServerLimits GatewayConfig::api_limits() const {
+  net::ServerLimits limits;
+  auto number = [](const Setting& s) { return text::parse_uint(s.value).value_or(1); };
+  limits.header_timeout = std::chrono::milliseconds(number(header_timeout_ms));
+  limits.body_timeout = std::chrono::milliseconds(number(body_timeout_ms));
+  limits.idle_timeout = std::chrono::milliseconds(number(idle_timeout_ms));
+  limits.max_connections_per_uid = static_cast<size_t>(number(max_connections_per_uid));
+  return limits;
+}
+
 std::vector<std::string> GatewayConfig::supervisor_env() const {
   std::vector<std::string> env;
   for (const Setting* s : {&servers, &hosts_file, &resolv_conf, &query_rate, &query_burst})
@@ -238,6 +284,10 @@ json GatewayConfig::view() const {
   add("dns.query_rate", query_rate);
   add("dns.query_burst", query_burst);
   add("storage.mode", storage);
+  add("api.header_timeout_ms", header_timeout_ms);
+  add("api.body_timeout_ms", body_timeout_ms);
+  add("api.idle_timeout_ms", idle_timeout_ms);
+  add("api.max_connections_per_uid", max_connections_per_uid);
   auto add_default = [&](const char* key, const std::optional<uint64_t>& value,
                          const std::string& builtin) {
     settings[key] = {{"value", value ? std::to_string(*value) : builtin},

@@ -12,6 +12,11 @@
 //   query_burst = 50                                  # OPENSHELL_DNS_QUERY_BURST
 //   [storage]
 //   mode = "auto"         # auto | overlay | copy     # OPENSHELL_STORAGE
+//   [api]                 # the API socket's limits (net/http.h), at start
+//   header_timeout_ms = 10000                         # OPENSHELL_API_HEADER_TIMEOUT_MS
+//   body_timeout_ms = 10000                           # OPENSHELL_API_BODY_TIMEOUT_MS
+//   idle_timeout_ms = 60000                           # OPENSHELL_API_IDLE_TIMEOUT_MS
+//   max_connections_per_uid = 128                     # OPENSHELL_API_MAX_CONNECTIONS_PER_UID
 //   [sandbox_defaults]    # see base/sandbox_limits.h
 //   pids = 4096
 //   tmp_size = "1G"
@@ -31,6 +36,7 @@
 
 #include "base/paths.h"
 #include "base/sandbox_limits.h"
+#include "net/http.h"
 
 namespace openshell::gateway {
 
@@ -49,7 +55,15 @@ struct GatewayConfig {
   Setting query_rate;
   Setting query_burst;
   Setting storage;  // "auto", "overlay" or "copy"
+  // The API's limits (whole numbers, 1 to 86400000).
+  Setting header_timeout_ms;
+  Setting body_timeout_ms;
+  Setting idle_timeout_ms;
+  Setting max_connections_per_uid;
   limits::Defaults sandbox_defaults;
+
+  // The API server's limits these settings give.
+  net::ServerLimits api_limits() const;
 
   // KEY=VALUE for the supervisors the gateway starts: the DNS settings that
   // are not the defaults, under the variables the supervisor reads

@@ -113,6 +113,13 @@ struct ApiError : Error {
       : Error(message), status(s), code(std::move(c)) {}
 };
 
+// The configuration file's identity before it is read (a change after that
+// is read again), and what it says.
+GatewayConfig load_config_noting(const std::string& path, struct stat* st) {
+  if (::stat(path.c_str(), st) != 0) *st = {};
+  return load_config(path, std::getenv);
+}
+
 bool finished(Phase phase) {
   return phase == Phase::kCompleted || phase == Phase::kError || phase == Phase::kStopped;
 }
@@ -121,11 +128,15 @@ bool finished(Phase phase) {
 
 class Gateway {
  public:
+  // A bad configuration stops the gateway here, saying what is wrong.
   Gateway(asio::io_context& io, Paths paths)
       : io_(io),
         paths_(std::move(paths)),
+        config_(load_config_noting(config_path(paths_, ::geteuid(), std::getenv), &config_stat_)),
         signals_(io, SIGTERM, SIGINT),
-        server_(io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); }) {}
+        server_(
+            io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); },
+            config_.api_limits()) {}
 
   void start();
 
@@ -202,11 +213,12 @@ class Gateway {
 
   // The settings (gateway/config.h), read again when the file changes.
   const GatewayConfig& config();
-  GatewayConfig config_;
-  struct stat config_stat_ {};
 
   asio::io_context& io_;
   Paths paths_;
+  struct stat config_stat_ {};  // the file as it was read (zeros: absent)
+  GatewayConfig config_;        // before server_: the API's limits are its settings
+  bool config_broken_ = false;  // the file changed and does not parse
   asio::signal_set signals_;
   net::Server server_;
   std::unique_ptr<Store> store_;
@@ -272,9 +284,6 @@ void Gateway::start() {
     if (errno == EWOULDBLOCK) throw Error("another gateway is running for " + paths_.state_dir);
     throw_errno("lock " + paths_.lock());
   }
-  // A bad configuration stops the gateway here, saying what is wrong.
-  config_ = load_config(config_path(paths_, ::geteuid(), std::getenv), std::getenv);
-  if (::stat(config_.path.c_str(), &config_stat_) != 0) config_stat_ = {};
   store_ = Store::open(paths_.db());
   key_.emplace(auth::SigningKey::load_or_create(paths_.key()));
   gateway_id_ = key_->id();
@@ -315,16 +324,24 @@ void Gateway::shutdown() {
 const GatewayConfig& Gateway::config() {
   struct stat now {};
   if (::stat(config_.path.c_str(), &now) != 0) now = {};
-  if (now.st_ino != config_stat_.st_ino || now.st_dev != config_stat_.st_dev ||
+  if (config_broken_ || now.st_ino != config_stat_.st_ino || now.st_dev != config_stat_.st_dev ||
       now.st_size != config_stat_.st_size || now.st_mtim.tv_sec != config_stat_.st_mtim.tv_sec ||
       now.st_mtim.tv_nsec != config_stat_.st_mtim.tv_nsec) {
+    GatewayConfig fresh;
     try {
-      config_ = load_config(config_.path, std::getenv);
+      fresh = load_config_noting(config_.path, &config_stat_);
     } catch (const Error& e) {
+      config_broken_ = true;  // read it again next time
       // Until the file is right again, what needs it fails, saying why.
       throw ApiError(500, "bad_config", e.what());
     }
-    config_stat_ = now;
+    // The API's limits hold from the gateway's start.
+    fresh.header_timeout_ms = config_.header_timeout_ms;
+    fresh.body_timeout_ms = config_.body_timeout_ms;
+    fresh.idle_timeout_ms = config_.idle_timeout_ms;
+    fresh.max_connections_per_uid = config_.max_connections_per_uid;
+    config_ = std::move(fresh);
+    config_broken_ = false;
   }
   return config_;
 }

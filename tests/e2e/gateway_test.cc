@@ -121,7 +121,7 @@ TEST_P(Gateway, SettingsFromTheFileTakeEffect) {
   // 127.0.0.1 for every name): the host's own resolver knows nothing of it.
   write_file(home_ + "/gateway.toml",
              "[dns]\nservers = [\"127.0.0.1:" + std::to_string(dns.port()) +
-                 "\"]\n\n[storage]\nmode = \"copy\"\n");
+                 "\"]\n\n[storage]\nmode = \"copy\"\n[api]\nmax_connections_per_uid = 64\n");
   std::string policy = write_file(
       scratch() + "/gw-policy-" + mode_name(mode()) + ".toml",
       "version = 1\n[network_policies.local]\nendpoints = [ { host = \"fromfile.test.openshell\", "
@@ -144,6 +144,7 @@ TEST_P(Gateway, SettingsFromTheFileTakeEffect) {
                               "dns.servers +127.0.0.1:" + std::to_string(dns.port()) + " +file\n"));
   EXPECT_THAT(status.out, testing::ContainsRegex("dns.hosts_file +/etc/hosts +default\n"));
   EXPECT_THAT(status.out, testing::ContainsRegex("storage.mode +copy +file\n"));
+  EXPECT_THAT(status.out, testing::ContainsRegex("api.max_connections_per_uid +64 +file\n"));
   // The environment wins over the file, and says so.
   ASSERT_EQ(os({"gateway", "stop"}).status, 0);
   Options env;

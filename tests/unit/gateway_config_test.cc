@@ -31,6 +31,10 @@ TEST(GatewayConfig, WithoutAFileEverySettingIsTheDefault) {
   EXPECT_FALSE(c.file_exists);
   EXPECT_EQ(c.storage.value, "auto");
   EXPECT_EQ(c.storage.source, "default");
+  // The API's limits are net/http.h's defaults.
+  net::ServerLimits builtin;
+  EXPECT_EQ(c.api_limits().idle_timeout, builtin.idle_timeout);
+  EXPECT_EQ(c.api_limits().max_connections_per_uid, builtin.max_connections_per_uid);
   EXPECT_EQ(c.hosts_file.value, "/etc/hosts");
   EXPECT_THAT(c.supervisor_env(), IsEmpty());
   EXPECT_FALSE(c.sandbox_defaults.pids);
@@ -43,10 +47,12 @@ TEST(GatewayConfig, TheFileSetsAndTheEnvironmentWins) {
                                  "[dns]\nservers = [\"192.0.2.53\", \"[2001:db8::1]:5353\"]\n"
                                  "hosts_file = \"/srv/hosts\"\nquery_rate = 0\n"
                                  "[storage]\nmode = \"copy\"\n"
+                                 "[api]\nheader_timeout_ms = 1500\nmax_connections_per_uid = 9\n"
                                  "[sandbox_defaults]\npids = 64\n");
   FakeEnv env;
   env.vars["OPENSHELL_HOSTS_FILE"] = "/env/hosts";
   env.vars["OPENSHELL_DNS_QUERY_BURST"] = "7";
+  env.vars["OPENSHELL_API_MAX_CONNECTIONS_PER_UID"] = "4";
   GatewayConfig c = load_config(path, env.getenv());
   EXPECT_TRUE(c.file_exists);
   EXPECT_EQ(c.servers.value, "192.0.2.53,[2001:db8::1]:5353");
@@ -57,6 +63,9 @@ TEST(GatewayConfig, TheFileSetsAndTheEnvironmentWins) {
   EXPECT_EQ(c.query_burst.source, "environment");
   EXPECT_EQ(c.storage.value, "copy");
   EXPECT_EQ(c.sandbox_defaults.pids, 64u);
+  EXPECT_EQ(c.api_limits().header_timeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(c.max_connections_per_uid.source, "environment");
+  EXPECT_EQ(c.api_limits().max_connections_per_uid, 4u);
   // What the supervisors get: what is not a default, under the variables
   // the supervisor reads.
   EXPECT_THAT(c.supervisor_env(),
@@ -102,7 +111,13 @@ TEST(GatewayConfig, BadSettingsNameTheFileLineAndKey) {
                 ":2: dns.server: unknown key (known: servers, hosts_file, resolv_conf, "
                 "query_rate, query_burst)");
   EXPECT_EQ(error("[network]\nx = 1\n"),
-            path + ":1: network: unknown table (known: dns, storage, sandbox_defaults)");
+            path + ":1: network: unknown table (known: dns, storage, api, sandbox_defaults)");
+  EXPECT_EQ(error("[api]\nidle_timeout_ms = 0\n"),
+            path + ":2: api.idle_timeout_ms: not a whole number from 1 to 86400000");
+  EXPECT_EQ(error("[api]\nidle_timeout = 5\n"),
+            path +
+                ":2: api.idle_timeout: unknown key (known: header_timeout_ms, body_timeout_ms, "
+                "idle_timeout_ms, max_connections_per_uid)");
   EXPECT_EQ(error("[dns]\n\nservers = [\"nameserver\"]\n"),
             path + ":3: dns.servers: \"nameserver\" is not an address or address:port");
   EXPECT_EQ(error("[dns]\nservers = \"192.0.2.1\"\n"),
