@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/process_name.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "net/http.h"
@@ -40,7 +41,8 @@ void start_gateway_in_background(const Paths& paths) {
   // Everything the children need is made before fork: after it they only
   // make system calls.
   const std::string log_path = paths.gateway_log();
-  static const char* const kArgv[] = {"openshell", "gateway", "run", "--ready-fd", "3", nullptr};
+  // Named for ps (base/process_name.h): "openshell-gateway --ready-fd 3".
+  static const char* const kArgv[] = {process_name::kGateway.data(), "--ready-fd", "3", nullptr};
   Pipe ready = Pipe::create();
   pid_t pid = ::fork();
   if (pid < 0) throw_errno("fork");

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "cli/commands.h"
 #include "cli/gateway_client.h"
+#include "cli/gateway_view.h"
 #include "cli/sandbox_common.h"
 #include "gateway/gateway.h"
 #include "supervisor/supervisor.h"
@@ -56,6 +57,7 @@ void add_gateway_commands(CLI::App& app, Action* action) {
         std::printf("socket: %s\nstate: %s\nsandboxes: %d\nsince: %s\n",
                     info.value("socket", "").c_str(), info.value("state_dir", "").c_str(),
                     info.value("sandboxes", 0), info.value("started_at", "").c_str());
+        print_gateway_config(info.value("config", json()));
       }
       return 0;
     };

@@ -149,6 +149,7 @@ void print_sandbox(const json& s, const std::string& output) {
                        (s.contains("storage_note") ? ": " + s.value("storage_note", "") : "")},
       {"Command:", command_text(s)},
       {"Limits:", limits_text(s)},
+      {"Restart:", s.value("restart", "unless-stopped")},
       {"Created:", s.value("created_at", "")}};
   std::string labels;
   const json label_map = s.value("labels", json::object());

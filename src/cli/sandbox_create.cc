@@ -1,5 +1,6 @@
 // openshell sandbox create: a sandbox from an image, a directory or the host,
 // and its main process.
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "cli/images.h"
 #include "cli/run_options.h"
 #include "cli/sandbox_common.h"
+#include "cli/sandbox_lifecycle.h"
 #include "cli/streams.h"
 #include "spec/sandbox_spec.h"
 
@@ -32,7 +34,8 @@ void check_name(const std::string& name) {
 }
 
 struct CreateOptions {
-  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table";
+  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table",
+                    restart;
   std::vector<std::string> env, labels, command;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
@@ -74,6 +77,7 @@ int create(const CreateOptions& o) {
     spec.policy_source = o.policy;
   }
   spec.no_keep = o.no_keep;
+  spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
   spec.validate();  // bad input stops here, before the gateway
   if (o.from != "host" && !directory) ensure_image(o.from, o.insecure, "--from");
@@ -82,6 +86,7 @@ int create(const CreateOptions& o) {
   json body = {{"spec", json::parse(spec.to_json())}};
   if (!o.name.empty()) body["name"] = o.name;
   json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
+  const auto ready_at = std::chrono::steady_clock::now();
   const std::string name = sandbox.value("name", "");
   if (!o.no_keep) remember(client.paths(), name);
 
@@ -94,10 +99,13 @@ int create(const CreateOptions& o) {
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
     LogEnd end = follow_logs(client.paths(), name, LogOptions{});
+    if (o.command.empty()) warn_if_it_exited_at_once(sandbox, end, ready_at);
     if (end.exit_code) return *end.exit_code;
     if (end.phase == "Stopped") return 128 + 15;
     return exit_code::kFailure;
   }
+  if (o.command.empty() && !sandbox.value("command", json::array()).empty())
+    warn_if_it_exits_at_once(client, sandbox);
   if (o.output == "json")
     print_sandbox(sandbox, "json");
   else
@@ -131,6 +139,10 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   c->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
   repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
   c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
+  c->add_option("--restart", o->restart,
+                "Start it again when the gateway starts and finds it gone (the host came back): "
+                "no, on-failure or unless-stopped (default)")
+      ->check(CLI::IsMember({"no", "on-failure", "unless-stopped"}));
   c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
   add_output(c, &o->output);
   c->add_option(

@@ -33,10 +33,13 @@
 #include "base/json_text.h"
 #include "base/log.h"
 #include "base/paths.h"
+#include "base/process_name.h"
 #include "base/random.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "base/time.h"
+#include "gateway/config.h"
+#include "gateway/restart_policy.h"
 #include "gateway/store.h"
 #include "image/store.h"
 #include "net/http.h"
@@ -65,7 +68,8 @@ using time::now_ms;
 // ---- processes --------------------------------------------------------------
 
 // Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
-// 0 when it does not exist.
+// 0 when it does not exist or has ended (a zombie: killed while its parent,
+// a gateway, was gone, and not yet reaped).
 uint64_t start_time(pid_t pid) {
   auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
   if (!stat) return 0;
@@ -73,7 +77,7 @@ uint64_t start_time(pid_t pid) {
   if (paren == std::string::npos) return 0;
   auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
   // After ") ": field 3 (state) is index 0, so field 22 is index 19.
-  if (fields.size() < 20) return 0;
+  if (fields.size() < 20 || fields[0] == "Z" || fields[0] == "X") return 0;
   return text::parse_uint(fields[19]).value_or(0);
 }
 
@@ -103,6 +107,13 @@ struct ApiError : Error {
       : Error(message), status(s), code(std::move(c)) {}
 };
 
+// The configuration file's identity before it is read (a change after that
+// is read again), and what it says.
+GatewayConfig load_config_noting(const std::string& path, struct stat* st) {
+  if (::stat(path.c_str(), st) != 0) *st = {};
+  return load_config(path, std::getenv);
+}
+
 bool finished(Phase phase) {
   return phase == Phase::kCompleted || phase == Phase::kError || phase == Phase::kStopped;
 }
@@ -111,11 +122,15 @@ bool finished(Phase phase) {
 
 class Gateway {
  public:
+  // A bad configuration stops the gateway here, saying what is wrong.
   Gateway(asio::io_context& io, Paths paths)
       : io_(io),
         paths_(std::move(paths)),
+        config_(load_config_noting(config_path(paths_, ::geteuid(), std::getenv), &config_stat_)),
         signals_(io, SIGTERM, SIGINT),
-        server_(io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); }) {}
+        server_(
+            io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); },
+            config_.api_limits()) {}
 
   void start();
 
@@ -161,6 +176,13 @@ class Gateway {
   void set_phase(SandboxRecord& record, Phase phase, const std::string& reason = "",
                  const std::string& message = "");
   void launch(SandboxRecord& record);
+  // A new generation of a sandbox whose run is over: the old supervisor
+  // gone, the launch recorded (Starting, with this reason), then done.
+  void relaunch(SandboxRecord& record, const std::string& reason = "",
+                const std::string& message = "");
+  // At the gateway's start: a sandbox meant to run whose supervisor was
+  // gone, settled now, starts again if its restart policy says so.
+  void restart_if_meant_to(const std::string& id);
   void watch_supervisor(const std::string& id, int64_t pid, int64_t generation);
   void supervisor_exited(const std::string& id, int64_t generation);
   // Runs `then` once the sandbox's own processes are gone too (its init dies
@@ -184,8 +206,14 @@ class Gateway {
   void notify(const std::string& id);
   void shutdown();
 
+  // The settings (gateway/config.h), read again when the file changes.
+  const GatewayConfig& config();
+
   asio::io_context& io_;
   Paths paths_;
+  struct stat config_stat_ {};  // the file as it was read (zeros: absent)
+  GatewayConfig config_;        // before server_: the API's limits are its settings
+  bool config_broken_ = false;  // the file changed and does not parse
   asio::signal_set signals_;
   net::Server server_;
   std::unique_ptr<Store> store_;
@@ -290,6 +318,31 @@ void Gateway::shutdown() {
 
 // ---- state ------------------------------------------------------------------
 
+const GatewayConfig& Gateway::config() {
+  struct stat now {};
+  if (::stat(config_.path.c_str(), &now) != 0) now = {};
+  if (config_broken_ || now.st_ino != config_stat_.st_ino || now.st_dev != config_stat_.st_dev ||
+      now.st_size != config_stat_.st_size || now.st_mtim.tv_sec != config_stat_.st_mtim.tv_sec ||
+      now.st_mtim.tv_nsec != config_stat_.st_mtim.tv_nsec) {
+    GatewayConfig fresh;
+    try {
+      fresh = load_config_noting(config_.path, &config_stat_);
+    } catch (const Error& e) {
+      config_broken_ = true;  // read it again next time
+      // Until the file is right again, what needs it fails, saying why.
+      throw ApiError(500, "bad_config", e.what());
+    }
+    // The API's limits hold from the gateway's start.
+    fresh.header_timeout_ms = config_.header_timeout_ms;
+    fresh.body_timeout_ms = config_.body_timeout_ms;
+    fresh.idle_timeout_ms = config_.idle_timeout_ms;
+    fresh.max_connections_per_uid = config_.max_connections_per_uid;
+    config_ = std::move(fresh);
+    config_broken_ = false;
+  }
+  return config_;
+}
+
 void Gateway::save(SandboxRecord& record) {
   record.updated_ms = now_ms();
   store_->update(record);
@@ -354,6 +407,7 @@ json Gateway::view(const SandboxRecord& r) const {
   j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
   j["limits"] = json::parse(spec.limits_json());
+  j["restart"] = spec.restart.empty() ? "unless-stopped" : spec.restart;
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
 }
@@ -459,18 +513,20 @@ void Gateway::launch(SandboxRecord& record) {
   // in the sandbox's log directory.
   // This very binary, even if a newer one replaced it on disk since.
   std::string self = "/proc/self/exe";
-  std::vector<std::string> args = {"openshell", "supervisor", "--launch", file};
+  // Named for ps: "openshell-supervisor NAME" (base/process_name.h).
+  std::vector<std::string> args = {std::string(process_name::kSupervisor), record.name, "--launch",
+                                   file};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
-  // Where state lives, and how the sandbox's DNS resolves on the host (the
-  // same settings as the gateway's own).
-  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME",
-                           "OPENSHELL_HOSTS_FILE", "OPENSHELL_RESOLV_CONF", "OPENSHELL_DNS_SERVERS",
-                           "OPENSHELL_DNS_QUERY_RATE", "OPENSHELL_DNS_QUERY_BURST"})
+  // Where state lives (as the gateway's own), and how the sandbox's DNS
+  // resolves on the host (the gateway's configuration, its environment
+  // over its file).
+  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME"})
     if (const char* value = std::getenv(name))
       env_strings.push_back(std::string(name) + "=" + value);
+  for (const auto& entry : config().supervisor_env()) env_strings.push_back(entry);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -589,9 +645,16 @@ void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
 }
 
 void Gateway::apply_final(SandboxRecord& record, const protocol::session::Status& status) {
+  const bool stopped_by_user = record.intent == "stop" || record.phase == Phase::kStopping;
   record.intent = "";
   if (status.state == "stopped") {
-    set_phase(record, Phase::kStopped, "Stopped");
+    // A stop that did not come through the gateway: a signal to the
+    // supervisor, the host shutting down (gateway/restart_policy.h).
+    if (!stopped_by_user)
+      set_phase(record, Phase::kStopped, std::string(kStoppedBySignal),
+                "its supervisor was stopped by a signal, not by 'sandbox stop'");
+    else
+      set_phase(record, Phase::kStopped, "Stopped");
     return;
   }
   int code = status.exit_code.value_or(0);
@@ -656,6 +719,45 @@ void Gateway::finish_delete(const std::string& id) {
   notify(id);
 }
 
+void Gateway::relaunch(SandboxRecord& record, const std::string& reason,
+                       const std::string& message) {
+  // A supervisor of an older generation must be gone before the new one.
+  if (alive(record.supervisor_pid, record.supervisor_start)) {
+    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGKILL);
+    record.supervisor_pid = 0;
+  }
+  supervised_.erase(record.id);
+  record.generation += 1;
+  record.exit_code.reset();
+  record.intent = "launch";
+  record.supervisor_pid = 0;
+  record.supervisor_start = 0;
+  set_phase(record, Phase::kStarting, reason, message);  // on disk before the launch
+  ::unlink((paths_.sandbox(record.id) + "/exit.json").c_str());
+  try {
+    launch(record);
+  } catch (const Error& e) {
+    record.intent = "";
+    set_phase(record, Phase::kError, "LaunchFailed", e.what());
+  }
+}
+
+void Gateway::restart_if_meant_to(const std::string& id) {
+  auto record = store_->find_by_id(id);
+  if (!record || !finished(record->phase) || !record->intent.empty()) return;
+  SandboxSpec spec = SandboxSpec::from_json(record->spec);
+  RestartPolicy policy = parse_restart_policy(spec.restart).value_or(RestartPolicy::kUnlessStopped);
+  const std::string reason = ready_reason(*record);
+  if (!restarts(policy, record->phase, reason)) return;
+  const std::string why = "restart policy " + std::string(restart_policy_name(policy)) +
+                          ": generation " + std::to_string(record->generation) + " ended " +
+                          std::string(phase_name(record->phase)) + " (" + reason +
+                          ") while the gateway was away";
+  store_->append_event(record->id, "Restart", why, now_ms());
+  log::warn("sandbox " + record->name + ": " + why + "; starting it again");
+  relaunch(*record, "Restarted", why);
+}
+
 // After a restart: every sandbox settles in a consistent phase, and what was
 // under way is finished.
 void Gateway::reconcile() {
@@ -694,8 +796,10 @@ void Gateway::reconcile() {
       }
       continue;
     }
+    const bool restart_candidate = meant_to_run(record);
     if (record.supervisor_pid != 0 || !finished(record.phase))
       supervisor_exited(record.id, record.generation);
+    if (restart_candidate) restart_if_meant_to(record.id);
   }
 }
 
@@ -844,14 +948,19 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   if (p == std::vector<std::string>{"health"} && m == "GET")
     return exchange->respond(
         json_response(200, {{"status", "ok"}, {"version", OPENSHELL_VERSION}}));
-  if (p == std::vector<std::string>{"gateway"} && m == "GET")
-    return exchange->respond(json_response(200, {{"version", OPENSHELL_VERSION},
-                                                 {"pid", ::getpid()},
-                                                 {"gateway_id", gateway_id_},
-                                                 {"started_at", time::format_ms(started_ms_)},
-                                                 {"state_dir", paths_.state_dir},
-                                                 {"socket", paths_.socket()},
-                                                 {"sandboxes", store_->list().size()}}));
+  if (p == std::vector<std::string>{"gateway"} && m == "GET") {
+    json info = {{"version", OPENSHELL_VERSION},      {"pid", ::getpid()},
+                 {"gateway_id", gateway_id_},         {"started_at", time::format_ms(started_ms_)},
+                 {"state_dir", paths_.state_dir},     {"socket", paths_.socket()},
+                 {"sandboxes", store_->list().size()}};
+    try {
+      info["config"] = config().view();
+    } catch (const ApiError& e) {
+      info["config"] = config_.view();  // what holds until the file is right again
+      info["config"]["error"] = e.what();
+    }
+    return exchange->respond(json_response(200, info));
+  }
   if (p == std::vector<std::string>{"gateway", "stop"} && m == "POST") {
     exchange->respond(json_response(202, {{"stopping", true}}));
     asio::post(io_, [this] { shutdown(); });
@@ -932,23 +1041,23 @@ void Gateway::resolve_image(SandboxSpec* spec) {
 // The storage is the gateway's to choose, not its clients': a copy costs
 // the gateway's disk a whole root per sandbox, and a sandbox's own copy is
 // a root the sandbox can rewrite. A client's "copy" is accepted only where
-// every root is a copy anyway (OPENSHELL_STORAGE=copy).
-static void check_client_storage(const SandboxSpec& spec) {
+// every root is a copy anyway (storage.mode = "copy", OPENSHELL_STORAGE=copy).
+static void check_client_storage(const SandboxSpec& spec, const std::string& mode) {
   if (spec.storage.empty()) return;
-  const char* setting = std::getenv("OPENSHELL_STORAGE");
-  if (spec.storage == "copy" && setting && std::string(setting) == "copy") return;
+  if (spec.storage == "copy" && mode == "copy") return;
   throw Error("storage '" + spec.storage +
-              "': chosen by the gateway, not by its clients (a gateway started with "
-              "OPENSHELL_STORAGE=copy gives every sandbox a copy)");
+              "': chosen by the gateway, not by its clients (a gateway whose storage.mode is "
+              "copy gives every sandbox a copy)");
 }
 
 void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
-  const char* forced = std::getenv("OPENSHELL_STORAGE");
-  const std::string setting = forced ? forced : "";
+  const Setting& mode = config().storage;
+  const std::string setting = mode.value;
   if (setting == "overlay") return;
   std::string problem;
   if (setting == "copy") {
-    problem = "OPENSHELL_STORAGE=copy";
+    problem = mode.source == "environment" ? "OPENSHELL_STORAGE=copy"
+                                           : "storage.mode = \"copy\" in " + config().path;
   } else if (!overlay_checked_) {
     // Once per gateway: whether overlayfs stacks on this file system here.
     std::vector<std::string> lowers;
@@ -982,10 +1091,11 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   if (!body.is_object()) throw ApiError(400, "bad_request", "the body must be a JSON object");
   std::string name = body.value("name", "");
   SandboxSpec spec;
+  const std::string storage_mode = config().storage.value;
   try {
     spec = SandboxSpec::from_json(body.contains("spec") ? body["spec"].dump() : "{}");
     spec.validate();
-    check_client_storage(spec);
+    check_client_storage(spec, storage_mode);
   } catch (const Error& e) {
     throw ApiError(400, "invalid_spec", e.what());
   }
@@ -1003,8 +1113,9 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   // What the sandbox did not ask for, the gateway's defaults decide: fixed
   // now, so that `sandbox get` shows what holds.
   try {
-    spec.apply_limit_defaults(limits::load_defaults(paths_.gateway_config()),
-                              limits::memory_total());
+    spec.apply_limit_defaults(config().sandbox_defaults, limits::memory_total());
+  } catch (const ApiError&) {
+    throw;
   } catch (const Error& e) {
     throw ApiError(500, "bad_config", e.what());
   }
@@ -1110,25 +1221,7 @@ void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange,
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
                        " (start works from Stopped, Completed or Error)");
-  // A supervisor of an older generation must be gone before the new one.
-  if (alive(record.supervisor_pid, record.supervisor_start)) {
-    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGKILL);
-    record.supervisor_pid = 0;
-  }
-  supervised_.erase(record.id);
-  record.generation += 1;
-  record.exit_code.reset();
-  record.intent = "launch";
-  record.supervisor_pid = 0;
-  record.supervisor_start = 0;
-  set_phase(record, Phase::kStarting);  // on disk before the launch
-  ::unlink((paths_.sandbox(record.id) + "/exit.json").c_str());
-  try {
-    launch(record);
-  } catch (const Error& e) {
-    record.intent = "";
-    set_phase(record, Phase::kError, "LaunchFailed", e.what());
-  }
+  relaunch(record);
   wait_for(
       record.id,
       [](const SandboxRecord* r) {
@@ -1409,6 +1502,7 @@ int run(int ready_fd) {
   // A write to a client or pipe that has gone (the CLI that started us,
   // killed before it read our answer) is that peer's end, not ours.
   ::signal(SIGPIPE, SIG_IGN);
+  process_name::set_comm(process_name::kGatewayComm);
   // The CLI that started us waits for this pipe's answer, and for its end:
   // no child of ours may hold it.
   if (ready_fd >= 0) ::fcntl(ready_fd, F_SETFD, FD_CLOEXEC);

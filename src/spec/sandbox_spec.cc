@@ -39,6 +39,8 @@ void SandboxSpec::validate() const {
     throw Error("--tmp-size: below the minimum of 1M");
   if (shm_size_bytes && *shm_size_bytes < (1u << 20))
     throw Error("--shm-size: below the minimum of 1M");
+  if (!restart.empty() && restart != "no" && restart != "on-failure" && restart != "unless-stopped")
+    throw Error("--restart " + restart + ": must be no, on-failure or unless-stopped");
   for (const auto& [k, v] : labels)
     if (auto why = check_label(k, v); !why.empty())
       throw Error("--label " + k + "=" + v + ": " + why);
@@ -83,6 +85,7 @@ std::string SandboxSpec::to_json() const {
                   {"digest", image->digest}, {"layers", image->layers},
                   {"user", image->user},     {"working_dir", image->working_dir}};
   if (!storage.empty()) j["storage"] = storage;
+  if (!restart.empty()) j["restart"] = restart;
   if (!storage_note.empty()) j["storage_note"] = storage_note;
   return j.dump();
 }
@@ -123,6 +126,7 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
       s.image = std::move(image);
     }
     s.storage = j.value("storage", std::string());
+    s.restart = j.value("restart", std::string());
     s.storage_note = j.value("storage_note", std::string());
   } catch (const json::exception& e) {
     throw Error(std::string("sandbox spec: ") + e.what());

@@ -43,7 +43,11 @@ struct SandboxSpec {
   // by the gateway at create (none: the shared range of older sandboxes).
   std::optional<uint32_t> host_uid_start, host_gid_start;
   std::map<std::string, std::string> labels;
-  bool no_keep = false;       // delete the sandbox once the main process exits
+  bool no_keep = false;  // delete the sandbox once the main process exits
+  // Whether the gateway starts it again when, at its own start, it finds
+  // the sandbox's supervisor gone (gateway/restart_policy.h): "no",
+  // "on-failure", "unless-stopped"; "" is unless-stopped.
+  std::string restart;
   std::string policy;         // policy TOML text; empty: the default policy
   std::string policy_source;  // the file it came from, for messages
 

@@ -13,6 +13,7 @@
 #include "base/event_loop.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "base/process_name.h"
 #include "base/time.h"
 #include "spec/container_spec.h"
 #include "spec/sandbox_spec.h"
@@ -207,6 +208,7 @@ int main(const std::string& launch_file) {
   // MSG_NOSIGNAL) is an error for that connection, never the end of the
   // supervisor. The sandbox's processes get their signals' defaults back.
   ::signal(SIGPIPE, SIG_IGN);
+  process_name::set_comm(process_name::kSupervisorComm);
   try {
     asio::io_context io;
     Supervisor supervisor(io, launch_file);

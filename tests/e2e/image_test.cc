@@ -944,6 +944,31 @@ TEST_P(Images, DefaultBaseImageRunsPython) {
   EXPECT_THAT(bash.out, HasSubstr("sandbox"));
 }
 
+// busybox's command is sh: with no input it ends at once, and the sandbox
+// is Completed before anyone could exec into it. create says so.
+TEST_P(Images, AMainProcessThatExitsAtOnceSaysSo) {
+  import_busybox();
+  const std::string warning =
+      "the main process exited at once with status 0: sh (the image's command; a shell with no "
+      "input ends at once), and the sandbox is Completed. For a sandbox that keeps running for "
+      "'sandbox exec', give it a command that lasts: openshell sandbox create --from busybox -- "
+      "sleep infinity\n";
+  Result detached = os({"sandbox", "create", "--name", "d", "--from", "busybox", "-d"});
+  EXPECT_EQ(detached.status, 0) << detached.err;
+  EXPECT_EQ(detached.err, "openshell: warning: sandbox 'd': " + warning);
+  EXPECT_EQ(detached.out, "d\n");
+  Result attached = os({"sandbox", "create", "--name", "a", "--from", "busybox"});
+  EXPECT_EQ(attached.status, 0) << attached.err;
+  EXPECT_EQ(attached.err, "openshell: warning: sandbox 'a': " + warning);
+  // A command that lasts, or one the caller chose, is no surprise.
+  Result lasting =
+      os({"sandbox", "create", "--name", "l", "--from", "busybox", "-d", "--", "sleep", "600"});
+  EXPECT_EQ(lasting.err, "");
+  Result chosen = os({"sandbox", "create", "--name", "c", "--from", "busybox", "--", "true"});
+  EXPECT_EQ(chosen.status, 0);
+  EXPECT_EQ(chosen.err, "");
+}
+
 E2E_ALL_MODES(Images);
 
 }  // namespace

@@ -213,10 +213,20 @@ TEST_P(PrivateState, EnvSecretsAreDeliveredButNeverRestInPlainText) {
   EXPECT_EQ(files_holding(home_, secret), std::vector<std::string>{});
 
   // A gateway killed outright; the next command starts another, which must
-  // still deliver the environment to a new supervisor.
+  // still deliver the environment to a new supervisor. The command waits
+  // until the old one has ended: a dying gateway's socket still takes
+  // connections into its backlog, and closes them unanswered.
   for (const auto& p : gateway_processes())
-    if (p.find("gateway") != std::string::npos)
-      ::kill(std::stoi(p.substr(0, p.find(':'))), SIGKILL);
+    if (p.find("gateway") != std::string::npos) {
+      const std::string pid = p.substr(0, p.find(':'));
+      ::kill(std::stoi(pid), SIGKILL);
+      for (int i = 0; i < 1500; ++i) {
+        std::string stat = file_contents("/proc/" + pid + "/stat");
+        auto paren = stat.rfind(')');
+        if (paren == std::string::npos || stat.compare(paren + 2, 1, "Z") == 0) break;
+        ::usleep(20000);
+      }
+    }
   EXPECT_EQ(printenv().out, secret + "\n") << "running across the gateway's restart";
   ASSERT_EQ(os({"sandbox", "stop", "holder"}).status, 0);
   ASSERT_EQ(os({"sandbox", "start", "holder"}).status, 0);
