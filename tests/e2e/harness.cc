@@ -427,6 +427,18 @@ std::vector<std::string> stop_gateway(Mode mode, const std::string& home) {
   return gateway_processes(home);
 }
 
+bool kill_and_wait(const std::string& pid) {
+  if (::kill(std::stoi(pid), SIGKILL) != 0) return errno == ESRCH;
+  // Ended: gone from /proc, or a zombie (its files are closed).
+  auto alive = [&] {
+    std::string stat = file_contents("/proc/" + pid + "/stat");
+    auto paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+  };
+  for (int i = 0; i < 1500 && alive(); ++i) ::usleep(20000);
+  return !alive();
+}
+
 GatewayGuard::~GatewayGuard() {
   EXPECT_EQ(stop_gateway(mode_, home_), std::vector<std::string>{}) << "gateway left: " << home_;
 }

@@ -104,6 +104,10 @@ class GatewayGuard {
   std::string home_;
 };
 std::string command_of(const std::string& pid);
+// Sends SIGKILL to PID and waits (30 s at most) until it has ended: a
+// gateway between the signal and its end still accepts a connection, only
+// to close it. Whether it ended.
+bool kill_and_wait(const std::string& pid);
 std::string environment_of(const std::string& pid);
 
 // A TCP server on 127.0.0.1, on a free port: `serve` gets each connection

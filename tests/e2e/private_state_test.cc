@@ -214,9 +214,13 @@ TEST_P(PrivateState, EnvSecretsAreDeliveredButNeverRestInPlainText) {
 
   // A gateway killed outright; the next command starts another, which must
   // still deliver the environment to a new supervisor.
+  int killed = 0;
   for (const auto& p : gateway_processes())
-    if (p.find("gateway") != std::string::npos)
-      ::kill(std::stoi(p.substr(0, p.find(':'))), SIGKILL);
+    if (p.find("gateway") != std::string::npos) {
+      ASSERT_TRUE(kill_and_wait(p.substr(0, p.find(':')))) << p;
+      ++killed;
+    }
+  ASSERT_EQ(killed, 1) << "no gateway to kill";
   EXPECT_EQ(printenv().out, secret + "\n") << "running across the gateway's restart";
   ASSERT_EQ(os({"sandbox", "stop", "holder"}).status, 0);
   ASSERT_EQ(os({"sandbox", "start", "holder"}).status, 0);
