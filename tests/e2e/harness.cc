@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -37,12 +38,26 @@ struct State {
   gid_t sub_gid = 0, single_gid = 0;
   std::vector<std::string> users_created;
   // What the tests made, for the leftover scans: the openshell processes
-  // the harness started, and the ids of the sandboxes that appeared in the
+  // the harness started in this test (pid -> start time: pids are reused,
+  // by others' runs too), and the ids of the sandboxes that appeared in the
   // state directories of the tests' gateways.
   std::mutex made_mutex;
-  std::set<std::string> started_pids, sandbox_ids;
+  std::map<std::string, std::string> started_pids;
+  std::set<std::string> sandbox_ids;
 };
 State g;
+
+// Field 22 of /proc/PID/stat, when the process started ("" when it is gone).
+std::string start_time_of(const std::string& pid) {
+  std::string stat = file_contents("/proc/" + pid + "/stat");
+  auto at = stat.rfind(')');
+  if (at == std::string::npos) return "";
+  std::istringstream fields(stat.substr(at + 2));  // from field 3, the state
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(fields >> field)) return "";
+  return field;
+}
 
 // The sandboxes of the state directory that openshell run with this
 // environment uses, when it is one the tests made (under scratch()).
@@ -264,7 +279,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   }
   {
     std::lock_guard<std::mutex> lock(g.made_mutex);
-    g.started_pids.insert(std::to_string(pid));
+    g.started_pids[std::to_string(pid)] = start_time_of(std::to_string(pid));
   }
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
@@ -488,7 +503,14 @@ bool made_by_tests(const std::string& cgroup) {
   std::string name = cgroup.substr(cgroup.rfind('/') + 1);
   {
     std::lock_guard<std::mutex> lock(g.made_mutex);
-    if (name.rfind("openshell-run-", 0) == 0 && g.started_pids.count(name.substr(14))) return true;
+    if (name.rfind("openshell-run-", 0) == 0) {
+      // Ours unless that pid is now another process (another's run).
+      auto it = g.started_pids.find(name.substr(14));
+      if (it != g.started_pids.end()) {
+        std::string now = start_time_of(it->first);
+        if (now.empty() || now == it->second) return true;
+      }
+    }
     if (g.sandbox_ids.count(name.substr(10))) return true;
   }
   std::istringstream pids(file_contents(cgroup + "/cgroup.procs"));
@@ -498,6 +520,11 @@ bool made_by_tests(const std::string& cgroup) {
 }
 
 }  // namespace
+
+void forget_started_processes() {
+  std::lock_guard<std::mutex> lock(g.made_mutex);
+  g.started_pids.clear();
+}
 
 std::vector<std::string> leftover_mounts() {
   std::vector<std::string> out;
