@@ -108,8 +108,9 @@ class ApiContract : public ModeTest {
     socket_ = home_ + "/run/gateway.sock";
   }
   void TearDown() override {
-    if (!home_.empty())
+    if (!home_.empty()) {
       EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{}) << "gateway left";
+    }
     ModeTest::TearDown();
   }
   // Starts the gateway (the command line's auto-start) with `env`.

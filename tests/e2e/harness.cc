@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -37,12 +38,26 @@ struct State {
   gid_t sub_gid = 0, single_gid = 0;
   std::vector<std::string> users_created;
   // What the tests made, for the leftover scans: the openshell processes
-  // the harness started, and the ids of the sandboxes that appeared in the
+  // the harness started in this test (pid -> start time: pids are reused,
+  // by others' runs too), and the ids of the sandboxes that appeared in the
   // state directories of the tests' gateways.
   std::mutex made_mutex;
-  std::set<std::string> started_pids, sandbox_ids;
+  std::map<std::string, std::string> started_pids;
+  std::set<std::string> sandbox_ids;
 };
 State g;
+
+// Field 22 of /proc/PID/stat, when the process started ("" when it is gone).
+std::string start_time_of(const std::string& pid) {
+  std::string stat = file_contents("/proc/" + pid + "/stat");
+  auto at = stat.rfind(')');
+  if (at == std::string::npos) return "";
+  std::istringstream fields(stat.substr(at + 2));  // from field 3, the state
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(fields >> field)) return "";
+  return field;
+}
 
 // The sandboxes of the state directory that openshell run with this
 // environment uses, when it is one the tests made (under scratch()).
@@ -264,7 +279,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   }
   {
     std::lock_guard<std::mutex> lock(g.made_mutex);
-    g.started_pids.insert(std::to_string(pid));
+    g.started_pids[std::to_string(pid)] = start_time_of(std::to_string(pid));
   }
   ::close(in_pipe[0]);
   ::close(out_pipe[1]);
@@ -427,6 +442,18 @@ std::vector<std::string> stop_gateway(Mode mode, const std::string& home) {
   return gateway_processes(home);
 }
 
+bool kill_and_wait(const std::string& pid) {
+  if (::kill(std::stoi(pid), SIGKILL) != 0) return errno == ESRCH;
+  // Ended: gone from /proc, or a zombie (its files are closed).
+  auto alive = [&] {
+    std::string stat = file_contents("/proc/" + pid + "/stat");
+    auto paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+  };
+  for (int i = 0; i < 1500 && alive(); ++i) ::usleep(20000);
+  return !alive();
+}
+
 GatewayGuard::~GatewayGuard() {
   EXPECT_EQ(stop_gateway(mode_, home_), std::vector<std::string>{}) << "gateway left: " << home_;
 }
@@ -458,11 +485,14 @@ bool started_by_another(const std::string& pid) {
   static const int own_depth = pid_depth("self");
   std::string p = pid;
   for (int hops = 0; hops < 64 && !p.empty() && p != "0" && p != "1"; ++hops) {
+    // A process gone meanwhile leaks nothing, and says nothing of whose it was.
+    if (file_contents("/proc/" + p + "/status").empty()) return true;
     if (pid_depth(p) <= own_depth) {
       char exe[4096];
       ssize_t n = ::readlink(("/proc/" + p + "/exe").c_str(), exe, sizeof exe - 1);
-      if (n <= 0) return false;
-      return std::string(exe, static_cast<size_t>(n)) != g.binary;
+      // A zombie, or one on its way out, has no program left: judge it by
+      // its parent.
+      if (n > 0) return std::string(exe, static_cast<size_t>(n)) != g.binary;
     }
     p = parent_of(p);
   }
@@ -476,7 +506,14 @@ bool made_by_tests(const std::string& cgroup) {
   std::string name = cgroup.substr(cgroup.rfind('/') + 1);
   {
     std::lock_guard<std::mutex> lock(g.made_mutex);
-    if (name.rfind("openshell-run-", 0) == 0 && g.started_pids.count(name.substr(14))) return true;
+    if (name.rfind("openshell-run-", 0) == 0) {
+      // Ours unless that pid is now another process (another's run).
+      auto it = g.started_pids.find(name.substr(14));
+      if (it != g.started_pids.end()) {
+        std::string now = start_time_of(it->first);
+        if (now.empty() || now == it->second) return true;
+      }
+    }
     if (g.sandbox_ids.count(name.substr(10))) return true;
   }
   std::istringstream pids(file_contents(cgroup + "/cgroup.procs"));
@@ -486,6 +523,11 @@ bool made_by_tests(const std::string& cgroup) {
 }
 
 }  // namespace
+
+void forget_started_processes() {
+  std::lock_guard<std::mutex> lock(g.made_mutex);
+  g.started_pids.clear();
+}
 
 std::vector<std::string> leftover_mounts() {
   std::vector<std::string> out;

@@ -72,6 +72,8 @@ std::string write_file(const std::string& path, const std::string& content, mode
 std::vector<std::string> leftover_mounts();
 std::vector<std::string> leftover_cgroups();
 std::vector<std::string> leftover_processes();
+// A new test: the runs of earlier ones no longer count as its own.
+void forget_started_processes();
 
 // A file's bytes ("" when it cannot be read).
 std::string file_contents(const std::string& path);
@@ -104,6 +106,10 @@ class GatewayGuard {
   std::string home_;
 };
 std::string command_of(const std::string& pid);
+// Sends SIGKILL to PID and waits (30 s at most) until it has ended: a
+// gateway between the signal and its end still accepts a connection, only
+// to close it. Whether it ended.
+bool kill_and_wait(const std::string& pid);
 std::string environment_of(const std::string& pid);
 
 // A TCP server on 127.0.0.1, on a free port: `serve` gets each connection
@@ -183,6 +189,7 @@ class ModeTest : public testing::TestWithParam<Mode> {
   Mode mode() const { return GetParam(); }
   void SetUp() override {
     if (binary().empty()) GTEST_SKIP() << "e2e tests need root (to create the test users)";
+    forget_started_processes();
     mounts_before_ = leftover_mounts();
     cgroups_before_ = leftover_cgroups();
     processes_before_ = leftover_processes();

@@ -113,7 +113,11 @@ TEST_P(PrivateState, RunOnHostRootCannotReachTheGateway) {
   Result r = os({"run", "--rootfs", "host", "--bind", binary() + ":/osh-cli:ro", "-e",
                  "OPENSHELL_HOME=" + home_, "--", "/bin/sh", "-c",
                  "timeout 20 /osh-cli sandbox create --name evil --from host -- true; echo rc=$?"});
-  EXPECT_THAT(r.out, Not(HasSubstr("rc=0"))) << r.out << r.err;
+  // The CLI inside finds no run directory of the gateway's (masked, with its
+  // socket) and may not make one: refused for that reason, not another.
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "rc=125\n");
+  EXPECT_EQ(r.err, "openshell: create " + home_ + "/run: Read-only file system\n");
   EXPECT_THAT(os({"sandbox", "list"}).out, Not(HasSubstr("evil")));
 }
 
@@ -156,8 +160,10 @@ TEST_P(PrivateState, BindOfAParentKeepsTheStateMasked) {
       os({"run", "--rootfs", "host", "--bind", parent + ":/osh-parent", "--", "/bin/sh", "-c",
           "echo \"home[$(ls -A /osh-parent/" + name + ")]\"; cat /osh-parent/" + name +
               "/keys/* 2>/dev/null; true"});
-  EXPECT_THAT(r.out, HasSubstr("home[]")) << r.out << r.err;
-  EXPECT_THAT(r.out, Not(HasSubstr("PRIVATE KEY"))) << r.out;
+  // Empty, not unreadable: ls ran and saw nothing.
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "home[]\n");
   Result explicit_bind = os({"run", "--rootfs", "host", "--bind", home_ + ":" + home_, "--",
                              "/bin/sh", "-c", "ls -A " + home_});
   EXPECT_THAT(explicit_bind.out, HasSubstr("gateway.db")) << explicit_bind.err;
@@ -213,20 +219,14 @@ TEST_P(PrivateState, EnvSecretsAreDeliveredButNeverRestInPlainText) {
   EXPECT_EQ(files_holding(home_, secret), std::vector<std::string>{});
 
   // A gateway killed outright; the next command starts another, which must
-  // still deliver the environment to a new supervisor. The command waits
-  // until the old one has ended: a dying gateway's socket still takes
-  // connections into its backlog, and closes them unanswered.
+  // still deliver the environment to a new supervisor.
+  int killed = 0;
   for (const auto& p : gateway_processes())
     if (p.find("gateway") != std::string::npos) {
-      const std::string pid = p.substr(0, p.find(':'));
-      ::kill(std::stoi(pid), SIGKILL);
-      for (int i = 0; i < 1500; ++i) {
-        std::string stat = file_contents("/proc/" + pid + "/stat");
-        auto paren = stat.rfind(')');
-        if (paren == std::string::npos || stat.compare(paren + 2, 1, "Z") == 0) break;
-        ::usleep(20000);
-      }
+      ASSERT_TRUE(kill_and_wait(p.substr(0, p.find(':')))) << p;
+      ++killed;
     }
+  ASSERT_EQ(killed, 1) << "no gateway to kill";
   EXPECT_EQ(printenv().out, secret + "\n") << "running across the gateway's restart";
   ASSERT_EQ(os({"sandbox", "stop", "holder"}).status, 0);
   ASSERT_EQ(os({"sandbox", "start", "holder"}).status, 0);

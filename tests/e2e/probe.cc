@@ -68,6 +68,10 @@ const char* errno_name(int err) {
       return "ETXTBSY";
     case ECONNREFUSED:
       return "ECONNREFUSED";
+    case ECONNRESET:
+      return "ECONNRESET";
+    case EPIPE:
+      return "EPIPE";
     case ENETUNREACH:
       return "ENETUNREACH";
     case EHOSTUNREACH:

@@ -165,9 +165,9 @@ TEST(CgroupLayoutParse, FirstMountOfAHierarchyWins) {
 TEST(CgroupLayoutParse, MountRootIsAPathPrefixNotAStringPrefix) {
   CgroupLayout layout = CgroupLayout::parse(
       "0::/docker/abcdef/x\n", "50 40 0:30 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
-  if (layout.unified) {
-    EXPECT_THAT(layout.unified->dir, ::testing::StartsWith("/sys/fs/cgroup/"));
-  }
+  // Not below the mount's root: the path is taken as it is, inside the mount.
+  ASSERT_TRUE(layout.unified.has_value());
+  EXPECT_EQ(layout.unified->dir, "/sys/fs/cgroup/docker/abcdef/x");
 }
 
 // --- CgroupSet::create on fake trees ---------------------------------------------

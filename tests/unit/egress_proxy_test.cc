@@ -151,7 +151,9 @@ TEST(ProxyLimits, ConnectionsBeyondTheLimitGet503AndAnAuditLine) {
     ssize_t sent = ::write(again.get(), bad.data(), bad.size());
     (void)sent;
     answer = read_for(again.get(), 30000);
-    if (answer.find(" 400 ") == std::string::npos) EXPECT_THAT(answer, HasSubstr(" 503 "));
+    if (answer.find(" 400 ") == std::string::npos) {
+      EXPECT_THAT(answer, HasSubstr(" 503 "));
+    }
   }
   EXPECT_THAT(answer, HasSubstr("HTTP/1.1 400 Bad Request"));
 }

@@ -71,31 +71,29 @@ TEST_F(MountPlanTest, HostRootNeedsNoRootfs) {
 TEST_F(MountPlanTest, MissingRootfs) {
   FilesystemSpec spec = directory_root();
   spec.rootfs = tmp_ / "missing";
-  std::string message = error_of(spec);
-  EXPECT_THAT(message, StartsWith("--rootfs " + (tmp_ / "missing") + ": "));
-  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+  EXPECT_EQ(error_of(spec), "--rootfs " + (tmp_ / "missing") + ": No such file or directory");
   spec.rootfs = "";
-  EXPECT_THAT(error_of(spec), StartsWith("--rootfs: no directory given"));
+  EXPECT_EQ(error_of(spec), "--rootfs: no directory given");
 }
 
 TEST_F(MountPlanTest, RootfsThatIsAFile) {
   write_file(tmp_ / "file", "");
   FilesystemSpec spec = directory_root();
   spec.rootfs = tmp_ / "file";
-  EXPECT_THAT(error_of(spec), HasSubstr("not a directory"));
-  EXPECT_THAT(error_of(spec), StartsWith("--rootfs "));
+  EXPECT_EQ(error_of(spec), "--rootfs " + (tmp_ / "file") + ": not a directory");
 }
 
 TEST_F(MountPlanTest, MissingWritableLayer) {
   FilesystemSpec spec = directory_root();
   spec.layer_dir = tmp_ / "no-layer";
-  EXPECT_THAT(error_of(spec), StartsWith("writable layer " + (tmp_ / "no-layer")));
+  EXPECT_EQ(error_of(spec),
+            "writable layer " + (tmp_ / "no-layer") + ": No such file or directory");
 }
 
 TEST_F(MountPlanTest, BindOverTheRoot) {
   FilesystemSpec spec = directory_root();
   spec.binds = {bind(tmp_ / "data", "/")};
-  EXPECT_THAT(error_of(spec), HasSubstr("cannot replace the root"));
+  EXPECT_EQ(error_of(spec), "--bind " + (tmp_ / "data") + ":/: cannot replace the root");
 }
 
 // Regression (fixed): only the exact string "/" is refused; "//" and "/." name the root too
@@ -104,27 +102,28 @@ TEST_F(MountPlanTest, BindOverTheRootWhateverItsSpelling) {
   for (const char* root : {"//", "/.", "/./"}) {
     FilesystemSpec spec = directory_root();
     spec.binds = {bind(tmp_ / "data", root)};
-    EXPECT_THAT(error_of(spec), HasSubstr("cannot replace the root")) << root;
+    EXPECT_EQ(error_of(spec),
+              "--bind " + (tmp_ / "data") + ":" + root + ": cannot replace the root")
+        << root;
   }
 }
 
 TEST_F(MountPlanTest, BindDestinationMustBeAbsoluteWithoutDotDot) {
   FilesystemSpec spec = directory_root();
   spec.binds = {bind(tmp_ / "data", "data")};
-  EXPECT_THAT(error_of(spec), StartsWith("--bind " + (tmp_ / "data") +
-                                         ":data: destination must be an absolute path"));
+  EXPECT_EQ(error_of(spec),
+            "--bind " + (tmp_ / "data") + ":data: destination must be an absolute path");
   spec.binds = {bind(tmp_ / "data", "/a/../etc")};
-  EXPECT_THAT(error_of(spec), HasSubstr("destination must not contain '..'"));
+  EXPECT_EQ(error_of(spec),
+            "--bind " + (tmp_ / "data") + ":/a/../etc: destination must not contain '..'");
   spec.binds = {bind(tmp_ / "data", "")};
-  EXPECT_THAT(error_of(spec), HasSubstr("destination must not be empty"));
+  EXPECT_EQ(error_of(spec), "--bind " + (tmp_ / "data") + ":: destination must not be empty");
 }
 
 TEST_F(MountPlanTest, MissingBindSourceIsNamed) {
   FilesystemSpec spec = directory_root();
   spec.binds = {bind(tmp_ / "data", "/ok"), bind(tmp_ / "gone", "/gone")};
-  std::string message = error_of(spec);
-  EXPECT_THAT(message, StartsWith("--bind source " + (tmp_ / "gone") + ": "));
-  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+  EXPECT_EQ(error_of(spec), "--bind source " + (tmp_ / "gone") + ": No such file or directory");
 }
 
 TEST_F(MountPlanTest, WorkdirMustBeAbsolute) {
