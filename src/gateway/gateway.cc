@@ -672,7 +672,22 @@ void Gateway::apply_final(SandboxRecord& record, const protocol::session::Status
 // What a sandbox leaves on the host once its supervisor is gone.
 void Gateway::cleanup_host(const SandboxRecord& record) {
   runtime::remove_cgroups("openshell-" + record.id);
-  ::unlink(paths_.supervisor_socket(record.id, record.generation).c_str());
+  // Every generation's socket up to this one: a supervisor that died while
+  // the gateway was down left its own behind.
+  const std::string dir = paths_.run_dir + "/s";
+  const std::string prefix = record.id + ".";
+  std::vector<std::string> names;
+  try {
+    names = files::list_directory(dir);
+  } catch (const Error&) {
+    return;  // no socket directory: no socket
+  }
+  for (const auto& name : names) {
+    if (!name.starts_with(prefix) || !name.ends_with(".sock")) continue;
+    const std::string number = name.substr(prefix.size(), name.size() - prefix.size() - 5);
+    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (std::stoll(number) <= record.generation) ::unlink((dir + "/" + name).c_str());
+  }
 }
 
 void Gateway::request_stop(SandboxRecord& record) {

@@ -783,6 +783,7 @@ TEST_P(Sandbox, KillNineChaos) {
   int gateways = 0;
   for (const auto& p : gateway_processes()) gateways += p.find("gateway") != std::string::npos;
   EXPECT_EQ(gateways, 1) << testing::PrintToString(gateway_processes());
+  EXPECT_EQ(file_contents_of_dir(home_ + "/run/s"), "") << "supervisor sockets left";
 }
 
 }  // namespace
