@@ -212,8 +212,13 @@ void check_name(const std::string& name) {
                 "with '-')");
 }
 
+constexpr const char* kUserHelp =
+    "Run as UID[:GID] or NAME[:GROUP] of the sandbox (default: the policy's run_as_user, the "
+    "image's User, else 1000); root (0) only where the policy has process.allow_root = true";
+
 struct CreateOptions {
-  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table";
+  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
+                    output = "table";
   std::vector<std::string> env, labels, command;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
@@ -227,6 +232,7 @@ int create(const CreateOptions& o) {
   if (directory) spec.from = files::canonical(o.from, "--from");
   spec.command = o.command;
   spec.env = o.env;
+  spec.user = o.user;
   if (!o.cpu.empty()) {
     auto cpus = text::parse_positive_decimal(o.cpu);
     if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
@@ -307,6 +313,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
     c->add_flag("--insecure", o->insecure,
                 "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
     c->add_option("--policy", o->policy, "Policy file (TOML)");
+    c->add_option("-u,--user", o->user, kUserHelp);
     repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
     c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
     c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
@@ -461,6 +468,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
         c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
     c->add_option("-w,--workdir", o->workdir,
                   "Its working directory (default: the image's WorkingDir, else /sandbox)");
+    c->add_option("-u,--user", o->user, kUserHelp);
     c->add_option("--timeout", o->timeout_s, "Kill it after this many seconds (exit status 124)");
     c->add_option("command", o->argv, "The command and its arguments")->required();
     c->footer(
