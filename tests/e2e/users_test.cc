@@ -157,7 +157,9 @@ TEST_P(Users, ExecUserIsConfinedLikeTheMainProcess) {
   ASSERT_FALSE(main_pid.empty()) << "the main process is not to be found";
   const std::string main_confinement =
       confinement_of(file_contents("/proc/" + main_pid + "/status"));
-  EXPECT_THAT(main_confinement, HasSubstr("CapEff:\t0000000000000000"));
+  // Nothing of what the init keeps to switch users (CAP_SETUID, CAP_SETGID).
+  for (const char* set : {"CapPrm", "CapEff", "CapInh", "CapAmb", "CapBnd"})
+    EXPECT_THAT(main_confinement, HasSubstr(std::string(set) + ":\t0000000000000000"));
   EXPECT_THAT(main_confinement, HasSubstr("NoNewPrivs:\t1"));
   EXPECT_THAT(main_confinement, HasSubstr("Seccomp:\t2"));
 

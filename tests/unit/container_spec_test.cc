@@ -490,3 +490,30 @@ TEST(ContainerSpecLimits, DefaultsAndCoreDumps) {
 
 }  // namespace
 }  // namespace openshell::spec
+
+namespace openshell::spec {
+namespace {
+
+// create --user travels in the spec (the launch file signs it) and is
+// checked for its shape before the gateway sees it.
+TEST(SandboxSpecUser, KeptThroughJsonAndCheckedForItsShape) {
+  SandboxSpec spec;
+  EXPECT_EQ(SandboxSpec::from_json(spec.to_json()).user, "");
+  EXPECT_EQ(spec.to_json().find("\"user\""), std::string::npos) << "left out when unset";
+  spec.user = "1234:55";
+  EXPECT_EQ(SandboxSpec::from_json(spec.to_json()).user, "1234:55");
+  for (const std::string bad : {":", ":55", "1234:", "a\nb"}) {
+    SandboxSpec s;
+    s.user = bad;
+    EXPECT_EQ(error_of([&] { s.validate(); }),
+              "--user " + s.user + ": expected UID[:GID] or NAME[:GROUP]");
+  }
+  for (const char* good : {"0", "root", "sandbox:staff", "1000:0"}) {
+    SandboxSpec s;
+    s.user = good;
+    EXPECT_NO_THROW(s.validate()) << good;
+  }
+}
+
+}  // namespace
+}  // namespace openshell::spec
