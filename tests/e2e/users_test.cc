@@ -253,6 +253,18 @@ TEST_P(Users, RootInTheSandboxIsNotHostRoot) {
   EXPECT_EQ(chown.status, 1);
   EXPECT_THAT(chown.err, HasSubstr(mode() == Mode::kRootlessSingle ? "Invalid argument"
                                                                    : "Operation not permitted"));
+  // From root to another user: nothing of root's stays.
+  Result down = os({"sandbox", "exec", "-u", "1000", "h", "--", "sh", "-c",
+                    "id -u; grep -E '^Cap(Prm|Eff|Amb)' /proc/self/status"});
+  if (mode() == Mode::kRootlessSingle) {
+    EXPECT_EQ(down.status, 125);
+    EXPECT_THAT(down.err, HasSubstr("the sandbox holds only its own user (0:0)"));
+  } else {
+    EXPECT_EQ(down.status, 0) << down.err;
+    EXPECT_EQ(down.out,
+              "1000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t"
+              "0000000000000000\n");
+  }
   EXPECT_EQ(os({"sandbox", "delete", "h"}).status, 0);
 }
 
