@@ -17,6 +17,11 @@ class Option;
 
 namespace openshell::cli {
 
+// --user's help, the same on create and exec.
+inline constexpr const char* kUserHelp =
+    "Run as UID[:GID] or NAME[:GROUP] of the sandbox (default: the policy's run_as_user, the "
+    "image's User, else 1000); root (0) only where the policy has process.allow_root = true";
+
 class GatewayClient;
 
 // A repeatable option takes one value per occurrence (defined with run's

@@ -34,8 +34,8 @@ void check_name(const std::string& name) {
 }
 
 struct CreateOptions {
-  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table",
-                    restart;
+  std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
+                    output = "table", restart;
   std::vector<std::string> env, labels, command;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
@@ -49,6 +49,7 @@ int create(const CreateOptions& o) {
   if (directory) spec.from = files::canonical(o.from, "--from");
   spec.command = o.command;
   spec.env = o.env;
+  spec.user = o.user;
   if (!o.cpu.empty()) {
     auto cpus = text::parse_positive_decimal(o.cpu);
     if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
@@ -128,6 +129,7 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   c->add_flag("--insecure", o->insecure,
               "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
   c->add_option("--policy", o->policy, "Policy file (TOML)");
+  c->add_option("-u,--user", o->user, kUserHelp);
   repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
   c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
   c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");

@@ -25,6 +25,7 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
   repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
   c->add_option("-w,--workdir", o->workdir,
                 "Its working directory (default: the image's WorkingDir, else /sandbox)");
+  c->add_option("-u,--user", o->user, kUserHelp);
   c->add_option("--timeout", o->timeout_s, "Kill it after this many seconds (exit status 124)");
   c->add_option("command", o->argv, "The command and its arguments")->required();
   c->footer("The exit status is the command's own.\nExample: openshell sandbox exec demo -- ls -l");

@@ -121,6 +121,7 @@ int exec(const Paths& paths, const std::string& name, const ExecOptions& options
   start.argv = options.argv;
   start.env = options.env;
   if (!options.workdir.empty()) start.workdir = options.workdir;
+  if (!options.user.empty()) start.user = options.user;
   start.tty = tty;
   start.rows = rows;
   start.cols = cols;

@@ -31,6 +31,7 @@ struct ExecOptions {
   std::vector<std::string> argv;
   std::vector<std::string> env;
   std::string workdir;  // empty: the sandbox's
+  std::string user;     // UID[:GID] or NAME[:GROUP]; empty: the sandbox's
   bool tty = false;
   int timeout_s = 0;  // 0: none
   int stdin_fd = 0;   // where its input comes from (a pipe, a file, a terminal)

@@ -1137,6 +1137,13 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   const bool directory = spec.from[0] == '/' && files::is_directory(spec.from);
   if (spec.from != "host" && !directory) resolve_image(&spec);
   if (spec.from != "host") choose_storage(&spec, id);
+  // --user is refused now, not at the launch, where the policy or the root
+  // has no such user.
+  if (!spec.user.empty()) try {
+      spec::exec_user(spec, spec::sandbox_placement(id, name, paths_), spec.user);
+    } catch (const Error& e) {
+      throw ApiError(400, "invalid_spec", e.what());
+    }
   // As root, the sandbox's own host ids, never a client's choice: claimed
   // host-wide (other gateways' sandboxes and runs too) until its delete.
   spec.host_uid_start.reset();

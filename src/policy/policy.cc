@@ -122,7 +122,11 @@ class Parser {
   }
 
   void process(const toml::table& table, Policy* policy) const {
-    check_keys(table, "process", {"run_as_user", "run_as_group"});
+    check_keys(table, "process", {"run_as_user", "run_as_group", "allow_root"});
+    if (const toml::node* node = table.get("allow_root")) {
+      if (!node->is_boolean()) fail(node, "process.allow_root", "must be true or false");
+      policy->process.allow_root = node->as_boolean()->get();
+    }
     for (auto [key, target] : {std::pair{"run_as_user", &policy->process.run_as_user},
                                std::pair{"run_as_group", &policy->process.run_as_group}}) {
       const toml::node* node = table.get(key);
@@ -139,7 +143,8 @@ class Parser {
         if (auto id = text::parse_uint(value, 0xFFFFFFFE)) value = std::to_string(*id);
       }
       if (value.empty()) fail(node, field, "must not be empty");
-      if (value == "root" || value == "0") fail(node, field, "must not be root");
+      if ((value == "root" || value == "0") && !policy->process.allow_root)
+        fail(node, field, "must not be root (unless process.allow_root = true)");
       *target = value;
     }
   }
@@ -370,8 +375,9 @@ std::string to_toml(const Policy& policy) {
   out += "\n[landlock]\ncompatibility = ";
   out += policy.landlock == LandlockCompatibility::kHardRequirement ? "\"hard_requirement\"\n"
                                                                     : "\"best_effort\"\n";
-  if (policy.process.run_as_user || policy.process.run_as_group) {
+  if (policy.process.run_as_user || policy.process.run_as_group || policy.process.allow_root) {
     out += "\n[process]\n";
+    if (policy.process.allow_root) out += "allow_root = true\n";
     if (policy.process.run_as_user)
       out += "run_as_user = " + toml_string(*policy.process.run_as_user) + "\n";
     if (policy.process.run_as_group)

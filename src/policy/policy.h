@@ -24,8 +24,14 @@ struct FilesystemPolicy {
 };
 
 struct ProcessPolicy {
-  std::optional<std::string> run_as_user;  // a name in the image, or a uid; never root
+  // A name in the image, or a uid; root only with allow_root.
+  std::optional<std::string> run_as_user;
   std::optional<std::string> run_as_group;
+  // Whether a process of the sandbox may run as root in it (uid or gid 0):
+  // `create --user 0`, `exec --user 0`, run_as_user = "root". Root in the
+  // sandbox is an unprivileged id outside it, with no capabilities,
+  // seccomp and no_new_privs as every process of the sandbox has.
+  bool allow_root = false;
   bool operator==(const ProcessPolicy&) const = default;
 };
 

@@ -5,6 +5,7 @@ namespace openshell::protocol::exec {
 void to_json(json& j, const Start& m) {
   j = {{"argv", m.argv}, {"env", m.env}, {"tty", m.tty}, {"rows", m.rows}, {"cols", m.cols}};
   if (m.workdir) j["workdir"] = *m.workdir;
+  if (m.user) j["user"] = *m.user;
 }
 
 void from_json(const json& j, Start& m) {
@@ -12,6 +13,7 @@ void from_json(const json& j, Start& m) {
   r.required("argv", &m.argv);
   r.optional("env", &m.env);
   r.optional("workdir", &m.workdir);
+  r.optional("user", &m.user);
   r.optional("tty", &m.tty);
   r.optional("rows", &m.rows);
   r.optional("cols", &m.cols);

@@ -30,6 +30,9 @@ struct Start {
   std::vector<std::string> argv;       // required, not empty
   std::vector<std::string> env;        // "K=V", replacing or adding to the sandbox's
   std::optional<std::string> workdir;  // absent: the sandbox's
+  // UID[:GID] or NAME[:GROUP] in the sandbox; absent: the sandbox's user.
+  // Root only where the sandbox's policy has process.allow_root.
+  std::optional<std::string> user;
   bool tty = false;
   uint16_t rows = 24;
   uint16_t cols = 80;

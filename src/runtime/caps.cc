@@ -71,6 +71,16 @@ bool drop_bounding(Set keep, int last, ChildFailure* f) noexcept {
   return true;
 }
 
+bool add_inheritable(Set set, ChildFailure* f) noexcept {
+  if (!set) return true;
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) return child::fail(f, errno, "capget");
+  for (int i = 0; i < 2; ++i) data[i].inheritable |= static_cast<uint32_t>(set >> (32 * i));
+  if (::syscall(SYS_capset, &header, data) != 0) return child::fail(f, errno, "capset");
+  return true;
+}
+
 bool set_final(Set keep, int last, ChildFailure* f) noexcept {
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2] = {};

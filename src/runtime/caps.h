@@ -22,6 +22,15 @@ std::string describe(Set set);
 // The highest capability the running kernel knows.
 int last_cap();
 
+// What an init that starts processes as other ids keeps for itself (see
+// ContainerSpec::exec_as_others).
+inline constexpr Set kInitOnly = (Set{1} << 6) | (Set{1} << 7);  // CAP_SETGID, CAP_SETUID
+
+// Child side, step 0 (still privileged, before drop_bounding): adds `set` to
+// the inheritable set, so that set_final can keep it though the bounding
+// set no longer holds it.
+bool add_inheritable(Set set, ChildFailure* failure) noexcept;
+
 // Child side, step 1 (still privileged): drops every capability outside keep
 // from the bounding set, and asks to keep permitted ones across setuid.
 bool drop_bounding(Set keep, int last_cap, ChildFailure* failure) noexcept;

@@ -243,7 +243,11 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
     if (::setrlimit(r.resource, &value) != 0) fail(&f, errno, "--rlimit", r.name), die();
   }
 
-  // Capabilities out of the bounding set, then the sandbox's ids.
+  // Capabilities out of the bounding set, then the sandbox's ids. An init
+  // that starts processes as other ids keeps what that takes for itself
+  // (never in the bounding set: no exec can gain it).
+  const caps::Set init_caps = spec.cap_add | (spec.exec_as_others ? caps::kInitOnly : 0);
+  if (!caps::add_inheritable(init_caps & ~spec.cap_add, &f)) die();
   if (!caps::drop_bounding(spec.cap_add, c.last_cap, &f)) die();
   if (go.can_setgroups) {
     auto count = spec.supplementary_gids.size();
@@ -252,7 +256,7 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   }
   if (::setresgid(spec.gid, spec.gid, spec.gid) != 0) fail(&f, errno, "setresgid"), die();
   if (::setresuid(spec.uid, spec.uid, spec.uid) != 0) fail(&f, errno, "setresuid"), die();
-  if (!caps::set_final(spec.cap_add, c.last_cap, &f)) die();
+  if (!caps::set_final(init_caps, c.last_cap, &f)) die();
 
   // The terminal belongs to the sandbox user.
   if (spec.tty && !open_tty(c, &f)) die();
@@ -357,7 +361,9 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   UniqueFd self_exe(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
   if (!self_exe) throw_errno("open /proc/self/exe");
 
-  // The init's command line: openshell-init __init REPORT LIFE TTY CONTROL -- ARGV...
+  // The init's command line:
+  //   openshell-init __init REPORT LIFE TTY CONTROL CAPS -- ARGV...
+  // CAPS: what its children keep ("-": all it has).
   char tty_fd_arg[16] = "-1";
   std::vector<std::string> argv_strings = {"openshell-init",
                                            "__init",
@@ -365,6 +371,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
                                            std::to_string(life.read.get()),
                                            "",  // the tty slot, pointed at tty_fd_arg below
                                            std::to_string(init_control.get()),
+                                           spec.exec_as_others ? std::to_string(spec.cap_add) : "-",
                                            "--"};
   argv_strings.insert(argv_strings.end(), spec.argv.begin(), spec.argv.end());
   std::vector<char*> init_argv = c_strings(argv_strings);

@@ -6,6 +6,7 @@
 #include "runtime/init.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -22,6 +23,7 @@
 #include "base/child_failure.h"
 #include "base/error.h"
 #include "base/unique_fd.h"
+#include "runtime/caps.h"
 #include "runtime/init_protocol.h"
 
 namespace openshell::runtime {
@@ -53,10 +55,41 @@ int exec_failure_code(int err) {
   return err == ENOENT || err == ENOTDIR ? exit_code::kNotFound : exit_code::kCannotExecute;
 }
 
-// In a freshly forked child: default signal handling, stdio set up, then exec.
-// On failure writes the errno to error_fd and exits.
+// What a child of the init is given beyond its command: the ids it runs as
+// (none: the init's) and the capabilities it keeps (none given: all the init
+// has, which are then exactly the main process's).
+struct ChildPrivileges {
+  const ExecUser* user = nullptr;
+  const caps::Set* keep = nullptr;
+  int last_cap = 0;
+};
+
+// Async-signal-safe: the ids, then the capabilities; an errno on failure.
+int set_privileges(const ChildPrivileges& p, const char** what) {
+  if (p.user) {
+    // Kept across the change, dropped below to what the child keeps.
+    if (::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) return *what = "PR_SET_KEEPCAPS", errno;
+    gid_t gid = p.user->gid;
+    // A sandbox of one id denies setgroups: its processes keep no group of
+    // another's anyway.
+    if (::setgroups(1, &gid) != 0 && errno != EPERM) return *what = "setgroups", errno;
+    if (::setresgid(gid, gid, gid) != 0) return *what = "setresgid", errno;
+    if (::setresuid(p.user->uid, p.user->uid, p.user->uid) != 0) return *what = "setresuid", errno;
+  }
+  if (p.keep) {
+    ChildFailure failure;
+    if (!caps::set_final(*p.keep, p.last_cap, &failure))
+      return *what = "set the capabilities", failure.err;
+  }
+  return 0;
+}
+
+// In a freshly forked child: default signal handling, stdio set up, the
+// ids and capabilities, then exec. On failure writes the errno to error_fd
+// and exits.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int tty_fd, const int* stdio,
-                             const char* workdir, int error_fd, int report_fd) {
+                             const char* workdir, int error_fd, int report_fd,
+                             const ChildPrivileges& privileges) {
   sigset_t none;
   sigemptyset(&none);
   for (int sig = 1; sig < NSIG; ++sig)
@@ -75,7 +108,9 @@ int exec_failure_code(int err) {
     for (int i = 0; i < 3 && stdio && !err; ++i)
       if (stdio[i] >= 0 && stdio[i] != i && ::dup2(stdio[i], i) < 0) err = errno;
   }
-  if (!err && workdir && ::chdir(workdir) != 0) err = errno;
+  const char* what = "set up the process";
+  if (!err) err = set_privileges(privileges, &what);
+  if (!err && workdir && ::chdir(workdir) != 0) err = errno, what = "set up the process";
   if (err) {
     int code = exit_code::kFailure;
     if (error_fd >= 0) {
@@ -83,7 +118,7 @@ int exec_failure_code(int err) {
       ssize_t ignored = ::write(error_fd, message, sizeof message);
       (void)ignored;
     }
-    report(report_fd, err, "set up the process", nullptr, code);
+    report(report_fd, err, what, nullptr, code);
     ::_exit(code);
   }
   // Everything beyond stdio closes on exec, the error channels included.
@@ -112,8 +147,12 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 
 class Init {
  public:
-  Init(int report_fd, int life_fd, int tty_fd, int control_fd)
-      : report_fd_(report_fd), life_fd_(life_fd), tty_fd_(tty_fd), control_fd_(control_fd) {}
+  Init(int report_fd, int life_fd, int tty_fd, int control_fd, std::optional<caps::Set> child_caps)
+      : report_fd_(report_fd),
+        life_fd_(life_fd),
+        tty_fd_(tty_fd),
+        control_fd_(control_fd),
+        child_caps_(child_caps) {}
 
   int run(char** command) {
     // Nothing in the sandbox may open /proc/1/mem, /proc/1/exe and the like.
@@ -139,7 +178,9 @@ class Init {
         report(report_fd_, errno, "fork the main process", nullptr, exit_code::kFailure);
         return exit_code::kFailure;
       }
-      if (main_pid_ == 0) exec_child(command, nullptr, tty_fd_, nullptr, nullptr, -1, report_fd_);
+      if (main_pid_ == 0)
+        exec_child(command, nullptr, tty_fd_, nullptr, nullptr, -1, report_fd_,
+                   privileges(nullptr));
     }
     // The report pipe's last copy goes with the main process's exec: its EOF
     // tells the owner that the sandbox runs.
@@ -265,7 +306,7 @@ class Init {
     pid_t pid = ::fork();
     if (pid == 0)
       exec_child(argv.data(), envp.data(), slave.get(), stdio, request.workdir.c_str(),
-                 error_write.get(), -1);
+                 error_write.get(), -1, privileges(request.user ? &*request.user : nullptr));
     const int fork_error = errno;
     error_write.reset();
     slave.reset();
@@ -283,7 +324,13 @@ class Init {
          tty >= 0 ? 1 : 0);
   }
 
+  ChildPrivileges privileges(const ExecUser* user) const {
+    return ChildPrivileges{user, child_caps_ ? &*child_caps_ : nullptr, last_cap_};
+  }
+
   int report_fd_, life_fd_, tty_fd_, control_fd_;
+  std::optional<caps::Set> child_caps_;  // none: the init has no more than its children
+  int last_cap_ = caps::last_cap();
   int signals_ = -1;
   pid_t main_pid_ = -1;
   std::map<pid_t, uint64_t> execs_;  // processes started for the owner
@@ -292,8 +339,8 @@ class Init {
 }  // namespace
 
 int init_main(int argc, char** argv) {
-  // openshell-init __init REPORT LIFE TTY CONTROL -- [ARGV...]
-  if (argc < 7 || std::strcmp(argv[6], "--") != 0) {
+  // openshell-init __init REPORT LIFE TTY CONTROL CAPS -- [ARGV...]
+  if (argc < 8 || std::strcmp(argv[7], "--") != 0) {
     static const char usage[] = "openshell: __init is internal to the runtime\n";
     ssize_t ignored = ::write(2, usage, sizeof usage - 1);
     (void)ignored;
@@ -302,7 +349,15 @@ int init_main(int argc, char** argv) {
   int fds[4];
   for (int i = 0; i < 4; ++i)
     if ((fds[i] = parse_fd(argv[2 + i])) < -1) return exit_code::kFailure;
-  return Init(fds[0], fds[1], fds[2], fds[3]).run(argv + 7);
+  std::optional<caps::Set> child_caps;
+  if (std::strcmp(argv[6], "-") != 0) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long set = std::strtoull(argv[6], &end, 10);
+    if (errno || !end || *end || end == argv[6]) return exit_code::kFailure;
+    child_caps = set;
+  }
+  return Init(fds[0], fds[1], fds[2], fds[3], child_caps).run(argv + 8);
 }
 
 }  // namespace openshell::runtime

@@ -49,6 +49,10 @@ std::string encode_exec(const ExecRequest& r) {
   parts.insert(parts.end(), r.argv.begin(), r.argv.end());
   parts.push_back(std::to_string(r.env.size()));
   parts.insert(parts.end(), r.env.begin(), r.env.end());
+  if (r.user) {
+    parts.push_back(std::to_string(r.user->uid));
+    parts.push_back(std::to_string(r.user->gid));
+  }
   return make_message(parts);
 }
 
@@ -71,8 +75,19 @@ std::optional<ExecRequest> decode_exec(const InitMessage& m) {
   r.argv.assign(m.fields.begin() + at, m.fields.begin() + at + *argc);
   at += *argc;
   auto envc = text::parse_uint(m.fields[at++], 65536);
-  if (!envc || m.fields.size() != at + *envc) return std::nullopt;
-  r.env.assign(m.fields.begin() + at, m.fields.end());
+  if (!envc || (m.fields.size() != at + *envc && m.fields.size() != at + *envc + 2))
+    return std::nullopt;
+  r.env.assign(m.fields.begin() + at, m.fields.begin() + at + *envc);
+  at += *envc;
+  if (at < m.fields.size()) {
+    // Canonical numbers only: a decoded request encodes back to its bytes.
+    auto uid = text::parse_uint(m.fields[at], 0xFFFFFFFE);
+    auto gid = text::parse_uint(m.fields[at + 1], 0xFFFFFFFE);
+    if (!uid || !gid || std::to_string(*uid) != m.fields[at] ||
+        std::to_string(*gid) != m.fields[at + 1])
+      return std::nullopt;
+    r.user = ExecUser{static_cast<uint32_t>(*uid), static_cast<uint32_t>(*gid)};
+  }
   return r;
 }
 

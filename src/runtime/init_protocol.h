@@ -9,7 +9,8 @@
 // base/packet.h, which owns each one from the moment it arrives.
 //
 //   owner -> init
-//     exec ID TTY ROWS COLS WORKDIR ARGC ARG... ENVC ENV...
+//     exec ID TTY ROWS COLS WORKDIR ARGC ARG... ENVC ENV... [UID GID]
+//          UID GID: the ids it runs as, when not the init's own
 //          fds: stdin, stdout, stderr (when TTY is "0")
 //     kill ID SIGNAL
 //   init -> owner
@@ -28,6 +29,13 @@
 
 namespace openshell::runtime {
 
+// Ids in the sandbox's user namespace.
+struct ExecUser {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  bool operator==(const ExecUser&) const = default;
+};
+
 struct ExecRequest {
   uint64_t id = 0;
   bool tty = false;
@@ -36,6 +44,7 @@ struct ExecRequest {
   std::string workdir = "/";
   std::vector<std::string> argv;
   std::vector<std::string> env;  // the whole environment ("K=V")
+  std::optional<ExecUser> user;  // none: the init's (the main process's) ids
 };
 
 struct InitMessage {

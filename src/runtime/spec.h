@@ -46,6 +46,11 @@ struct ContainerSpec {
   std::vector<Rlimit> rlimits;  // core dumps are off unless a core limit is given here
   caps::Set cap_add = 0;
   bool seccomp = true;
+  // The init may start exec'd processes as other ids of the sandbox (exec
+  // --user): it keeps CAP_SETUID and CAP_SETGID for itself, out of the
+  // bounding set, and drops them in each child before its exec, so that
+  // every process it starts has exactly cap_add, as the main process has.
+  bool exec_as_others = false;
   // Egress through the owner: the sandbox gets a proxy listener and a DNS
   // stub socket on its loopback, served by whoever started it
   // (Container::egress_sockets); fs.dns_stub makes resolv.conf point there.

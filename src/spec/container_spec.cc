@@ -28,8 +28,8 @@ namespace {
 // The root's /etc/passwd and /etc/group: of the image's layers (the topmost
 // that has each), else of the root directory.
 struct RootFiles {
-  const std::vector<std::string>& layers;
-  const std::string& root_dir;
+  std::vector<std::string> layers;  // top first
+  std::string root_dir;
 
   std::string passwd() const {
     return layers.empty() ? files::read_in_root(root_dir, "etc/passwd").value_or("")
@@ -43,19 +43,41 @@ struct RootFiles {
   }
 };
 
-// The user the sandbox's process runs as. The caller's (openshell run
-// --user: anything, root too), else the policy's, else the image's unless it
-// names root, else the default 1000; the policy's group, when it names one,
-// replaces the group. Never root unless the caller said so: a policy's user
-// or group that is root in the sandbox's own files is an Error (the image's
-// is passed over, by runtime::names_root).
+// Where a sandbox's users are read from: its image's layers or its
+// directory (a root that is a copy of them, storage "copy", too: the same
+// names whatever the storage, and known before the copy is made).
+RootFiles root_files(const SandboxSpec& spec, const Placement& where) {
+  if (spec.from == "host") return {{}, "/"};
+  if (!spec.image) return {{}, spec.from};
+  RootFiles root;
+  image::Store store(where.images_dir);
+  for (auto it = spec.image->layers.rbegin(); it != spec.image->layers.rend(); ++it)
+    root.layers.push_back(store.layer_root(*it));
+  return root;
+}
+
+// The one rule for who a sandbox's processes run as, its main process and
+// every exec'd one. The caller's choice (run --user, create --user, exec
+// --user), else the policy's, else the image's unless it names root, else
+// the default 1000; the policy's group, when it names one, replaces the
+// group. Root in the sandbox (uid or gid 0 in its own files) only where the
+// policy has process.allow_root, or as `openshell run`'s caller's choice:
+// an image's root User is passed over (runtime::names_root), a caller's or
+// a policy's is an Error naming the field.
 runtime::ResolvedUser choose_user(const SandboxSpec& spec, const Placement& where,
-                                  const policy::Policy& policy, const RootFiles& root) {
+                                  const policy::Policy& policy, const RootFiles& root,
+                                  const std::string& asked) {
   const auto& process = policy.process;
   const std::string source = spec.policy_source.empty() ? "policy" : spec.policy_source;
   const std::string image_name = spec.image ? spec.image->name : std::string();
-  if (where.one_shot && !where.one_shot->user.empty())
-    return root.resolve(where.one_shot->user, image_name);
+  if (!asked.empty()) {
+    runtime::ResolvedUser resolved = root.resolve(asked, image_name);
+    if ((resolved.uid == 0 || resolved.gid == 0) && !process.allow_root && !where.one_shot)
+      throw Error("--user " + asked + ": root in the sandbox needs process.allow_root = true in " +
+                  (spec.policy.empty() ? std::string("its policy (it has the default one)")
+                                       : "its policy (" + source + ")"));
+    return resolved;
+  }
   std::string user;
   if (process.run_as_user) {
     user = *process.run_as_user;
@@ -71,13 +93,19 @@ runtime::ResolvedUser choose_user(const SandboxSpec& spec, const Placement& wher
   runtime::ResolvedUser resolved = root.resolve(user, image_name);
   // Only the policy's user can be root here: the image's never is, the
   // default is 1000.
-  if (resolved.uid == 0)
+  if (resolved.uid == 0 && !process.allow_root)
     throw Error(source + ": process.run_as_user: " + process.run_as_user.value_or(user) +
-                " is root in the sandbox's /etc/passwd");
-  if (process.run_as_group && resolved.gid == 0)
+                " is root in the sandbox's /etc/passwd (process.allow_root = true allows it)");
+  if (process.run_as_group && resolved.gid == 0 && !process.allow_root)
     throw Error(source + ": process.run_as_group: " + *process.run_as_group +
-                " is root's group in the sandbox's /etc/group");
+                " is root's group in the sandbox's /etc/group (process.allow_root = true " +
+                "allows it)");
   return resolved;
+}
+
+// The caller's choice: run's --user, else create's.
+const std::string& caller_user(const SandboxSpec& spec, const Placement& where) {
+  return where.one_shot && !where.one_shot->user.empty() ? where.one_shot->user : spec.user;
 }
 
 }  // namespace
@@ -156,7 +184,6 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
 
   // The root, and the writable layer above it: the sandbox's own (kept
   // across stop and start, /sandbox with it), or a throw-away one.
-  std::string root_dir = "/";
   if (spec.from == "host") {
     // The host's root, read-only; a gateway's sandbox's workspace is a
     // directory of its own.
@@ -169,7 +196,6 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
     c.fs.root = namespaces::RootKind::kDirectory;
     c.fs.rootfs = dir + "/rootfs";
     c.fs.plain_root = true;
-    root_dir = c.fs.rootfs;
   } else if (spec.image) {
     c.fs.root = namespaces::RootKind::kDirectory;
     image::Store store(where.images_dir);
@@ -180,7 +206,6 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
     c.fs.root = namespaces::RootKind::kDirectory;
     c.fs.rootfs = spec.from;
     if (!one_shot) c.fs.layer_dir = dir + "/layer";
-    root_dir = spec.from;
   }
   if (one_shot && spec.from != "host") c.fs.read_only = one_shot->read_only;
   if (one_shot) c.fs.binds.insert(c.fs.binds.end(), one_shot->binds.begin(), one_shot->binds.end());
@@ -194,7 +219,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
 
   const policy::Policy policy = effective_policy(spec, where);
   const runtime::ResolvedUser user =
-      choose_user(spec, where, policy, RootFiles{c.fs.layers, root_dir});
+      choose_user(spec, where, policy, root_files(spec, where), caller_user(spec, where));
   c.uid = user.uid;
   c.gid = user.gid;
   c.argv = spec.command;
@@ -244,11 +269,19 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
     c.cap_add = one_shot->cap_add;
     c.seccomp = one_shot->seccomp;
   }
+  // exec --user: a gateway's sandbox's init starts processes as its other ids.
+  c.exec_as_others = !one_shot;
   c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.
   if (policy.filesystem == policy::default_policy().filesystem) c.landlock.warn_missing = false;
   c.cgroup_name = where.cgroup_name;
   return c;
+}
+
+runtime::ResolvedUser exec_user(const SandboxSpec& spec, const Placement& where,
+                                const std::string& user) {
+  return choose_user(spec, where, effective_policy(spec, where), root_files(spec, where),
+                     user.empty() ? caller_user(spec, where) : user);
 }
 
 void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {

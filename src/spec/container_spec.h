@@ -25,6 +25,7 @@
 #include "base/paths.h"
 #include "policy/policy.h"
 #include "runtime/spec.h"
+#include "runtime/users.h"
 #include "spec/sandbox_spec.h"
 
 namespace openshell::image {
@@ -71,6 +72,13 @@ Placement sandbox_placement(const std::string& sandbox_id, const std::string& sa
 // The container spec. Throws Error (a bad policy, an unknown user, a
 // policy's user that is root...).
 runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placement& where);
+
+// Who a process exec'd in a gateway's sandbox runs as: `user` (UID[:GID] or
+// NAME[:GROUP] in the sandbox's image or directory; "": the sandbox's own),
+// by the rule the main process's user follows (root only with the policy's
+// process.allow_root). Throws Error naming --user and the policy field.
+runtime::ResolvedUser exec_user(const SandboxSpec& spec, const Placement& where,
+                                const std::string& user);
 
 // The policy the sandbox runs under: its own, else the default; the
 // filesystem part as the header says. Throws Error naming the policy's

@@ -32,6 +32,9 @@ void SandboxSpec::validate() const {
     auto eq = e.find('=');
     if (eq == std::string::npos || eq == 0) throw Error("--env " + e + ": expected KEY=VALUE");
   }
+  if (user.find_first_of(std::string("\0\n", 2)) != std::string::npos || user == ":" ||
+      (!user.empty() && (user.front() == ':' || user.back() == ':')))
+    throw Error("--user " + user + ": expected UID[:GID] or NAME[:GROUP]");
   if (cpus && (*cpus <= 0 || *cpus > 4096)) throw Error("--cpu: must be between 0 and 4096");
   if (memory_bytes && *memory_bytes < (4u << 20)) throw Error("--memory: below the minimum of 4M");
   if (pids && *pids > 4194304) throw Error("--pids: at most 4194304 (0: no limit)");
@@ -87,6 +90,7 @@ std::string SandboxSpec::to_json() const {
   if (!storage.empty()) j["storage"] = storage;
   if (!restart.empty()) j["restart"] = restart;
   if (!storage_note.empty()) j["storage_note"] = storage_note;
+  if (!user.empty()) j["user"] = user;
   return j.dump();
 }
 
@@ -128,6 +132,7 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
     s.storage = j.value("storage", std::string());
     s.restart = j.value("restart", std::string());
     s.storage_note = j.value("storage_note", std::string());
+    s.user = j.value("user", std::string());
   } catch (const json::exception& e) {
     throw Error(std::string("sandbox spec: ") + e.what());
   }

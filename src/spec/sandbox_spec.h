@@ -34,6 +34,9 @@ struct SandboxSpec {
   std::string storage_note;          // why "copy"
   std::vector<std::string> command;  // the main process; empty: none (the sandbox idles)
   std::vector<std::string> env;      // KEY=VALUE
+  // `create --user`: UID[:GID] or NAME[:GROUP] in the sandbox's root, over
+  // the policy's and the image's; root only where the policy allows it.
+  std::string user;
   std::optional<double> cpus;
   std::optional<uint64_t> memory_bytes;
   std::optional<uint64_t> pids;            // 0: no limit

@@ -16,6 +16,7 @@
 #include "net/http.h"
 #include "protocol/exec_handoff.h"
 #include "runtime/init_protocol.h"
+#include "spec/container_spec.h"
 #include "supervisor/exec_session.h"
 #include "supervisor/owner.h"
 
@@ -51,6 +52,25 @@ long Supervisor::read_control() {
     it->second->exited(std::atoi(m.fields[1].c_str()));
   }
   return n;
+}
+
+std::optional<runtime::ExecUser> Supervisor::exec_user(const std::string& user) const {
+  const runtime::ResolvedUser ids = spec::exec_user(
+      spec_, spec::sandbox_placement(launch_.sandbox_id, launch_.sandbox_name, paths_), user);
+  if (ids.uid == container_spec_.uid && ids.gid == container_spec_.gid) return std::nullopt;
+  if (container_) {
+    const namespaces::IdMap& map = container_->id_map();
+    const bool mapped = map.host_uid(ids.uid) && map.host_gid(ids.gid);
+    if (!mapped && map.is_single())
+      throw Error("--user " + user + ": the sandbox holds only its own user (" +
+                  std::to_string(container_spec_.uid) + ":" + std::to_string(container_spec_.gid) +
+                  "): rootless without subordinate ids in /etc/subuid and /etc/subgid");
+    if (!mapped)
+      throw Error("--user " + user + ": " + std::to_string(ids.uid) + ":" +
+                  std::to_string(ids.gid) + " is outside the sandbox's ids (" + map.describe() +
+                  ")");
+  }
+  return runtime::ExecUser{ids.uid, ids.gid};
 }
 
 bool Supervisor::send_exec(const runtime::ExecRequest& request, const int* fds, int count) {

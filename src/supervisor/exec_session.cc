@@ -73,6 +73,13 @@ void ExecSession::begin(const exec::Start& start) {
   request.cols = start.cols;
   request.workdir = start.workdir.value_or(owner_.container_spec().fs.workdir);
   request.argv = start.argv;
+  if (start.user) {
+    try {
+      request.user = owner_.exec_user(*start.user);
+    } catch (const Error& e) {
+      return end(exec::Failure{exit_code::kFailure, e.what()});
+    }
+  }
   // The sandbox's environment, then the caller's additions.
   request.env = owner_.container_spec().env;
   for (const auto& entry : start.env) {

@@ -57,6 +57,9 @@ class Supervisor {
   void kill_exec(uint64_t id, int sig);
   void forget(uint64_t id) { execs_.erase(id); }
   const runtime::ContainerSpec& container_spec() const { return container_spec_; }
+  // exec --user: the ids it names, by the sandbox's rule (spec::exec_user);
+  // none when they are the sandbox's own. Throws Error naming what is wrong.
+  std::optional<runtime::ExecUser> exec_user(const std::string& user) const;
 
  private:
   // supervisor.cc: the lifecycle.

@@ -36,7 +36,7 @@ inline std::string init_protocol_violation(std::string_view packet) {
   if (!again) return "an encoded exec request does not decode";
   if (again->id != request->id || again->tty != request->tty || again->rows != request->rows ||
       again->cols != request->cols || again->workdir != request->workdir ||
-      again->argv != request->argv || again->env != request->env)
+      again->argv != request->argv || again->env != request->env || again->user != request->user)
     return "an exec request changed in an encode/decode round trip";
   return "";
 }

@@ -289,15 +289,67 @@ TEST(ContainerSpecUser, APolicyThatNamesRootIsRefused) {
     EXPECT_EQ(error_of([&] {
                 container_spec_for(with_policy(spec, "[process]\nrun_as_user = \"toor\"\n"), where);
               }),
-              "p.toml: process.run_as_user: toor is root in the sandbox's /etc/passwd");
+              "p.toml: process.run_as_user: toor is root in the sandbox's /etc/passwd "
+              "(process.allow_root = true allows it)");
     EXPECT_EQ(error_of([&] {
                 container_spec_for(with_policy(spec,
                                                "[process]\nrun_as_user = \"app\"\nrun_as_group = "
                                                "\"wheel\"\n"),
                                    where);
               }),
-              "p.toml: process.run_as_group: wheel is root's group in the sandbox's /etc/group");
+              "p.toml: process.run_as_group: wheel is root's group in the sandbox's /etc/group "
+              "(process.allow_root = true allows it)");
   }
+}
+
+// create --user and exec --user: the same rule as the policy's user, root
+// only with process.allow_root.
+TEST(ContainerSpecUser, ACreateUserIsRootOnlyWhereThePolicyAllowsIt) {
+  Gateway g;
+  SandboxSpec spec = g.from_image(kPasswd, kGroup);
+  for (const char* user : {"0", "root", "toor", "app:wheel", "0:1000"}) {
+    SCOPED_TRACE(user);
+    spec.user = user;
+    EXPECT_EQ(error_of([&] { container_spec_for(spec, g.sandbox()); }),
+              std::string("--user ") + user +
+                  ": root in the sandbox needs process.allow_root = true in its policy (it has "
+                  "the default one)");
+    EXPECT_EQ(error_of([&] { exec_user(spec, g.sandbox(), user); }),
+              std::string("--user ") + user +
+                  ": root in the sandbox needs process.allow_root = true in its policy (it has "
+                  "the default one)");
+  }
+  SandboxSpec refused = with_policy(spec, "[process]\nrun_as_group = \"staff\"\n");
+  refused.user = "0";
+  EXPECT_EQ(error_of([&] { container_spec_for(refused, g.sandbox()); }),
+            "--user 0: root in the sandbox needs process.allow_root = true in its policy (p.toml)");
+  SandboxSpec allowed = with_policy(spec, "[process]\nallow_root = true\n");
+  allowed.user = "root";
+  runtime::ContainerSpec c = container_spec_for(allowed, g.sandbox());
+  EXPECT_EQ(c.uid, 0u);
+  EXPECT_EQ(c.gid, 0u);
+  EXPECT_TRUE(c.exec_as_others);
+  EXPECT_EQ(c.cap_add, 0u);  // root in the sandbox has no capabilities
+  EXPECT_TRUE(c.seccomp);
+  EXPECT_EQ(exec_user(allowed, g.sandbox(), "0").uid, 0u);
+  // A user that is not root needs no permission; the spec's own is the default.
+  spec.user = "app";
+  EXPECT_EQ(container_spec_for(spec, g.sandbox()).uid, exec_user(spec, g.sandbox(), "").uid);
+  EXPECT_EQ(exec_user(spec, g.sandbox(), "sandbox").uid, 1000u);
+  EXPECT_EQ(exec_user(spec, g.sandbox(), "4242:4243").gid, 4243u);
+  EXPECT_EQ(error_of([&] { exec_user(spec, g.sandbox(), "nobody-here"); }), error_of([&] {
+              SandboxSpec other = spec;
+              other.user = "nobody-here";
+              container_spec_for(other, g.sandbox());
+            }));
+  EXPECT_NE(error_of([&] { exec_user(spec, g.sandbox(), "nobody-here"); }), "");
+}
+
+TEST(ContainerSpecUser, APolicyMayNameRootWithAllowRoot) {
+  Gateway g;
+  const SandboxSpec spec = with_policy(g.from_image(kPasswd, kGroup),
+                                       "[process]\nallow_root = true\nrun_as_user = \"toor\"\n");
+  EXPECT_EQ(container_spec_for(spec, g.sandbox()).uid, 0u);
 }
 
 // Only openshell run's --user may be root, and it wins over the policy's.
@@ -434,6 +486,33 @@ TEST(ContainerSpecLimits, DefaultsAndCoreDumps) {
   }
   spec.pids = 0;
   EXPECT_FALSE(container_spec_for(spec, g.sandbox()).limits.pids);
+}
+
+}  // namespace
+}  // namespace openshell::spec
+
+namespace openshell::spec {
+namespace {
+
+// create --user travels in the spec (the launch file signs it) and is
+// checked for its shape before the gateway sees it.
+TEST(SandboxSpecUser, KeptThroughJsonAndCheckedForItsShape) {
+  SandboxSpec spec;
+  EXPECT_EQ(SandboxSpec::from_json(spec.to_json()).user, "");
+  EXPECT_EQ(spec.to_json().find("\"user\""), std::string::npos) << "left out when unset";
+  spec.user = "1234:55";
+  EXPECT_EQ(SandboxSpec::from_json(spec.to_json()).user, "1234:55");
+  for (const std::string bad : {":", ":55", "1234:", "a\nb"}) {
+    SandboxSpec s;
+    s.user = bad;
+    EXPECT_EQ(error_of([&] { s.validate(); }),
+              "--user " + s.user + ": expected UID[:GID] or NAME[:GROUP]");
+  }
+  for (const char* good : {"0", "root", "sandbox:staff", "1000:0"}) {
+    SandboxSpec s;
+    s.user = good;
+    EXPECT_NO_THROW(s.validate()) << good;
+  }
 }
 
 }  // namespace

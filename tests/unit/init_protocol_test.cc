@@ -78,7 +78,37 @@ TEST(InitProtocolExec, RoundTripKeepsEveryField) {
   EXPECT_EQ(r->env, sample().env);
 }
 
-// exec ID TTY ROWS COLS WORKDIR ARGC ARG... ENVC ENV...
+TEST(InitProtocolExec, RoundTripKeepsTheUser) {
+  ExecRequest request = sample();
+  EXPECT_FALSE(decode_exec(parse_message(encode_exec(request)))->user);
+  request.user = ExecUser{0, 0};
+  EXPECT_EQ(decode_exec(parse_message(encode_exec(request)))->user, request.user);
+  request.user = ExecUser{4294967294u, 1001};
+  auto r = decode_exec(parse_message(encode_exec(request)));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->user, request.user);
+  EXPECT_EQ(r->env, sample().env);
+}
+
+TEST(InitProtocolExec, MalformedUsersAreRefused) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"uid without gid", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "0"}},
+      {"three ids", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "0", "0", "0"}},
+      {"uid not a number", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "root", "0"}},
+      {"uid -1", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "4294967295", "0"}},
+      {"gid with a sign", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "0", "+0"}},
+      {"uid not canonical", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "00", "0"}},
+      {"empty gid", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "0", ""}},
+  };
+  for (const auto& [what, parts] : cases)
+    EXPECT_FALSE(decode_exec(parse_message(make_message(parts)))) << what;
+  auto good = decode_exec(
+      parse_message(msg({"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "0", "5"})));
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->user, (ExecUser{0, 5}));
+}
+
+// exec ID TTY ROWS COLS WORKDIR ARGC ARG... ENVC ENV... [UID GID]
 TEST(InitProtocolExec, MalformedRequestsAreRefused) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"wrong kind", {"kill", "1", "0", "24", "80", "/", "1", "sh", "0"}},

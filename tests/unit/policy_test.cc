@@ -225,6 +225,25 @@ TEST(PolicyErrors, RunAsRootIsRefused) {
               StartsWith("policy.toml:4: process.run_as_group: must not be root"));
 }
 
+TEST(PolicyProcess, AllowRootLetsThePolicyNameRoot) {
+  Policy p = parse("version = 1\n[process]\nallow_root = true\nrun_as_user = \"root\"\n", "p");
+  EXPECT_TRUE(p.process.allow_root);
+  EXPECT_EQ(p.process.run_as_user, "root");
+  EXPECT_FALSE(parse("version = 1\n[process]\nallow_root = false\n", "p").process.allow_root);
+  EXPECT_FALSE(parse("version = 1\n", "p").process.allow_root);
+  // Its place in the table does not matter.
+  EXPECT_TRUE(parse("version = 1\n[process]\nrun_as_user = 0\nallow_root = true\n", "p")
+                  .process.allow_root);
+  EXPECT_THAT(parse_error("version = 1\n[process]\nallow_root = \"yes\"\n"),
+              StartsWith("policy.toml:3: process.allow_root: must be true or false"));
+  EXPECT_THAT(parse_error("version = 1\n[process]\nallow_root = false\nrun_as_user = 0\n"),
+              StartsWith("policy.toml:4: process.run_as_user: must not be root (unless "
+                         "process.allow_root = true)"));
+  Policy round = parse(to_toml(p), "again");
+  EXPECT_EQ(round, p);
+  EXPECT_THAT(to_toml(p), HasSubstr("[process]\nallow_root = true\n"));
+}
+
 // Regression (fixed): resolve_user() reads "00" as uid 0, but the policy's root check only
 // compares with "root" and "0".
 TEST(PolicyErrors, RunAsRootIsRefusedWithLeadingZeros) {

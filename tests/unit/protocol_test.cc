@@ -55,6 +55,13 @@ TEST(ExecStreamMessages, EachRoundTripsAsDocumented) {
   tty.cols = 132;
   expect_wire(tty, R"({"type":"start","argv":["sh"],"env":[],"tty":true,"rows":50,"cols":132})",
               exec::decode_client);
+  exec::Start as_root;
+  as_root.argv = {"id"};
+  as_root.user = "0:0";
+  expect_wire(as_root,
+              R"({"type":"start","argv":["id"],"env":[],"user":"0:0","tty":false,"rows":24,
+                  "cols":80})",
+              exec::decode_client);
   expect_wire(exec::Eof{}, R"({"type":"eof"})", exec::decode_client);
   expect_wire(exec::Resize{50, 132}, R"({"type":"resize","rows":50,"cols":132})",
               exec::decode_client);
@@ -73,6 +80,7 @@ TEST(ExecStreamMessages, StartTakesTheDocumentedDefaults) {
   EXPECT_EQ(start.argv, std::vector<std::string>{"true"});
   EXPECT_TRUE(start.env.empty());
   EXPECT_FALSE(start.workdir.has_value());
+  EXPECT_FALSE(start.user.has_value());
   EXPECT_FALSE(start.tty);
   EXPECT_EQ(start.rows, 24);
   EXPECT_EQ(start.cols, 80);

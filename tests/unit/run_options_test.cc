@@ -424,8 +424,9 @@ TEST(BuildSpec, PolicyCannotRunAsRoot) {
   write_file(tmp / "policy.toml", "version = 1\n[process]\nrun_as_user = \"00\"\n");
   RunOptions o = with_command();
   o.policy = tmp / "policy.toml";
-  EXPECT_EQ(error_of([&] { build_spec(o); }),
-            o.policy + ":3: process.run_as_user: must not be root");
+  EXPECT_EQ(
+      error_of([&] { build_spec(o); }),
+      o.policy + ":3: process.run_as_user: must not be root (unless process.allow_root = true)");
 }
 
 TEST(BuildSpec, PolicyCannotRunAsARootAlias) {
