@@ -21,7 +21,7 @@ void print_gateway_config(const nlohmann::json& config) {
   const nlohmann::json settings = config.value("settings", nlohmann::json::object());
   for (const auto& [key, s] : settings.items()) {
     std::string source = s.value("source", "");
-    if (source == "environment") source += " " + s.value("env", "");
+    if (source == "environment") source.append(1, ' ').append(s.value("env", ""));
     std::string value = s.value("value", "");
     rows.push_back({key, value.empty() ? "-" : value, source});
   }

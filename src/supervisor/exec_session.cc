@@ -178,7 +178,7 @@ void ExecSession::write_stdin() {
     if (stdin_eof_ && tty_) {
       // End of input on a terminal: its end-of-file character.
       stdin_eof_ = false;
-      stdin_pending_ = "\x04";
+      stdin_pending_.assign(1, '\x04');  // (not = "\x04": GCC 12 -Wrestrict false positive)
     } else {
       return;
     }
