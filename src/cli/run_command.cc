@@ -98,10 +98,15 @@ namespaces::BindSpec parse_bind(const std::string& text) {
 // (mounts.cc: only an ordinary user's ids are mapped to the sandbox's
 // user, so that nothing there is created as the host's root): the
 // sandbox's user can write there only what the modes let anyone write.
-// Said once, before the command fails on it.
-void warn_unwritable_bind(const namespaces::BindSpec& bind) {
+// Said before the command fails on it, where it is bound to be written:
+// when it holds the working directory (the README's --bind "$PWD:/work"
+// --workdir /work -- make test).
+void warn_unwritable_bind(const namespaces::BindSpec& bind, const std::string& workdir) {
   struct stat st;
-  if (::geteuid() != 0 || bind.read_only || ::stat(bind.source.c_str(), &st) != 0 ||
+  const std::string target = text::normalize_path(bind.target);
+  const std::string below = target == "/" ? "/" : target + "/";
+  if (::geteuid() != 0 || bind.read_only || (workdir != target && workdir.rfind(below, 0) != 0) ||
+      ::stat(bind.source.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
       (st.st_uid != 0 && st.st_gid != 0) || (st.st_mode & S_IWOTH))
     return;
   log::warn("--bind " + bind.source + ": owned by root, so the sandbox cannot write there (a " +
@@ -173,14 +178,15 @@ RunPlan plan_run(const RunOptions& o) {
   if (sandbox.command.empty())
     throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
   one_shot.read_only = o.read_only;
-  for (const auto& b : o.binds) {
-    one_shot.binds.push_back(parse_bind(b));
-    warn_unwritable_bind(one_shot.binds.back());
-  }
   where.hidden = runtime::openshell_private_paths();
   if (!o.workdir.empty() && o.workdir[0] != '/')
     throw Error("--workdir " + o.workdir + ": must be an absolute path");
   if (!o.workdir.empty()) one_shot.workdir = text::normalize_path(o.workdir);
+  for (const auto& b : o.binds) {
+    one_shot.binds.push_back(parse_bind(b));
+    if (!o.workdir.empty())
+      warn_unwritable_bind(one_shot.binds.back(), text::normalize_path(o.workdir));
+  }
 
   // The policy: its filesystem part becomes Landlock rules; with network
   // policies, the sandbox's way out is an egress proxy that this process

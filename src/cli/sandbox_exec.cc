@@ -21,7 +21,7 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
   CLI::App* c = sandbox->add_subcommand("exec", "Run a command in a running sandbox");
   c->add_option("name", *name, "The sandbox (or give it with -n)");
   c->add_option("-n", *name_flag, "The sandbox, as OpenShell's exec takes it: exec -n NAME -- CMD");
-  c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
+  c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal (and this terminal's TERM)");
   repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
   c->add_option("-w,--workdir", o->workdir,
                 "Its working directory (default: the image's WorkingDir, else /sandbox)");

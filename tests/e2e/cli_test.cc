@@ -219,8 +219,8 @@ TEST_P(Cli, DownloadDestinationsAndErrors) {
 
 // The README's `run --bind "$PWD:/work" --workdir /work -- make test`: the
 // sandbox's user writes a directory its caller owns; run as root, one of an
-// ordinary user's (idmapped), and a root-owned one is refused with a
-// warning that says why.
+// ordinary user's (idmapped); a root-owned one holding the working
+// directory cannot be written, and a warning says why.
 TEST_P(Cli, RunBindOfTheCurrentDirectoryIsWritable) {
   const std::string m = mode_name(mode());
   const std::string dir = make_dir(mode(), "cli-bind-" + m);
@@ -254,10 +254,14 @@ TEST_P(Cli, RunBindOfTheCurrentDirectoryIsWritable) {
                          "ordinary user's is mapped to the sandbox's user; see openshell-run(1), "
                          "Users and groups)\n"));
   EXPECT_THAT(refused.err, HasSubstr("Permission denied"));
-  // Read-only binds say nothing.
-  Result ro = sandbox(mode(), {"--bind", mine + ":/work:ro"}, {"true"});
+  // Read-only binds, and binds that do not hold the working directory,
+  // say nothing.
+  Result ro = sandbox(mode(), {"--bind", mine + ":/work:ro", "--workdir", "/work"}, {"true"});
   EXPECT_EQ(ro.status, 0);
   EXPECT_EQ(ro.err, "");
+  Result elsewhere = sandbox(mode(), {"--bind", mine + ":/work"}, {"true"});
+  EXPECT_EQ(elsewhere.status, 0);
+  EXPECT_EQ(elsewhere.err, "");
 }
 
 }  // namespace
