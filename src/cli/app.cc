@@ -9,35 +9,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/parse_errors.h"
 
 namespace openshell::cli {
-
-namespace {
-
-// CLI11's "The following arguments were not expected: -- --bogus" becomes
-// "unknown option --bogus".
-std::string describe_parse_error(const CLI::ParseError& e) {
-  std::string message = e.what();
-  static const std::string kExtras = "The following argument";
-  if (message.rfind(kExtras, 0) != 0) return message;
-  auto colon = message.find(": ");
-  if (colon == std::string::npos) return message;
-  std::vector<std::string> options, others;
-  std::string rest = message.substr(colon + 2);
-  for (size_t start = 0; start <= rest.size();) {
-    size_t end = rest.find(' ', start);
-    if (end == std::string::npos) end = rest.size();
-    std::string word = rest.substr(start, end - start);
-    if (!word.empty() && word != "--") (word[0] == '-' ? options : others).push_back(word);
-    start = end + 1;
-  }
-  if (!options.empty())
-    return std::string(options.size() > 1 ? "unknown options " : "unknown option ") +
-           CLI::detail::join(options, " ");
-  return "unexpected argument " + CLI::detail::join(others, " ");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -74,19 +48,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (app.get_subcommands().empty() && argc > 1 && argv[1][0] != '-') {
-      log::error(std::string("unknown command '") + argv[1] + "' (see 'openshell --help')");
-      return exit_code::kFailure;
-    }
-    // The deepest command given: "openshell sandbox exec".
-    std::string where = "openshell";
-    for (const CLI::App* at = &app;;) {
-      auto subs = at->get_subcommands();
-      if (subs.empty()) break;
-      at = subs.front();
-      where += " " + at->get_name();
-    }
-    log::error(describe_parse_error(e) + " (see '" + where + " --help')");
+    log::error(describe_parse_error(app, argc, argv, e));
     return exit_code::kFailure;
   }
   log::set_verbose(verbose);

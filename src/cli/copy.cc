@@ -251,11 +251,11 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
     return tar_status(status, "upload");
   }
   // The sandbox refused (and so stopped reading): its first complaint says why.
-  log::error(upload_failure(errors, dest, status));
-  return kUploadRefused;
+  throw Error(upload_failure(errors, dest, status));
 }
 
-std::string upload_failure(const std::string& tar_errors, const std::string& dest, int status) {
+std::string tar_failure(const std::string& tar_errors, const std::string& prefix,
+                        const std::string& dir, int status) {
   std::string line;
   for (const auto& l : text::split(tar_errors, '\n'))
     if (!text::trim(l).empty()) {
@@ -263,10 +263,10 @@ std::string upload_failure(const std::string& tar_errors, const std::string& des
       break;
     }
   if (line.empty())
-    return "upload to " + dest + ": tar in the sandbox ended with status " + std::to_string(status);
+    return prefix + dir + ": tar in the sandbox ended with status " + std::to_string(status);
   if (line.rfind("tar: ", 0) == 0) line.erase(0, 5);
   const auto colon = line.rfind(": ");
-  if (colon == std::string::npos) return "upload to " + dest + ": " + line;
+  if (colon == std::string::npos) return prefix + dir + ": " + line;
   const std::string reason = line.substr(colon + 2);
   // The path: quoted just before the reason (busybox: "can't open 'x': ..."
   // - "can't" has a quote too), before the first colon (GNU: "x: Cannot
@@ -283,24 +283,43 @@ std::string upload_failure(const std::string& tar_errors, const std::string& des
   else
     path = line.substr(0, colon);
   while (path.rfind("./", 0) == 0) path.erase(0, 2);
-  std::string where = dest;
+  std::string where = dir;
   if (!path.empty() && path[0] == '/')
     where = path;
   else if (!path.empty())
-    where = (dest == "/" ? "" : dest) + "/" + path;
-  return "upload to " + where + ": " + reason;
+    where = (dir == "/" ? "" : dir) + "/" + path;
+  return prefix + where + ": " + reason;
+}
+
+std::string upload_failure(const std::string& tar_errors, const std::string& dest, int status) {
+  return tar_failure(tar_errors, "upload to ", dest, status);
 }
 
 int download(const Paths& paths, const std::string& name, const std::string& remote,
-             const std::string& local_dir) {
+             const std::string& local) {
   if (remote.empty() || remote[0] != '/')
     throw Error("download: the source must be an absolute path in the sandbox");
   const std::string leaf = base_name(remote);
   if (leaf.empty() || leaf == "/" || leaf == "." || leaf == "..")
     throw Error("download: '" + remote + "' names no file or directory");
-  if (!files::is_directory(local_dir)) throw Error("download: " + local_dir + ": not a directory");
-  const std::string final_path = local_dir + "/" + leaf;
+  // Into an existing directory, under its own name; or, as docker cp does,
+  // as `local` itself when that does not exist yet but its parent does.
+  std::string local_dir = local;
+  std::string final_path;
   struct stat st;
+  if (::stat(local.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode))
+      throw Error("download: " + local + " exists and is not a directory; nothing was changed");
+    final_path = local + "/" + leaf;
+  } else if (errno == ENOENT && ::lstat(local.c_str(), &st) != 0) {
+    local_dir = parent_of(local);
+    if (!files::is_directory(local_dir))
+      throw Error("download: " + local_dir + ": no such directory (the destination's parent " +
+                  "must exist)");
+    final_path = local;
+  } else {
+    throw_errno("download: " + local);
+  }
   if (::lstat(final_path.c_str(), &st) == 0)
     throw Error("download: " + final_path + " exists; nothing was changed");
   const mode_t caller_umask = current_umask();
@@ -311,15 +330,19 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
   if (::pipe2(ends, O_CLOEXEC) != 0) throw_errno("pipe");
   UniqueFd read_end(ends[0]), write_end(ends[1]);
   UniqueFd no_input(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  UniqueFd tar_errors(static_cast<int>(::syscall(SYS_memfd_create, "tar-errors", MFD_CLOEXEC)));
+  if (!tar_errors) throw_errno("download: memfd_create");
   NoSigpipe quiet;
   int status = -1;
   std::string exec_error;
   int exec_code = 125;
   std::thread reader([&] {
     ExecOptions options;
-    options.argv = {"tar", "-c", "-f", "-", "-C", parent_of(remote), leaf};
+    // After "--", a name such as "-x" is not an option of tar's.
+    options.argv = {"tar", "-c", "-f", "-", "-C", parent_of(remote), "--", leaf};
     options.stdin_fd = no_input.get();
     options.stdout_fd = write_end.get();
+    options.stderr_fd = tar_errors.get();
     try {
       status = exec(paths, name, options);
     } catch (const Error& e) {
@@ -365,10 +388,15 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
     clean();
     throw Error(exec_error, exec_code);
   }
+  const std::string errors = read_back(tar_errors.get());
   if (status != 0) {
     clean();
-    return tar_status(status, "download");
+    if (status == 127) files::write_all(STDERR_FILENO, errors);  // a shell's "not found"
+    tar_status(status, "download");
+    // The sandbox refused: its first complaint says why.
+    throw Error(tar_failure(errors, "download of ", parent_of(remote), status));
   }
+  files::write_all(STDERR_FILENO, errors);  // warnings
   if (!unpack_error.empty()) {
     clean();
     throw Error(unpack_error);

@@ -9,15 +9,11 @@
 
 namespace openshell::cli {
 
-// upload's exit status when the sandbox refused the copy (tar there
-// failed: a directory it may not write, a full disk); one line says what.
-inline constexpr int kUploadRefused = 1;
-
 // Copies `local` (a file, a directory with everything below it, or a
 // symbolic link) into the sandbox's directory `dest`, as the sandbox's user.
-// Returns 0 when done, kUploadRefused after printing one line naming what
-// the sandbox refused. Throws Error (125) when openshell fails, or the
-// sandbox has no tar.
+// Returns 0 when done. Throws Error (125) when openshell fails, the sandbox
+// has no tar, or the sandbox refused the copy (tar there failed: a
+// directory it may not write, a full disk), with one line naming what.
 int upload(const Paths& paths, const std::string& name, const std::string& local,
            const std::string& dest);
 
@@ -26,12 +22,20 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
 // denied".
 std::string upload_failure(const std::string& tar_errors, const std::string& dest, int status);
 
-// Copies the sandbox's `remote` into the existing directory `local_dir`,
-// under its own name, which must not exist there yet. What arrives is
-// unpacked as an untrusted archive (nothing outside local_dir, no device
-// nodes, owned by the caller) and moved into place only when complete.
+// The same for any tar in the sandbox that worked in `dir`: `prefix`, the
+// path it complained about (below dir), and its reason.
+std::string tar_failure(const std::string& tar_errors, const std::string& prefix,
+                        const std::string& dir, int status);
+
+// Copies the sandbox's `remote` into `local`: into it under its own name
+// when `local` is an existing directory, else, as docker cp does, as `local`
+// itself, whose parent must exist. What it becomes must not exist yet. What
+// arrives is unpacked as an untrusted archive (nothing outside that
+// directory, no device nodes, owned by the caller) and moved into place only
+// when complete. Throws Error (125), one line, when it cannot be done,
+// also when the sandbox's tar refused (a missing or unreadable file).
 int download(const Paths& paths, const std::string& name, const std::string& remote,
-             const std::string& local_dir);
+             const std::string& local);
 
 // The tar stream upload sends: `local` under its base name (GNU format,
 // long names as GNU records; modes without setuid/setgid, owners 0, which

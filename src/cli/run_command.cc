@@ -1,6 +1,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -93,6 +94,26 @@ namespaces::BindSpec parse_bind(const std::string& text) {
   return bind;
 }
 
+// Run as root, a writable bind of a directory of root's is a plain bind
+// (mounts.cc: only an ordinary user's ids are mapped to the sandbox's
+// user, so that nothing there is created as the host's root): the
+// sandbox's user can write there only what the modes let anyone write.
+// Said before the command fails on it, where it is bound to be written:
+// when it holds the working directory (the README's --bind "$PWD:/work"
+// --workdir /work -- make test).
+void warn_unwritable_bind(const namespaces::BindSpec& bind, const std::string& workdir) {
+  struct stat st;
+  const std::string target = text::normalize_path(bind.target);
+  const std::string below = target == "/" ? "/" : target + "/";
+  if (::geteuid() != 0 || bind.read_only || (workdir != target && workdir.rfind(below, 0) != 0) ||
+      ::stat(bind.source.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      (st.st_uid != 0 && st.st_gid != 0) || (st.st_mode & S_IWOTH))
+    return;
+  log::warn("--bind " + bind.source + ": owned by root, so the sandbox cannot write there (a " +
+            "directory of an ordinary user's is mapped to the sandbox's user; see " +
+            "openshell-run(1), Users and groups)");
+}
+
 runtime::Rlimit parse_rlimit(const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos) throw Error("--rlimit " + text + ": expected NAME=SOFT[:HARD]");
@@ -157,11 +178,15 @@ RunPlan plan_run(const RunOptions& o) {
   if (sandbox.command.empty())
     throw Error("run: no command given (openshell run [OPTIONS] -- COMMAND [ARGS...])");
   one_shot.read_only = o.read_only;
-  for (const auto& b : o.binds) one_shot.binds.push_back(parse_bind(b));
   where.hidden = runtime::openshell_private_paths();
   if (!o.workdir.empty() && o.workdir[0] != '/')
     throw Error("--workdir " + o.workdir + ": must be an absolute path");
   if (!o.workdir.empty()) one_shot.workdir = text::normalize_path(o.workdir);
+  for (const auto& b : o.binds) {
+    one_shot.binds.push_back(parse_bind(b));
+    if (!o.workdir.empty())
+      warn_unwritable_bind(one_shot.binds.back(), text::normalize_path(o.workdir));
+  }
 
   // The policy: its filesystem part becomes Landlock rules; with network
   // policies, the sandbox's way out is an egress proxy that this process

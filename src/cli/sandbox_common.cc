@@ -106,6 +106,11 @@ void require_ready(GatewayClient& client, const std::string& name, const std::st
   remember(client.paths(), name);
 }
 
+bool looks_like_path(const std::string& word) {
+  return word == "." || word == ".." || word.rfind("/", 0) == 0 || word.rfind("./", 0) == 0 ||
+         word.rfind("../", 0) == 0 || word.rfind("~", 0) == 0;
+}
+
 void print_sandboxes(const json& list, const std::string& output) {
   if (output == "json") {
     std::printf("%s\n", list.dump(2).c_str());

@@ -46,6 +46,10 @@ std::string target(const std::string& name, const std::string& action = "");
 // download): it must be Ready; it becomes the last one named.
 void require_ready(GatewayClient& client, const std::string& name, const std::string& verb);
 
+// Whether `word` can only be a path, never an image reference: "/x",
+// "./x", "../x", "~/x", "." or "..".
+bool looks_like_path(const std::string& word);
+
 void print_sandboxes(const nlohmann::json& list, const std::string& output);
 void print_sandbox(const nlohmann::json& sandbox, const std::string& output);
 

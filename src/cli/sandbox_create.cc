@@ -1,5 +1,7 @@
 // openshell sandbox create: a sandbox from an image, a directory or the host,
 // and its main process.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -47,6 +49,14 @@ int create(const CreateOptions& o) {
   spec.from = o.from;
   const bool directory = o.from != "host" && files::is_directory(o.from);
   if (directory) spec.from = files::canonical(o.from, "--from");
+  if (!directory && looks_like_path(o.from)) {
+    struct stat st;
+    throw Error("--from " + o.from +
+                (::stat(o.from.c_str(), &st) == 0
+                     ? ": not a directory (an image archive is imported with 'openshell image "
+                       "import FILE NAME')"
+                     : ": no such directory"));
+  }
   spec.command = o.command;
   spec.env = o.env;
   spec.user = o.user;

@@ -21,13 +21,15 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
   CLI::App* c = sandbox->add_subcommand("exec", "Run a command in a running sandbox");
   c->add_option("name", *name, "The sandbox (or give it with -n)");
   c->add_option("-n", *name_flag, "The sandbox, as OpenShell's exec takes it: exec -n NAME -- CMD");
-  c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
+  c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal (and this terminal's TERM)");
   repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
   c->add_option("-w,--workdir", o->workdir,
                 "Its working directory (default: the image's WorkingDir, else /sandbox)");
   c->add_option("-u,--user", o->user, kUserHelp);
   c->add_option("--timeout", o->timeout_s, "Kill it after this many seconds (exit status 124)");
-  c->add_option("command", o->argv, "The command and its arguments")->required();
+  // Not required here: with -n NAME, a one-word command is taken as the
+  // name by CLI11, and the callback gives it back.
+  c->add_option("command", o->argv, "The command and its arguments");
   c->footer("The exit status is the command's own.\nExample: openshell sandbox exec demo -- ls -l");
   c->callback([name, name_flag, o, action] {
     // With -n NAME, the first positional word is the command's.
@@ -36,11 +38,10 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
       *name = *name_flag;
     }
     if (name->empty())
-      throw CLI::ValidationError("name",
-                                 "no sandbox named (exec NAME -- CMD, or exec -n NAME -- CMD)");
+      throw CLI::ValidationError("no sandbox named (exec NAME -- CMD, or exec -n NAME -- CMD)");
     // After the name, CLI11 keeps a "--" as a word of the command.
     if (!o->argv.empty() && o->argv.front() == "--") o->argv.erase(o->argv.begin());
-    if (o->argv.empty()) throw CLI::ValidationError("command", "no command given");
+    if (o->argv.empty()) throw CLI::ValidationError("no command given (exec NAME -- CMD)");
     // -e KEY passes the caller's value (as `run` does); a terminal gets TERM.
     std::vector<std::string> env;
     for (const auto& entry : o->env) {

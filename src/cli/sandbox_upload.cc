@@ -22,7 +22,8 @@ void add_sandbox_upload(CLI::App* sandbox, Action* action) {
   c->add_option("dest", *dest, "The directory in the sandbox it goes into")->capture_default_str();
   c->footer(
       "Copied as the sandbox's user, under its own name, through tar in the sandbox; its policy "
-      "applies (by default only /sandbox and /tmp are writable).\n"
+      "applies (by default only /sandbox and /tmp are writable). Errors are one line, exit "
+      "status 125.\n"
       "Example: openshell sandbox upload demo ./src            # becomes /sandbox/src");
   c->callback([name, local, dest, action] {
     *action = [name, local, dest] {

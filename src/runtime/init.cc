@@ -317,7 +317,13 @@ class Init {
     do n = ::read(error_read.get(), message, sizeof message);
     while (n < 0 && errno == EINTR);
     // Reaped by the SIGCHLD loop; it is not reported as an exec.
-    if (n == sizeof message) return fail(message[0], message[1], "exec");
+    // 126 and 127 are the exec's own failure: the line names the command.
+    if (n == sizeof message) {
+      const bool exec_failed = message[1] != exit_code::kFailure && !request.argv.empty();
+      const std::string what =
+          exec_failed ? "cannot run " + request.argv[0] : std::string("set up the process");
+      return fail(message[0], message[1], what.c_str());
+    }
     execs_[pid] = request.id;
     const int tty = master.get();
     send(make_message({"started", id, std::to_string(pid)}), tty >= 0 ? &tty : nullptr,

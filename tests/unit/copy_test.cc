@@ -124,5 +124,19 @@ TEST(UploadFailure, OneLineNamingWhatTheSandboxRefused) {
             "upload to /usr/x: Permission denied");
 }
 
+TEST(TarFailure, DownloadNamesThePathInTheSandbox) {
+  // busybox's tar, then GNU's.
+  EXPECT_EQ(tar_failure("tar: nothere: No such file or directory\n", "download of ", "/sandbox", 1),
+            "download of /sandbox/nothere: No such file or directory");
+  EXPECT_EQ(tar_failure("tar: can't open './src/secret': Permission denied\n"
+                        "tar: error exit delayed from previous errors\n",
+                        "download of ", "/sandbox", 1),
+            "download of /sandbox/src/secret: Permission denied");
+  EXPECT_EQ(tar_failure("tar: ./nothere: Cannot stat: No such file or directory\n"
+                        "tar: Exiting with failure status due to previous errors\n",
+                        "download of ", "/", 2),
+            "download of /nothere: No such file or directory");
+}
+
 }  // namespace
 }  // namespace openshell::cli
