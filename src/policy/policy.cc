@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "policy/edit.h"
 
 namespace openshell::policy {
 
@@ -220,6 +221,10 @@ class Parser {
     try {
       root = toml::parse(text, source_);
     } catch (const toml::parse_error& e) {
+      if (looks_like_yaml(text))
+        throw Error(source_ +
+                    ": policies are TOML, not YAML (this looks like an OpenShell YAML policy); "
+                    "convert it as docs/policy.md, \"From an OpenShell YAML policy\", shows");
       std::ostringstream out;
       out << source_ << ":" << e.source().begin.line << ": " << e.description();
       throw Error(out.str());
