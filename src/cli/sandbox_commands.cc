@@ -29,6 +29,7 @@
 #include "cli/table.h"
 #include "gateway/gateway.h"
 #include "net/http.h"
+#include "spec/ca_certs.h"
 #include "spec/sandbox_spec.h"
 #include "supervisor/supervisor.h"
 
@@ -214,7 +215,7 @@ void check_name(const std::string& name) {
 
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table";
-  std::vector<std::string> env, labels, command;
+  std::vector<std::string> env, labels, command, ca_certs;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
 };
@@ -254,6 +255,7 @@ int create(const CreateOptions& o) {
       throw_errno("--policy " + o.policy, err);
     spec.policy_source = o.policy;
   }
+  for (const auto& file : o.ca_certs) spec.ca_certs.push_back(spec::read_ca_cert(file));
   spec.no_keep = o.no_keep;
   if (o.name_given) check_name(o.name);
   spec.validate();  // bad input stops here, before the gateway
@@ -317,6 +319,9 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
                   "of the RAM)");
     c->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
     repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
+    repeatable(c->add_option("--ca-cert", o->ca_certs,
+                             "A PEM file of CA certificates its programs trust, added to its "
+                             "system bundle and named by SSL_CERT_FILE and the like (repeatable)"));
     c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
     c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
     add_output(c, &o->output);

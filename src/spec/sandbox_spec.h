@@ -46,6 +46,9 @@ struct SandboxSpec {
   bool no_keep = false;       // delete the sandbox once the main process exits
   std::string policy;         // policy TOML text; empty: the default policy
   std::string policy_source;  // the file it came from, for messages
+  // PEM certificates (--ca-cert) added to the sandbox's system CA bundle
+  // (spec/ca_certs.h), one entry a file given.
+  std::vector<std::string> ca_certs;
 
   // Throws Error naming the field at fault.
   void validate() const;
