@@ -90,9 +90,11 @@ void warn_refused_endpoints(const policy::Policy& p, const std::string& sandbox)
   for (const auto& r : supervisor::ssrf_refused_endpoints(p)) {
     bool v6 = r.host.find(':') != std::string::npos;
     std::string endpoint = (v6 ? "[" + r.host + "]" : r.host) + ":" + std::to_string(r.port);
-    std::string fix = sandbox.empty() ? "add allowed_ips = [\"" + r.cidr + "\"] to " + r.field
-                                      : "openshell policy update " + sandbox + " --add-endpoint " +
-                                            endpoint + " --allowed-ip " + r.cidr;
+    std::string fix = sandbox.empty()
+                          ? "add allowed_ips = [\"" + r.cidr + "\"] to " + r.field
+                          : "openshell policy update " + sandbox +
+                                (r.rule == "cli" ? "" : " --rule " + r.rule) + " --add-endpoint " +
+                                endpoint + " --allowed-ip " + r.cidr;
     log::warn(supervisor::describe(r) + "; to allow it: " + fix);
   }
 }

@@ -62,6 +62,7 @@ std::vector<RefusedEndpoint> ssrf_refused_endpoints(const policy::Policy& policy
         if (admitted) continue;
         const Address& first = addresses.front();
         RefusedEndpoint r;
+        r.rule = rule.name;
         r.field = "network_policies." + rule.name + ".endpoints[" + std::to_string(i) + "]";
         r.host = endpoint.host;
         r.port = port;

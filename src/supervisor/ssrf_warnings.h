@@ -13,6 +13,7 @@
 namespace openshell::supervisor {
 
 struct RefusedEndpoint {
+  std::string rule;   // "local"
   std::string field;  // "network_policies.local.endpoints[0]"
   std::string host;   // as written
   uint16_t port = 0;

@@ -124,6 +124,25 @@ TEST_P(PolicyCli, UpdateKeepsRulesSortedSetsAllowedIpsAndNeverAddsTwice) {
   Result without = os({"policy", "update", "upd", "--allowed-ip", "127.0.0.1"});
   EXPECT_EQ(without.status, 125);
   EXPECT_EQ(without.err, "openshell: policy update: --allowed-ip goes with --add-endpoint\n");
+
+  // `set` warns too, and its fix names the rule; following it works.
+  std::string local = file("local.toml",
+                           "version = 1\n[network_policies.local]\n"
+                           "endpoints = [ { host = \"localhost\", port = " +
+                               port() + " } ]\n");
+  Result set = os({"policy", "set", "upd", "--policy", local});
+  EXPECT_EQ(set.status, 0) << set.err;
+  const std::string fix = "openshell policy update upd --rule local --add-endpoint " + endpoint +
+                          " --allowed-ip 127.0.0.1/32";
+  EXPECT_THAT(set.err, HasSubstr("; to allow it: " + fix + "\n"));
+  EXPECT_NE(os(fetch).status, 0);
+  Result fixed = os({"policy", "update", "upd", "--rule", "local", "--add-endpoint", endpoint,
+                     "--allowed-ip", "127.0.0.1/32"});
+  EXPECT_EQ(fixed.status, 0) << fixed.err;
+  EXPECT_EQ(fixed.err, "");
+  Result works = os(fetch);
+  EXPECT_EQ(works.status, 0) << works.err;
+  EXPECT_EQ(works.out, "hello from the test server\n");
 }
 
 TEST_P(PolicyCli, ValidateWarnsOfEndpointsTheSsrfGuardRefuses) {

@@ -210,6 +210,7 @@ TEST(SsrfWarnings, LoopbackAndPrivateLiteralsWithoutAllowedIps) {
           "  { host = \"169.254.169.254\", port = 80 }, { host = \"example.com\", port = 443 },\n"
           "  { host = \"93.184.215.14\", port = 443 } ]\n"));
   ASSERT_THAT(refused, SizeIs(4));
+  EXPECT_EQ(refused[0].rule, "local");
   EXPECT_EQ(refused[0].field, "network_policies.local.endpoints[0]");
   EXPECT_EQ(refused[0].address, "127.0.0.1");
   EXPECT_EQ(refused[0].cidr, "127.0.0.1/32");
