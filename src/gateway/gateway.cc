@@ -1375,8 +1375,13 @@ std::vector<std::string> static_policy_changes(const SandboxSpec& spec, const st
   SandboxSpec next = spec;
   next.policy = text;
   next.policy_source = source;
-  return policy::static_differences(spec::effective_policy(spec, spec::Placement{}),
-                                    spec::effective_policy(next, spec::Placement{}));
+  policy::Policy now;
+  try {
+    now = spec::effective_policy(spec, spec::Placement{});
+  } catch (const Error&) {
+    return {};  // a stored text this version cannot read: nothing to compare, nothing to keep
+  }
+  return policy::static_differences(now, spec::effective_policy(next, spec::Placement{}));
 }
 
 // A new revision: validated, stored, and (the network part) applied to the
