@@ -50,7 +50,7 @@ UpdateResult apply_update(Policy* policy, const Update& update);
 std::vector<std::string> static_differences(const Policy& a, const Policy& b);
 
 // Whether a text looks like a YAML policy (OpenShell's format) rather than
-// TOML: its first line that is not blank or a comment is a YAML mapping key
+// TOML, and so is read as YAML: its first line that is not blank or a comment is a YAML mapping key
 // ("version: 1", "network_policies:") or a document start ("---").
 bool looks_like_yaml(std::string_view text);
 

@@ -1,7 +1,7 @@
 // The policy commands as a user meets them: `policy update` that keeps rules
 // in one order, sets allowed_ips and never adds an endpoint twice; the SSRF
 // guard's warnings; `policy get --full`; a static change refused on a
-// running sandbox unless it is for the next start; YAML refused.
+// running sandbox unless it is for the next start; OpenShell's YAML read.
 #include <string>
 #include <vector>
 
@@ -170,20 +170,38 @@ TEST_P(PolicyCli, ValidateWarnsOfEndpointsTheSsrfGuardRefuses) {
   EXPECT_EQ(quiet.err, "");
 }
 
-TEST_P(PolicyCli, YamlPolicyIsRefusedInOneLine) {
+TEST_P(PolicyCli, OpenShellsYamlPoliciesAreRead) {
+  GatewayGuard gateway(mode(), home_);
   std::string yaml = file("agent.yaml",
-                          "version: 1\nnetwork_policies:\n  github:\n    endpoints:\n"
-                          "      - { host: api.github.com, port: 443 }\n");
-  const std::string line = "openshell: " + yaml +
-                           ": policies are TOML, not YAML (this looks like an OpenShell YAML "
-                           "policy); convert it as docs/policy.md, \"From an OpenShell YAML "
-                           "policy\", shows\n";
+                          "# as OpenShell writes it\nversion: 1\n"
+                          "network_policies:\n  local:\n    endpoints:\n"
+                          "      - host: localhost\n        port: " +
+                              port() + "\n        allowed_ips: [127.0.0.1/32]\n");
   Result v = os({"policy", "validate", yaml});
-  EXPECT_EQ(v.status, 125);
-  EXPECT_EQ(v.err, line);
-  Result run = sandbox(mode(), {"--policy", yaml}, {"true"});
-  EXPECT_EQ(run.status, 125);
-  EXPECT_EQ(run.err, line);
+  EXPECT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(v.out, yaml + ": valid (1 network policies, 1 endpoints)\n");
+  Result created = os({"sandbox", "create", "--name", "yml", "--from", rootfs(), "--policy", yaml});
+  ASSERT_EQ(created.status, 0) << created.err;
+  Result fetched =
+      os({"sandbox", "exec", "yml", "--", "wget", "-q", "-O-", "http://localhost:" + port() + "/"});
+  EXPECT_EQ(fetched.status, 0) << fetched.err;
+  EXPECT_EQ(fetched.out, "hello from the test server\n");
+  // Kept as given; an update writes the next revision as TOML.
+  EXPECT_THAT(os({"policy", "get", "yml"}).out, HasSubstr("# as OpenShell writes it\n"));
+  ASSERT_EQ(os({"policy", "update", "yml", "--add-endpoint", "pypi.org:443"}).status, 0);
+  Result updated = os({"policy", "get", "yml"});
+  EXPECT_THAT(updated.out, HasSubstr("[network_policies.local]\nendpoints = [\n  { host = "
+                                     "\"localhost\", port = " +
+                                     port() + ", allowed_ips = [\"127.0.0.1/32\"] },\n]\n"));
+  // What OpenShell has and openshell does not: refused with its line.
+  std::string rules = file("rules.yaml",
+                           "version: 1\nnetwork_policies:\n  x:\n    endpoints:\n"
+                           "      - { host: a.example.com, port: 443, rules: [] }\n");
+  Result refused = os({"policy", "validate", rules});
+  EXPECT_EQ(refused.status, 125);
+  EXPECT_EQ(refused.err, "openshell: " + rules +
+                             ":5: network_policies.x.endpoints[0].rules: unknown field (expected "
+                             "one of: host, port, ports, allowed_ips, protocol, access)\n");
 }
 
 TEST_P(PolicyCli, StaticChangesOfARunningSandboxWaitForTheNextStart) {

@@ -173,21 +173,92 @@ TEST(PolicyStatic, ALeftOutFilesystemPartIsTheDefaultOnce) {
               IsEmpty());
 }
 
-TEST(PolicyYaml, RecognisedAndRefusedInOneLine) {
+TEST(PolicyYaml, Recognised) {
   EXPECT_TRUE(looks_like_yaml("version: 1\n"));
   EXPECT_TRUE(looks_like_yaml("# OpenShell\n\nnetwork_policies:\n  x:\n"));
   EXPECT_TRUE(looks_like_yaml("---\nversion: 1\n"));
   EXPECT_FALSE(looks_like_yaml("version = 1\n"));
   EXPECT_FALSE(looks_like_yaml("[network_policies.x]\n"));
   EXPECT_FALSE(looks_like_yaml("version = \"a:b\"\n"));
+}
+
+TEST(PolicyYaml, OpenShellsYamlReadsAsTheSameTomlDoes) {
+  Policy yaml = parse(R"(version: 1
+filesystem_policy:
+  include_workdir: true
+  read_only: [/usr, /lib, /etc, /proc]
+  read_write: [/sandbox, /tmp, /dev/null]
+landlock:
+  compatibility: best_effort
+process:
+  run_as_user: sandbox
+  run_as_group: sandbox
+network_policies:
+  github:
+    endpoints:
+      - { host: api.github.com, port: 443 }
+      - host: "*.githubusercontent.com"
+        ports: [443]
+    binaries:
+      - { path: /usr/bin/git }
+      - path: /usr/bin/curl
+)",
+                      "agent.yaml");
+  Policy toml = parse(R"(version = 1
+[filesystem_policy]
+include_workdir = true
+read_only = ["/usr", "/lib", "/etc", "/proc"]
+read_write = ["/sandbox", "/tmp", "/dev/null"]
+[landlock]
+compatibility = "best_effort"
+[process]
+run_as_user = "sandbox"
+run_as_group = "sandbox"
+[network_policies.github]
+endpoints = [ { host = "api.github.com", port = 443 }, { host = "*.githubusercontent.com", ports = [443] } ]
+binaries = [ { path = "/usr/bin/git" }, { path = "/usr/bin/curl" } ]
+)",
+                      "agent.toml");
+  EXPECT_EQ(yaml, toml);
+}
+
+std::string yaml_error(const std::string& text) {
   try {
-    parse("version: 1\nfilesystem_policy:\n  read_only: [/usr]\n", "agent.yaml");
-    ADD_FAILURE() << "a YAML policy parsed";
+    parse(text, "agent.yaml");
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "agent.yaml: policies are TOML, not YAML (this looks like an OpenShell YAML "
-                 "policy); convert it as docs/policy.md, \"From an OpenShell YAML policy\", shows");
+    return e.what();
   }
+  ADD_FAILURE() << "parsed:\n" << text;
+  return "";
+}
+
+TEST(PolicyYaml, ErrorsNameTheLineAndField) {
+  EXPECT_EQ(yaml_error("version: 1\nnetwork_policies:\n  x:\n    endpoints:\n"
+                       "      - { host: a.example.com, port: 443, rules: [] }\n"),
+            "agent.yaml:5: network_policies.x.endpoints[0].rules: unknown field (expected one "
+            "of: host, port, ports, allowed_ips, protocol, access)");
+  EXPECT_EQ(yaml_error("version: 1\nprocess:\n  run_as_user: root\n"),
+            "agent.yaml:3: process.run_as_user: must not be root");
+  EXPECT_EQ(yaml_error("version: 1\nnetwork_policies:\n  x: [\n"),
+            "agent.yaml:4: did not find expected node content");
+  EXPECT_EQ(yaml_error("version: 1\nlandlock:\n"), "agent.yaml:2: a value is missing (null)");
+  // A quoted number is a string, as in YAML: not a port.
+  EXPECT_EQ(yaml_error("version: 1\nnetwork_policies:\n  x:\n    endpoints:\n"
+                       "      - { host: a.example.com, port: \"443\" }\n"),
+            "agent.yaml:5: network_policies.x.endpoints[0].port: must be a port number");
+  EXPECT_EQ(yaml_error("version: 1\n---\nversion: 1\n"),
+            "agent.yaml: more than one YAML document (one policy a file)");
+}
+
+TEST(PolicyYaml, AliasesCannotBlowUp) {
+  std::string bomb = "a: &a [1,1,1,1,1,1,1,1,1,1]\n";
+  for (char c = 'b'; c <= 'h'; ++c) {
+    std::string prev(1, static_cast<char>(c - 1));
+    bomb += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 10; ++i) bomb += (i ? ",*" : "*") + prev;
+    bomb += "]\n";
+  }
+  EXPECT_EQ(yaml_error(bomb), "agent.yaml:1: the YAML document is too large");
 }
 
 }  // namespace
