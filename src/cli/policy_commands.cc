@@ -1,5 +1,6 @@
 // openshell policy set|get|list|update|validate.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -14,7 +15,10 @@
 #include "cli/commands.h"
 #include "cli/gateway_client.h"
 #include "net/http.h"
+#include "policy/edit.h"
 #include "policy/policy.h"
+#include "spec/container_spec.h"
+#include "supervisor/ssrf_warnings.h"
 
 namespace openshell::cli {
 
@@ -34,15 +38,24 @@ std::string read_policy_file(const std::string& path) {
 
 // Sends a new revision and says what became of it.
 int put_policy(const std::string& name, const std::string& text, const std::string& source,
-               const std::string& output) {
+               const std::string& output, bool at_next_start = false) {
   GatewayClient client;
-  json result =
-      client.call("PUT", policy_target(name), json{{"policy", text}, {"source", source}}.dump());
+  json body{{"policy", text}, {"source", source}};
+  if (at_next_start) body["at_next_start"] = true;
+  json result = client.call("PUT", policy_target(name), body.dump());
   if (output == "json") {
     std::printf("%s\n", result.dump(2).c_str());
   } else {
     long long revision = result.value("revision", 0LL);
-    if (result.value("applied", false))
+    std::string later;
+    if (result.contains("at_next_start"))
+      later = text::join(result["at_next_start"].get<std::vector<std::string>>(), ", ");
+    if (result.value("applied", false) && !later.empty())
+      std::printf(
+          "%s: policy revision %lld: its network part applied to new connections; its %s "
+          "applies when the sandbox next starts\n",
+          name.c_str(), revision, later.c_str());
+    else if (result.value("applied", false))
       std::printf(
           "%s: policy revision %lld applied to new connections; open ones it refuses are closed\n",
           name.c_str(), revision);
@@ -55,7 +68,9 @@ int put_policy(const std::string& name, const std::string& text, const std::stri
 }
 
 // "host:port" -> host and port; IPv6 literals in brackets.
-void parse_endpoint(const std::string& text, std::string* host, uint16_t* port) {
+void parse_endpoint(const std::string& text, policy::EndpointRef* endpoint) {
+  std::string* host = &endpoint->host;
+  uint16_t* port = &endpoint->port;
   auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0)
     throw Error("endpoint " + text + ": expected HOST:PORT");
@@ -67,6 +82,21 @@ void parse_endpoint(const std::string& text, std::string* host, uint16_t* port) 
   *port = static_cast<uint16_t>(*value);
   if (auto why = policy::check_host_pattern(*host); !why.empty())
     throw Error("endpoint " + text + ": host " + why);
+}
+
+// One warning line on stderr for each endpoint that can never connect,
+// with the fix the caller can make.
+void warn_refused_endpoints(const policy::Policy& p, const std::string& sandbox) {
+  for (const auto& r : supervisor::ssrf_refused_endpoints(p)) {
+    bool v6 = r.host.find(':') != std::string::npos;
+    std::string endpoint = (v6 ? "[" + r.host + "]" : r.host) + ":" + std::to_string(r.port);
+    std::string fix = sandbox.empty()
+                          ? "add allowed_ips = [\"" + r.cidr + "\"] to " + r.field
+                          : "openshell policy update " + sandbox +
+                                (r.rule == "cli" ? "" : " --rule " + r.rule) + " --add-endpoint " +
+                                endpoint + " --allowed-ip " + r.cidr;
+    log::warn(supervisor::describe(r) + "; to allow it: " + fix);
+  }
 }
 
 }  // namespace
@@ -86,13 +116,18 @@ void add_policy_commands(CLI::App& app, Action* action) {
     c->add_option("--policy", *file, "The policy file (TOML)")->required();
     auto wait = std::make_shared<bool>(true);
     c->add_flag("--wait", *wait, "Wait until it applies (the default; kept for OpenShell's users)");
+    auto later = std::make_shared<bool>(false);
+    c->add_flag("--at-next-start", *later,
+                "On a running sandbox, accept a change of filesystem_policy, landlock or "
+                "process: it applies at the next start (the network part at once)");
     c->add_option("-o,--output", *output, "Output format: table or json")
         ->check(CLI::IsMember({"table", "json"}));
     c->callback([=] {
       *action = [=] {
         std::string text = read_policy_file(*file);
-        policy::parse(text, *file);  // a bad file stops here, with its line and field
-        return put_policy(*name, text, *file, *output);
+        // A bad file stops here, with its line and field.
+        warn_refused_endpoints(policy::parse(text, *file), *name);
+        return put_policy(*name, text, *file, *output, *later);
       };
     });
   }
@@ -106,6 +141,10 @@ void add_policy_commands(CLI::App& app, Action* action) {
         "get", "Print a sandbox's policy (the current revision, or --rev N)");
     c->add_option("name", *name, "The sandbox")->required();
     c->add_option("--rev", *revision, "A revision number");
+    auto full = std::make_shared<bool>(false);
+    c->add_flag("--full", *full,
+                "The effective policy: what the sandbox runs with, the parts the text leaves "
+                "out (the default filesystem_policy) written out");
     c->add_option("-o,--output", *output, "Output format: table (the TOML) or json")
         ->check(CLI::IsMember({"table", "json"}));
     c->callback([=] {
@@ -115,13 +154,21 @@ void add_policy_commands(CLI::App& app, Action* action) {
         GatewayClient client;
         json p = client.call("GET",
                              policy_target(*name) + (revision->empty() ? "" : "?rev=" + *revision));
+        if (*full) {
+          // The one rule a sandbox's launch follows (a gateway's sandbox).
+          SandboxSpec spec;
+          spec.policy = p.value("policy", "");
+          spec.policy_source = "revision " + std::to_string(p.value("revision", 0LL));
+          p["policy"] = policy::to_toml(spec::effective_policy(spec, spec::Placement{}));
+          p["full"] = true;
+        }
         if (*output == "json")
           std::printf("%s\n", p.dump(2).c_str());
         else
-          std::printf("# %s, policy revision %lld%s\n%s", p.value("sandbox", "").c_str(),
-                      p.value("revision", 0LL),
-                      p.value("default", false) ? " (the default policy)" : "",
-                      p.value("policy", "").c_str());
+          std::printf(
+              "# %s, policy revision %lld%s%s\n%s", p.value("sandbox", "").c_str(),
+              p.value("revision", 0LL), p.value("default", false) ? " (the default policy)" : "",
+              *full ? ", in full as the sandbox runs with it" : "", p.value("policy", "").c_str());
         return 0;
       };
     });
@@ -158,70 +205,67 @@ void add_policy_commands(CLI::App& app, Action* action) {
     auto add = std::make_shared<std::vector<std::string>>();
     auto remove = std::make_shared<std::vector<std::string>>();
     auto binaries = std::make_shared<std::vector<std::string>>();
+    auto allowed_ips = std::make_shared<std::vector<std::string>>();
     auto rule = std::make_shared<std::string>();
     auto output = std::make_shared<std::string>("table");
     CLI::App* c =
         policy->add_subcommand("update", "Add or remove network endpoints in a sandbox's policy");
     c->add_option("name", *name, "The sandbox")->required();
-    c->add_option("--add-endpoint", *add, "HOST:PORT to allow (repeatable)")
+    c->add_option("--add-endpoint", *add,
+                  "HOST:PORT to allow (repeatable); one already in the rule is not added again")
         ->allow_extra_args(false);
     c->add_option("--remove-endpoint", *remove, "HOST:PORT to remove from every rule (repeatable)")
         ->allow_extra_args(false);
     c->add_option("--binary", *binaries,
                   "With --add-endpoint: only for this executable (repeatable)")
         ->allow_extra_args(false);
+    c->add_option("--allowed-ip", *allowed_ips,
+                  "With --add-endpoint: the addresses (CIDR) it may reach, which opens a "
+                  "loopback or private address to it (repeatable)")
+        ->allow_extra_args(false);
     c->add_option("--rule", *rule, "The network policy added endpoints go to (default: \"cli\")");
     c->add_option("-o,--output", *output, "Output format: table or json")
         ->check(CLI::IsMember({"table", "json"}));
     c->callback([=] {
       *action = [=] {
-        if (add->empty() && remove->empty())
-          throw Error("policy update: give --add-endpoint or --remove-endpoint");
         if (!binaries->empty() && add->empty())
           throw Error("policy update: --binary goes with --add-endpoint");
+        if (!allowed_ips->empty() && add->empty())
+          throw Error("policy update: --allowed-ip goes with --add-endpoint");
+        if (add->empty() && remove->empty())
+          throw Error("policy update: give --add-endpoint or --remove-endpoint");
         for (const auto& b : *binaries)
           if (b.empty() || b[0] != '/') throw Error("--binary " + b + ": must be an absolute path");
+        for (const auto& ip : *allowed_ips)
+          if (auto why = policy::check_allowed_ip(ip); !why.empty())
+            throw Error("--allowed-ip " + ip + ": " + why);
+        policy::Update update;
+        update.rule = rule->empty() ? "cli" : *rule;
+        update.allowed_ips = *allowed_ips;
+        update.binaries = *binaries;
+        for (const auto& e : *remove) parse_endpoint(e, &update.remove.emplace_back());
+        for (const auto& e : *add) parse_endpoint(e, &update.add.emplace_back());
         GatewayClient client;
         json current = client.call("GET", policy_target(*name));
         policy::Policy p = policy::parse(current.value("policy", ""), "the current policy");
-        for (const auto& e : *remove) {
-          std::string host;
-          uint16_t port;
-          parse_endpoint(e, &host, &port);
-          bool found = false;
-          for (auto& np : p.network)
-            for (auto it = np.endpoints.begin(); it != np.endpoints.end();) {
-              auto& ports = it->ports;
-              bool same_host = text::iequals(it->host, host);
-              auto port_it = std::find(ports.begin(), ports.end(), port);
-              if (same_host && port_it != ports.end()) {
-                found = true;
-                ports.erase(port_it);
-              }
-              it = ports.empty() ? np.endpoints.erase(it) : it + 1;
-            }
-          if (!found) throw Error("--remove-endpoint " + e + ": the policy has no such endpoint");
-          std::erase_if(p.network,
-                        [](const policy::NetworkPolicy& np) { return np.endpoints.empty(); });
+        policy::UpdateResult result = policy::apply_update(&p, update);
+        if (!result.changed) {
+          // Nothing to store: no new revision.
+          if (*output == "json")
+            std::printf("%s\n", json{{"revision", current.value("revision", 0LL)},
+                                     {"changed", false},
+                                     {"notes", result.notes}}
+                                    .dump(2)
+                                    .c_str());
+          else
+            std::printf("%s: %s; policy revision %lld stays\n", name->c_str(),
+                        text::join(result.notes, "; ").c_str(), current.value("revision", 0LL));
+          return 0;
         }
-        if (!add->empty()) {
-          std::string rule_name = rule->empty() ? "cli" : *rule;
-          policy::NetworkPolicy* target = nullptr;
-          for (auto& np : p.network)
-            if (np.name == rule_name) target = &np;
-          if (!target) {
-            p.network.push_back({rule_name, {}, {}});
-            target = &p.network.back();
-          }
-          for (const auto& e : *add) {
-            policy::Endpoint endpoint;
-            parse_endpoint(e, &endpoint.host, &endpoint.ports.emplace_back());
-            target->endpoints.push_back(endpoint);
-          }
-          for (const auto& b : *binaries) target->binaries.push_back({b});
-        }
+        if (*output == "table")
+          std::printf("%s: %s\n", name->c_str(), text::join(result.notes, "; ").c_str());
         std::string text = policy::to_toml(p);
-        policy::parse(text, "the updated policy");
+        warn_refused_endpoints(policy::parse(text, "the updated policy"), *name);
         return put_policy(*name, text, "policy update", *output);
       };
     });
@@ -235,6 +279,7 @@ void add_policy_commands(CLI::App& app, Action* action) {
     c->callback([=] {
       *action = [=] {
         policy::Policy p = policy::parse(read_policy_file(*file), *file);
+        warn_refused_endpoints(p, "");
         size_t endpoints = 0;
         for (const auto& np : p.network) endpoints += np.endpoints.size();
         std::printf("%s: valid (%zu network policies, %zu endpoints%s)\n", file->c_str(),

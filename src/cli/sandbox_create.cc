@@ -20,6 +20,7 @@
 #include "cli/sandbox_common.h"
 #include "cli/sandbox_lifecycle.h"
 #include "cli/streams.h"
+#include "spec/ca_certs.h"
 #include "spec/sandbox_spec.h"
 
 namespace openshell::cli {
@@ -38,7 +39,7 @@ void check_name(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
                     output = "table", restart;
-  std::vector<std::string> env, labels, command;
+  std::vector<std::string> env, labels, command, ca_certs;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
 };
@@ -87,6 +88,7 @@ int create(const CreateOptions& o) {
       throw_errno("--policy " + o.policy, err);
     spec.policy_source = o.policy;
   }
+  for (const auto& file : o.ca_certs) spec.ca_certs.push_back(spec::read_ca_cert(file));
   spec.no_keep = o.no_keep;
   spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
@@ -150,6 +152,9 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
                 "of the RAM)");
   c->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
   repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
+  repeatable(c->add_option("--ca-cert", o->ca_certs,
+                           "A PEM file of CA certificates its programs trust, added to its "
+                           "system bundle and named by SSL_CERT_FILE and the like (repeatable)"));
   c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
   c->add_option("--restart", o->restart,
                 "Start it again when the gateway starts and finds it gone (the host came back): "

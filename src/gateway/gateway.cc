@@ -43,6 +43,7 @@
 #include "gateway/store.h"
 #include "image/store.h"
 #include "net/http.h"
+#include "policy/edit.h"
 #include "policy/policy.h"
 #include "protocol/exec_handoff.h"
 #include "protocol/supervisor_session.h"
@@ -1467,6 +1468,22 @@ void Gateway::list_policies(const std::shared_ptr<net::Exchange>& exchange,
   exchange->respond(json_response(200, {{"sandbox", record.name}, {"revisions", list}}));
 }
 
+// The parts fixed at a sandbox's start that a new policy text would change,
+// each policy taken as the sandbox would run with it.
+std::vector<std::string> static_policy_changes(const SandboxSpec& spec, const std::string& text,
+                                               const std::string& source) {
+  SandboxSpec next = spec;
+  next.policy = text;
+  next.policy_source = source;
+  policy::Policy now;
+  try {
+    now = spec::effective_policy(spec, spec::Placement{});
+  } catch (const Error&) {
+    return {};  // a stored text this version cannot read: nothing to compare, nothing to keep
+  }
+  return policy::static_differences(now, spec::effective_policy(next, spec::Placement{}));
+}
+
 // A new revision: validated, stored, and (the network part) applied to the
 // running sandbox before the answer; the rest applies from the next start.
 void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
@@ -1481,23 +1498,35 @@ void Gateway::set_policy(const std::shared_ptr<net::Exchange>& exchange, const s
   } catch (const Error& e) {
     throw ApiError(400, "invalid_policy", e.what());
   }
-  int64_t revision = store_->add_policy(record.id, text, now_ms());
+  bool at_next_start = body.value("at_next_start", false);
   SandboxSpec spec = SandboxSpec::from_json(record.spec);
+  auto live = supervised_.find(record.id);
+  bool running = live != supervised_.end() && live->second.session && record.phase == Phase::kReady;
+  // What a running sandbox cannot take now is refused unless asked for later.
+  std::vector<std::string> pending;
+  if (running) pending = static_policy_changes(spec, text, source);
+  if (!pending.empty() && !at_next_start)
+    throw ApiError(409, "static_change",
+                   "sandbox '" + name + "' is running, and its " + text::join(pending, ", ") +
+                       " would change, which applies only at its next start: give "
+                       "--at-next-start (at_next_start in the API) to store the revision for "
+                       "then; its network part applies at once");
+  int64_t revision = store_->add_policy(record.id, text, now_ms());
   spec.policy = text;
   spec.policy_source = source;
   record.spec = spec.to_json();
   save(record);
-  auto respond = [this, exchange, id = record.id, revision](bool applied,
-                                                            const std::string& error) {
+  auto respond = [this, exchange, id = record.id, revision, pending](bool applied,
+                                                                     const std::string& error) {
     auto r = store_->find_by_id(id);
     json out = {{"revision", revision}, {"applied", applied}};
+    if (!pending.empty()) out["at_next_start"] = pending;
     if (!error.empty()) out["error"] = error;
     if (r) out["sandbox"] = view(*r);
     exchange->respond(json_response(200, out));
   };
-  auto s = supervised_.find(record.id);
-  if (s == supervised_.end() || !s->second.session || record.phase != Phase::kReady)
-    return respond(false, "");  // takes effect at the next start
+  if (!running) return respond(false, "");  // takes effect at the next start
+  auto s = live;
   auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(5));
   policy_acks_[{record.id, revision}] = [respond,
                                          timer](const protocol::session::PolicyApplied& ack) {

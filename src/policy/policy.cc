@@ -14,6 +14,8 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "policy/edit.h"
+#include "policy/yaml.h"
 
 namespace openshell::policy {
 
@@ -27,7 +29,12 @@ class Parser {
                          const std::string& message) const {
     std::ostringstream out;
     out << source_;
-    if (node && node->source().begin.line > 0) out << ":" << node->source().begin.line;
+    size_t line = node ? node->source().begin.line : 0;
+    if (node && !line && yaml_lines_) {
+      auto found = yaml_lines_->find(node);
+      if (found != yaml_lines_->end()) line = found->second;
+    }
+    if (line > 0) out << ":" << line;
     out << ": " << field << ": " << message;
     throw Error(out.str());
   }
@@ -220,15 +227,27 @@ class Parser {
     return endpoint;
   }
 
-  Policy parse(std::string_view text) const {
+  Policy parse(std::string_view text) {
     toml::table root;
-    try {
-      root = toml::parse(text, source_);
-    } catch (const toml::parse_error& e) {
-      std::ostringstream out;
-      out << source_ << ":" << e.source().begin.line << ": " << e.description();
-      throw Error(out.str());
+    YamlLines lines;
+    if (looks_like_yaml(text) || source_.ends_with(".yaml") || source_.ends_with(".yml")) {
+      root = yaml_to_table(text, source_, &lines);
+      yaml_lines_ = &lines;
+    } else {
+      try {
+        root = toml::parse(text, source_);
+      } catch (const toml::parse_error& e) {
+        std::ostringstream out;
+        out << source_ << ":" << e.source().begin.line << ": " << e.description();
+        throw Error(out.str());
+      }
     }
+    Policy policy = parse_root(root);
+    yaml_lines_ = nullptr;
+    return policy;
+  }
+
+  Policy parse_root(const toml::table& root) const {
     check_keys(root, "",
                {"version", "filesystem_policy", "landlock", "process", "network_policies"});
     Policy policy;
@@ -247,6 +266,7 @@ class Parser {
 
  private:
   std::string source_;
+  const YamlLines* yaml_lines_ = nullptr;  // a YAML policy's lines
 };
 
 }  // namespace

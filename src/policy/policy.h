@@ -1,6 +1,6 @@
 // The sandbox policy: a TOML document whose field names follow OpenShell's
-// policy schema. Filesystem, Landlock and process parts are fixed at launch;
-// the network part may change on a live sandbox.
+// policy schema (OpenShell's YAML is read too: policy/yaml.h). Filesystem, Landlock and process
+// parts are fixed at launch; the network part may change on a live sandbox.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +68,8 @@ struct Policy {
 
 // Parses and validates. Throws Error whose message names the source, the line
 // and the field at fault: "policy.toml:7: filesystem_policy.read_write[1]: ...".
+// A YAML text (looks_like_yaml, or a source name ending in .yaml or .yml)
+// is read as YAML, with the same checks and messages.
 Policy parse(std::string_view text, const std::string& source_name);
 
 // Reads and parses a file; a missing file is an Error naming it.

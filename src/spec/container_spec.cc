@@ -20,10 +20,14 @@
 #include "runtime/landlock.h"
 #include "runtime/private_paths.h"
 #include "runtime/users.h"
+#include "spec/ca_certs.h"
 
 namespace openshell::spec {
 
 namespace {
+
+// The bundle in the sandbox's directory.
+constexpr const char* kCaBundleFile = "ca-certificates.crt";
 
 // The root's /etc/passwd and /etc/group: of the image's layers (the topmost
 // that has each), else of the root directory.
@@ -209,6 +213,9 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   }
   if (one_shot && spec.from != "host") c.fs.read_only = one_shot->read_only;
   if (one_shot) c.fs.binds.insert(c.fs.binds.end(), one_shot->binds.begin(), one_shot->binds.end());
+  // The CA bundle that prepare_root wrote, over the root's own.
+  if (!one_shot && !spec.ca_certs.empty())
+    c.fs.binds.push_back({dir + "/" + kCaBundleFile, kCaBundle, true});
   c.fs.hidden = where.hidden;
   const std::string image_workdir = spec.image ? spec.image->working_dir : std::string();
   c.fs.workdir = one_shot && !one_shot->workdir.empty() ? one_shot->workdir
@@ -243,6 +250,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
            "HOSTNAME=" + where.hostname};
   if (c.tty) c.env.push_back("TERM=" + (one_shot->term.empty() ? "xterm" : one_shot->term));
   if (c.egress) c.env = merge_env(std::move(c.env), proxy_env());
+  if (!one_shot && !spec.ca_certs.empty()) c.env = merge_env(std::move(c.env), ca_bundle_env());
   c.env = merge_env(std::move(c.env), spec.env);
 
   // Limits; a sandbox made before the defaults existed gets them here.
@@ -284,7 +292,35 @@ runtime::ResolvedUser exec_user(const SandboxSpec& spec, const Placement& where,
                      user.empty() ? caller_user(spec, where) : user);
 }
 
-void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
+namespace {
+
+// The root's own CA bundle, where it has one (else "").
+std::string root_ca_bundle(const SandboxSpec& spec, const std::string& dir, const Paths& paths) {
+  const std::string path = std::string(kCaBundle).substr(1);
+  if (spec.from == "host") return files::read_in_root("/", path).value_or("");
+  if (spec.storage == "copy") return files::read_in_root(dir + "/rootfs", path).value_or("");
+  if (!spec.image) return files::read_in_root(spec.from, path).value_or("");
+  image::Store store(paths.images());
+  std::vector<std::string> layers;
+  for (auto it = spec.image->layers.rbegin(); it != spec.image->layers.rend(); ++it)
+    layers.push_back(store.layer_root(*it));
+  return image::read_from_layers(layers, path);
+}
+
+// Written afresh at every launch: the root's bundle may be what changed.
+void prepare_ca_bundle(const SandboxSpec& spec, const std::string& dir, const Paths& paths) {
+  if (spec.ca_certs.empty()) return;
+  const std::string file = dir + "/" + kCaBundleFile;
+  files::write_atomically(file, ca_bundle(root_ca_bundle(spec, dir, paths), spec.ca_certs), 0644);
+  // As root, the sandbox's own range owns it: a bind of a file that host
+  // root owns is not idmapped into the sandbox, and its source directory is
+  // not one the sandbox's ids may search.
+  if (::geteuid() == 0 && spec.host_uid_start && spec.host_gid_start &&
+      ::chown(file.c_str(), *spec.host_uid_start, *spec.host_gid_start) != 0)
+    throw_errno("chown " + file);
+}
+
+void prepare_copy(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
   if (spec.storage != "copy") return;
   const std::string dir = paths.sandbox(sandbox_id);
   const std::string rootfs = dir + "/rootfs";
@@ -305,6 +341,13 @@ void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const 
   // user the sandbox runs as.
   UniqueFd marker(::open(ready.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   if (!marker) throw_errno("create " + ready);
+}
+
+}  // namespace
+
+void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
+  prepare_copy(spec, sandbox_id, paths);
+  prepare_ca_bundle(spec, paths.sandbox(sandbox_id), paths);
 }
 
 }  // namespace openshell::spec

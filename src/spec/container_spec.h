@@ -100,10 +100,13 @@ std::vector<std::string> merge_env(std::vector<std::string> base,
 // The environment that points a sandbox's programs at its egress proxy.
 std::vector<std::string> proxy_env();
 
-// A gateway's sandbox with storage "copy" gets its root as a copy of its
-// image (or directory) before its first start: sandboxes/<id>/rootfs, kept
-// across stops and starts like a writable layer. Nothing to do otherwise,
-// or when the copy is there. Throws Error.
+// What a gateway's sandbox needs in its directory before each launch:
+//  - with storage "copy", its root as a copy of its image (or directory)
+//    before its first start: sandboxes/<id>/rootfs, kept across stops and
+//    starts like a writable layer (made once);
+//  - with ca_certs, its CA bundle (spec/ca_certs.h), the root's own with
+//    them added, written afresh.
+// Throws Error.
 void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths);
 
 }  // namespace openshell::spec

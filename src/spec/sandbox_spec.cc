@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/text.h"
 #include "policy/policy.h"
+#include "spec/ca_certs.h"
 
 namespace openshell {
 
@@ -48,6 +49,8 @@ void SandboxSpec::validate() const {
     if (auto why = check_label(k, v); !why.empty())
       throw Error("--label " + k + "=" + v + ": " + why);
   if (!policy.empty()) policy::parse(policy, policy_source.empty() ? "policy" : policy_source);
+  for (size_t i = 0; i < ca_certs.size(); ++i)
+    spec::pem_certificates(ca_certs[i], "certificate " + std::to_string(i + 1));
 }
 
 void SandboxSpec::apply_limit_defaults(const limits::Defaults& defaults, uint64_t total) {
@@ -87,6 +90,7 @@ std::string SandboxSpec::to_json() const {
     j["image"] = {{"name", image->name},     {"id", image->id},
                   {"digest", image->digest}, {"layers", image->layers},
                   {"user", image->user},     {"working_dir", image->working_dir}};
+  if (!ca_certs.empty()) j["ca_certs"] = ca_certs;
   if (!storage.empty()) j["storage"] = storage;
   if (!restart.empty()) j["restart"] = restart;
   if (!storage_note.empty()) j["storage_note"] = storage_note;
@@ -129,6 +133,7 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
       image.working_dir = i.value("working_dir", std::string());
       s.image = std::move(image);
     }
+    s.ca_certs = j.value("ca_certs", std::vector<std::string>{});
     s.storage = j.value("storage", std::string());
     s.restart = j.value("restart", std::string());
     s.storage_note = j.value("storage_note", std::string());

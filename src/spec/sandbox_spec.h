@@ -53,6 +53,9 @@ struct SandboxSpec {
   std::string restart;
   std::string policy;         // policy TOML text; empty: the default policy
   std::string policy_source;  // the file it came from, for messages
+  // PEM certificates (--ca-cert) added to the sandbox's system CA bundle
+  // (spec/ca_certs.h), one entry a file given.
+  std::vector<std::string> ca_certs;
 
   // Throws Error naming the field at fault.
   void validate() const;

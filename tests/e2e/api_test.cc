@@ -220,6 +220,19 @@ TEST_P(ApiContract, ErrorsOfAnExistingSandbox) {
                "invalid_policy");
   expect_error(call("PUT", "/v1/sandboxes/taken/policy", R"({"policy":5})"), 400, "bad_request");
   expect_error(call("GET", "/v1/sandboxes/taken/policy?rev=abc"), 400, "bad_request");
+  // A change of a part fixed at start, on the running sandbox: refused
+  // unless for the next start.
+  const std::string hard =
+      R"({"policy":"version = 1\n[landlock]\ncompatibility = \"hard_requirement\"\n")";
+  expect_error(call("PUT", "/v1/sandboxes/taken/policy", hard + "}"), 409, "static_change",
+               "sandbox 'taken' is running, and its landlock would change");
+  Reply later = call("PUT", "/v1/sandboxes/taken/policy", hard + R"(,"at_next_start":true})");
+  EXPECT_EQ(later.status, 200) << later.raw;
+  EXPECT_EQ(json::parse(later.body, nullptr, false).value("at_next_start", json::array()),
+            json::parse(R"(["landlock"])"));
+  expect_error(call("POST", "/v1/sandboxes",
+                    R"({"name":"x","spec":{"from":"host","ca_certs":["not a certificate"]}})"),
+               400, "invalid_spec", "--ca-cert certificate 1: not a PEM certificate");
   expect_error(call("GET", "/v1/sandboxes/taken/logs?source=bogus"), 400, "bad_request");
 
   Reply deleted = call("DELETE", "/v1/sandboxes/taken");
