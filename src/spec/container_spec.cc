@@ -205,6 +205,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   // its DNS stub. Both listen on the sandbox's loopback.
   c.egress = !one_shot || !policy.network.empty();
   c.fs.dns_stub = c.egress;
+  c.fs.hosts_name = where.hostname;
   // Without a filesystem policy no Landlock rule covers /proc, where a
   // process could write another's memory (/proc/PID/mem: ptrace is refused,
   // that file is not) and so act as a binary the network policy names.

@@ -1,0 +1,121 @@
+// A gateway sandbox's files as its root is made: mount points an image or
+// directory lacks, /etc/hosts and the names the DNS stub answers itself;
+// as root and rootless.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <gmock/gmock.h>
+
+#include "harness.h"
+
+using testing::HasSubstr;
+using testing::Not;
+
+namespace e2e {
+namespace {
+
+class SandboxFiles : public ModeTest {
+ protected:
+  void SetUp() override {
+    ModeTest::SetUp();
+    if (IsSkipped()) return;
+    static int counter = 0;
+    home_ = make_dir(mode(), "files-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
+  }
+  void TearDown() override {
+    if (!home_.empty()) {
+      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
+          << "gateway or supervisors left";
+      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
+    }
+    ModeTest::TearDown();
+  }
+  Result os(const std::vector<std::string>& args, Options o = {}) {
+    o.env.push_back("OPENSHELL_HOME=" + home_);
+    return openshell(mode(), args, o);
+  }
+  // A copy of the busybox root, owned by root (another user than the
+  // rootless modes' own), without the given paths.
+  std::string root_without(const std::string& name, const std::vector<std::string>& missing) {
+    const std::string dir = scratch() + "/" + name + "-" + mode_name(mode());
+    std::filesystem::remove_all(dir);
+    const std::string copy = "cp -a " + rootfs() + " " + dir;
+    EXPECT_EQ(std::system(copy.c_str()), 0) << copy;
+    for (const auto& path : missing) std::filesystem::remove_all(dir + "/" + path);
+    return dir;
+  }
+  std::string id_of(const std::string& name) {
+    Result r = os({"sandbox", "get", name, "-o", "json"});
+    auto pos = r.out.find("\"id\": \"");
+    if (pos == std::string::npos) return "";
+    pos += 7;
+    return r.out.substr(pos, r.out.find('"', pos) - pos);
+  }
+
+  std::string home_;
+};
+
+// Regression (issue 10, bug 1): rootless, a directory root owned by another
+// user and lacking /etc/resolv.conf failed with "create mount point
+// /etc/resolv.conf: Permission denied". Missing mount points are made in
+// the sandbox's writable layer, never in the directory.
+TEST_P(SandboxFiles, MissingMountPointsNeedNoWriteAccessToTheRoot) {
+  const std::string dir = root_without("bare", {"etc/resolv.conf", "etc/hosts", "tmp", "sandbox"});
+  Result r = os({"sandbox", "create", "--name", "bare", "--from", dir, "--no-keep", "--", "sh",
+                 "-c", "cat /etc/resolv.conf /etc/hosts; test -d /tmp && pwd"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("nameserver 127.0.0.1\n"));
+  EXPECT_THAT(r.out, HasSubstr("127.0.0.1\tlocalhost bare\n::1\tlocalhost"));
+  EXPECT_THAT(r.out, HasSubstr("/sandbox\n"));
+  // The directory itself is as it was.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/etc/resolv.conf"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/etc/hosts"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/tmp"));
+  // And again after a stop and start, in the same writable layer.
+  ASSERT_EQ(os({"sandbox", "create", "--name", "again", "--from", dir}).status, 0);
+  ASSERT_EQ(os({"sandbox", "stop", "again"}).status, 0);
+  Result start = os({"sandbox", "start", "again"});
+  EXPECT_EQ(start.status, 0) << start.err;
+  Result hosts = os({"sandbox", "exec", "again", "--", "cat", "/etc/hosts"});
+  EXPECT_THAT(hosts.out, HasSubstr("127.0.0.1\tlocalhost again\n")) << hosts.err << hosts.status;
+  EXPECT_EQ(os({"sandbox", "delete", "again"}).status, 0);
+  std::filesystem::remove_all(dir);
+}
+
+// Bug 2: a root that brings its own /etc/hosts keeps it.
+TEST_P(SandboxFiles, AnImagesOwnHostsFileIsKept) {
+  Result r = os({"sandbox", "create", "--name", "own", "--from", rootfs(), "--no-keep", "--", "cat",
+                 "/etc/hosts"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "127.0.0.1 localhost\n::1 localhost\n");
+}
+
+// Bug 2: the DNS stub answers localhost and the sandbox's own name itself,
+// and the network log holds no denial of them.
+TEST_P(SandboxFiles, DnsStubAnswersLocalNames) {
+  ASSERT_EQ(os({"sandbox", "create", "--name", "named", "--from", rootfs()}).status, 0);
+  Result local = os({"sandbox", "exec", "named", "--", "nslookup", "localhost", "127.0.0.1"});
+  EXPECT_EQ(local.status, 0) << local.out << local.err;
+  EXPECT_THAT(local.out, HasSubstr("Address: 127.0.0.1"));
+  EXPECT_THAT(local.out, HasSubstr("Address: ::1"));
+  Result own = os({"sandbox", "exec", "named", "--", "nslookup", "named", "127.0.0.1"});
+  EXPECT_EQ(own.status, 0) << own.out << own.err;
+  EXPECT_THAT(own.out, HasSubstr("Address: 127.0.0.1"));
+  // A name no rule knows is still refused, and logged.
+  Result other = os({"sandbox", "exec", "named", "--", "nslookup", "example.invalid", "127.0.0.1"});
+  EXPECT_NE(other.status, 0);
+  const std::string log = home_ + "/sandboxes/" + id_of("named") + "/logs/network.log";
+  const std::string text = file_contents(log);
+  EXPECT_THAT(text, HasSubstr("example.invalid"));
+  EXPECT_THAT(text, Not(HasSubstr("\"host\":\"localhost\"")));
+  EXPECT_THAT(text, Not(HasSubstr("\"host\":\"named\"")));
+  EXPECT_EQ(os({"sandbox", "delete", "named"}).status, 0);
+}
+
+E2E_ALL_MODES(SandboxFiles);
+
+}  // namespace
+}  // namespace e2e
