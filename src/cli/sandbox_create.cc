@@ -12,6 +12,7 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "cli/env_file.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
@@ -36,7 +37,7 @@ void check_name(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, output = "table",
                     restart;
-  std::vector<std::string> env, labels, command;
+  std::vector<std::string> env, env_files, labels, command;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
 };
@@ -48,7 +49,7 @@ int create(const CreateOptions& o) {
   const bool directory = o.from != "host" && files::is_directory(o.from);
   if (directory) spec.from = files::canonical(o.from, "--from");
   spec.command = o.command;
-  spec.env = o.env;
+  spec.env = environment_entries(o.env_files, o.env);
   if (!o.cpu.empty()) {
     auto cpus = text::parse_positive_decimal(o.cpu);
     if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
@@ -128,7 +129,11 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   c->add_flag("--insecure", o->insecure,
               "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
   c->add_option("--policy", o->policy, "Policy file (TOML)");
-  repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
+  repeatable(
+      c->add_option("-e,--env", o->env,
+                    "KEY=VALUE for its processes, or KEY for the caller's value (repeatable)"));
+  repeatable(c->add_option("--env-file", o->env_files,
+                           "A file of KEY=VALUE lines, as docker reads it (repeatable; -e wins)"));
   c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
   c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
   c->add_option("--pids", o->pids,

@@ -115,6 +115,41 @@ TEST_P(SandboxFiles, DnsStubAnswersLocalNames) {
   EXPECT_EQ(os({"sandbox", "delete", "named"}).status, 0);
 }
 
+// Item 10: -e KEY takes the caller's value on create as on exec, and
+// --env-file reads docker's format on create, exec and run; -e wins.
+TEST_P(SandboxFiles, EnvFileAndCallersValues) {
+  const std::string file = write_file(scratch() + "/vars-" + mode_name(mode()),
+                                      "# settings\nFROM_FILE=file value\nBOTH=file\n\nPASSED\n");
+  Options caller;
+  caller.env = {"PASSED=from the caller", "ALSO=also the caller's"};
+  const std::string show = "echo \"$FROM_FILE|$BOTH|$PASSED|$ALSO\"";
+  Result created = os({"sandbox", "create", "--name", "env", "--from", rootfs(), "--env-file", file,
+                       "-e", "BOTH=flag", "-e", "ALSO", "--no-keep", "--", "sh", "-c", show},
+                      caller);
+  EXPECT_EQ(created.status, 0) << created.err;
+  EXPECT_EQ(created.out, "file value|flag|from the caller|also the caller's\n");
+  ASSERT_EQ(os({"sandbox", "create", "--name", "idle", "--from", rootfs()}).status, 0);
+  Result exec =
+      os({"sandbox", "exec", "idle", "--env-file", file, "-e", "ALSO", "--", "sh", "-c", show},
+         caller);
+  EXPECT_EQ(exec.status, 0) << exec.err;
+  EXPECT_EQ(exec.out, "file value|file|from the caller|also the caller's\n");
+  Result run = sandbox(mode(), {"--env-file", file}, {"sh", "-c", show}, caller);
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.out, "file value|file|from the caller|\n");
+  // A bad line: one line naming the file and the line, exit 125.
+  const std::string bad = write_file(scratch() + "/bad-vars-" + mode_name(mode()), "A=1\n=2\n");
+  Result refused = os({"sandbox", "exec", "idle", "--env-file", bad, "--", "true"});
+  EXPECT_EQ(refused.status, 125);
+  EXPECT_EQ(refused.err, "openshell: --env-file " + bad + ":2: '=2' is not KEY=VALUE or KEY\n");
+  Result refused_create =
+      os({"sandbox", "create", "--from", rootfs(), "--env-file", bad, "--", "true"});
+  EXPECT_EQ(refused_create.status, 125);
+  EXPECT_EQ(refused_create.err,
+            "openshell: --env-file " + bad + ":2: '=2' is not KEY=VALUE or KEY\n");
+  EXPECT_EQ(os({"sandbox", "delete", "idle"}).status, 0);
+}
+
 E2E_ALL_MODES(SandboxFiles);
 
 }  // namespace
