@@ -184,6 +184,9 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   }
   if (one_shot && spec.from != "host") c.fs.read_only = one_shot->read_only;
   if (one_shot) c.fs.binds.insert(c.fs.binds.end(), one_shot->binds.begin(), one_shot->binds.end());
+  // A gateway's sandbox's own (create --bind), mounted as run's are: as
+  // root, idmapped to the sandbox user (namespaces::MountPlan).
+  for (const auto& b : spec.binds) c.fs.binds.push_back({b.source, b.target, b.read_only});
   c.fs.hidden = where.hidden;
   const std::string image_workdir = spec.image ? spec.image->working_dir : std::string();
   c.fs.workdir = one_shot && !one_shot->workdir.empty() ? one_shot->workdir
@@ -245,7 +248,14 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
     c.cap_add = one_shot->cap_add;
     c.seccomp = one_shot->seccomp;
   }
-  c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
+  // What the caller bound in (create --bind) is reachable as it was bound,
+  // whatever the filesystem policy lists.
+  policy::Policy confined = policy;
+  if (confined.has_filesystem_policy)
+    for (const auto& b : spec.binds)
+      (b.read_only ? confined.filesystem.read_only : confined.filesystem.read_write)
+          .push_back(b.target);
+  c.landlock = runtime::landlock::plan(confined, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.
   if (policy.filesystem == policy::default_policy().filesystem) c.landlock.warn_missing = false;
   c.cgroup_name = where.cgroup_name;

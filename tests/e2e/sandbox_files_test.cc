@@ -150,6 +150,52 @@ TEST_P(SandboxFiles, EnvFileAndCallersValues) {
   EXPECT_EQ(os({"sandbox", "delete", "idle"}).status, 0);
 }
 
+// Item 10: create --bind, as run's: the sandbox user writes what the
+// directory's owner may (idmapped as root), :ro refuses with EROFS, and the
+// binds come back at every start.
+TEST_P(SandboxFiles, CreateBindSurvivesStopAndStart) {
+  // As root, a directory of an ordinary user: its owner becomes the
+  // sandbox user inside.
+  const Mode owner = mode() == Mode::kRoot ? Mode::kRootlessSubuid : mode();
+  const std::string data = make_dir(owner, "cbind-" + mode_name(mode()), 0755);
+  write_file(data + "/in", "from host\n", 0644);
+  ASSERT_EQ(::chown((data + "/in").c_str(), uid_of(owner), gid_of(owner)), 0);
+  Result created = os({"sandbox", "create", "--name", "bound", "--from", rootfs(), "--bind",
+                       data + ":/data", "-v", data + ":/data-ro:ro"});
+  ASSERT_EQ(created.status, 0) << created.err;
+  for (int launch = 1; launch <= 2; ++launch) {
+    SCOPED_TRACE("launch " + std::to_string(launch));
+    const std::string out = data + "/out" + std::to_string(launch);
+    Result w =
+        os({"sandbox", "exec", "bound", "--", "sh", "-c",
+            "id -u; cat /data/in && echo from sandbox > /data/out" + std::to_string(launch)});
+    EXPECT_EQ(w.status, 0) << w.err;
+    EXPECT_EQ(w.out, "1000\nfrom host\n");
+    EXPECT_EQ(file_contents(out), "from sandbox\n");
+    struct stat st {};
+    EXPECT_EQ(::stat(out.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, uid_of(owner));
+    Result ro = os({"sandbox", "exec", "bound", "--", "sh", "-c", "echo x > /data-ro/no"});
+    EXPECT_EQ(ro.status, 1);
+    EXPECT_EQ(ro.err, "sh: can't create /data-ro/no: Read-only file system\n");
+    EXPECT_FALSE(std::filesystem::exists(data + "/no"));
+    if (launch == 1) {
+      ASSERT_EQ(os({"sandbox", "stop", "bound"}).status, 0);
+      ASSERT_EQ(os({"sandbox", "start", "bound"}).status, 0);
+    }
+  }
+  EXPECT_EQ(os({"sandbox", "delete", "bound"}).status, 0);
+  // The bind's files are the host's, not the sandbox's: they stay.
+  EXPECT_EQ(file_contents(data + "/in"), "from host\n");
+  // A source that does not exist: one line, exit 125, no sandbox.
+  Result missing = os(
+      {"sandbox", "create", "--name", "nobind", "--from", rootfs(), "--bind", data + "/nosuch:/x"});
+  EXPECT_EQ(missing.status, 125);
+  EXPECT_EQ(missing.err, "openshell: --bind " + data + "/nosuch:/x: " + data +
+                             "/nosuch: no such file or directory\n");
+  std::filesystem::remove_all(data);
+}
+
 E2E_ALL_MODES(SandboxFiles);
 
 }  // namespace
