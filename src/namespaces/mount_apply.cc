@@ -340,15 +340,18 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
       UniqueFd existing(openat2_in_root(root.get(), "etc/hosts", O_PATH));
       ours = existing.get() < 0 && errno == ENOENT;
     }
-    if (ours) {
+    // A convenience, not a confinement: a root where the point cannot be
+    // made (read-only, with no overlay) goes without; the DNS stub still
+    // answers localhost.
+    ChildFailure unmade;
+    UniqueFd target(ours ? open_in_root(root.get(), "etc/hosts", Create::kFile, &unmade) : -1);
+    if (target.get() >= 0) {
       int fd = ::open("/hosts", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd < 0) return fail(f, errno, "create", "/hosts");
       const ssize_t want = static_cast<ssize_t>(hosts_.size());
       ssize_t n = ::write(fd, hosts_.data(), hosts_.size());
       ::close(fd);
       if (n != want) return fail(f, errno, "write", "/hosts");
-      UniqueFd target(open_in_root(root.get(), "etc/hosts", Create::kFile, f));
-      if (target.get() < 0) return false;
       if (!bind(AT_FDCWD, "/hosts", target.get(), false,
                 MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
                 "etc/hosts", f))
