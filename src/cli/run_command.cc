@@ -22,6 +22,7 @@
 #include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "cli/commands.h"
+#include "cli/env_file.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
 #include "cli/stdio_relay.h"
@@ -164,7 +165,7 @@ RunPlan plan_run(const RunOptions& o) {
   // defaults: its Env, WorkingDir, User, Entrypoint and Cmd).
   sandbox.from = o.rootfs;
   sandbox.command = o.command;
-  sandbox.env = env_entries(o.env);
+  sandbox.env = environment_entries(o.env_files, o.env);
   if (!o.image.empty()) {
     if (o.rootfs != "host") throw Error("--image and --rootfs: give one root, not both");
     where.images_dir = Paths::resolve().images();
@@ -348,6 +349,9 @@ void add_run_command(CLI::App& app, Action* action) {
       run->add_option("-e,--env", o->env,
                       "Set KEY=VALUE, or pass the caller's KEY (repeatable); nothing else of the "
                       "caller's environment goes in"));
+  repeatable(
+      run->add_option("--env-file", o->env_files,
+                      "A file of KEY=VALUE lines, as docker reads it (repeatable; -e wins)"));
   run->add_option("-u,--user", o->user,
                   "UID[:GID] or NAME[:GROUP] inside the sandbox (default 1000:1000, never the "
                   "caller's)");

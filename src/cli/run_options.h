@@ -19,10 +19,11 @@ struct RunOptions {
   std::string image;      // an image in the store (run pulls it first when missing)
   bool insecure = false;  // pull --image over plain HTTP
   bool read_only = false;
-  std::vector<std::string> binds;  // SRC:DST[:ro|rw]
-  std::vector<std::string> env;    // KEY=VALUE, or KEY to pass the caller's value
-  std::string workdir;             // default "/"
-  std::string user;                // UID[:GID] or NAME[:GROUP]; default 1000:1000
+  std::vector<std::string> binds;      // SRC:DST[:ro|rw]
+  std::vector<std::string> env;        // KEY=VALUE, or KEY to pass the caller's value
+  std::vector<std::string> env_files;  // --env-file, before env (cli/env_file.h)
+  std::string workdir;                 // default "/"
+  std::string user;                    // UID[:GID] or NAME[:GROUP]; default 1000:1000
   std::string hostname = "sandbox";
   bool tty = false;
   std::string memory;                // "64M"

@@ -14,6 +14,7 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "cli/env_file.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
@@ -39,7 +40,7 @@ void check_name(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
                     output = "table", restart;
-  std::vector<std::string> env, labels, command, ca_certs;
+  std::vector<std::string> env, env_files, binds, labels, command, ca_certs;
   bool no_keep = false, detach = false, insecure = false;
   bool name_given = false;  // --name, even an empty one
 };
@@ -59,8 +60,15 @@ int create(const CreateOptions& o) {
                      : ": no such directory"));
   }
   spec.command = o.command;
-  spec.env = o.env;
+  spec.env = environment_entries(o.env_files, o.env);
   spec.user = o.user;
+  // Each bind's source as it is now: a missing one is refused here.
+  for (const auto& text : o.binds) {
+    const namespaces::BindSpec b = parse_bind(text);
+    if (!files::exists(b.source))
+      throw Error("--bind " + text + ": " + b.source + ": no such file or directory");
+    spec.binds.push_back({files::canonical(b.source, "--bind " + text), b.target, b.read_only});
+  }
   if (!o.cpu.empty()) {
     auto cpus = text::parse_positive_decimal(o.cpu);
     if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
@@ -142,7 +150,13 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
               "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
   c->add_option("--policy", o->policy, "Policy file (TOML)");
   c->add_option("-u,--user", o->user, kUserHelp);
-  repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
+  repeatable(
+      c->add_option("-e,--env", o->env,
+                    "KEY=VALUE for its processes, or KEY for the caller's value (repeatable)"));
+  repeatable(c->add_option("--env-file", o->env_files,
+                           "A file of KEY=VALUE lines, as docker reads it (repeatable; -e wins)"));
+  repeatable(c->add_option("-v,--bind", o->binds,
+                           "Bind-mount a host path at every start: SRC:DST[:ro] (repeatable)"));
   c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
   c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
   c->add_option("--pids", o->pids,

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/env_file.h"
 #include "cli/gateway_client.h"
 #include "cli/sandbox_common.h"
 #include "cli/streams.h"
@@ -22,7 +23,12 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
   c->add_option("name", *name, "The sandbox (or give it with -n)");
   c->add_option("-n", *name_flag, "The sandbox, as OpenShell's exec takes it: exec -n NAME -- CMD");
   c->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal (and this terminal's TERM)");
-  repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE added to its environment (repeatable)"));
+  repeatable(c->add_option("-e,--env", o->env,
+                           "KEY=VALUE added to its environment, or KEY for the caller's value "
+                           "(repeatable)"));
+  auto env_files = std::make_shared<std::vector<std::string>>();
+  repeatable(c->add_option("--env-file", *env_files,
+                           "A file of KEY=VALUE lines, as docker reads it (repeatable; -e wins)"));
   c->add_option("-w,--workdir", o->workdir,
                 "Its working directory (default: the image's WorkingDir, else /sandbox)");
   c->add_option("-u,--user", o->user, kUserHelp);
@@ -31,7 +37,7 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
   // name by CLI11, and the callback gives it back.
   c->add_option("command", o->argv, "The command and its arguments");
   c->footer("The exit status is the command's own.\nExample: openshell sandbox exec demo -- ls -l");
-  c->callback([name, name_flag, o, action] {
+  c->callback([name, name_flag, o, env_files, action] {
     // With -n NAME, the first positional word is the command's.
     if (!name_flag->empty()) {
       if (!name->empty()) o->argv.insert(o->argv.begin(), *name);
@@ -42,22 +48,15 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
     // After the name, CLI11 keeps a "--" as a word of the command.
     if (!o->argv.empty() && o->argv.front() == "--") o->argv.erase(o->argv.begin());
     if (o->argv.empty()) throw CLI::ValidationError("no command given (exec NAME -- CMD)");
-    // -e KEY passes the caller's value (as `run` does); a terminal gets TERM.
-    std::vector<std::string> env;
-    for (const auto& entry : o->env) {
-      if (entry.find('=') != std::string::npos) {
-        env.push_back(entry);
-      } else if (const char* value = std::getenv(entry.c_str())) {
-        env.push_back(entry + "=" + value);
+    *action = [name, o, env_files] {
+      // -e KEY passes the caller's value (as `run` does); a terminal gets TERM.
+      std::vector<std::string> env = environment_entries(*env_files, o->env);
+      if (o->tty && std::none_of(env.begin(), env.end(),
+                                 [](const std::string& e) { return e.rfind("TERM=", 0) == 0; })) {
+        const char* term = std::getenv("TERM");
+        env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
       }
-    }
-    if (o->tty && std::none_of(env.begin(), env.end(),
-                               [](const std::string& e) { return e.rfind("TERM=", 0) == 0; })) {
-      const char* term = std::getenv("TERM");
-      env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
-    }
-    o->env = env;
-    *action = [name, o] {
+      o->env = env;
       GatewayClient client;
       require_ready(client, *name, "exec");
       return exec(client.paths(), *name, *o);

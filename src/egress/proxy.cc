@@ -29,6 +29,7 @@
 #include "base/time.h"
 #include "egress/connect_watch.h"
 #include "egress/identity.h"
+#include "egress/local_names.h"
 
 namespace openshell::egress {
 
@@ -1177,6 +1178,9 @@ void Proxy::Impl::serve_dns() {
         auto rules = self->rules;
         const std::string name = query->question.name;
         Caller nobody;
+        // localhost and the sandbox's own name stay inside: no rule, no denial.
+        if (auto local = local_name_addresses(name, self->options.sandbox))
+          return reply(dns::build_response(*query, dns::kRcodeNoError, *local, kDnsTtl));
         if (!rules->knows_host(name)) {
           // Never asked upstream: the name stays on this host.
           self->audit("dns", nobody, name, 0, false, "", "no rule names this host");

@@ -174,7 +174,11 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
     child::append(work, sizeof work, "/work");
   }
 
-  // 3. The root.
+  // 3. The root. An overlay's missing mount points are made in its
+  //    writable layer first (mount_points.cc).
+  bool hosts_made = false;
+  if (!host_root && !spec_.plain_root && !make_mount_points(upper, tree_fds, &hosts_made, f))
+    return false;
   UniqueFd host_root_mount;
   {
     UniqueFd newroot(::open("/newroot", O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -326,6 +330,33 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
               MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
               "etc/resolv.conf", f))
       return false;
+  }
+
+  // 9c. Names of its own: localhost and the host name, where the root
+  //     brings no /etc/hosts.
+  if (!hosts_.empty()) {
+    bool ours = hosts_made;
+    if (!ours) {
+      UniqueFd existing(openat2_in_root(root.get(), "etc/hosts", O_PATH));
+      ours = existing.get() < 0 && errno == ENOENT;
+    }
+    // A convenience, not a confinement: a root where the point cannot be
+    // made (read-only, with no overlay) goes without; the DNS stub still
+    // answers localhost.
+    ChildFailure unmade;
+    UniqueFd target(ours ? open_in_root(root.get(), "etc/hosts", Create::kFile, &unmade) : -1);
+    if (target.get() >= 0) {
+      int fd = ::open("/hosts", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0) return fail(f, errno, "create", "/hosts");
+      const ssize_t want = static_cast<ssize_t>(hosts_.size());
+      ssize_t n = ::write(fd, hosts_.data(), hosts_.size());
+      ::close(fd);
+      if (n != want) return fail(f, errno, "write", "/hosts");
+      if (!bind(AT_FDCWD, "/hosts", target.get(), false,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                "etc/hosts", f))
+        return false;
+    }
   }
 
   // 10. The working directory (and the home directory) exist before the

@@ -90,6 +90,20 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
   }
   exe_ = in_oldroot(spec_.exe_path);
   render_hidden();
+  if (!spec_.hosts_name.empty()) {
+    // A name that is no DNS label is not a host name: localhost alone.
+    const std::string own = text::is_dns_label(spec_.hosts_name) ? " " + spec_.hosts_name : "";
+    hosts_ = "127.0.0.1\tlocalhost" + own + "\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+  }
+  if (spec_.root == RootKind::kDirectory && !spec_.plain_root) {
+    for (const char* dir : {"proc", "dev", "sys", "tmp"})
+      mount_points_.push_back({dir, true, false});
+    for (const Bind& b : binds_) mount_points_.push_back({b.target, b.directory, false});
+    if (spec_.dns_stub) mount_points_.push_back({"etc/resolv.conf", false, false});
+    if (!hosts_.empty()) mount_points_.push_back({"etc/hosts", false, false});
+    if (!workdir_.empty()) mount_points_.push_back({workdir_, true, true});
+    if (!home_.empty()) mount_points_.push_back({home_, true, true});
+  }
 }
 
 // Where each hidden host path shows in the sandbox: below the host's root

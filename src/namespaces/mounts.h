@@ -54,6 +54,10 @@ struct FilesystemSpec {
   std::string home;       // another directory made like the workdir ("" none): the user's HOME
   std::string exe_path;   // host path of this binary, for the sealed init image
   bool dns_stub = false;  // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
+  // Non-empty: a root without /etc/hosts gets a read-only one naming
+  // localhost (127.0.0.1, ::1) and this host name (127.0.0.1). A root that
+  // has one keeps its own.
+  std::string hosts_name;
   // Host paths the sandbox never sees, wherever its root or a bind mount
   // would show them (canonical; see runtime/private_paths.h): each directory
   // becomes an empty read-only tmpfs, anything else /dev/null. A bind whose
@@ -148,6 +152,22 @@ class MountPlan {
   // Rendered tmpfs options ("" where the kernel's default applies).
   std::string tmp_size_, tmp_inodes_, shm_size_, shm_inodes_;
   std::string staging_options_;  // mount(2) data of the staging tmpfs
+  std::string hosts_;            // the /etc/hosts of ours ("" none)
+  // The mount points an overlay root must have, relative to it: those no
+  // layer has are made in the writable layer before the overlay is mounted
+  // (mount_points.cc), so that none needs write access to the image or
+  // directory below.
+  struct MountPoint {
+    std::string path;
+    bool directory;
+    bool user_owned;  // the workdir or home: made for workdir_uid/gid
+  };
+  std::vector<MountPoint> mount_points_;
+  // Child side, before the overlay is mounted: makes them in `upper`, with
+  // the lowers as apply() reaches them (tree_fds). *hosts_made: etc/hosts
+  // was among those no layer had.
+  bool make_mount_points(const char* upper, const int* tree_fds, bool* hosts_made,
+                         ChildFailure* f) const noexcept;
 };
 
 }  // namespace openshell::namespaces

@@ -216,6 +216,9 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   // The CA bundle that prepare_root wrote, over the root's own.
   if (!one_shot && !spec.ca_certs.empty())
     c.fs.binds.push_back({dir + "/" + kCaBundleFile, kCaBundle, true});
+  // A gateway's sandbox's own (create --bind), mounted as run's are: as
+  // root, idmapped to the sandbox user (namespaces::MountPlan).
+  for (const auto& b : spec.binds) c.fs.binds.push_back({b.source, b.target, b.read_only});
   c.fs.hidden = where.hidden;
   const std::string image_workdir = spec.image ? spec.image->working_dir : std::string();
   c.fs.workdir = one_shot && !one_shot->workdir.empty() ? one_shot->workdir
@@ -237,6 +240,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   // its DNS stub. Both listen on the sandbox's loopback.
   c.egress = !one_shot || !policy.network.empty();
   c.fs.dns_stub = c.egress;
+  c.fs.hosts_name = where.hostname;
   // Without a filesystem policy no Landlock rule covers /proc, where a
   // process could write another's memory (/proc/PID/mem: ptrace is refused,
   // that file is not) and so act as a binary the network policy names.
@@ -279,7 +283,14 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   }
   // exec --user: a gateway's sandbox's init starts processes as its other ids.
   c.exec_as_others = !one_shot;
-  c.landlock = runtime::landlock::plan(policy, c.fs.workdir, runtime::landlock::abi_version());
+  // What the caller bound in (create --bind) is reachable as it was bound,
+  // whatever the filesystem policy lists.
+  policy::Policy confined = policy;
+  if (confined.has_filesystem_policy)
+    for (const auto& b : spec.binds)
+      (b.read_only ? confined.filesystem.read_only : confined.filesystem.read_write)
+          .push_back(b.target);
+  c.landlock = runtime::landlock::plan(confined, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.
   if (policy.filesystem == policy::default_policy().filesystem) c.landlock.warn_missing = false;
   c.cgroup_name = where.cgroup_name;

@@ -36,6 +36,13 @@ void SandboxSpec::validate() const {
   if (user.find_first_of(std::string("\0\n", 2)) != std::string::npos || user == ":" ||
       (!user.empty() && (user.front() == ':' || user.back() == ':')))
     throw Error("--user " + user + ": expected UID[:GID] or NAME[:GROUP]");
+  for (const auto& b : binds) {
+    const std::string shown = "--bind " + b.source + ":" + b.target;
+    if (b.source.empty() || b.source[0] != '/')
+      throw Error(shown + ": the source must be absolute");
+    if (b.target.empty() || b.target[0] != '/')
+      throw Error(shown + ": the destination must be absolute");
+  }
   if (cpus && (*cpus <= 0 || *cpus > 4096)) throw Error("--cpu: must be between 0 and 4096");
   if (memory_bytes && *memory_bytes < (4u << 20)) throw Error("--memory: below the minimum of 4M");
   if (pids && *pids > 4194304) throw Error("--pids: at most 4194304 (0: no limit)");
@@ -91,6 +98,12 @@ std::string SandboxSpec::to_json() const {
                   {"digest", image->digest}, {"layers", image->layers},
                   {"user", image->user},     {"working_dir", image->working_dir}};
   if (!ca_certs.empty()) j["ca_certs"] = ca_certs;
+  if (!binds.empty()) {
+    json list = json::array();
+    for (const auto& b : binds)
+      list.push_back({{"source", b.source}, {"target", b.target}, {"read_only", b.read_only}});
+    j["binds"] = list;
+  }
   if (!storage.empty()) j["storage"] = storage;
   if (!restart.empty()) j["restart"] = restart;
   if (!storage_note.empty()) j["storage_note"] = storage_note;
@@ -134,6 +147,10 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
       s.image = std::move(image);
     }
     s.ca_certs = j.value("ca_certs", std::vector<std::string>{});
+    if (j.contains("binds") && j["binds"].is_array())
+      for (const json& b : j["binds"])
+        s.binds.push_back({b.at("source").get<std::string>(), b.at("target").get<std::string>(),
+                           b.value("read_only", false)});
     s.storage = j.value("storage", std::string());
     s.restart = j.value("restart", std::string());
     s.storage_note = j.value("storage_note", std::string());

@@ -25,6 +25,15 @@ struct SandboxImage {
   std::string working_dir;          // the config's WorkingDir (may be empty)
 };
 
+// A host path bind-mounted into a gateway's sandbox (`create --bind`), at
+// every launch, as `run --bind` mounts one (spec/container_spec.h).
+struct SandboxBind {
+  std::string source;  // absolute, canonical when the sandbox was created
+  std::string target;  // absolute path inside
+  bool read_only = false;
+  bool operator==(const SandboxBind&) const = default;
+};
+
 struct SandboxSpec {
   // "host"; an absolute directory (the root's lower layer); or an image
   // reference, resolved by the gateway into `image`.
@@ -37,6 +46,7 @@ struct SandboxSpec {
   // `create --user`: UID[:GID] or NAME[:GROUP] in the sandbox's root, over
   // the policy's and the image's; root only where the policy allows it.
   std::string user;
+  std::vector<SandboxBind> binds;
   std::optional<double> cpus;
   std::optional<uint64_t> memory_bytes;
   std::optional<uint64_t> pids;            // 0: no limit

@@ -952,6 +952,22 @@ TEST_P(Images, DefaultBaseImageRunsPython) {
   EXPECT_THAT(bash.out, HasSubstr("Python 3.11"));
   EXPECT_THAT(bash.out, HasSubstr("git version"));
   EXPECT_THAT(bash.out, HasSubstr("sandbox"));
+  // Regression (issue 10, bug 2): localhost resolves inside, and a server
+  // on the sandbox's loopback answers there.
+  const std::string client =
+      "import time, urllib.request\n"
+      "for i in range(300):\n"
+      "    try:\n"
+      "        print(urllib.request.urlopen('http://localhost:9000/').status); break\n"
+      "    except OSError as e:\n"
+      "        last = e; time.sleep(0.1)\n"
+      "else:\n"
+      "    print(last)\n";
+  Result local = os({"sandbox", "create", "--no-keep", "--", "bash", "-c",
+                     "cd /tmp && python3 -m http.server 9000 >/dev/null 2>&1 & python3 -c \"$0\"; "
+                     "kill %1",
+                     client});
+  EXPECT_EQ(local.out, "200\n") << local.err;
 }
 
 // busybox's command is sh: with no input it ends at once, and the sandbox

@@ -515,5 +515,36 @@ TEST(SandboxSpecUser, KeptThroughJsonAndCheckedForItsShape) {
   }
 }
 
+// create --bind: kept in the spec's JSON, mounted at every launch, and
+// reachable through the filesystem policy's Landlock rules as bound; the
+// sandbox's root has an /etc/hosts naming its own host name.
+TEST(ContainerSpecBinds, StoredMountedAndReachable) {
+  Gateway g;
+  SandboxSpec spec;
+  spec.from = "example/app";
+  spec.binds = {{"/srv/data", "/data", false}, {"/srv/ref", "/ref", true}};
+  SandboxSpec back = SandboxSpec::from_json(spec.to_json());
+  EXPECT_EQ(back.binds, spec.binds);
+  g.make_layer();
+  image::ImageRecord record;
+  record.name = "localhost/example/app:latest";
+  record.diff_ids = {kLayer};
+  resolve_image(&back, record);
+  runtime::ContainerSpec c = container_spec_for(back, g.sandbox());
+  ASSERT_EQ(c.fs.binds.size(), 2u);
+  EXPECT_EQ(c.fs.binds[0].source, "/srv/data");
+  EXPECT_EQ(c.fs.binds[0].target, "/data");
+  EXPECT_FALSE(c.fs.binds[0].read_only);
+  EXPECT_TRUE(c.fs.binds[1].read_only);
+  EXPECT_EQ(c.fs.hosts_name, "box");
+  std::string rules;
+  for (const auto& rule : c.landlock.rules) rules += rule.path + " ";
+  EXPECT_THAT(rules, HasSubstr("/data "));
+  EXPECT_THAT(rules, HasSubstr("/ref "));
+  SandboxSpec relative = spec;
+  relative.binds = {{"srv", "/data", false}};
+  EXPECT_THROW(relative.validate(), Error);
+}
+
 }  // namespace
 }  // namespace openshell::spec
