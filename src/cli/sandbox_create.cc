@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
@@ -49,16 +50,8 @@ int create(const CreateOptions& o) {
   if (directory) spec.from = files::canonical(o.from, "--from");
   spec.command = o.command;
   spec.env = o.env;
-  if (!o.cpu.empty()) {
-    auto cpus = text::parse_positive_decimal(o.cpu);
-    if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
-    spec.cpus = cpus;
-  }
-  if (!o.memory.empty()) {
-    auto bytes = text::parse_size(o.memory);
-    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
-    spec.memory_bytes = bytes;
-  }
+  if (!o.cpu.empty()) spec.cpus = limits::parse_cpus("--cpu", o.cpu);
+  if (!o.memory.empty()) spec.memory_bytes = limits::parse_memory("--memory", o.memory);
   if (!o.pids.empty()) {
     auto pids = text::parse_uint(o.pids, 4194304);
     if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
@@ -129,8 +122,10 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
               "Pull a missing --from image over plain HTTP (localhost registries use it anyway)");
   c->add_option("--policy", o->policy, "Policy file (TOML)");
   repeatable(c->add_option("-e,--env", o->env, "KEY=VALUE for its processes (repeatable)"));
-  c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
-  c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
+  c->add_option("--cpu,--cpus", o->cpu,
+                "CPU limit, in CPUs: 1.5 = one and a half, 500m = half of one");
+  c->add_option("-m,--memory", o->memory,
+                "Memory limit: bytes, or with a unit, like 512Mi, 4Gi, 1G or 100M (binary)");
   c->add_option("--pids", o->pids,
                 "Most processes and threads at once (default 4096; 0: no limit)");
   c->add_option("--tmp-size", o->tmp_size,
