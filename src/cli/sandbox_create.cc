@@ -1,5 +1,8 @@
 // openshell sandbox create: a sandbox from an image, a directory or the host,
 // and its main process.
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -32,6 +35,26 @@ void check_name(const std::string& name) {
     throw Error("sandbox name '" + name +
                 "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or ending "
                 "with '-')");
+}
+
+// Ctrl-C while create shows the main process's output ends only this
+// command: the sandbox runs on. Say so, and how to end it (written from
+// the signal handler: prepared beforehand, one write, _exit).
+std::string g_interrupt_hint;
+
+void on_interrupt(int) {
+  (void)!::write(STDERR_FILENO, g_interrupt_hint.data(), g_interrupt_hint.size());
+  ::_exit(128 + SIGINT);
+}
+
+void hint_on_interrupt(const std::string& name) {
+  g_interrupt_hint = "\nopenshell: sandbox '" + name +
+                     "' keeps running; stop it with 'openshell sandbox stop " + name +
+                     "', or remove it with 'openshell sandbox delete " + name + "'\n";
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  ::sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
 }
 
 struct CreateOptions {
@@ -91,6 +114,7 @@ int create(const CreateOptions& o) {
   // With a main process (the caller's, or the image's), show its output.
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
+    hint_on_interrupt(name);
     LogEnd end = follow_logs(client.paths(), name, LogOptions{});
     if (o.command.empty()) warn_if_it_exited_at_once(sandbox, end, ready_at);
     if (end.exit_code) return *end.exit_code;
