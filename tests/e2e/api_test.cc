@@ -221,6 +221,8 @@ TEST_P(ApiContract, ErrorsOfAnExistingSandbox) {
   expect_error(call("PUT", "/v1/sandboxes/taken/policy", R"({"policy":5})"), 400, "bad_request");
   expect_error(call("GET", "/v1/sandboxes/taken/policy?rev=abc"), 400, "bad_request");
   expect_error(call("GET", "/v1/sandboxes/taken/logs?source=bogus"), 400, "bad_request");
+  expect_error(call("GET", "/v1/sandboxes/taken/logs?since=5m"), 400, "bad_request");
+  expect_error(call("GET", "/v1/sandboxes?selector=a%3D1%2C%2Cb"), 400, "bad_request");
 
   Reply deleted = call("DELETE", "/v1/sandboxes/taken");
   EXPECT_EQ(deleted.status, 200) << deleted.raw;
