@@ -19,7 +19,7 @@ namespace {
 
 struct LogsCommand {
   std::string name, lines = "all", since, source = "sandbox";
-  bool follow = false, timestamps = false;
+  bool follow = false, tail = false, timestamps = false;
 };
 
 // --since: a duration back from now ("5m", "1h30m") or an RFC 3339 time.
@@ -32,6 +32,11 @@ int64_t since_ns(const std::string& value) {
 }
 
 int logs(LogsCommand& o) {
+  // docker's `--tail 5` is OpenShell's `-n 5`; here --tail follows, as there.
+  if (o.tail && !o.name.empty() && text::parse_uint(o.name))
+    throw Error("--tail " + o.name + ": --tail takes no number (it follows, as in OpenShell); -n " +
+                o.name + " gives the last " + o.name + " lines");
+  o.follow = o.follow || o.tail;
   if (o.lines != "all" && !text::parse_uint(o.lines, 1u << 30))
     throw Error("-n " + o.lines + ": not a number of lines");
   LogOptions options{o.lines, o.timestamps, o.source, std::nullopt};
@@ -69,9 +74,8 @@ void add_logs_command(CLI::App* parent, const char* help, Action* action) {
   c->add_option("--since", o->since,
                 "Only lines from this time on: a duration back from now (30s, 5m, 1h30m, 2d) or "
                 "an RFC 3339 time (2026-12-01T12:00:00Z)");
-  c->add_flag("-f,--follow,--tail", o->follow,
-              "Keep printing as the main process writes, until it ends (--tail: OpenShell's "
-              "spelling)");
+  c->add_flag("-f,--follow", o->follow, "Keep printing as the main process writes, until it ends");
+  c->add_flag("--tail", o->tail, "The same as --follow (OpenShell's spelling; -n counts lines)");
   c->add_flag("--timestamps", o->timestamps, "Prefix each line with its time");
   c->footer(
       "Examples:\n  openshell logs agent -n 20            # the last 20 lines\n"

@@ -130,6 +130,11 @@ TEST_P(Spellings, LogsSinceLinesAndTail) {
   EXPECT_EQ(tail.status, 0) << tail.err;
   EXPECT_EQ(tail.out, "one\ntwo\n");
   EXPECT_EQ(os({"logs", "lg", "--tail", "-n", "0"}).out, "");
+  Result docker_tail = os({"logs", "--tail", "5"});
+  EXPECT_EQ(docker_tail.status, 125);
+  EXPECT_EQ(docker_tail.err,
+            "openshell: --tail 5: --tail takes no number (it follows, as in OpenShell); -n 5 gives "
+            "the last 5 lines\n");
   Result bad = os({"logs", "lg", "--since", "5x"});
   EXPECT_EQ(bad.status, 125);
   EXPECT_EQ(bad.err,
