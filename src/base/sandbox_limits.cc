@@ -43,6 +43,30 @@ uint64_t size_value(const std::string& path, const toml::node& node, const std::
 
 }  // namespace
 
+double parse_cpus(const std::string& option, const std::string& value) {
+  std::optional<double> cpus;
+  if (!value.empty() && value.back() == 'm') {
+    // Kubernetes' millicores: whole numbers only ("500m", not "0.5m").
+    if (auto milli = text::parse_uint(std::string_view(value).substr(0, value.size() - 1)))
+      if (*milli > 0) cpus = static_cast<double>(*milli) / 1000;
+  } else {
+    cpus = text::parse_positive_decimal(value);
+  }
+  if (!cpus)
+    throw Error(option + " " + value +
+                ": not a number of CPUs (like 2, 1.5, or 500m for half a CPU)");
+  if (*cpus > 4096) throw Error(option + " " + value + ": more than 4096 CPUs");
+  return *cpus;
+}
+
+uint64_t parse_memory(const std::string& option, const std::string& value) {
+  auto bytes = text::parse_size(value);
+  if (!bytes)
+    throw Error(option + " " + value + ": not a size (like 512Mi, 4Gi, 1G, 100M or 1073741824)");
+  if (*bytes < (4u << 20)) throw Error(option + " " + value + ": below the minimum of 4M");
+  return *bytes;
+}
+
 uint64_t memory_total() {
   auto text = files::try_read("/proc/meminfo");
   if (!text) return 0;

@@ -42,6 +42,16 @@ struct Defaults {
   std::optional<uint64_t> shm_size;
 };
 
+// The limits a user gives on the command line (create and run alike), in
+// docker's and Kubernetes' spellings. Each throws Error with one line naming
+// the option and the value at fault.
+//  - CPUs: "2", "1.5", or millicores "500m" (half a CPU); above 0, at most 4096.
+//  - Memory: bytes ("1073741824"), or a number with a unit: K/M/G/T or
+//    Ki/Mi/Gi/Ti (also KB/MB/KiB/MiB, any case); all binary, as docker reads
+//    them ("1G" = "1Gi" = 1073741824 bytes); at least 4M.
+double parse_cpus(const std::string& option, const std::string& value);
+uint64_t parse_memory(const std::string& option, const std::string& value);
+
 // Reads [sandbox_defaults] of a TOML file (pids = N, tmp_size = "1G",
 // shm_size = "512M"); a missing file gives no changes. Throws Error naming
 // the file, line and key at fault.

@@ -72,7 +72,8 @@ std::optional<uint64_t> parse_size(std::string_view text) {
     if (shift < 0) {
       if (!rest.empty()) return std::nullopt;
       shift = 0;
-    } else if (!(rest.empty() || rest == "b" || rest == "B" || rest == "iB" || rest == "ib")) {
+    } else if (!(rest.empty() || rest == "b" || rest == "B" || rest == "i" || rest == "iB" ||
+                 rest == "ib")) {
       return std::nullopt;
     }
     multiplier = std::ldexp(1.0, shift);

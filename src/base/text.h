@@ -9,7 +9,7 @@
 
 namespace openshell::text {
 
-// "64M", "1.5G", "512k", "4096", "2GiB" -> bytes (binary units). nullopt when
+// "64M", "1.5G", "512k", "4096", "2GiB", "512Mi" -> bytes (binary units). nullopt when
 // malformed, zero, or too large.
 std::optional<uint64_t> parse_size(std::string_view text);
 

@@ -154,6 +154,44 @@ std::optional<int64_t> parse(std::string_view text) {
   return seconds * kNsPerSecond + nanos;
 }
 
+std::optional<int64_t> parse_duration(std::string_view text) {
+  constexpr int64_t kMax = 100LL * 366 * 86400;  // seconds
+  if (text.empty() || text.size() > 32) return std::nullopt;
+  int64_t seconds = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    int64_t number = 0;
+    const size_t start = pos;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
+      number = number * 10 + (text[pos] - '0');
+      if (number > kMax) return std::nullopt;
+      ++pos;
+    }
+    if (pos == start || pos == text.size()) return std::nullopt;
+    int64_t unit = 0;
+    switch (text[pos++]) {
+      case 's':
+        unit = 1;
+        break;
+      case 'm':
+        unit = 60;
+        break;
+      case 'h':
+        unit = 3600;
+        break;
+      case 'd':
+        unit = 86400;
+        break;
+      default:
+        return std::nullopt;
+    }
+    seconds += number * unit;
+    if (seconds > kMax) return std::nullopt;
+  }
+  if (seconds == 0) return std::nullopt;
+  return seconds * kNsPerSecond;
+}
+
 std::string short_age(int64_t s) {
   if (s < 0) s = 0;
   if (s < 120) return std::to_string(s) + "s";

@@ -23,6 +23,11 @@ std::string format_ms(int64_t time_ms);
 // or names no real date and time (a month 13, a 30 February, a second 61).
 std::optional<int64_t> parse(std::string_view text);
 
+// A duration as people write it for --since: one or more NUMBER UNIT pairs,
+// units s, m, h, d ("30s", "5m", "1h30m", "2d") -> nanoseconds. nullopt
+// when it is anything else, or zero, or above 100 years.
+std::optional<int64_t> parse_duration(std::string_view text);
+
 // How long ago, for tables: "5s", "3m", "2h", "4d" (a negative age, a clock
 // that went back, reads as 0s).
 std::string short_age(int64_t seconds);

@@ -154,22 +154,68 @@ class TarWriter {
 }  // namespace
 
 // A tar of `local` as its base name, written to fd.
-void write_tar(const std::string& local, int fd) {
+UploadStats write_tar(const std::string& local, int fd, const UploadFilter& keep) {
   TarWriter tar(fd);
+  UploadStats stats;
+  auto count = [&](const std::string& path, const std::string& name) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return;
+    if (S_ISDIR(st.st_mode))
+      ++stats.directories;
+    else if (S_ISLNK(st.st_mode))
+      ++stats.links;
+    else
+      ++stats.files, stats.bytes += static_cast<uint64_t>(st.st_size);
+    stats.names.push_back(name);
+  };
   // Its own name, also for "." or "dir/": the directory's.
   const std::string top = base_name(fs::absolute(local).lexically_normal().string());
   if (top.empty() || top == "/" || top == "." || top == "..")
     throw Error("upload: " + local + ": name a file or directory below /");
   tar.add(local, top);
+  count(local, top);
   struct stat st;
   if (::lstat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(local, fs::directory_options::none, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-      tar.add(it->path().string(), top + "/" + it->path().lexically_relative(local).string());
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      const std::string rel = it->path().lexically_relative(local).string();
+      if (keep) {
+        std::error_code type_ec;
+        const bool is_dir = it->symlink_status(type_ec).type() == fs::file_type::directory;
+        if (!keep(rel, is_dir)) {
+          ++stats.ignored;
+          if (is_dir) it.disable_recursion_pending();
+          continue;
+        }
+      }
+      tar.add(it->path().string(), top + "/" + rel);
+      count(it->path().string(), top + "/" + rel);
+    }
     if (ec) throw Error("upload: " + local + ": " + ec.message());
   }
   tar.finish();
+  return stats;
+}
+
+namespace {
+
+std::string counted(uint64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
+
+std::string upload_summary(const UploadStats& stats, const std::string& dest,
+                           const std::string& filter_how) {
+  std::string what = counted(stats.files, "file", "files");
+  if (stats.directories) what += ", " + counted(stats.directories, "directory", "directories");
+  if (stats.links) what += ", " + counted(stats.links, "symbolic link", "symbolic links");
+  std::string line = "copied " + what + " (" + text::format_bytes(stats.bytes) + ") into " + dest;
+  if (stats.ignored)
+    line += "; " + std::to_string(stats.ignored) + " left out by " + filter_how +
+            " (--no-git-ignore copies them)";
+  return line;
 }
 
 namespace {
@@ -203,8 +249,20 @@ int tar_status(int status, const char* what) {
 
 }  // namespace
 
+namespace {
+
+void print_upload(const UploadStats& stats, const std::string& dest, const std::string& how,
+                  bool verbose) {
+  if (verbose)
+    for (const auto& n : stats.names) std::printf("%s\n", n.c_str());
+  std::printf("%s\n", upload_summary(stats, dest, how).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 int upload(const Paths& paths, const std::string& name, const std::string& local,
-           const std::string& dest) {
+           const std::string& dest, const UploadOptions& upload_options) {
   struct stat st;
   if (::lstat(local.c_str(), &st) != 0) throw_errno("upload: " + local);
   if (dest.empty() || dest[0] != '/')
@@ -218,9 +276,12 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   NoSigpipe quiet;
   std::string write_error;       // the archive could not be made (a file here)
   bool stopped_reading = false;  // the sandbox's tar quit first
+  GitIgnore ignore;
+  if (upload_options.git_ignore && S_ISDIR(st.st_mode)) ignore = git_ignore_filter(local);
+  UploadStats stats;
   std::thread writer([&] {
     try {
-      write_tar(local, write_end.get());
+      stats = write_tar(local, write_end.get(), ignore.filter);
     } catch (const SandboxStoppedReading&) {
       stopped_reading = true;
     } catch (const std::exception& e) {
@@ -248,6 +309,7 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   if (status == 0 || status == 127) {
     files::write_all(STDERR_FILENO, errors);  // warnings, or a shell's "not found"
     if (stopped_reading && status == 0) throw Error("upload: the sandbox stopped reading");
+    if (status == 0) print_upload(stats, dest, ignore.how, upload_options.verbose);
     return tar_status(status, "upload");
   }
   // The sandbox refused (and so stopped reading): its first complaint says why.

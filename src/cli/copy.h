@@ -2,12 +2,29 @@
 // and unpacked here (the sandbox needs a tar: busybox's or GNU's).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/paths.h"
 #include "cli/streams.h"
+#include "cli/upload_filter.h"
 
 namespace openshell::cli {
+
+// What upload leaves out, and what it says it copied.
+struct UploadOptions {
+  bool git_ignore = true;  // leave out what .gitignore says (see upload_filter.h)
+  bool verbose = false;    // name each entry copied
+};
+
+// What an upload's archive held.
+struct UploadStats {
+  uint64_t files = 0, directories = 0, links = 0;
+  uint64_t bytes = 0;              // of the files' contents
+  uint64_t ignored = 0;            // entries left out (a directory counts once)
+  std::vector<std::string> names;  // as archived ("src/a.txt"), in order
+};
 
 // Copies `local` (a file, a directory with everything below it, or a
 // symbolic link) into the sandbox's directory `dest`, as the sandbox's user.
@@ -15,7 +32,12 @@ namespace openshell::cli {
 // has no tar, or the sandbox refused the copy (tar there failed: a
 // directory it may not write, a full disk), with one line naming what.
 int upload(const Paths& paths, const std::string& name, const std::string& local,
-           const std::string& dest);
+           const std::string& dest, const UploadOptions& options);
+
+// "copied 3 files, 1 directory (12 B) into /sandbox; 2 left out by git
+// (--no-git-ignore copies them)".
+std::string upload_summary(const UploadStats& stats, const std::string& dest,
+                           const std::string& filter_how);
 
 // The one line for a refused upload, from what tar in the sandbox wrote
 // (its first complaint) and its status: "upload to /usr/x: Permission
@@ -41,6 +63,7 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
 // long names as GNU records; modes without setuid/setgid, owners 0, which
 // tar in the sandbox, running unprivileged, replaces with its own). Throws
 // Error when `local` cannot be read or fd stops taking bytes.
-void write_tar(const std::string& local, int fd);
+// With a filter, the entries below a directory it refuses are left out.
+UploadStats write_tar(const std::string& local, int fd, const UploadFilter& keep = {});
 
 }  // namespace openshell::cli

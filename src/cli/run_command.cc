@@ -209,12 +209,7 @@ RunPlan plan_run(const RunOptions& o) {
   }
 
   // Limits.
-  if (!o.memory.empty()) {
-    auto bytes = text::parse_size(o.memory);
-    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
-    if (*bytes < 4 * 1024 * 1024) throw Error("--memory " + o.memory + ": below the minimum of 4M");
-    sandbox.memory_bytes = bytes;
-  }
+  if (!o.memory.empty()) sandbox.memory_bytes = limits::parse_memory("--memory", o.memory);
   if (!o.pids.empty()) {
     auto pids = text::parse_uint(o.pids, 4194304);
     if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
@@ -222,11 +217,7 @@ RunPlan plan_run(const RunOptions& o) {
   }
   sandbox.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
   sandbox.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
-  if (!o.cpus.empty()) {
-    auto cpus = text::parse_positive_decimal(o.cpus);
-    if (!cpus || *cpus > 4096) throw Error("--cpus " + o.cpus + ": not a positive number of CPUs");
-    sandbox.cpus = cpus;
-  }
+  if (!o.cpus.empty()) sandbox.cpus = limits::parse_cpus("--cpus", o.cpus);
   for (const auto& r : o.rlimits) one_shot.rlimits.push_back(parse_rlimit(r));
 
   // Privilege.
@@ -357,14 +348,16 @@ void add_run_command(CLI::App& app, Action* action) {
                   "caller's)");
   run->add_option("--hostname", o->hostname, "Host name inside")->capture_default_str();
   run->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
-  run->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
+  run->add_option("-m,--memory", o->memory,
+                  "Memory limit: bytes, or with a unit, like 512Mi, 4Gi, 1G or 100M (binary)");
   run->add_option("--pids", o->pids,
                   "Most processes and threads at once (default 4096; 0: no limit)");
   run->add_option("--tmp-size", o->tmp_size,
                   "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
                   "of the RAM)");
   run->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
-  run->add_option("--cpus", o->cpus, "CPU time, in CPUs (1.5 = one and a half)");
+  run->add_option("--cpus,--cpu", o->cpus,
+                  "CPU time, in CPUs: 1.5 = one and a half, 500m = half of one");
   repeatable(run->add_option(
       "--rlimit", o->rlimits,
       "Resource limit NAME=SOFT[:HARD], e.g. nofile=1024 (repeatable; core=0 unless "

@@ -43,6 +43,15 @@ std::string exit_text(const json& sandbox) {
   return sandbox.contains("exit_code") ? std::to_string(sandbox["exit_code"].get<int>()) : "-";
 }
 
+// "team=x,tier=web" (in key order), or "-".
+std::string labels_text(const json& sandbox) {
+  std::string labels;
+  const json label_map = sandbox.value("labels", json::object());
+  for (const auto& [k, v] : label_map.items())
+    labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
+  return labels.empty() ? "-" : labels;
+}
+
 // "pids=4096 memory=64.0 MiB tmp=2.3 GiB shm=1.2 GiB"; what is not limited is left out.
 std::string limits_text(const json& s) {
   const json l = s.value("limits", json::object());
@@ -117,11 +126,12 @@ void print_sandboxes(const json& list, const std::string& output) {
     return;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "PHASE", "GEN", "EXIT", "AGE", "FROM", "COMMAND"}};
+      {"NAME", "PHASE", "GEN", "EXIT", "AGE", "FROM", "LABELS", "COMMAND"}};
   for (const auto& s : list)
     rows.push_back({s.value("name", ""), s.value("phase", ""),
                     std::to_string(s.value("generation", 0)), exit_text(s),
-                    age(s.value("created_at", "")), s.value("from", ""), command_text(s)});
+                    age(s.value("created_at", "")), s.value("from", ""), labels_text(s),
+                    command_text(s)});
   print_table(rows);
 }
 
@@ -156,11 +166,7 @@ void print_sandbox(const json& s, const std::string& output) {
       {"Limits:", limits_text(s)},
       {"Restart:", s.value("restart", "unless-stopped")},
       {"Created:", s.value("created_at", "")}};
-  std::string labels;
-  const json label_map = s.value("labels", json::object());
-  for (const auto& [k, v] : label_map.items())
-    labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
-  if (!labels.empty()) rows.push_back({"Labels:", labels});
+  if (const std::string labels = labels_text(s); labels != "-") rows.push_back({"Labels:", labels});
   print_table(rows);
   std::printf("Conditions:\n");
   for (const auto& c : s.value("conditions", json::array()))

@@ -1,6 +1,8 @@
 // openshell sandbox create: a sandbox from an image, a directory or the host,
 // and its main process.
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "cli/env_file.h"
 #include "cli/gateway_client.h"
@@ -35,6 +38,26 @@ void check_name(const std::string& name) {
     throw Error("sandbox name '" + name +
                 "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or ending "
                 "with '-')");
+}
+
+// Ctrl-C while create shows the main process's output ends only this
+// command: the sandbox runs on. Say so, and how to end it (written from
+// the signal handler: prepared beforehand, one write, _exit).
+std::string g_interrupt_hint;
+
+void on_interrupt(int) {
+  (void)!::write(STDERR_FILENO, g_interrupt_hint.data(), g_interrupt_hint.size());
+  ::_exit(128 + SIGINT);
+}
+
+void hint_on_interrupt(const std::string& name) {
+  g_interrupt_hint = "\nopenshell: sandbox '" + name +
+                     "' keeps running; stop it with 'openshell sandbox stop " + name +
+                     "', or remove it with 'openshell sandbox delete " + name + "'\n";
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  ::sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
 }
 
 struct CreateOptions {
@@ -69,16 +92,8 @@ int create(const CreateOptions& o) {
       throw Error("--bind " + text + ": " + b.source + ": no such file or directory");
     spec.binds.push_back({files::canonical(b.source, "--bind " + text), b.target, b.read_only});
   }
-  if (!o.cpu.empty()) {
-    auto cpus = text::parse_positive_decimal(o.cpu);
-    if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
-    spec.cpus = cpus;
-  }
-  if (!o.memory.empty()) {
-    auto bytes = text::parse_size(o.memory);
-    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
-    spec.memory_bytes = bytes;
-  }
+  if (!o.cpu.empty()) spec.cpus = limits::parse_cpus("--cpu", o.cpu);
+  if (!o.memory.empty()) spec.memory_bytes = limits::parse_memory("--memory", o.memory);
   if (!o.pids.empty()) {
     auto pids = text::parse_uint(o.pids, 4194304);
     if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
@@ -119,6 +134,7 @@ int create(const CreateOptions& o) {
   // With a main process (the caller's, or the image's), show its output.
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
+    hint_on_interrupt(name);
     LogEnd end = follow_logs(client.paths(), name, LogOptions{});
     if (o.command.empty()) warn_if_it_exited_at_once(sandbox, end, ready_at);
     if (end.exit_code) return *end.exit_code;
@@ -157,8 +173,10 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
                            "A file of KEY=VALUE lines, as docker reads it (repeatable; -e wins)"));
   repeatable(c->add_option("-v,--bind", o->binds,
                            "Bind-mount a host path at every start: SRC:DST[:ro] (repeatable)"));
-  c->add_option("--cpu", o->cpu, "CPU limit, in CPUs (1.5 = one and a half)");
-  c->add_option("-m,--memory", o->memory, "Memory limit, like 512M or 2G");
+  c->add_option("--cpu,--cpus", o->cpu,
+                "CPU limit, in CPUs: 1.5 = one and a half, 500m = half of one");
+  c->add_option("-m,--memory", o->memory,
+                "Memory limit: bytes, or with a unit, like 512Mi, 4Gi, 1G or 100M (binary)");
   c->add_option("--pids", o->pids,
                 "Most processes and threads at once (default 4096; 0: no limit)");
   c->add_option("--tmp-size", o->tmp_size,

@@ -1,33 +1,60 @@
-// openshell sandbox list: every sandbox, or those with a label.
+// openshell sandbox list: every sandbox, or those with labels.
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
+#include "base/text.h"
 #include "cli/gateway_client.h"
 #include "cli/sandbox_common.h"
 #include "net/http.h"
 
 namespace openshell::cli {
 
+namespace {
+
+struct ListOptions {
+  std::vector<std::string> selectors;  // each "k=v[,k2=v2]"; all must match
+  std::string output = "table";
+  bool names = false;
+};
+
+int list(const ListOptions& o) {
+  GatewayClient client;
+  std::string path = "/v1/sandboxes";
+  // Repeated -l and commas alike: every term must match (AND).
+  const std::string selector = text::join(o.selectors, ",");
+  if (!selector.empty()) path += "?selector=" + net::percent_encode(selector);
+  const auto sandboxes = client.call("GET", path)["sandboxes"];
+  if (o.names) {
+    for (const auto& s : sandboxes) std::printf("%s\n", s.value("name", "").c_str());
+    return 0;
+  }
+  print_sandboxes(sandboxes, o.output);
+  return 0;
+}
+
+}  // namespace
+
 void add_sandbox_list(CLI::App* sandbox, Action* action) {
-  auto output = std::make_shared<std::string>("table");
-  auto selector = std::make_shared<std::string>();
+  auto o = std::make_shared<ListOptions>();
   CLI::App* c = sandbox->add_subcommand("list", "List the sandboxes");
   c->alias("ls");
-  c->add_option("--selector,-l", *selector, "Only those with label KEY=VALUE (or KEY)");
-  add_output(c, output.get());
-  c->callback([output, selector, action] {
-    *action = [output, selector] {
-      GatewayClient client;
-      std::string path = "/v1/sandboxes";
-      if (!selector->empty()) path += "?selector=" + net::percent_encode(*selector);
-      print_sandboxes(client.call("GET", path)["sandboxes"], *output);
-      return 0;
-    };
-  });
+  repeatable(c->add_option("-l,--selector", o->selectors,
+                           "Only those with these labels: KEY=VALUE or KEY (the label is there), "
+                           "comma-separated or repeated; all must match"));
+  CLI::Option* names =
+      c->add_flag("--names", o->names, "Print only their names, one a line (for scripts)");
+  add_output(c, &o->output)->excludes(names);
+  c->footer(
+      "Examples:\n  openshell sandbox list -l team=docs,tier=web    # both labels\n"
+      "  openshell sandbox list -l team=docs -l tier      # the same AND, repeated\n"
+      "  openshell sandbox list --names | xargs -r openshell sandbox stop\nSee "
+      "openshell-sandbox(1).");
+  c->callback([o, action] { *action = [o] { return list(*o); }; });
 }
 
 }  // namespace openshell::cli

@@ -8,49 +8,81 @@
 
 #include "base/error.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "cli/gateway_client.h"
 #include "cli/sandbox_common.h"
 #include "cli/streams.h"
 
 namespace openshell::cli {
 
+namespace {
+
+struct LogsCommand {
+  std::string name, lines = "all", since, source = "sandbox";
+  bool follow = false, tail = false, timestamps = false;
+};
+
+// --since: a duration back from now ("5m", "1h30m") or an RFC 3339 time.
+int64_t since_ns(const std::string& value) {
+  if (auto ago = time::parse_duration(value)) return time::now_ns() - *ago;
+  if (auto at = time::parse(value)) return *at < 0 ? 0 : *at;
+  throw Error("--since " + value +
+              ": not a duration (like 30s, 5m, 1h30m or 2d) or an RFC 3339 time (like "
+              "2026-12-01T12:00:00Z)");
+}
+
+int logs(LogsCommand& o) {
+  // docker's `--tail 5` is OpenShell's `-n 5`; here --tail follows, as there.
+  if (o.tail && !o.name.empty() && text::parse_uint(o.name))
+    throw Error("--tail " + o.name + ": --tail takes no number (it follows, as in OpenShell); -n " +
+                o.name + " gives the last " + o.name + " lines");
+  o.follow = o.follow || o.tail;
+  if (o.lines != "all" && !text::parse_uint(o.lines, 1u << 30))
+    throw Error("-n " + o.lines + ": not a number of lines");
+  LogOptions options{o.lines, o.timestamps, o.source, std::nullopt};
+  if (!o.since.empty()) options.since_ns = since_ns(o.since);
+  GatewayClient client;
+  o.name = sandbox_name(client.paths(), o.name);
+  if (o.follow) {
+    follow_logs(client.paths(), o.name, options);
+    return 0;
+  }
+  std::string path = target(o.name, "logs") + "?source=" + o.source;
+  if (o.lines != "all") path += "&tail=" + o.lines;
+  if (options.since_ns) path += "&since=" + std::to_string(*options.since_ns);
+  std::string body = client.call_text("GET", path);
+  if (o.source == "network") {
+    std::fwrite(body.data(), 1, body.size(), stdout);
+    return 0;
+  }
+  std::string carry;
+  print_records(body, o.timestamps, &carry);
+  return 0;
+}
+
+}  // namespace
+
 void add_logs_command(CLI::App* parent, const char* help, Action* action) {
-  auto name = std::make_shared<std::string>();
-  auto lines = std::make_shared<std::string>("all");
-  auto follow = std::make_shared<bool>(false);
-  auto timestamps = std::make_shared<bool>(false);
-  auto source = std::make_shared<std::string>("sandbox");
+  auto o = std::make_shared<LogsCommand>();
   CLI::App* c = parent->add_subcommand("logs", help);
-  c->add_option("--source", *source,
+  c->add_option("--source", o->source,
                 "sandbox (the main process's output) or network (the egress decisions, JSON lines)")
       ->check(CLI::IsMember({"sandbox", "network"}))
       ->capture_default_str();
-  c->add_option("name", *name, "The sandbox (default: the last one named)");
-  c->add_option("-n,--tail", *lines, "Only the last N lines (default all)");
-  c->add_flag("-f,--follow", *follow, "Keep printing as the main process writes, until it ends");
-  c->add_flag("--timestamps", *timestamps, "Prefix each line with its time");
-  c->callback([=] {
-    *action = [=] {
-      if (*lines != "all" && !text::parse_uint(*lines))
-        throw Error("--tail " + *lines + ": not a number");
-      GatewayClient client;
-      *name = sandbox_name(client.paths(), *name);
-      if (*follow) {
-        follow_logs(client.paths(), *name, LogOptions{*lines, *timestamps, *source});
-        return 0;
-      }
-      std::string path = target(*name, "logs") + "?source=" + *source;
-      if (*lines != "all") path += "&tail=" + *lines;
-      std::string body = client.call_text("GET", path);
-      if (*source == "network") {
-        std::fwrite(body.data(), 1, body.size(), stdout);
-        return 0;
-      }
-      std::string carry;
-      print_records(body, *timestamps, &carry);
-      return 0;
-    };
-  });
+  c->add_option("name", o->name, "The sandbox (default: the last one named)");
+  c->add_option("-n,--lines", o->lines, "Only the last N lines (default all)");
+  c->add_option("--since", o->since,
+                "Only lines from this time on: a duration back from now (30s, 5m, 1h30m, 2d) or "
+                "an RFC 3339 time (2026-12-01T12:00:00Z)");
+  c->add_flag("-f,--follow", o->follow, "Keep printing as the main process writes, until it ends");
+  c->add_flag("--tail", o->tail, "The same as --follow (OpenShell's spelling; -n counts lines)");
+  c->add_flag("--timestamps", o->timestamps, "Prefix each line with its time");
+  c->footer(
+      "Examples:\n  openshell logs agent -n 20            # the last 20 lines\n"
+      "  openshell logs agent --since 5m --tail  # the last five minutes, then follow\n"
+      "  openshell logs agent --source network --since 2026-12-01T12:00:00Z\nSee "
+      "openshell-logs(1).");
+  c->callback([o, action] { *action = [o] { return logs(*o); }; });
 }
 
 }  // namespace openshell::cli

@@ -75,6 +75,7 @@ LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions
   std::string target =
       "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1&source=" + options.source;
   if (options.tail != "all") target += "&tail=" + options.tail;
+  if (options.since_ns) target += "&since=" + std::to_string(*options.since_ns);
   auto ws = connect(io, paths, target);
   LogEnd end;
   std::string carry;

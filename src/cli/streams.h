@@ -12,7 +12,8 @@ namespace openshell::cli {
 struct LogOptions {
   std::string tail = "all";  // a number of records, or "all"
   bool timestamps = false;
-  std::string source = "sandbox";  // or "network": the egress proxy's decisions (JSON lines)
+  std::string source = "sandbox";   // or "network": the egress proxy's decisions (JSON lines)
+  std::optional<int64_t> since_ns;  // only records from then on (since the epoch)
 };
 
 struct LogEnd {

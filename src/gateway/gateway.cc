@@ -39,7 +39,9 @@
 #include "base/text.h"
 #include "base/time.h"
 #include "gateway/config.h"
+#include "gateway/log_window.h"
 #include "gateway/restart_policy.h"
+#include "gateway/selector.h"
 #include "gateway/store.h"
 #include "image/store.h"
 #include "net/http.h"
@@ -988,19 +990,14 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   if (!p.empty() && p[0] == "sandboxes") {
     if (p.size() == 1 && m == "GET") {
       json list = json::array();
-      std::string selector = req.query.count("selector") ? req.query.at("selector") : "";
-      std::string key = selector.substr(0, selector.find('='));
-      std::string value =
-          selector.find('=') == std::string::npos ? "" : selector.substr(selector.find('=') + 1);
-      for (const auto& r : store_->list()) {
-        if (!selector.empty()) {
-          auto it = r.labels.find(key);
-          if (it == r.labels.end() ||
-              (selector.find('=') != std::string::npos && it->second != value))
-            continue;
-        }
-        list.push_back(view(r));
+      std::vector<SelectorTerm> terms;
+      try {
+        terms = parse_selector(req.query.count("selector") ? req.query.at("selector") : "");
+      } catch (const Error& e) {
+        throw ApiError(400, "bad_request", e.what());
       }
+      for (const auto& r : store_->list())
+        if (matches(terms, r.labels)) list.push_back(view(r));
       return exchange->respond(json_response(200, {{"sandboxes", list}}));
     }
     if (p.size() == 1 && m == "POST") return create(exchange);
@@ -1319,21 +1316,25 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
                    "source must be 'sandbox' or 'network', not '" + source + "'");
   std::string path =
       paths_.sandbox(record.id) + (source == "network" ? "/logs/network.log" : "/logs/main.log");
-  size_t tail = text::parse_uint(req.query.count("tail") ? req.query.at("tail") : "", 1u << 30)
-                    .value_or(static_cast<size_t>(-1));
+  std::optional<size_t> tail;
+  if (auto n = text::parse_uint(req.query.count("tail") ? req.query.at("tail") : "", 1u << 30))
+    tail = static_cast<size_t>(*n);
+  // since: nanoseconds since the epoch; only records from then on.
+  std::optional<int64_t> since;
+  if (req.query.count("since")) {
+    auto ns = text::parse_uint(req.query.at("since"), INT64_MAX);
+    if (!ns)
+      throw ApiError(
+          400, "bad_request",
+          "since must be nanoseconds since the epoch, not '" + req.query.at("since") + "'");
+    since = static_cast<int64_t>(*ns);
+  }
   std::string content;
   files::read_into(path + ".1", &content);  // the older part, if the log rotated
   size_t older = content.size();
   files::read_into(path, &content);
-  // The last `tail` records.
-  size_t start = content.size();
-  size_t count = 0;
-  while (start > 0 && count < tail) {
-    size_t nl = content.rfind('\n', start - 2 < content.size() ? start - 2 : std::string::npos);
-    start = nl == std::string::npos ? 0 : nl + 1;
-    ++count;
-    if (nl == std::string::npos) break;
-  }
+  const size_t start = log_window_start(
+      content, source == "network" ? LogKind::kNetwork : LogKind::kRecords, since, tail);
   std::string initial = content.substr(start);
   if (!req.websocket) return exchange->respond(net::Response{200, initial, "text/plain"});
 

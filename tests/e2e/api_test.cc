@@ -234,6 +234,8 @@ TEST_P(ApiContract, ErrorsOfAnExistingSandbox) {
                     R"({"name":"x","spec":{"from":"host","ca_certs":["not a certificate"]}})"),
                400, "invalid_spec", "--ca-cert certificate 1: not a PEM certificate");
   expect_error(call("GET", "/v1/sandboxes/taken/logs?source=bogus"), 400, "bad_request");
+  expect_error(call("GET", "/v1/sandboxes/taken/logs?since=5m"), 400, "bad_request");
+  expect_error(call("GET", "/v1/sandboxes?selector=a%3D1%2C%2Cb"), 400, "bad_request");
 
   Reply deleted = call("DELETE", "/v1/sandboxes/taken");
   EXPECT_EQ(deleted.status, 200) << deleted.raw;

@@ -715,7 +715,8 @@ TEST_P(Sandbox, FiftyConcurrentCreatesAndDeletes) {
     return std::vector<std::string>{"sandbox", "delete", "c" + std::to_string(i)};
   });
   EXPECT_EQ(failures.load(), 0) << failure;
-  EXPECT_EQ(os({"sandbox", "list"}).out, "NAME   PHASE   GEN   EXIT   AGE   FROM   COMMAND\n");
+  EXPECT_EQ(os({"sandbox", "list"}).out,
+            "NAME   PHASE   GEN   EXIT   AGE   FROM   LABELS   COMMAND\n");
 }
 
 // kill -9 of the gateway and of supervisors at random moments during
@@ -779,7 +780,8 @@ TEST_P(Sandbox, KillNineChaos) {
   }
   // Final phase: one gateway, serving, and none of the sandboxes left.
   EXPECT_EQ(os({"gateway", "status"}).status, 0);
-  EXPECT_EQ(os({"sandbox", "list"}).out, "NAME   PHASE   GEN   EXIT   AGE   FROM   COMMAND\n");
+  EXPECT_EQ(os({"sandbox", "list"}).out,
+            "NAME   PHASE   GEN   EXIT   AGE   FROM   LABELS   COMMAND\n");
   int gateways = 0;
   for (const auto& p : gateway_processes()) gateways += p.find("gateway") != std::string::npos;
   EXPECT_EQ(gateways, 1) << testing::PrintToString(gateway_processes());

@@ -14,6 +14,17 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kGiB = 1ull << 30;
 
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return "";
+}
+
 TEST(SandboxLimits, TmpfsDefaultsFollowTheMemoryLimitElseTheRam) {
   EXPECT_EQ(default_tmp_size(std::nullopt, 10 * kGiB), kGiB);
   EXPECT_EQ(default_shm_size(std::nullopt, 10 * kGiB), kGiB / 2);
@@ -24,6 +35,40 @@ TEST(SandboxLimits, TmpfsDefaultsFollowTheMemoryLimitElseTheRam) {
   EXPECT_EQ(default_shm_size(1u << 20, 0), 1u << 20);
   EXPECT_EQ(default_tmp_size(std::nullopt, 0), kGiB);
   EXPECT_GT(memory_total(), 0u);
+}
+
+// The command line's spellings: docker's and Kubernetes' units alike.
+TEST(SandboxLimits, CpusInDecimalOrMillicores) {
+  EXPECT_EQ(parse_cpus("--cpu", "2"), 2.0);
+  EXPECT_EQ(parse_cpus("--cpu", "1.5"), 1.5);
+  EXPECT_EQ(parse_cpus("--cpu", "500m"), 0.5);
+  EXPECT_EQ(parse_cpus("--cpus", "2500m"), 2.5);
+  EXPECT_EQ(parse_cpus("--cpu", "4096"), 4096.0);
+  for (const char* bad : {"", "0", "0m", "m", "-1", "1.5m", "lots", "1e3", "500M", " 1"})
+    EXPECT_EQ(error_of([&] { parse_cpus("--cpu", bad); }),
+              "--cpu " + std::string(bad) +
+                  ": not a number of CPUs (like 2, 1.5, or 500m for half a CPU)")
+        << bad;
+  EXPECT_EQ(error_of([&] { parse_cpus("--cpus", "4097"); }), "--cpus 4097: more than 4096 CPUs");
+  EXPECT_EQ(error_of([&] { parse_cpus("--cpus", "5000000m"); }),
+            "--cpus 5000000m: more than 4096 CPUs");
+}
+
+TEST(SandboxLimits, MemoryInBytesOrBinaryUnits) {
+  EXPECT_EQ(parse_memory("--memory", "512Mi"), 512ull << 20);
+  EXPECT_EQ(parse_memory("--memory", "4Gi"), 4 * kGiB);
+  EXPECT_EQ(parse_memory("--memory", "1G"), kGiB);
+  EXPECT_EQ(parse_memory("--memory", "100M"), 100ull << 20);
+  EXPECT_EQ(parse_memory("--memory", "8192Ki"), 8ull << 20);
+  EXPECT_EQ(parse_memory("--memory", "1073741824"), kGiB);
+  EXPECT_EQ(parse_memory("--memory", "2GiB"), 2 * kGiB);
+  for (const char* bad : {"", "lots", "5X", "1Gx", "Mi", "-1G", "1 G"})
+    EXPECT_EQ(
+        error_of([&] { parse_memory("--memory", bad); }),
+        "--memory " + std::string(bad) + ": not a size (like 512Mi, 4Gi, 1G, 100M or 1073741824)")
+        << bad;
+  EXPECT_EQ(error_of([&] { parse_memory("--memory", "1Mi"); }),
+            "--memory 1Mi: below the minimum of 4M");
 }
 
 TEST(SandboxLimits, InodesAreBoundedWithTheSize) {

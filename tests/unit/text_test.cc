@@ -27,6 +27,9 @@ TEST(ParseSize, BinaryUnits) {
   EXPECT_THAT(parse_size("3KB"), Optional(Eq(3 * kKiB)));
   EXPECT_THAT(parse_size("1t"), Optional(Eq(kTiB)));
   EXPECT_THAT(parse_size("8mib"), Optional(Eq(8 * kMiB)));
+  EXPECT_THAT(parse_size("512Mi"), Optional(Eq(512 * kMiB)));
+  EXPECT_THAT(parse_size("4Gi"), Optional(Eq(4 * kGiB)));
+  EXPECT_THAT(parse_size("3ki"), Optional(Eq(3 * kKiB)));
 }
 
 TEST(ParseSize, BytesWithoutUnitOrWithB) {
@@ -36,8 +39,8 @@ TEST(ParseSize, BytesWithoutUnitOrWithB) {
 }
 
 TEST(ParseSize, RejectsMalformed) {
-  for (const char* bad : {"64Q", "", "-1", "1e3", "M", "1.2.3", " 64M", "64M ", "64Mi", "1bb",
-                          "1KiBs", "+1", ".", "0x10"})
+  for (const char* bad : {"64Q", "", "-1", "1e3", "M", "1.2.3", " 64M", "64M ", "64Mx", "64Mib2",
+                          "1bb", "1KiBs", "+1", ".", "0x10"})
     EXPECT_EQ(parse_size(bad), std::nullopt) << '"' << bad << '"';
 }
 
