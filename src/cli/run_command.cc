@@ -75,6 +75,27 @@ std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::s
   return bytes;
 }
 
+std::optional<double> parse_cpus(const std::string& option, const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  auto cpus = text::parse_positive_decimal(value);
+  if (!cpus || *cpus > 4096) throw Error(option + " " + value + ": not a positive number of CPUs");
+  return cpus;
+}
+
+std::optional<uint64_t> parse_memory(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  auto bytes = text::parse_size(value);
+  if (!bytes) throw Error("--memory " + value + ": not a size (like 512M or 2G)");
+  return bytes;
+}
+
+std::optional<uint64_t> parse_pids(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  auto pids = text::parse_uint(value, 4194304);
+  if (!pids) throw Error("--pids " + value + ": not a number of processes (0: no limit)");
+  return pids;
+}
+
 namespaces::BindSpec parse_bind(const std::string& text) {
   auto parts = text::split(text, ':');
   namespaces::BindSpec bind;
@@ -183,24 +204,13 @@ RunPlan plan_run(const RunOptions& o) {
   }
 
   // Limits.
-  if (!o.memory.empty()) {
-    auto bytes = text::parse_size(o.memory);
-    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
-    if (*bytes < 4 * 1024 * 1024) throw Error("--memory " + o.memory + ": below the minimum of 4M");
-    sandbox.memory_bytes = bytes;
-  }
-  if (!o.pids.empty()) {
-    auto pids = text::parse_uint(o.pids, 4194304);
-    if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
-    sandbox.pids = pids;
-  }
+  sandbox.memory_bytes = parse_memory(o.memory);
+  if (sandbox.memory_bytes && *sandbox.memory_bytes < 4 * 1024 * 1024)
+    throw Error("--memory " + o.memory + ": below the minimum of 4M");
+  sandbox.pids = parse_pids(o.pids);
   sandbox.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
   sandbox.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
-  if (!o.cpus.empty()) {
-    auto cpus = text::parse_positive_decimal(o.cpus);
-    if (!cpus || *cpus > 4096) throw Error("--cpus " + o.cpus + ": not a positive number of CPUs");
-    sandbox.cpus = cpus;
-  }
+  sandbox.cpus = parse_cpus("--cpus", o.cpus);
   for (const auto& r : o.rlimits) one_shot.rlimits.push_back(parse_rlimit(r));
 
   // Privilege.

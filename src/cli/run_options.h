@@ -54,6 +54,11 @@ runtime::ContainerSpec build_spec(const RunOptions& options);
 // Pieces, exposed for tests.
 // --tmp-size/--shm-size: bytes, or nullopt when not given; throws Error.
 std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::string& value);
+// --cpus (run) / --cpu (sandbox create), --memory, --pids: the limit, or
+// nullopt when not given; throws Error naming the option.
+std::optional<double> parse_cpus(const std::string& option, const std::string& value);
+std::optional<uint64_t> parse_memory(const std::string& value);
+std::optional<uint64_t> parse_pids(const std::string& value);
 namespaces::BindSpec parse_bind(const std::string& text);
 runtime::Rlimit parse_rlimit(const std::string& text);
 // --env entries as KEY=VALUE: "K" alone takes the caller's value (and is

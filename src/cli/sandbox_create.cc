@@ -50,21 +50,9 @@ int create(const CreateOptions& o) {
   spec.command = o.command;
   spec.env = o.env;
   spec.user = o.user;
-  if (!o.cpu.empty()) {
-    auto cpus = text::parse_positive_decimal(o.cpu);
-    if (!cpus || *cpus > 4096) throw Error("--cpu " + o.cpu + ": not a positive number of CPUs");
-    spec.cpus = cpus;
-  }
-  if (!o.memory.empty()) {
-    auto bytes = text::parse_size(o.memory);
-    if (!bytes) throw Error("--memory " + o.memory + ": not a size (like 512M or 2G)");
-    spec.memory_bytes = bytes;
-  }
-  if (!o.pids.empty()) {
-    auto pids = text::parse_uint(o.pids, 4194304);
-    if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
-    spec.pids = pids;
-  }
+  spec.cpus = parse_cpus("--cpu", o.cpu);
+  spec.memory_bytes = parse_memory(o.memory);
+  spec.pids = parse_pids(o.pids);
   spec.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
   spec.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
   for (const auto& label : o.labels) {
