@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "base/toml_file.h"
 
 namespace openshell::policy {
 
@@ -221,14 +222,7 @@ class Parser {
   }
 
   Policy parse(std::string_view text) const {
-    toml::table root;
-    try {
-      root = toml::parse(text, source_);
-    } catch (const toml::parse_error& e) {
-      std::ostringstream out;
-      out << source_ << ":" << e.source().begin.line << ": " << e.description();
-      throw Error(out.str());
-    }
+    toml::table root = toml_file::parse(text, source_);
     check_keys(root, "",
                {"version", "filesystem_policy", "landlock", "process", "network_policies"});
     Policy policy;
