@@ -31,9 +31,15 @@ int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_c
 }
 
 long receive_packet(int socket_fd, std::string* packet, PacketFds* fds) {
-  for (auto& fd : *fds) fd.reset();
   packet->resize(kMaxPacket);
-  iovec iov{packet->data(), packet->size()};
+  long n = receive_packet(socket_fd, packet->data(), packet->size(), fds);
+  packet->resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return n;
+}
+
+long receive_packet(int socket_fd, char* buffer, size_t size, PacketFds* fds) {
+  for (auto& fd : *fds) fd.reset();
+  iovec iov{buffer, size};
   alignas(cmsghdr) char control[CMSG_SPACE(kMaxPacketFds * sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -43,11 +49,7 @@ long receive_packet(int socket_fd, std::string* packet, PacketFds* fds) {
   ssize_t n;
   do n = ::recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    packet->clear();
-    return -errno;
-  }
-  packet->resize(static_cast<size_t>(n));
+  if (n < 0) return -errno;
   // Owned before anything else can happen; the kernel has already closed
   // any that did not fit the control buffer (MSG_CTRUNC).
   size_t kept = 0;
@@ -63,7 +65,6 @@ long receive_packet(int socket_fd, std::string* packet, PacketFds* fds) {
   }
   if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
     for (auto& fd : *fds) fd.reset();
-    packet->clear();
     return -EMSGSIZE;
   }
   return n;

@@ -30,4 +30,9 @@ int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_c
 // closed.
 long receive_packet(int socket_fd, std::string* packet, PacketFds* fds);
 
+// The same into a caller's buffer of `size` bytes (a longer packet is
+// -EMSGSIZE); it allocates nothing, so a child between clone and exec may
+// call it.
+long receive_packet(int socket_fd, char* buffer, size_t size, PacketFds* fds);
+
 }  // namespace openshell

@@ -7,11 +7,11 @@
 // clang-format on
 
 #include <algorithm>
-#include <sstream>
 
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "base/toml_file.h"
 
 namespace openshell::limits {
 
@@ -23,11 +23,7 @@ uint64_t whole_mib(uint64_t bytes) { return std::max(bytes / kMiB * kMiB, kMinTm
 
 [[noreturn]] void fail(const std::string& path, const toml::node* node, const std::string& key,
                        const std::string& message) {
-  std::ostringstream out;
-  out << path;
-  if (node && node->source().begin.line > 0) out << ":" << node->source().begin.line;
-  out << ": sandbox_defaults." << key << ": " << message;
-  throw Error(out.str());
+  toml_file::fail(path, node, "sandbox_defaults." + key, message);
 }
 
 uint64_t size_value(const std::string& path, const toml::node& node, const std::string& key) {
@@ -98,14 +94,7 @@ Defaults load_defaults(const std::string& path) {
     if (err == ENOENT) return d;
     throw_errno("read " + path, err);
   }
-  toml::table root;
-  try {
-    root = toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream out;
-    out << path << ":" << e.source().begin.line << ": " << e.description();
-    throw Error(out.str());
-  }
+  toml::table root = toml_file::parse(text, path);
   const toml::node* section = root.get("sandbox_defaults");
   if (!section) return d;
   const toml::table* table = section->as_table();

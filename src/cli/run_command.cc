@@ -77,6 +77,13 @@ std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::s
   return bytes;
 }
 
+std::optional<uint64_t> parse_pids(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  auto pids = text::parse_uint(value, 4194304);
+  if (!pids) throw Error("--pids " + value + ": not a number of processes (0: no limit)");
+  return pids;
+}
+
 namespaces::BindSpec parse_bind(const std::string& text) {
   auto parts = text::split(text, ':');
   namespaces::BindSpec bind;
@@ -210,11 +217,7 @@ RunPlan plan_run(const RunOptions& o) {
 
   // Limits.
   if (!o.memory.empty()) sandbox.memory_bytes = limits::parse_memory("--memory", o.memory);
-  if (!o.pids.empty()) {
-    auto pids = text::parse_uint(o.pids, 4194304);
-    if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
-    sandbox.pids = pids;
-  }
+  sandbox.pids = parse_pids(o.pids);
   sandbox.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
   sandbox.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
   if (!o.cpus.empty()) sandbox.cpus = limits::parse_cpus("--cpus", o.cpus);

@@ -55,6 +55,9 @@ runtime::ContainerSpec build_spec(const RunOptions& options);
 // Pieces, exposed for tests.
 // --tmp-size/--shm-size: bytes, or nullopt when not given; throws Error.
 std::optional<uint64_t> parse_tmpfs_size(const std::string& option, const std::string& value);
+// --pids (run and sandbox create): the limit, or nullopt when not given;
+// throws Error. (--cpus/--cpu and --memory: limits::parse_cpus, parse_memory.)
+std::optional<uint64_t> parse_pids(const std::string& value);
 namespaces::BindSpec parse_bind(const std::string& text);
 runtime::Rlimit parse_rlimit(const std::string& text);
 // --env entries as KEY=VALUE: "K" alone takes the caller's value (and is

@@ -94,11 +94,7 @@ int create(const CreateOptions& o) {
   }
   if (!o.cpu.empty()) spec.cpus = limits::parse_cpus("--cpu", o.cpu);
   if (!o.memory.empty()) spec.memory_bytes = limits::parse_memory("--memory", o.memory);
-  if (!o.pids.empty()) {
-    auto pids = text::parse_uint(o.pids, 4194304);
-    if (!pids) throw Error("--pids " + o.pids + ": not a number of processes (0: no limit)");
-    spec.pids = pids;
-  }
+  spec.pids = parse_pids(o.pids);
   spec.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
   spec.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
   for (const auto& label : o.labels) {

@@ -19,6 +19,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "base/toml_file.h"
 
 namespace openshell::gateway {
 
@@ -26,14 +27,7 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const toml::node* node, const std::string& key,
-                       const std::string& message) {
-  std::ostringstream out;
-  out << path;
-  if (node && node->source().begin.line > 0) out << ":" << node->source().begin.line;
-  out << ": " << key << ": " << message;
-  throw Error(out.str());
-}
+using toml_file::fail;
 
 // "1.2.3.4", "1.2.3.4:5353", "::1", "[::1]:5353": what the resolver takes.
 bool is_server(std::string_view text) {
@@ -241,14 +235,7 @@ GatewayConfig load_config(const std::string& path, const Getenv& getenv) {
   if (err && err != ENOENT) throw_errno("read " + path, err);
   if (!err) {
     c.file_exists = true;
-    toml::table root;
-    try {
-      root = toml::parse(text, path);
-    } catch (const toml::parse_error& e) {
-      std::ostringstream out;
-      out << path << ":" << e.source().begin.line << ": " << e.description();
-      throw Error(out.str());
-    }
+    toml::table root = toml_file::parse(text, path);
     from_file(path, root, &c);
     c.sandbox_defaults = limits::load_defaults(path);
   }

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "base/toml_file.h"
 #include "policy/edit.h"
 #include "policy/yaml.h"
 
@@ -234,13 +235,7 @@ class Parser {
       root = yaml_to_table(text, source_, &lines);
       yaml_lines_ = &lines;
     } else {
-      try {
-        root = toml::parse(text, source_);
-      } catch (const toml::parse_error& e) {
-        std::ostringstream out;
-        out << source_ << ":" << e.source().begin.line << ": " << e.description();
-        throw Error(out.str());
-      }
+      root = toml_file::parse(text, source_);
     }
     Policy policy = parse_root(root);
     yaml_lines_ = nullptr;

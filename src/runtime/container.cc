@@ -21,6 +21,7 @@
 #include "base/child_failure.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/packet.h"
 #include "namespaces/network.h"
 #include "runtime/init_protocol.h"
 #include "runtime/seccomp.h"
@@ -122,23 +123,15 @@ void close_other_fds(const int* keep, int count) {
   ::close_range(next, ~0U, 0);
 }
 
+// One "F" (with its fd) or "N" (none) message; any further fd that came
+// with it is closed.
 bool receive_fd(int socket_fd, int* fd_out, ChildFailure* f) {
   char tag = 0;
-  iovec iov{&tag, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do n = ::recvmsg(socket_fd, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  if (n != 1) return fail(f, n < 0 ? errno : EPROTO, "receive the root from the parent");
-  *fd_out = -1;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  if (cmsg && cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS)
-    std::memcpy(fd_out, CMSG_DATA(cmsg), sizeof(int));
+  PacketFds fds;
+  long n = receive_packet(socket_fd, &tag, 1, &fds);
+  if (n != 1)
+    return fail(f, n < 0 ? static_cast<int>(-n) : EPROTO, "receive the root from the parent");
+  *fd_out = fds[0].release();
   return true;
 }
 

@@ -98,20 +98,13 @@ std::string request(const std::string& method, const std::string& target,
   return r + "\r\n" + body;
 }
 
-class ApiContract : public ModeTest {
+class ApiContract : public GatewayTest {
  protected:
+  ApiContract() : GatewayTest("api", /*check_sandbox_files=*/false) {}
   void SetUp() override {
-    ModeTest::SetUp();
+    GatewayTest::SetUp();
     if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "api-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
     socket_ = home_ + "/run/gateway.sock";
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{}) << "gateway left";
-    }
-    ModeTest::TearDown();
   }
   // Starts the gateway (the command line's auto-start) with `env`.
   void start_gateway(std::vector<std::string> env = {}) {
@@ -121,17 +114,12 @@ class ApiContract : public ModeTest {
     Result r = openshell(mode(), {"sandbox", "list"}, o);
     ASSERT_EQ(r.status, 0) << r.err;
   }
-  Result os(const std::vector<std::string>& args) {
-    Options o;
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
-  }
   Reply call(const std::string& method, const std::string& target, const std::string& body = "",
              bool with_body = false) {
     return exchange(mode(), socket_, request(method, target, body, with_body));
   }
 
-  std::string home_, socket_;
+  std::string socket_;
 };
 E2E_ALL_MODES(ApiContract);
 

@@ -150,30 +150,12 @@ std::string exec_session(Mode mode, const std::string& socket_path, const std::s
   return bytes;
 }
 
-class ExecStream : public ModeTest {
+class ExecStream : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "exec-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{}) << "gateway left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args) {
-    Options o;
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
-  }
+  ExecStream() : GatewayTest("exec", /*check_sandbox_files=*/false) {}
   std::vector<std::string> session(const std::vector<std::string>& messages) {
     return text_messages(exec_session(mode(), home_ + "/run/gateway.sock", "ex", messages));
   }
-
-  std::string home_;
 };
 E2E_ALL_MODES(ExecStream);
 

@@ -18,44 +18,9 @@ using testing::StartsWith;
 namespace e2e {
 namespace {
 
-class Gateway : public ModeTest {
+class Gateway : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "gw-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
-  }
-  std::string field(const std::string& name, const std::string& key) {
-    Result r = os({"sandbox", "get", name, "-o", "json"});
-    auto pos = r.out.find("\"" + key + "\": ");
-    if (pos == std::string::npos) return "";
-    pos += key.size() + 4;
-    auto end = r.out.find_first_of(",\n", pos);
-    std::string value = r.out.substr(pos, end - pos);
-    if (!value.empty() && value.front() == '"') value = value.substr(1, value.size() - 2);
-    return value;
-  }
-  std::string phase(const std::string& name) { return field(name, "phase"); }
-  bool wait_phase(const std::string& name, const std::string& want) {
-    for (int i = 0; i < 1500; ++i) {
-      if (phase(name) == want) return true;
-      ::usleep(20000);
-    }
-    return false;
-  }
+  Gateway() : GatewayTest("gw") {}
   // The pids of this home's gateway, or of the supervisor of a sandbox.
   std::vector<int> pids(const std::string& role, const std::string& sandbox = "") {
     std::vector<int> out;
@@ -88,7 +53,6 @@ class Gateway : public ModeTest {
       kill_and_wait(found[0]);
     }
   }
-  std::string home_;
 };
 E2E_ALL_MODES(Gateway);
 

@@ -199,6 +199,53 @@ bool is_rootless(Mode mode) { return mode != Mode::kRoot; }
 
 std::string param_name(const testing::TestParamInfo<Mode>& info) { return mode_name(info.param); }
 
+void GatewayTest::SetUp() {
+  ModeTest::SetUp();
+  if (IsSkipped()) return;
+  static std::map<std::string, int> counters;
+  home_ = make_dir(
+      mode(), prefix_ + "-" + mode_name(mode()) + "-" + std::to_string(++counters[prefix_]), 0700);
+}
+
+void GatewayTest::TearDown() {
+  if (!home_.empty()) {
+    EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
+        << "gateway or supervisors left";
+    if (check_sandbox_files_) {
+      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
+    }
+  }
+  ModeTest::TearDown();
+}
+
+Options GatewayTest::with_home(Options o) const {
+  o.env.push_back("OPENSHELL_HOME=" + home_);
+  return o;
+}
+
+Result GatewayTest::os(const std::vector<std::string>& args, Options o) {
+  return openshell(mode(), args, with_home(std::move(o)));
+}
+
+std::string GatewayTest::field(const std::string& name, const std::string& key) {
+  Result r = os({"sandbox", "get", name, "-o", "json"});
+  auto pos = r.out.find("\"" + key + "\": ");
+  if (pos == std::string::npos) return "";
+  pos += key.size() + 4;
+  auto end = r.out.find_first_of(",\n", pos);
+  std::string value = r.out.substr(pos, end - pos);
+  if (!value.empty() && value.front() == '"') value = value.substr(1, value.size() - 2);
+  return value;
+}
+
+bool GatewayTest::wait_phase(const std::string& name, const std::string& want, int ms) {
+  for (int i = 0; i < ms / 20; ++i) {
+    if (phase(name) == want) return true;
+    ::usleep(20000);
+  }
+  return false;
+}
+
 const std::string& binary() { return g.binary; }
 const std::string& rootfs() { return g.rootfs; }
 const std::string& scratch() { return g.scratch; }

@@ -217,6 +217,32 @@ class ModeTest : public testing::TestWithParam<Mode> {
 
 std::string param_name(const testing::TestParamInfo<Mode>& info);
 
+// A test of a gateway: its own state home, `<prefix>-<mode>-<n>` made 0700,
+// which os() points the command line at; at the end the gateway and its
+// supervisors are stopped and, unless told otherwise, no sandbox's file is
+// left in the home.
+class GatewayTest : public ModeTest {
+ protected:
+  explicit GatewayTest(std::string prefix, bool check_sandbox_files = true)
+      : prefix_(std::move(prefix)), check_sandbox_files_(check_sandbox_files) {}
+  void SetUp() override;
+  void TearDown() override;
+
+  Options with_home(Options o = {}) const;
+  virtual Result os(const std::vector<std::string>& args, Options o = {});
+  // A key of `sandbox get NAME -o json`, unquoted; "" when absent.
+  std::string field(const std::string& name, const std::string& key);
+  std::string phase(const std::string& name) { return field(name, "phase"); }
+  // Generous for a loaded machine; ends as soon as the phase is there.
+  bool wait_phase(const std::string& name, const std::string& want, int ms = 30000);
+
+  std::string home_;
+
+ private:
+  std::string prefix_;
+  bool check_sandbox_files_;
+};
+
 #define E2E_ALL_MODES(Suite)                                                                     \
   INSTANTIATE_TEST_SUITE_P(                                                                      \
       Modes, Suite,                                                                              \

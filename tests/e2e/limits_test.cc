@@ -198,27 +198,9 @@ TEST_P(Limits, BadSizesAreRefused) {
 
 // The gateway's sandboxes: the defaults are fixed at create and shown by
 // `sandbox get`; the gateway's gateway.toml changes them.
-class GatewayLimits : public ModeTest {
+class GatewayLimits : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "limits-home-" + mode_name(mode()) + "-" + std::to_string(++counter),
-                     0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
-  }
-  std::string home_;
+  GatewayLimits() : GatewayTest("limits-home", /*check_sandbox_files=*/false) {}
 };
 E2E_ALL_MODES(GatewayLimits);
 

@@ -26,59 +26,14 @@ using testing::StartsWith;
 namespace e2e {
 namespace {
 
-class Sandbox : public ModeTest {
+class Sandbox : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "home-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      // Delete what is left, stop the gateway, and let the fixture check
-      // that nothing remains.
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-      // Everything of the sandboxes is gone from the state directory.
-      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
-    }
-    ModeTest::TearDown();
-  }
-
-  Options with_home(Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return o;
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    return openshell(mode(), args, with_home(std::move(o)));
-  }
-  std::string field(const std::string& name, const std::string& key) {
-    Result r = os({"sandbox", "get", name, "-o", "json"});
-    auto pos = r.out.find("\"" + key + "\": ");
-    if (pos == std::string::npos) return "";
-    pos += key.size() + 4;
-    auto end = r.out.find_first_of(",\n", pos);
-    std::string value = r.out.substr(pos, end - pos);
-    if (!value.empty() && value.front() == '"') value = value.substr(1, value.size() - 2);
-    return value;
-  }
-  std::string phase(const std::string& name) { return field(name, "phase"); }
+  Sandbox() : GatewayTest("home") {}
   // Processes of the gateway and supervisors for this home.
   std::vector<std::string> gateway_processes() { return e2e::gateway_processes(home_); }
-  // Generous for a loaded machine; ends as soon as the phase is there.
-  bool wait_phase(const std::string& name, const std::string& want, int ms = 30000) {
-    for (int i = 0; i < ms / 20; ++i) {
-      if (phase(name) == want) return true;
-      ::usleep(20000);
-    }
-    return false;
-  }
   std::string sandbox_dir(const std::string& name) {
     return home_ + "/sandboxes/" + field(name, "id");
   }
-
-  std::string home_;
 };
 E2E_ALL_MODES(Sandbox);
 

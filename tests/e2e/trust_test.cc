@@ -133,25 +133,13 @@ class FakeGateway {
   std::string text_;
 };
 
-class GatewayTrust : public ModeTest {
+class GatewayTrust : public GatewayTest {
  protected:
+  GatewayTrust() : GatewayTest("trust", /*check_sandbox_files=*/false) {}
   void SetUp() override {
-    ModeTest::SetUp();
+    GatewayTest::SetUp();
     if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "trust-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
     run_ = home_ + "/run";
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
   }
   void make_run_dir(uid_t owner, mode_t perms) {
     ASSERT_EQ(::mkdir(run_.c_str(), perms), 0);
@@ -160,7 +148,7 @@ class GatewayTrust : public ModeTest {
   }
   std::string me() const { return std::to_string(uid_of(mode())); }
 
-  std::string home_, run_;
+  std::string run_;
 };
 E2E_ALL_MODES(GatewayTrust);
 

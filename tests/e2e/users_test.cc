@@ -26,24 +26,11 @@ using testing::StartsWith;
 namespace e2e {
 namespace {
 
-class Users : public ModeTest {
+class Users : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "users-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
+  Users() : GatewayTest("users") {}
+  Result os(const std::vector<std::string>& args, Options o = {}) override {
+    o = with_home(std::move(o));
     o.env.insert(o.env.end(), extra_env_.begin(), extra_env_.end());
     return openshell(mode(), args, o);
   }

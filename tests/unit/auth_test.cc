@@ -34,6 +34,7 @@ namespace openshell::auth {
 namespace {
 
 using openshell::testing::ChildWriter;
+using openshell::testing::error_of;
 using openshell::testing::read_file;
 using openshell::testing::run_in_child;
 using openshell::testing::TempDir;
@@ -79,16 +80,6 @@ std::set<std::string> entries(const std::string& dir) {
   }
   ::closedir(d);
   return out;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error was thrown";
-  return "";
 }
 
 std::string kind_name(std::optional<Kind> kind) {

@@ -20,6 +20,7 @@
 namespace openshell::spec {
 namespace {
 
+using openshell::testing::error_of;
 using openshell::testing::ScopedEnv;
 using openshell::testing::TempDir;
 using openshell::testing::write_file;
@@ -33,17 +34,6 @@ using ::testing::StartsWith;
 
 const char kPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const char kLayer[] = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
-}
 
 const char kPasswd[] =
     "root:x:0:0::/root:/bin/sh\ntoor:x:0:0::/root:/bin/sh\n"

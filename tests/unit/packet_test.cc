@@ -158,6 +158,42 @@ TEST(PacketReceive, EndOfStreamIsZero) {
   EXPECT_EQ(packet, "");
 }
 
+// The container's one-byte "F"/"N" messages: received into the caller's
+// buffer, and a second fd that came along is owned (closed with the
+// PacketFds), not left open in the receiver.
+TEST(PacketReceive, IntoABufferEveryFdIsOwned) {
+  SocketPair s;
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  send_fds(s.fd[0], p[1], 2, "F");
+  ::close(p[1]);
+  char tag = 0;
+  {
+    PacketFds fds;
+    ASSERT_EQ(receive_packet(s.fd[1], &tag, 1, &fds), 1);
+    EXPECT_EQ(tag, 'F');
+    EXPECT_TRUE(fds[0]);
+    EXPECT_TRUE(fds[1]);
+    EXPECT_FALSE(write_end_closed(p[0]));
+  }
+  EXPECT_TRUE(write_end_closed(p[0])) << "a received fd is still open";
+  ::close(p[0]);
+}
+
+TEST(PacketReceive, IntoABufferALongerPacketIsRefusedAndItsFdsClosed) {
+  SocketPair s;
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  send_fds(s.fd[0], p[1], 1, "FF");
+  ::close(p[1]);
+  char tag = 0;
+  PacketFds fds;
+  EXPECT_EQ(receive_packet(s.fd[1], &tag, 1, &fds), -EMSGSIZE);
+  EXPECT_FALSE(fds[0]);
+  EXPECT_TRUE(write_end_closed(p[0])) << "an fd of a refused packet is still open";
+  ::close(p[0]);
+}
+
 TEST(PacketErrors, SendAndReceiveBothReturnMinusErrno) {
   SocketPair s;
   ::close(s.fd[1]);

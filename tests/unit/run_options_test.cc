@@ -19,6 +19,7 @@
 namespace openshell::cli {
 namespace {
 
+using openshell::testing::error_of;
 using openshell::testing::ScopedEnv;
 using openshell::testing::TempDir;
 using openshell::testing::write_file;
@@ -27,19 +28,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return "";
-}
-
-// Sets an environment variable for the scope of a test.
 
 // --- parse_bind --------------------------------------------------------------------
 

@@ -15,22 +15,12 @@
 namespace openshell::auth {
 namespace {
 
+using openshell::testing::error_of;
 using openshell::testing::read_file;
 using openshell::testing::TempDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no Error was thrown";
-  return "";
-}
 
 SecretBox box_of(char fill) { return SecretBox(std::string(32, fill)); }
 

@@ -21,7 +21,24 @@
 #include <string>
 #include <system_error>
 
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+
 namespace openshell::testing {
+
+// The message of the Error that action throws; a test failure, and "", when
+// it throws none.
+template <typename F>
+std::string error_of(F&& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error was thrown";
+  return "";
+}
 
 // An environment variable set (or, with nullptr or nullopt, unset) for a
 // scope; the old value, or its absence, comes back at the end.
