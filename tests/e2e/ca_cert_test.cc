@@ -32,29 +32,16 @@ RhgEhedqotnvgpPVvfHb1r6BFu52qQTvHJo=
 
 constexpr const char* kBundle = "/etc/ssl/certs/ca-certificates.crt";
 
-class CaCert : public ModeTest {
+class CaCert : public GatewayTest {
  protected:
+  CaCert() : GatewayTest("cahome", false) {}
   void SetUp() override {
-    ModeTest::SetUp();
+    GatewayTest::SetUp();
     if (IsSkipped()) return;
     static int counter = 0;
-    std::string tag = mode_name(mode()) + "-" + std::to_string(++counter);
-    home_ = make_dir(mode(), "cahome-" + tag, 0700);
-    dir_ = make_dir(mode(), "cafiles-" + tag, 0755);
+    dir_ = make_dir(mode(), "cafiles-" + mode_name(mode()) + "-" + std::to_string(++counter), 0755);
   }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args) {
-    Options o;
-    o.env = {"OPENSHELL_HOME=" + home_};
-    return openshell(mode(), args, o);
-  }
-  std::string home_, dir_;
+  std::string dir_;
 };
 E2E_ALL_MODES(CaCert);
 

@@ -28,32 +28,13 @@ std::vector<std::string> split_words(const std::string& text) {
   return words;
 }
 
-class Cli : public ModeTest {
+class Cli : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ =
-        make_dir(mode(), "cli-home-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
-  }
+  Cli() : GatewayTest("cli-home", false) {}
   void create(const std::string& name) {
     Result r = os({"sandbox", "create", "--name", name, "--from", rootfs()});
     ASSERT_EQ(r.status, 0) << r.err;
   }
-
-  std::string home_;
 };
 E2E_ALL_MODES(Cli);
 

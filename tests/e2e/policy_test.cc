@@ -22,35 +22,27 @@ size_t count_of(const std::string& text, const std::string& part) {
   return count;
 }
 
-class PolicyCli : public ModeTest {
+class PolicyCli : public GatewayTest {
  protected:
+  PolicyCli() : GatewayTest("polhome", false) {}
   void SetUp() override {
-    ModeTest::SetUp();
+    GatewayTest::SetUp();
     if (IsSkipped()) return;
     static int counter = 0;
-    std::string tag = mode_name(mode()) + "-" + std::to_string(++counter);
-    home_ = make_dir(mode(), "polhome-" + tag, 0700);
-    dir_ = make_dir(mode(), "polfiles-" + tag, 0755);
+    dir_ =
+        make_dir(mode(), "polfiles-" + mode_name(mode()) + "-" + std::to_string(++counter), 0755);
     hosts_ = write_file(dir_ + "/hosts", "127.0.0.1 localhost\n");
   }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args) {
-    Options o;
-    o.env = {"OPENSHELL_HOME=" + home_, "OPENSHELL_HOSTS_FILE=" + hosts_};
-    return openshell(mode(), args, o);
+  Result os(const std::vector<std::string>& args, Options o = {}) override {
+    o.env.push_back("OPENSHELL_HOSTS_FILE=" + hosts_);
+    return GatewayTest::os(args, std::move(o));
   }
   std::string file(const std::string& name, const std::string& body) {
     return write_file(dir_ + "/" + name, body);
   }
   std::string port() const { return std::to_string(server_.port()); }
 
-  std::string home_, dir_, hosts_;
+  std::string dir_, hosts_;
   TestServer server_;
 };
 E2E_ALL_MODES(PolicyCli);

@@ -17,26 +17,9 @@ using testing::Not;
 namespace e2e {
 namespace {
 
-class SandboxFiles : public ModeTest {
+class SandboxFiles : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "files-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
-  }
+  SandboxFiles() : GatewayTest("files") {}
   // A copy of the busybox root, owned by root (another user than the
   // rootless modes' own), without the given paths.
   std::string root_without(const std::string& name, const std::vector<std::string>& missing) {
@@ -54,8 +37,6 @@ class SandboxFiles : public ModeTest {
     pos += 7;
     return r.out.substr(pos, r.out.find('"', pos) - pos);
   }
-
-  std::string home_;
 };
 
 // Regression (issue 10, bug 1): rootless, a directory root owned by another

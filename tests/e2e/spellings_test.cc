@@ -20,30 +20,12 @@ using testing::StartsWith;
 namespace e2e {
 namespace {
 
-class Spellings : public ModeTest {
+class Spellings : public GatewayTest {
  protected:
-  void SetUp() override {
-    ModeTest::SetUp();
-    if (IsSkipped()) return;
-    static int counter = 0;
-    home_ = make_dir(mode(), "spell-" + mode_name(mode()) + "-" + std::to_string(++counter), 0700);
-  }
-  void TearDown() override {
-    if (!home_.empty()) {
-      EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{})
-          << "gateway or supervisors left";
-      EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "") << "sandbox files left";
-    }
-    ModeTest::TearDown();
-  }
-  Result os(const std::vector<std::string>& args, Options o = {}) {
-    o.env.push_back("OPENSHELL_HOME=" + home_);
-    return openshell(mode(), args, o);
-  }
+  Spellings() : GatewayTest("spell") {}
   std::string json_of(const std::string& name) {
     return os({"sandbox", "get", name, "-o", "json"}).out;
   }
-  std::string home_;
 };
 
 TEST_P(Spellings, CpuAndMemoryInKubernetesUnits) {
