@@ -237,8 +237,9 @@ TEST(PolicyYaml, ErrorsNameTheLineAndField) {
                        "      - { host: a.example.com, port: 443, rules: [] }\n"),
             "agent.yaml:5: network_policies.x.endpoints[0].rules: unknown field (expected one "
             "of: host, port, ports, allowed_ips, protocol, access)");
-  EXPECT_EQ(yaml_error("version: 1\nprocess:\n  run_as_user: root\n"),
-            "agent.yaml:3: process.run_as_user: must not be root");
+  EXPECT_EQ(
+      yaml_error("version: 1\nprocess:\n  run_as_user: root\n"),
+      "agent.yaml:3: process.run_as_user: must not be root (unless process.allow_root = true)");
   EXPECT_EQ(yaml_error("version: 1\nnetwork_policies:\n  x: [\n"),
             "agent.yaml:4: did not find expected node content");
   EXPECT_EQ(yaml_error("version: 1\nlandlock:\n"), "agent.yaml:2: a value is missing (null)");
