@@ -25,6 +25,7 @@
 #include "cli/env_file.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
+#include "cli/sandbox_common.h"
 #include "cli/stdio_relay.h"
 #include "cli/terminal.h"
 #include "egress/identity.h"
@@ -244,6 +245,18 @@ CLI::Option* repeatable(CLI::Option* option) {
   return option->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
+void add_size_limit_options(CLI::App* app, std::string* memory, std::string* pids,
+                            std::string* tmp_size, std::string* shm_size) {
+  app->add_option("-m,--memory", *memory,
+                  "Memory limit: bytes, or with a unit, like 512Mi, 4Gi, 1G or 100M (binary)");
+  app->add_option("--pids", *pids,
+                  "Most processes and threads at once (default 4096; 0: no limit)");
+  app->add_option("--tmp-size", *tmp_size,
+                  "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
+                  "of the RAM)");
+  app->add_option("--shm-size", *shm_size, "Size of /dev/shm (default: half of /tmp's default)");
+}
+
 // The egress proxy and DNS stub of a one-shot sandbox, served on a thread of
 // this process for as long as the sandbox runs.
 class EgressThread {
@@ -351,14 +364,7 @@ void add_run_command(CLI::App& app, Action* action) {
                   "caller's)");
   run->add_option("--hostname", o->hostname, "Host name inside")->capture_default_str();
   run->add_flag("-t,--tty", o->tty, "Give the command a pseudo-terminal");
-  run->add_option("-m,--memory", o->memory,
-                  "Memory limit: bytes, or with a unit, like 512Mi, 4Gi, 1G or 100M (binary)");
-  run->add_option("--pids", o->pids,
-                  "Most processes and threads at once (default 4096; 0: no limit)");
-  run->add_option("--tmp-size", o->tmp_size,
-                  "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
-                  "of the RAM)");
-  run->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
+  add_size_limit_options(run, &o->memory, &o->pids, &o->tmp_size, &o->shm_size);
   run->add_option("--cpus,--cpu", o->cpus,
                   "CPU time, in CPUs: 1.5 = one and a half, 500m = half of one");
   repeatable(run->add_option(

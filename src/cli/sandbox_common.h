@@ -28,6 +28,11 @@ class GatewayClient;
 // options, in run_command.cc: one definition for every command).
 CLI::Option* repeatable(CLI::Option* option);
 
+// --memory, --pids, --tmp-size and --shm-size, with one help text for run
+// and sandbox create (also defined in run_command.cc).
+void add_size_limit_options(CLI::App* app, std::string* memory, std::string* pids,
+                            std::string* tmp_size, std::string* shm_size);
+
 // -o/--output table|json.
 CLI::Option* add_output(CLI::App* app, std::string* output);
 

@@ -171,14 +171,7 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
                            "Bind-mount a host path at every start: SRC:DST[:ro] (repeatable)"));
   c->add_option("--cpu,--cpus", o->cpu,
                 "CPU limit, in CPUs: 1.5 = one and a half, 500m = half of one");
-  c->add_option("-m,--memory", o->memory,
-                "Memory limit: bytes, or with a unit, like 512Mi, 4Gi, 1G or 100M (binary)");
-  c->add_option("--pids", o->pids,
-                "Most processes and threads at once (default 4096; 0: no limit)");
-  c->add_option("--tmp-size", o->tmp_size,
-                "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
-                "of the RAM)");
-  c->add_option("--shm-size", o->shm_size, "Size of /dev/shm (default: half of /tmp's default)");
+  add_size_limit_options(c, &o->memory, &o->pids, &o->tmp_size, &o->shm_size);
   repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
   repeatable(c->add_option("--ca-cert", o->ca_certs,
                            "A PEM file of CA certificates its programs trust, added to its "

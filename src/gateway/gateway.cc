@@ -687,9 +687,11 @@ void Gateway::cleanup_host(const SandboxRecord& record) {
   }
   for (const auto& name : names) {
     if (!name.starts_with(prefix) || !name.ends_with(".sock")) continue;
-    const std::string number = name.substr(prefix.size(), name.size() - prefix.size() - 5);
-    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (std::stoll(number) <= record.generation) ::unlink((dir + "/" + name).c_str());
+    if (name.size() < prefix.size() + 5) continue;
+    const auto generation = text::parse_uint(
+        std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - 5));
+    if (generation && *generation <= static_cast<uint64_t>(record.generation))
+      ::unlink((dir + "/" + name).c_str());
   }
 }
 
