@@ -43,6 +43,9 @@ struct Paths {
   // The image store (see image/store.h).
   std::string images() const { return state_dir + "/images"; }
   std::string socket() const { return run_dir + "/gateway.sock"; }
+  // The gateway's TLS files (`gateway generate-certs`): ca.crt, ca.key,
+  // server.crt, server.key, and the first client's client.crt, client.key.
+  std::string tls_dir() const { return state_dir + "/tls"; }
   // One per launch: an older generation's supervisor never touches a newer one's.
   std::string supervisor_socket(const std::string& id, int64_t generation) const {
     return run_dir + "/s/" + id + "." + std::to_string(generation) + ".sock";

@@ -24,6 +24,7 @@
 
 #include "base/error.h"
 #include "base/text.h"
+#include "net/endpoint.h"
 
 namespace openshell::net {
 
@@ -49,10 +50,20 @@ struct Response {
   std::string content_type = "application/json";
 };
 
+// Who is at the other end of a connection, as the transport tells.
 struct PeerCredentials {
+  enum class Transport { kUnix, kTls, kTcp };
+  Transport transport = Transport::kUnix;
+  // kUnix: SO_PEERCRED.
   pid_t pid = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  // kTls: the verified client certificate's subject: its common name, and
+  // whether it was issued to an admin (organizational unit "admin").
+  std::string subject;
+  bool admin = false;
+  // kTls, kTcp: the peer's address ("127.0.0.1:40312").
+  std::string address;
 };
 
 // One WebSocket connection (either side). Messages are text (JSON) or binary
@@ -85,6 +96,9 @@ class WebSocket {
   // done is always called later, from the loop, never from within connect.
   static void connect(asio::io_context& io, const std::string& socket_path,
                       const std::string& target,
+                      std::function<void(std::shared_ptr<WebSocket>, std::string error)> done);
+  // The same at any endpoint (net/endpoint.h).
+  static void connect(asio::io_context& io, const Endpoint& endpoint, const std::string& target,
                       std::function<void(std::shared_ptr<WebSocket>, std::string error)> done);
 
   // Server: a connection handed over by another process (the fd and the
@@ -194,6 +208,8 @@ class Client {
  public:
   // Throws ConnectError; Error when the server is not ours (untrusted_server).
   explicit Client(const std::string& socket_path);
+  // The same at any endpoint (net/endpoint.h).
+  explicit Client(const Endpoint& endpoint);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -64,6 +64,14 @@ Client::Client(const std::string& socket_path) : impl_(std::make_unique<Impl>(so
   impl_->connect();
 }
 
+Client::Client(const Endpoint& endpoint) {
+  if (endpoint.kind != Endpoint::Kind::kUnix)
+    throw ConnectError("connect " + endpoint.url() + ": TCP endpoints are not supported yet",
+                       EPROTONOSUPPORT);
+  impl_ = std::make_unique<Impl>(endpoint.socket_path);
+  impl_->connect();
+}
+
 Client::~Client() = default;
 
 Response Client::request(const std::string& method, const std::string& target,

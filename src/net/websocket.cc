@@ -325,6 +325,15 @@ void WebSocket::connect(asio::io_context& io, const std::string& socket_path,
   WebSocketImpl::connect(io, socket_path, target, std::move(done));
 }
 
+void WebSocket::connect(asio::io_context& io, const Endpoint& endpoint, const std::string& target,
+                        std::function<void(std::shared_ptr<WebSocket>, std::string error)> done) {
+  if (endpoint.kind == Endpoint::Kind::kUnix)
+    return WebSocketImpl::connect(io, endpoint.socket_path, target, std::move(done));
+  asio::post(io, [done = std::move(done), url = endpoint.url()] {
+    done(nullptr, "connect " + url + ": TCP endpoints are not supported yet");
+  });
+}
+
 std::shared_ptr<WebSocket> WebSocket::accept_handed_over(asio::io_context& io, int fd,
                                                          const std::string& raw_request,
                                                          std::string* error) {
