@@ -50,6 +50,11 @@ struct Paths {
   std::string supervisor_socket(const std::string& id, int64_t generation) const {
     return run_dir + "/s/" + id + "." + std::to_string(generation) + ".sock";
   }
+  // A copy supervisor's (supervisor/supervisor.h), and the lock it holds.
+  std::string copy_socket(const std::string& id) const {
+    return run_dir + "/s/" + id + ".copy.sock";
+  }
+  std::string copy_lock(const std::string& id) const { return sandbox(id) + "/copy.lock"; }
 };
 
 // The longest run directory whose sockets all fit a Unix socket address.

@@ -291,6 +291,7 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   });
   ExecOptions options;
   options.argv = {"tar", "-x", "-f", "-", "-C", dest};
+  options.copy = true;
   options.stdin_fd = read_end.get();
   options.stderr_fd = tar_errors.get();
   int status = 0;
@@ -402,6 +403,7 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
     ExecOptions options;
     // After "--", a name such as "-x" is not an option of tar's.
     options.argv = {"tar", "-c", "-f", "-", "-C", parent_of(remote), "--", leaf};
+    options.copy = true;
     options.stdin_fd = no_input.get();
     options.stdout_fd = write_end.get();
     options.stderr_fd = tar_errors.get();

@@ -90,8 +90,15 @@ void add_gateway_commands(CLI::App& app, Action* action) {
   auto launch = std::make_shared<std::string>();
   CLI::App* sup = app.add_subcommand("supervisor", "");
   sup->group("");  // hidden
+  auto copy = std::make_shared<bool>(false);
   sup->add_option("--launch", *launch, "The launch file")->required();
-  sup->callback([launch, action] { *action = [launch] { return supervisor::main(*launch); }; });
+  // A copy supervisor (supervisor/supervisor.h), its report on fd 3.
+  sup->add_flag("--copy", *copy, "");
+  sup->callback([launch, copy, action] {
+    *action = [launch, copy] {
+      return *copy ? supervisor::copy_main(*launch, 3) : supervisor::main(*launch);
+    };
+  });
 }
 
 }  // namespace openshell::cli

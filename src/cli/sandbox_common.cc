@@ -115,6 +115,15 @@ void require_ready(GatewayClient& client, const std::string& name, const std::st
   remember(client.paths(), name);
 }
 
+void require_copyable(GatewayClient& client, const std::string& name, const std::string& verb) {
+  json s = client.call("GET", target(name));
+  const std::string phase = s.value("phase", "");
+  if (phase != "Ready" && phase != "Stopped" && phase != "Completed" && phase != "Error")
+    throw Error("sandbox '" + name + "' is " + phase + " (" + verb +
+                " needs a Ready, Stopped, Completed or Error sandbox)");
+  remember(client.paths(), name);
+}
+
 bool looks_like_path(const std::string& word) {
   return word == "." || word == ".." || word.rfind("/", 0) == 0 || word.rfind("./", 0) == 0 ||
          word.rfind("../", 0) == 0 || word.rfind("~", 0) == 0;
@@ -167,6 +176,12 @@ void print_sandbox(const json& s, const std::string& output) {
       {"Restart:", s.value("restart", "unless-stopped")},
       {"Created:", s.value("created_at", "")}};
   if (const std::string labels = labels_text(s); labels != "-") rows.push_back({"Labels:", labels});
+  if (s.contains("user")) rows.push_back({"User:", s.value("user", "")});
+  for (const auto& b : s.value("binds", json::array()))
+    rows.push_back({"Bind:", b.value("source", "") + ":" + b.value("target", "") +
+                                 (b.value("read_only", false) ? ":ro" : "")});
+  if (s.contains("ca_certs"))
+    rows.push_back({"CA certificates:", std::to_string(s.value("ca_certs", 0)) + " added"});
   print_table(rows);
   std::printf("Conditions:\n");
   for (const auto& c : s.value("conditions", json::array()))

@@ -50,6 +50,9 @@ std::string target(const std::string& name, const std::string& action = "");
 // For the commands that run something in the sandbox (exec, upload,
 // download): it must be Ready; it becomes the last one named.
 void require_ready(GatewayClient& client, const std::string& name, const std::string& verb);
+// The same for a download or an upload, which also reach a sandbox that is
+// Stopped, Completed or Error (its files as its run left them).
+void require_copyable(GatewayClient& client, const std::string& name, const std::string& verb);
 
 // Whether `word` can only be a path, never an image reference: "/x",
 // "./x", "../x", "~/x", "." or "..".

@@ -1,4 +1,4 @@
-// openshell sandbox download: a file or directory out of a running sandbox.
+// openshell sandbox download: a file or directory out of a sandbox, running or not.
 #include <memory>
 #include <string>
 
@@ -14,8 +14,9 @@ void add_sandbox_download(CLI::App* sandbox, Action* action) {
   auto name = std::make_shared<std::string>();
   auto remote = std::make_shared<std::string>();
   auto local = std::make_shared<std::string>(".");
-  CLI::App* c =
-      sandbox->add_subcommand("download", "Copy a file or directory out of a running sandbox");
+  CLI::App* c = sandbox->add_subcommand(
+      "download",
+      "Copy a file or directory out of a sandbox (running, or Stopped, Completed or Error)");
   c->add_option("name", *name, "The sandbox")->required();
   c->add_option("remote", *remote, "An absolute path in the sandbox")->required();
   c->add_option("local", *local,
@@ -24,14 +25,16 @@ void add_sandbox_download(CLI::App* sandbox, Action* action) {
       ->capture_default_str();
   c->footer(
       "Read as the sandbox's user through tar in the sandbox; what arrives is unpacked like an "
-      "untrusted archive and appears only when complete.\n"
+      "untrusted archive and appears only when complete. A sandbox that is not running is read "
+      "through a copy of its container (no network, no main process): its files as its run left "
+      "them, as docker cp reads a stopped container.\n"
       "Errors are one line, exit status 125.\n"
       "Example: openshell sandbox download demo /sandbox/out ./results   # ./results/out, or "
       "./results when it does not exist");
   c->callback([name, remote, local, action] {
     *action = [name, remote, local] {
       GatewayClient client;
-      require_ready(client, *name, "download");
+      require_copyable(client, *name, "download");
       return download(client.paths(), *name, *remote, *local);
     };
   });

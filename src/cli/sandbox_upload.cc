@@ -1,5 +1,5 @@
-// openshell sandbox upload: a file or directory from here into a running
-// sandbox.
+// openshell sandbox upload: a file or directory from here into a sandbox,
+// running or not.
 #include <memory>
 #include <string>
 
@@ -16,8 +16,9 @@ void add_sandbox_upload(CLI::App* sandbox, Action* action) {
   auto local = std::make_shared<std::string>();
   auto dest = std::make_shared<std::string>("/sandbox");
   auto options = std::make_shared<UploadOptions>();
-  CLI::App* c =
-      sandbox->add_subcommand("upload", "Copy a file or directory into a running sandbox");
+  CLI::App* c = sandbox->add_subcommand(
+      "upload",
+      "Copy a file or directory into a sandbox (running, or Stopped, Completed or Error)");
   c->add_option("name", *name, "The sandbox")->required();
   c->add_option("local", *local, "A file, directory or symbolic link on this machine")->required();
   c->add_option("dest", *dest, "The directory in the sandbox it goes into")->capture_default_str();
@@ -29,12 +30,13 @@ void add_sandbox_upload(CLI::App* sandbox, Action* action) {
       "applies (by default only /sandbox and /tmp are writable). From a directory, what "
       ".gitignore leaves out stays behind: git decides in a git work tree, else openshell reads "
       "the .gitignore files (see openshell-sandbox(1)). Prints what it copied. Errors are one "
-      "line, exit status 125.\n"
+      "line, exit status 125. A sandbox that is not running is reached through a copy of its "
+      "container (no network, no main process), as its next start will see the files.\n"
       "Example: openshell sandbox upload demo ./src            # becomes /sandbox/src");
   c->callback([name, local, dest, options, action] {
     *action = [name, local, dest, options] {
       GatewayClient client;
-      require_ready(client, *name, "upload");
+      require_copyable(client, *name, "upload");
       return upload(client.paths(), *name, *local, *dest, *options);
     };
   });

@@ -109,7 +109,9 @@ LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions
 
 int exec(const Paths& paths, const std::string& name, const ExecOptions& options) {
   asio::io_context io;
-  auto ws = connect(io, paths, "/v1/sandboxes/" + net::percent_encode(name) + "/exec");
+  auto ws = connect(
+      io, paths,
+      "/v1/sandboxes/" + net::percent_encode(name) + "/exec" + (options.copy ? "?copy=1" : ""));
   // Signals are caught from before the command starts: one sent as soon as
   // it runs is passed on, never fatal to this process.
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);

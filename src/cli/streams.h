@@ -38,9 +38,13 @@ struct ExecOptions {
   int stdin_fd = 0;   // where its input comes from (a pipe, a file, a terminal)
   int stdout_fd = 1;  // where its output goes
   int stderr_fd = 2;  // where its diagnostics go
+  // A download's or an upload's tar: the sandbox may also be one that is not
+  // running (Stopped, Completed, Error), which the gateway then starts a
+  // copy of its container for (supervisor/supervisor.h).
+  bool copy = false;
 };
 
-// Runs a command in a Ready sandbox with stdin, stdout and stderr passed
+// Runs a command in a Ready sandbox (see `copy`) with stdin, stdout and stderr passed
 // through; returns its exit status (126/127 when it cannot run). Throws Error.
 int exec(const Paths& paths, const std::string& name, const ExecOptions& options);
 

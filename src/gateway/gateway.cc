@@ -179,6 +179,24 @@ class Gateway {
   void set_phase(SandboxRecord& record, Phase phase, const std::string& reason = "",
                  const std::string& message = "");
   void launch(SandboxRecord& record);
+  void mint_launch_file(const SandboxRecord& record, const std::string& file);
+  pid_t spawn_supervisor(const SandboxRecord& record, const std::string& launch_file,
+                         const std::vector<std::string>& extra, int report_fd);
+  // Hands an exec's connection to the supervisor listening at socket_path.
+  void hand_exec_over(const std::shared_ptr<net::Exchange>& exchange,
+                      const std::string& socket_path, const std::string& name);
+  // Downloads and uploads of a sandbox that is not running: a copy
+  // supervisor each (supervisor/supervisor.h), one at a time; while one
+  // lives (ours, or one a gateway before us started: its lock tells) the
+  // sandbox is not started, deleted or copied again.
+  void copy_exec(const std::shared_ptr<net::Exchange>& exchange, const SandboxRecord& record);
+  bool copy_in_progress(const std::string& id) const;
+  // Throws ApiError 409 "busy" while a copy is in progress (one a gateway
+  // before us started: ours are waited for, below).
+  void refuse_if_copying(const SandboxRecord& record, const std::string& verb) const;
+  // While a copy supervisor of ours lives: the request is handled again
+  // once it has ended (true); false when there is none.
+  bool after_copy(const std::shared_ptr<net::Exchange>& exchange, const std::string& id);
   // A new generation of a sandbox whose run is over: the old supervisor
   // gone, the launch recorded (Starting, with this reason), then done.
   void relaunch(SandboxRecord& record, const std::string& reason = "",
@@ -228,6 +246,8 @@ class Gateway {
   int64_t started_ms_ = now_ms();
   UniqueFd lock_;
   std::map<std::string, Supervised> supervised_;  // by sandbox id
+  std::map<std::string, pid_t> copies_;           // copy supervisors, by sandbox id
+  std::map<std::string, std::vector<std::function<void()>>> copy_waiters_;
   std::map<std::string, std::vector<Waiter>> waiters_;
   std::vector<std::weak_ptr<net::WebSocket>> watchers_;
   // The last view of recently deleted sandboxes (--no-keep ones vanish while
@@ -411,6 +431,13 @@ json Gateway::view(const SandboxRecord& r) const {
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
   j["limits"] = json::parse(spec.limits_json());
   j["restart"] = spec.restart.empty() ? "unless-stopped" : spec.restart;
+  // What create was given that the sandbox keeps across its starts.
+  json binds = json::array();
+  for (const auto& b : spec.binds)
+    binds.push_back({{"source", b.source}, {"target", b.target}, {"read_only", b.read_only}});
+  j["binds"] = binds;
+  if (!spec.user.empty()) j["user"] = spec.user;
+  if (!spec.ca_certs.empty()) j["ca_certs"] = spec.ca_certs.size();
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
 }
@@ -494,9 +521,8 @@ void Gateway::notify(const std::string& id) {
 
 // ---- launching --------------------------------------------------------------
 
-// Mints the launch file for the record's generation and starts a supervisor.
-void Gateway::launch(SandboxRecord& record) {
-  const std::string dir = paths_.sandbox(record.id);
+// Mints a launch file for the record's generation, at `file`.
+void Gateway::mint_launch_file(const SandboxRecord& record, const std::string& file) {
   auth::LaunchSpec spec;
   spec.sandbox_id = record.id;
   spec.sandbox_name = record.name;
@@ -509,16 +535,20 @@ void Gateway::launch(SandboxRecord& record) {
   spec.gateway_id = gateway_id_;
   spec.gateway_socket = paths_.socket();
   spec.spec = auth::spec_for_launch_file(record.spec);  // the env's digest, not its values
-  const std::string file = paths_.launch_file(record.id);
   files::write_atomically(file, auth::encode(spec, *key_));
+}
 
-  // A supervisor of its own session, in nobody's process group, its output
-  // in the sandbox's log directory.
+// Starts `openshell-supervisor NAME --launch FILE [extra...]`: a process of
+// its own session, in nobody's process group, its output in the sandbox's
+// log directory; report_fd (or -1) becomes its fd 3. Returns its pid.
+pid_t Gateway::spawn_supervisor(const SandboxRecord& record, const std::string& launch_file,
+                                const std::vector<std::string>& extra, int report_fd) {
   // This very binary, even if a newer one replaced it on disk since.
   std::string self = "/proc/self/exe";
   // Named for ps: "openshell-supervisor NAME" (base/process_name.h).
   std::vector<std::string> args = {std::string(process_name::kSupervisor), record.name, "--launch",
-                                   file};
+                                   launch_file};
+  args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -537,14 +567,15 @@ void Gateway::launch(SandboxRecord& record) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  std::string log_path = dir + "/logs/supervisor.log";
+  std::string log_path = paths_.sandbox(record.id) + "/logs/supervisor.log";
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
                                    0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  if (report_fd >= 0) posix_spawn_file_actions_adddup2(&actions, report_fd, 3);
   // Nothing else of the gateway's (a descriptor someone forgot to mark
   // close-on-exec would keep a pipe or socket of the gateway open as long
   // as the sandbox lives).
-  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  posix_spawn_file_actions_addclosefrom_np(&actions, report_fd >= 0 ? 4 : 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr,
@@ -559,6 +590,14 @@ void Gateway::launch(SandboxRecord& record) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (err) throw_errno("start the supervisor", err);
+  return pid;
+}
+
+// Mints the launch file for the record's generation and starts a supervisor.
+void Gateway::launch(SandboxRecord& record) {
+  const std::string file = paths_.launch_file(record.id);
+  mint_launch_file(record, file);
+  pid_t pid = spawn_supervisor(record, file, {}, -1);
   record.supervisor_pid = pid;
   record.supervisor_start = start_time(pid);
   save(record);
@@ -769,6 +808,11 @@ void Gateway::restart_if_meant_to(const std::string& id) {
   RestartPolicy policy = parse_restart_policy(spec.restart).value_or(RestartPolicy::kUnlessStopped);
   const std::string reason = ready_reason(*record);
   if (!restarts(policy, record->phase, reason)) return;
+  if (copy_in_progress(record->id)) {
+    log::warn("sandbox " + record->name +
+              ": not started again while a copy into or out of it is in progress");
+    return;
+  }
   const std::string why = "restart policy " + std::string(restart_policy_name(policy)) +
                           ": generation " + std::to_string(record->generation) + " ended " +
                           std::string(phase_name(record->phase)) + " (" + reason +
@@ -1243,6 +1287,8 @@ void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange,
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
                        " (start works from Stopped, Completed or Error)");
+  if (after_copy(exchange, record.id)) return;
+  refuse_if_copying(record, "start");
   relaunch(record);
   wait_for(
       record.id,
@@ -1280,6 +1326,8 @@ void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange,
                              const std::string& name) {
   SandboxRecord record = find(name);
   std::string id = record.id;
+  if (after_copy(exchange, id)) return;
+  refuse_if_copying(record, "delete");
   if (record.phase != Phase::kDeleting) {
     record.intent = "delete";
     set_phase(record, Phase::kDeleting, "DeleteRequested");
@@ -1410,11 +1458,20 @@ void Gateway::logs(const std::shared_ptr<net::Exchange>& exchange, const std::st
 // WebSocket handshake), so the gateway stays out of the data path.
 void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
   SandboxRecord record = find(name);
+  // A download or an upload (?copy=1) reaches a sandbox that is not running
+  // too, through a copy supervisor of its own.
+  const bool copy = exchange->request().query.count("copy") > 0;
+  if (copy && finished(record.phase)) return copy_exec(exchange, record);
   if (record.phase != Phase::kReady)
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
-                       " (exec needs a Ready sandbox)");
-  std::string socket_path = paths_.supervisor_socket(record.id, record.generation);
+                       (copy ? " (a copy needs a Ready, Stopped, Completed or Error sandbox)"
+                             : " (exec needs a Ready sandbox)"));
+  hand_exec_over(exchange, paths_.supervisor_socket(record.id, record.generation), name);
+}
+
+void Gateway::hand_exec_over(const std::shared_ptr<net::Exchange>& exchange,
+                             const std::string& socket_path, const std::string& name) {
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -1426,6 +1483,93 @@ void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::st
   UniqueFd connection(exchange->release());
   int err = protocol::send_exec_handoff(sock.get(), raw, connection.get());
   if (err) log::error(errno_message("hand exec over to the supervisor of " + name, -err));
+}
+
+// ---- copies into and out of sandboxes that are not running ------------------
+
+bool Gateway::copy_in_progress(const std::string& id) const {
+  if (copies_.count(id)) return true;
+  // A copy supervisor that a gateway before us started holds the lock.
+  UniqueFd lock(::open(paths_.copy_lock(id).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  if (!lock) return false;
+  return ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+}
+
+void Gateway::refuse_if_copying(const SandboxRecord& record, const std::string& verb) const {
+  if (copy_in_progress(record.id))
+    throw ApiError(409, "busy",
+                   "a copy into or out of sandbox '" + record.name + "' is in progress (" + verb +
+                       " waits for it: try again when it ends)");
+}
+
+bool Gateway::after_copy(const std::shared_ptr<net::Exchange>& exchange, const std::string& id) {
+  if (!copies_.count(id)) return false;
+  // Ours ends within moments of its copy (at most its idle time): the
+  // request is answered as if it came then.
+  copy_waiters_[id].push_back([this, exchange] { handle(exchange); });
+  return true;
+}
+
+void Gateway::copy_exec(const std::shared_ptr<net::Exchange>& exchange,
+                        const SandboxRecord& record) {
+  if (after_copy(exchange, record.id)) return;
+  refuse_if_copying(record, "another copy");
+  const std::string id = record.id, name = record.name;
+  const std::string file = paths_.sandbox(id) + "/copy.cred";
+  mint_launch_file(record, file);
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) throw_errno("pipe");
+  UniqueFd report_read(report[0]), report_write(report[1]);
+  const pid_t pid = spawn_supervisor(record, file, {"--copy"}, report_write.get());
+  report_write.reset();
+  copies_[id] = pid;
+  // Its end frees the sandbox for a start, a delete or the next copy.
+  int fd = pidfd_open(pid);
+  if (fd >= 0) {
+    auto exited = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
+    exited->async_wait(asio::posix::descriptor_base::wait_read,
+                       [this, id, pid, exited](const boost::system::error_code& ec) {
+                         if (ec) return;
+                         int status;
+                         ::waitpid(pid, &status, 0);
+                         if (auto it = copies_.find(id); it != copies_.end() && it->second == pid)
+                           copies_.erase(it);
+                         auto waiting = std::move(copy_waiters_[id]);
+                         copy_waiters_.erase(id);
+                         for (auto& then : waiting) then();
+                       });
+  }
+  // Its report: "ready" once its container runs and its socket listens.
+  auto pipe = std::make_shared<asio::posix::stream_descriptor>(io_, report_read.release());
+  auto text = std::make_shared<std::string>();
+  auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::seconds(30));
+  timer->async_wait([pid, pipe](const boost::system::error_code& ec) {
+    if (ec) return;
+    ::kill(pid, SIGKILL);
+    boost::system::error_code ignored;
+    pipe->close(ignored);
+  });
+  asio::async_read(
+      *pipe, asio::dynamic_buffer(*text),
+      [this, exchange, pipe, text, timer, id, name](const boost::system::error_code&, size_t) {
+        timer->cancel();
+        std::string line = text->substr(0, text->find('\n'));
+        try {
+          if (line == "ready") return hand_exec_over(exchange, paths_.copy_socket(id), name);
+          if (line.rfind("error ", 0) == 0) {
+            line.erase(0, 6);
+            const bool busy = line.find("in progress") != std::string::npos;
+            throw ApiError(busy ? 409 : 500, busy ? "busy" : "copy_failed",
+                           "copy for sandbox '" + name + "': " + line);
+          }
+          throw ApiError(500, "copy_failed",
+                         "copy for sandbox '" + name +
+                             "': its supervisor ended without starting (see " + paths_.sandbox(id) +
+                             "/logs/supervisor.log)");
+        } catch (const ApiError& e) {
+          exchange->respond(error_response(e.status, e.code, e.what()));
+        }
+      });
 }
 
 // ---- policies ---------------------------------------------------------------

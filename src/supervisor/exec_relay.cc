@@ -135,6 +135,9 @@ void Supervisor::accept_exec() {
             log::error("exec handover: " + error);
             continue;
           }
+          // A copy supervisor serves one copy, and only one.
+          if (copy_ && next_exec_ > 1) continue;
+          if (copy_) ++open_execs_;
           uint64_t id = next_exec_++;
           auto session = std::make_shared<ExecSession>(io_, *this, ws, id);
           execs_[id] = session;

@@ -31,6 +31,7 @@ void ExecSession::start() {
                if (self->requested_ && !self->status_) self->owner_.kill_exec(self->id_, SIGKILL);
                self->ended_ = true;
                self->owner_.forget(self->id_);
+               self->owner_.exec_closed();
              });
 }
 
@@ -66,6 +67,9 @@ void ExecSession::on_message(std::string data, bool binary) {
 
 void ExecSession::begin(const exec::Start& start) {
   requested_ = true;
+  if (owner_.copy_only())
+    if (std::string why = owner_.copy_refusal(start.argv, start.tty); !why.empty())
+      return end(exec::Failure{exit_code::kFailure, why});
   runtime::ExecRequest request;
   request.id = id_;
   request.tty = start.tty;

@@ -17,6 +17,7 @@
 #include "auth/launch.h"
 #include "base/logfile.h"
 #include "base/paths.h"
+#include "base/unique_fd.h"
 #include "egress/proxy.h"
 #include "protocol/supervisor_session.h"
 #include "runtime/container.h"
@@ -37,9 +38,12 @@ class ExecSession;
 
 class Supervisor {
  public:
-  Supervisor(asio::io_context& io, std::string launch_file)
+  // copy: a copy supervisor (see supervisor.h), not the sandbox's own.
+  Supervisor(asio::io_context& io, std::string launch_file, bool copy = false, int ready_fd = -1)
       : io_(io),
         launch_file_(std::move(launch_file)),
+        copy_(copy),
+        ready_fd_(ready_fd),
         paths_(Paths::resolve()),
         pidfd_(io),
         out_(io),
@@ -49,13 +53,22 @@ class Supervisor {
         signals_(io, SIGTERM, SIGINT, SIGHUP),
         reconnect_timer_(io),
         stop_timer_(io),
-        exit_timer_(io) {}
+        exit_timer_(io),
+        idle_timer_(io) {}
 
   int run();
+  // A copy supervisor's life (copy.cc).
+  int run_copy();
   // For exec sessions.
   bool send_exec(const runtime::ExecRequest& request, const int* fds, int count);
   void kill_exec(uint64_t id, int sig);
   void forget(uint64_t id) { execs_.erase(id); }
+  // An exec's WebSocket has closed (copy.cc: a copy supervisor's ends then).
+  void exec_closed();
+  // A copy supervisor serves only the tar of a download or an upload.
+  bool copy_only() const { return copy_; }
+  // Why a copy supervisor does not run this (copy.cc); "" when it does.
+  std::string copy_refusal(const std::vector<std::string>& argv, bool tty) const;
   const runtime::ContainerSpec& container_spec() const { return container_spec_; }
   // exec --user: the ids it names, by the sandbox's rule (spec::exec_user);
   // none when they are the sandbox's own. Throws Error naming what is wrong.
@@ -90,8 +103,16 @@ class Supervisor {
   void apply_policy(const std::string& text, int64_t revision);
   void audit(const std::string& line);
 
+  // copy.cc: a copy supervisor's start and end.
+  void start_copy_container();
+  void copy_ready(const std::string& line);
+
   asio::io_context& io_;
   std::string launch_file_;
+  const bool copy_;
+  int ready_fd_;        // a copy supervisor's report to the gateway: "ready", or "error WHY"
+  UniqueFd copy_lock_;  // sandboxes/<id>/copy.lock, held while a copy supervisor lives
+  int open_execs_ = 0;  // a copy supervisor's exec WebSockets not yet closed
   Paths paths_;
   auth::LaunchSpec launch_;
   SandboxSpec spec_;
@@ -100,7 +121,7 @@ class Supervisor {
   std::unique_ptr<logfile::Writer> log_;
   asio::posix::stream_descriptor pidfd_, out_, err_, control_, listener_;
   asio::signal_set signals_;
-  asio::steady_timer reconnect_timer_, stop_timer_, exit_timer_;
+  asio::steady_timer reconnect_timer_, stop_timer_, exit_timer_, idle_timer_;
   std::shared_ptr<net::WebSocket> session_;
   bool session_welcome_ = false;
   int reconnect_ms_ = 20;

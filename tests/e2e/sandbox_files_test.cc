@@ -162,9 +162,22 @@ TEST_P(SandboxFiles, CreateBindSurvivesStopAndStart) {
     EXPECT_FALSE(std::filesystem::exists(data + "/no"));
     if (launch == 1) {
       ASSERT_EQ(os({"sandbox", "stop", "bound"}).status, 0);
+      // A stopped sandbox's copy sees its binds too, as docker cp sees a
+      // stopped container's volumes.
+      const std::string got = make_dir(mode(), "cbind-got-" + mode_name(mode()), 0777);
+      Result down = os({"sandbox", "download", "bound", "/data/in", got});
+      EXPECT_EQ(down.status, 0) << down.err;
+      EXPECT_EQ(file_contents(got + "/in"), "from host\n");
       ASSERT_EQ(os({"sandbox", "start", "bound"}).status, 0);
     }
   }
+  // get shows what create was given.
+  Result get = os({"sandbox", "get", "bound"});
+  EXPECT_THAT(get.out, testing::ContainsRegex("\nBind: +" + data + ":/data\n"));
+  EXPECT_THAT(get.out, testing::ContainsRegex("\nBind: +" + data + ":/data-ro:ro\n"));
+  Result json = os({"sandbox", "get", "bound", "-o", "json"});
+  EXPECT_THAT(json.out, HasSubstr("\"target\": \"/data-ro\""));
+  EXPECT_THAT(json.out, HasSubstr("\"read_only\": true"));
   EXPECT_EQ(os({"sandbox", "delete", "bound"}).status, 0);
   // The bind's files are the host's, not the sandbox's: they stay.
   EXPECT_EQ(file_contents(data + "/in"), "from host\n");

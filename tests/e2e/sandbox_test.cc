@@ -3,6 +3,7 @@
 // launch files; as root and rootless.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -243,10 +244,132 @@ TEST_P(Sandbox, UploadAndDownloadFilesAndDirectories) {
   Result relative = os({"sandbox", "upload", "files", src, "sandbox"});
   EXPECT_EQ(relative.status, 125);
   EXPECT_THAT(relative.err, HasSubstr("absolute path"));
-  os({"sandbox", "stop", "files"});
-  Result stopped = os({"sandbox", "upload", "files", src});
-  EXPECT_EQ(stopped.status, 125);
-  EXPECT_THAT(stopped.err, HasSubstr("upload needs a Ready sandbox"));
+}
+
+// docker cp reaches a stopped container; so do download and upload reach a
+// sandbox that is not running: its files as its run left them, and what is
+// uploaded is there at its next start. Its record (phase, exit code,
+// generation, log) stays its run's.
+TEST_P(Sandbox, CopiesReachStoppedCompletedAndErrorSandboxes) {
+  const std::string m = mode_name(mode());
+  const std::string src = make_dir(mode(), "cp-up-" + m);
+  write_file(src + "/note.txt", "from the host\n");
+  const std::string out = make_dir(mode(), "cp-down-" + m, 0777);
+
+  Result done = os({"sandbox", "create", "--name", "done", "--from", rootfs(), "--", "sh", "-c",
+                    "cat /sandbox/note.txt 2>/dev/null; echo made > /sandbox/made"});
+  ASSERT_EQ(done.status, 0) << done.err;
+  ASSERT_EQ(phase("done"), "Completed");
+  Result down = os({"sandbox", "download", "done", "/sandbox/made", out});
+  ASSERT_EQ(down.status, 0) << down.err;
+  EXPECT_EQ(file_contents(out + "/made"), "made\n");
+  Result up = os({"sandbox", "upload", "done", src + "/note.txt"});
+  ASSERT_EQ(up.status, 0) << up.err;
+  EXPECT_THAT(up.out, HasSubstr("copied 1 file"));
+  // Copies leave the sandbox's record as its run left it.
+  EXPECT_EQ(phase("done"), "Completed");
+  EXPECT_EQ(field("done", "generation"), "1");
+  EXPECT_EQ(os({"sandbox", "logs", "done"}).out, "");
+  // The next start sees the upload (and starting at once waits for the
+  // copy's end instead of refusing).
+  Result again = os({"sandbox", "start", "done"});
+  ASSERT_EQ(again.status, 0) << again.err;
+  ASSERT_EQ(os({"sandbox", "wait", "done"}).status, 0);
+  EXPECT_EQ(os({"sandbox", "logs", "done"}).out, "from the host\n");
+
+  Result failed = os({"sandbox", "create", "--name", "failed", "--from", rootfs(), "--", "sh", "-c",
+                      "mkdir /sandbox/d; echo partial > /sandbox/d/log; exit 3"});
+  ASSERT_EQ(failed.status, 3) << failed.err;
+  ASSERT_EQ(phase("failed"), "Error");
+  Result dir = os({"sandbox", "download", "failed", "/sandbox/d", out + "/from-error"});
+  ASSERT_EQ(dir.status, 0) << dir.err;
+  EXPECT_EQ(file_contents(out + "/from-error/log"), "partial\n");
+  EXPECT_EQ(field("failed", "exit_code"), "3");
+
+  ASSERT_EQ(os({"sandbox", "create", "--name", "idle", "--from", rootfs(), "--detach", "--",
+                "sleep", "1000"})
+                .status,
+            0);
+  ASSERT_EQ(os({"sandbox", "stop", "idle"}).status, 0);
+  ASSERT_EQ(phase("idle"), "Stopped");
+  for (int i = 0; i < 3; ++i) {  // one after another, each waiting for the last to end
+    Result r = os({"sandbox", "upload", "idle", src + "/note.txt", "/sandbox"});
+    EXPECT_EQ(r.status, 0) << r.err;
+  }
+  // Not into its /tmp: a tmpfs of its runs, which would lose it.
+  Result tmp = os({"sandbox", "upload", "idle", src + "/note.txt", "/tmp"});
+  EXPECT_EQ(tmp.status, 125);
+  EXPECT_EQ(tmp.err,
+            "openshell: upload to /tmp: a tmpfs that lives only while the sandbox runs; this one "
+            "is not running (upload into /sandbox, or start it first)\n");
+  Result missing = os({"sandbox", "download", "idle", "/sandbox/nothere", out});
+  EXPECT_EQ(missing.status, 125);
+  EXPECT_EQ(missing.err, "openshell: download of /sandbox/nothere: No such file or directory\n");
+  // Where its user may not write, as in a running sandbox.
+  Result usr = os({"sandbox", "upload", "idle", src, "/usr"});
+  EXPECT_EQ(usr.status, 125);
+  EXPECT_EQ(usr.err, "openshell: upload to /usr/cp-up-" + m + ": Permission denied\n");
+  EXPECT_EQ(phase("idle"), "Stopped");
+  ASSERT_EQ(os({"sandbox", "start", "idle"}).status, 0);
+  EXPECT_EQ(os({"sandbox", "exec", "idle", "--", "cat", "/sandbox/note.txt"}).out,
+            "from the host\n");
+  // No copy's socket or container outlives it.
+  ASSERT_EQ(os({"sandbox", "delete", "done", "failed", "idle"}).status, 0);
+  EXPECT_EQ(file_contents_of_dir(home_ + "/run/s"), "");
+}
+
+// A copy of a sandbox that is not running resolves its paths inside the
+// sandbox's own root, as a running sandbox's tar would: a symbolic link the
+// sandbox made to a host path leads nowhere on the host.
+TEST_P(Sandbox, CopiesOfAStoppedSandboxStayInsideIt) {
+  const std::string m = mode_name(mode());
+  const std::string host = make_dir(mode(), "cp-host-" + m, 0777);
+  write_file(host + "/secret", "host secret\n");
+  const std::string src = make_dir(mode(), "cp-evil-" + m);
+  write_file(src + "/planted", "planted\n");
+  const std::string out = make_dir(mode(), "cp-got-" + m, 0777);
+  Result made = os({"sandbox", "create", "--name", "links", "--from", rootfs(), "--", "sh", "-c",
+                    "ln -s " + host + " /sandbox/esc && ln -s / /sandbox/root"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  ASSERT_EQ(phase("links"), "Completed");
+
+  Result read = os({"sandbox", "download", "links", "/sandbox/esc/secret", out});
+  EXPECT_EQ(read.status, 125);
+  EXPECT_EQ(read.err, "openshell: download of /sandbox/esc: No such file or directory\n");
+  EXPECT_EQ(file_contents_of_dir(out), "");
+  Result write = os({"sandbox", "upload", "links", src + "/planted", "/sandbox/esc"});
+  EXPECT_EQ(write.status, 125);
+  EXPECT_THAT(write.err, HasSubstr("/sandbox/esc"));
+  Result root = os({"sandbox", "upload", "links", src + "/planted", "/sandbox/root/etc"});
+  EXPECT_EQ(root.status, 125);
+  EXPECT_THAT(root.err, HasSubstr("Permission denied"));
+  // The host's directory holds only what the test put there.
+  EXPECT_EQ(file_contents_of_dir(host), "secret");
+  EXPECT_NE(file_contents("/etc/planted"), "planted\n");
+}
+
+// A copy supervisor a killed gateway left behind still holds its sandbox:
+// its lock keeps a start, a delete and another copy out until it ends.
+TEST_P(Sandbox, AHeldCopyLockKeepsTheSandboxOut) {
+  ASSERT_EQ(os({"sandbox", "create", "--name", "held", "--from", rootfs(), "--", "true"}).status,
+            0);
+  const std::string lock_path = sandbox_dir("held") + "/copy.lock";
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fchown(fd, uid_of(mode()), static_cast<gid_t>(-1)), 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  Result start = os({"sandbox", "start", "held"});
+  EXPECT_NE(start.status, 0);
+  EXPECT_THAT(start.err, HasSubstr("a copy into or out of sandbox 'held' is in progress"));
+  Result down = os({"sandbox", "download", "held", "/sandbox", make_dir(mode(), "held-out")});
+  EXPECT_NE(down.status, 0);
+  EXPECT_THAT(down.err, HasSubstr("is in progress"));
+  Result del = os({"sandbox", "delete", "held"});
+  EXPECT_NE(del.status, 0);
+  EXPECT_THAT(del.err, HasSubstr("is in progress"));
+  EXPECT_EQ(phase("held"), "Completed");
+  ::close(fd);
+  EXPECT_EQ(os({"sandbox", "start", "held"}).status, 0);
 }
 
 // What the sandbox's user makes of its files must not become a set-uid
