@@ -1,6 +1,7 @@
 #include "gateway/gateway.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -30,9 +31,10 @@ GatewayConfig load_config_noting(const std::string& path, struct stat* st) {
 
 }  // namespace
 
-Gateway::Gateway(asio::io_context& io, Paths paths)
+Gateway::Gateway(asio::io_context& io, Paths paths, RunOptions options)
     : io_(io),
       paths_(std::move(paths)),
+      options_(std::move(options)),
       config_(load_config_noting(config_path(paths_, ::geteuid(), std::getenv), &config_stat_)),
       signals_(io, SIGTERM, SIGINT),
       server_(
@@ -94,11 +96,37 @@ void Gateway::start() {
                         "the gateway serves no process inside a sandbox: " + why};
   });
   server_.listen(paths_.socket(), 0600);
+  share_socket();
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) shutdown();
   });
   log::error("gateway " + gateway_id_ + " serving on " + paths_.socket() + " (pid " +
              std::to_string(::getpid()) + ")");
+}
+
+// The socket opened to a group, once it is root's alone: its group first,
+// then the mode, so that no other group ever holds it open.
+void Gateway::share_socket() {
+  const std::string name =
+      !options_.socket_group.empty() ? options_.socket_group : config_.socket_group.value;
+  if (name.empty()) return;
+  if (::geteuid() != 0)
+    throw Error("socket group " + name +
+                ": only a root gateway opens its socket to a group (this one runs as uid " +
+                std::to_string(::geteuid()) + ")");
+  std::vector<char> buf(16384);
+  group entry{};
+  group* found = nullptr;
+  if (::getgrnam_r(name.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || !found)
+    throw Error("socket group " + name + ": no such group");
+  const gid_t gid = found->gr_gid;
+  // Its directory: searchable by the group, not listable.
+  if (::chown(paths_.run_dir.c_str(), 0, gid) != 0) throw_errno("chown " + paths_.run_dir);
+  if (::chmod(paths_.run_dir.c_str(), 0710) != 0) throw_errno("chmod " + paths_.run_dir);
+  if (::chown(paths_.socket().c_str(), 0, gid) != 0) throw_errno("chown " + paths_.socket());
+  if (::chmod(paths_.socket().c_str(), 0660) != 0) throw_errno("chmod " + paths_.socket());
+  log::warn("the socket " + paths_.socket() + " is open to group " + name + " (gid " +
+            std::to_string(gid) + ")");
 }
 
 void Gateway::shutdown() {
@@ -206,13 +234,18 @@ void Gateway::wait_for(const std::string& id, std::function<bool(const SandboxRe
 
 void Gateway::notify(const std::string& id) {
   auto record = store_->find_by_id(id);
-  // Watchers first: they see every change.
+  // Watchers first: they see every change of the sandboxes they may see.
   json event = record ? json{{"type", "phase"}, {"sandbox", view(*record)}}
                       : json{{"type", "deleted"}, {"id", id}};
+  std::string owner;
+  if (record)
+    owner = owner_of(*record);
+  else if (auto last = gone_.find(id); last != gone_.end())
+    owner = last->second.value("owner", "");
   std::string text = json_text(event);
   for (auto it = watchers_.begin(); it != watchers_.end();) {
-    if (auto ws = it->lock()) {
-      ws->send(text, false);
+    if (auto ws = it->ws.lock()) {
+      if (may_touch(it->who, owner)) ws->send(text, false);
       ++it;
     } else {
       it = watchers_.erase(it);
@@ -246,7 +279,7 @@ void Gateway::notify(const std::string& id) {
   }
 }
 
-int run(int ready_fd) {
+int run(int ready_fd, const RunOptions& options) {
   // A write to a client or pipe that has gone (the CLI that started us,
   // killed before it read our answer) is that peer's end, not ours.
   ::signal(SIGPIPE, SIG_IGN);
@@ -264,7 +297,7 @@ int run(int ready_fd) {
   };
   try {
     asio::io_context io;
-    Gateway gateway(io, Paths::resolve());
+    Gateway gateway(io, Paths::resolve(), options);
     gateway.start();
     tell("ok");
     // A handler that fails (a store write on a full disk, say) fails its
