@@ -30,7 +30,13 @@ void add_gateway_commands(CLI::App& app, Action* action) {
   CLI::App* run = gateway->add_subcommand(
       "run", "Run the gateway in the foreground (the CLI starts one when needed)");
   run->add_option("--ready-fd", *ready_fd, "")->group("");  // for the CLI's auto-start
-  run->callback([action, ready_fd] { *action = [ready_fd] { return gateway::run(*ready_fd); }; });
+  auto run_options = std::make_shared<gateway::RunOptions>();
+  run->add_option("--socket-group", run_options->socket_group,
+                  "As root: open the socket to this group (mode 0660), so that its users share "
+                  "this gateway, each with their own sandboxes (api.socket_group in gateway.toml)");
+  run->callback([action, ready_fd, run_options] {
+    *action = [ready_fd, run_options] { return gateway::run(*ready_fd, *run_options); };
+  });
 
   auto output = std::make_shared<std::string>("table");
   CLI::App* status = gateway->add_subcommand("status", "Say whether the gateway runs, and where");

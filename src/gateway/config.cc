@@ -143,10 +143,14 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
         if (!n || *n < 1 || *n > kMaxLimit)
           fail(path, &node, name, "not a whole number from 1 to 86400000");
         set(limit, std::to_string(*n));
+      } else if (name == "api.socket_group") {
+        auto s = node.value<std::string>();
+        if (!s || s->empty()) fail(path, &node, name, "must be a group's name");
+        set(&c->socket_group, *s);
       } else if (table_name == "api") {
         fail(path, &node, name,
              "unknown key (known: header_timeout_ms, body_timeout_ms, idle_timeout_ms, "
-             "max_connections_per_uid)");
+             "max_connections_per_uid, socket_group)");
       } else if (table_name == "dns") {
         fail(path, &node, name,
              "unknown key (known: servers, hosts_file, resolv_conf, query_rate, query_burst)");
@@ -230,6 +234,7 @@ GatewayConfig load_config(const std::string& path, const Getenv& getenv) {
                        "OPENSHELL_API_IDLE_TIMEOUT_MS"};
   c.max_connections_per_uid = {std::to_string(api.max_connections_per_uid), "default",
                                "OPENSHELL_API_MAX_CONNECTIONS_PER_UID"};
+  c.socket_group = {"", "default", ""};
   std::string text;
   int err = files::read_into(path, &text);
   if (err && err != ENOENT) throw_errno("read " + path, err);
@@ -275,6 +280,7 @@ json GatewayConfig::view() const {
   add("api.body_timeout_ms", body_timeout_ms);
   add("api.idle_timeout_ms", idle_timeout_ms);
   add("api.max_connections_per_uid", max_connections_per_uid);
+  add("api.socket_group", socket_group);
   auto add_default = [&](const char* key, const std::optional<uint64_t>& value,
                          const std::string& builtin) {
     settings[key] = {{"value", value ? std::to_string(*value) : builtin},

@@ -17,6 +17,7 @@
 //   body_timeout_ms = 10000                           # OPENSHELL_API_BODY_TIMEOUT_MS
 //   idle_timeout_ms = 60000                           # OPENSHELL_API_IDLE_TIMEOUT_MS
 //   max_connections_per_uid = 128                     # OPENSHELL_API_MAX_CONNECTIONS_PER_UID
+//   socket_group = "openshell"  # a root gateway's socket, 0660, for this group (--socket-group)
 //   [sandbox_defaults]    # see base/sandbox_limits.h
 //   pids = 4096
 //   tmp_size = "1G"
@@ -60,6 +61,7 @@ struct GatewayConfig {
   Setting body_timeout_ms;
   Setting idle_timeout_ms;
   Setting max_connections_per_uid;
+  Setting socket_group;  // "": the socket is the gateway's user's alone (0600)
   limits::Defaults sandbox_defaults;
 
   // The API server's limits these settings give.
