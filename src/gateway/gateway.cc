@@ -12,9 +12,11 @@
 
 #include "auth/peer.h"
 #include "base/event_loop.h"
+#include "base/files.h"
 #include "base/json_text.h"
 #include "base/log.h"
 #include "base/process_name.h"
+#include "base/text.h"
 #include "gateway/service.h"
 
 namespace openshell::gateway {
@@ -30,14 +32,23 @@ GatewayConfig load_config_noting(const std::string& path, struct stat* st) {
 
 }  // namespace
 
-Gateway::Gateway(asio::io_context& io, Paths paths)
+Gateway::Gateway(asio::io_context& io, Paths paths, const ListenFlags& flags)
     : io_(io),
       paths_(std::move(paths)),
       config_(load_config_noting(config_path(paths_, ::geteuid(), std::getenv), &config_stat_)),
       signals_(io, SIGTERM, SIGINT),
       server_(
           io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); },
-          config_.api_limits()) {}
+          config_.api_limits()) {
+  auto from_flags = [](Setting* s, std::string value) {
+    s->value = std::move(value);
+    s->source = "command line";
+  };
+  if (!flags.listen.empty()) from_flags(&config_.listen, text::join(flags.listen, ","));
+  if (!flags.insecure_listen.empty())
+    from_flags(&config_.insecure_listen, text::join(flags.insecure_listen, ","));
+  if (!flags.tls_dir.empty()) from_flags(&config_.tls_dir, flags.tls_dir);
+}
 
 // including what an older gateway left in plain text.
 void Gateway::seal_secrets_at_rest() {
@@ -86,19 +97,53 @@ void Gateway::start() {
   seal_secrets_at_rest();
   store_->set_meta("gateway_id", gateway_id_);
   reconcile();
-  // A sandbox running as our uid passes the socket's mode: the pid namespace tells.
-  server_.set_admission([](int fd, const net::PeerCredentials&) -> std::optional<net::Refusal> {
-    std::string why = auth::peer_in_sandbox(fd);
-    if (why.empty()) return std::nullopt;
-    return net::Refusal{403, "peer_in_sandbox",
-                        "the gateway serves no process inside a sandbox: " + why};
-  });
+  // A sandbox running as our uid passes the socket's mode: the pid namespace
+  // tells. (A TCP peer has no pid to tell; a sandbox has a network namespace
+  // of its own, and the TLS port wants a certificate.)
+  server_.set_admission(
+      [](int fd, const net::PeerCredentials& peer) -> std::optional<net::Refusal> {
+        if (peer.transport != net::PeerCredentials::Transport::kUnix) return std::nullopt;
+        std::string why = auth::peer_in_sandbox(fd);
+        if (why.empty()) return std::nullopt;
+        return net::Refusal{403, "peer_in_sandbox",
+                            "the gateway serves no process inside a sandbox: " + why};
+      });
   server_.listen(paths_.socket(), 0600);
+  listen_tcp();
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) shutdown();
   });
   log::error("gateway " + gateway_id_ + " serving on " + paths_.socket() + " (pid " +
              std::to_string(::getpid()) + ")");
+}
+
+void Gateway::listen_tcp() {
+  auto addresses = [](const Setting& s) {
+    std::vector<std::string> out;
+    for (const std::string& part : text::split(s.value, ','))
+      if (!part.empty()) out.push_back(part);
+    return out;
+  };
+  const std::vector<std::string> tls = addresses(config_.listen);
+  if (!tls.empty()) {
+    const std::string dir =
+        config_.tls_dir.value.empty() ? paths_.tls_dir() : config_.tls_dir.value;
+    const net::TlsFiles files{dir + "/ca.crt", dir + "/server.crt", dir + "/server.key"};
+    std::vector<std::string> missing;
+    for (const std::string* file : {&files.ca, &files.cert, &files.key})
+      if (!files::exists(*file)) missing.push_back(file->substr(dir.size() + 1));
+    if (missing.size() == 3)
+      throw Error("no certificates in " + dir + ": run 'openshell gateway generate-certs'");
+    if (!missing.empty())
+      throw Error(dir + " lacks " + text::join(missing, ", ") +
+                  ": run 'openshell gateway generate-certs'");
+    for (const std::string& address : tls)
+      log::error("gateway serving TLS on " + server_.listen_tls(address, files) +
+                 " (certificates from " + dir + ")");
+  }
+  for (const std::string& address : addresses(config_.insecure_listen))
+    log::error("gateway serving plain HTTP on " + server_.listen_tcp(address) +
+               " (--insecure-listen: no authentication)");
 }
 
 void Gateway::shutdown() {
@@ -136,6 +181,10 @@ const GatewayConfig& Gateway::config() {
     fresh.body_timeout_ms = config_.body_timeout_ms;
     fresh.idle_timeout_ms = config_.idle_timeout_ms;
     fresh.max_connections_per_uid = config_.max_connections_per_uid;
+    // And so do its listeners.
+    fresh.listen = config_.listen;
+    fresh.insecure_listen = config_.insecure_listen;
+    fresh.tls_dir = config_.tls_dir;
     config_ = std::move(fresh);
     config_broken_ = false;
   }
@@ -246,7 +295,7 @@ void Gateway::notify(const std::string& id) {
   }
 }
 
-int run(int ready_fd) {
+int run(int ready_fd, const ListenFlags& flags) {
   // A write to a client or pipe that has gone (the CLI that started us,
   // killed before it read our answer) is that peer's end, not ours.
   ::signal(SIGPIPE, SIG_IGN);
@@ -264,7 +313,7 @@ int run(int ready_fd) {
   };
   try {
     asio::io_context io;
-    Gateway gateway(io, Paths::resolve());
+    Gateway gateway(io, Paths::resolve(), flags);
     gateway.start();
     tell("ok");
     // A handler that fails (a store write on a full disk, say) fails its

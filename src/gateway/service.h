@@ -30,6 +30,7 @@
 #include "base/time.h"
 #include "base/unique_fd.h"
 #include "gateway/config.h"
+#include "gateway/gateway.h"
 #include "gateway/store.h"
 #include "net/http.h"
 #include "protocol/supervisor_session.h"
@@ -75,7 +76,7 @@ inline bool finished(Phase phase) {
 class Gateway {
  public:
   // A bad configuration stops the gateway here, saying what is wrong.
-  Gateway(asio::io_context& io, Paths paths);
+  Gateway(asio::io_context& io, Paths paths, const ListenFlags& flags = {});
 
   void start();
 
@@ -172,6 +173,8 @@ class Gateway {
 
   // The settings (gateway/config.h), read again when the file changes.
   const GatewayConfig& config();
+  // The TLS and plain-TCP listeners of the settings, beside the socket.
+  void listen_tcp();
 
   asio::io_context& io_;
   Paths paths_;
