@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -112,7 +113,21 @@ void start_gateway_in_background(const Paths& paths) {
               paths.gateway_log() + ")");
 }
 
-GatewayClient::GatewayClient(bool autostart) : paths_(Paths::resolve()) {
+GatewayClient::GatewayClient(bool autostart) : GatewayClient(chosen_gateway(), autostart) {}
+
+GatewayClient::GatewayClient(GatewayChoice choice, bool autostart)
+    : paths_(Paths::resolve()), choice_(std::move(choice)) {
+  if (!choice_.local_default()) {
+    // Asked for by name or URL: it is there or it is not; never started here.
+    try {
+      client_ = std::make_unique<net::Client>(choice_.endpoint);
+    } catch (const net::ConnectError& e) {
+      if (e.err() == ENOENT || e.err() == ECONNREFUSED)
+        throw Error("no gateway listens at " + choice_.describe());
+      throw;
+    }
+    return;
+  }
   // Another user may have made the run directory, or put a socket there.
   paths_.check_private();
   int err = 0;
@@ -126,6 +141,10 @@ GatewayClient::GatewayClient(bool autostart) : paths_(Paths::resolve()) {
 }
 
 GatewayClient::~GatewayClient() = default;
+
+void GatewayClient::check_before_connecting() const {
+  if (choice_.local_default()) paths_.check_private();
+}
 
 json GatewayClient::call(const std::string& method, const std::string& target,
                          const std::string& body) {

@@ -1,6 +1,7 @@
-// The command line's side of the gateway's API: a connection (starting the
-// gateway in the background when its socket is absent), JSON requests, and
-// errors turned into one clear line.
+// The command line's side of the gateway's API: a connection to the chosen
+// gateway (cli/gateway_registry.h; the local one is started in the
+// background when its socket is absent), JSON requests, and errors turned
+// into one clear line.
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/paths.h"
+#include "cli/gateway_registry.h"
 
 namespace openshell::net {
 class Client;
@@ -17,9 +19,12 @@ namespace openshell::cli {
 
 class GatewayClient {
  public:
-  // Connects to the gateway of this OPENSHELL_HOME, starting it when no
-  // gateway listens (autostart). Throws Error.
+  // Connects to the chosen gateway (chosen_gateway()). Only the local
+  // default, this OPENSHELL_HOME's socket, is started when no gateway
+  // listens (autostart); a gateway asked for by name or URL never is.
+  // Throws Error.
   explicit GatewayClient(bool autostart = true);
+  GatewayClient(GatewayChoice choice, bool autostart);
   ~GatewayClient();
 
   // A JSON request; a non-2xx answer throws Error with the gateway's message.
@@ -28,10 +33,19 @@ class GatewayClient {
   // The raw body of a successful request (logs).
   std::string call_text(const std::string& method, const std::string& target);
 
+  // This machine's state (the remembered sandbox name), not the gateway's.
   const Paths& paths() const { return paths_; }
+  const GatewayChoice& gateway() const { return choice_; }
+  // Whether the gateway is on another host's filesystem as far as this
+  // command knows: reached over TCP. What the CLI would read of the
+  // gateway's files it must then send, or refuse.
+  bool remote() const { return choice_.endpoint.kind != net::Endpoint::Kind::kUnix; }
+  // Before a stream connects: the local socket's directory is still private.
+  void check_before_connecting() const;
 
  private:
   Paths paths_;
+  GatewayChoice choice_;
   std::unique_ptr<net::Client> client_;
 };
 

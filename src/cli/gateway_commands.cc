@@ -1,4 +1,6 @@
-// openshell gateway run|status|stop, and the supervisor's hidden entry.
+// openshell gateway run|status|stop, its certificates (generate-certs,
+// issue-client), the registry of gateways (add, list, select, info,
+// remove: gateway_registry_commands.cc), and the supervisor's hidden entry.
 #include <poll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "auth/certs.h"
 #include "base/error.h"
 #include "cli/commands.h"
 #include "cli/gateway_client.h"
@@ -21,6 +24,96 @@
 namespace openshell::cli {
 
 using nlohmann::json;
+
+namespace {
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
+void add_cert_commands(CLI::App* gateway, Action* action) {
+  auto set = std::make_shared<auth::CertSetOptions>();
+  CLI::App* generate = gateway->add_subcommand(
+      "generate-certs", "Make the gateway's CA, server certificate and first client certificate");
+  generate->add_option("--dir", set->dir, "Where (default: the gateway's tls directory)")
+      ->type_name("DIR");
+  repeatable(generate->add_option("--server-san", set->server_sans,
+                                  "A further DNS name or IP address the server certificate names "
+                                  "(localhost, 127.0.0.1 and ::1 always)"))
+      ->type_name("NAME|IP");
+  generate->add_flag("--force", set->force,
+                     "Make a new set over whatever is there (clients of the old CA lose access)");
+  generate->footer(
+      "Writes ca.crt, ca.key, server.crt, server.key, client.crt and client.key (PEM, ECDSA "
+      "P-256, keys 0600, the directory 0700). The client certificate is yours (CN = your user "
+      "name) and an admin's. A complete set is left as it is; a partial one is refused unless "
+      "--force.\n"
+      "Example: openshell gateway generate-certs --server-san gw.example.org && openshell "
+      "gateway run --listen 127.0.0.1:17670 && openshell gateway add https://127.0.0.1:17670 "
+      "--local\nSee openshell-gateway(1).");
+  generate->callback([set, action] {
+    *action = [set] {
+      auth::CertSetOptions o = *set;
+      if (o.dir.empty()) o.dir = Paths::resolve().tls_dir();
+      o.owner = auth::principal_of_uid(::geteuid());
+      auth::CertSetResult r = auth::generate_cert_set(o);
+      if (!r.made) {
+        std::printf(
+            "The certificates in %s are complete (%s): left as they are (--force makes "
+            "a new set)\n",
+            o.dir.c_str(), joined(r.found).c_str());
+        return 0;
+      }
+      std::vector<std::string> sans = {"localhost", "127.0.0.1", "::1"};
+      sans.insert(sans.end(), o.server_sans.begin(), o.server_sans.end());
+      std::printf(
+          "%s in %s: a CA, a server certificate for %s, and the client certificate of "
+          "%s (admin)\n",
+          r.found.empty() ? "Made" : "Replaced", o.dir.c_str(), joined(sans).c_str(),
+          o.owner.c_str());
+      return 0;
+    };
+  });
+
+  auto client = std::make_shared<auth::ClientCertOptions>();
+  CLI::App* issue = gateway->add_subcommand(
+      "issue-client", "Issue a client certificate for a principal, signed by the gateway's CA");
+  issue->add_option("--name", client->name, "The principal (the certificate's CN)")
+      ->required()
+      ->type_name("NAME");
+  issue->add_flag("--admin", client->admin,
+                  "An admin's certificate (OU=admin): sees and acts on every sandbox");
+  issue
+      ->add_option("--out", client->out_dir,
+                   "Where client.crt, client.key and ca.crt go (default: DIR/clients/NAME)")
+      ->type_name("OUT");
+  issue
+      ->add_option("--dir", client->ca_dir,
+                   "The CA's directory (default: the gateway's tls directory)")
+      ->type_name("DIR");
+  issue->add_flag("--force", client->force, "Replace a certificate already in OUT");
+  issue->footer(
+      "The principal's sandboxes are those its certificate creates; a user of the same name on "
+      "the gateway's Unix socket is the same principal.\n"
+      "Example: openshell gateway issue-client --name alice --out ./alice && (on alice's "
+      "machine) openshell gateway add https://gw.example.org:17670 --ca alice/ca.crt --cert "
+      "alice/client.crt --key alice/client.key\nSee openshell-gateway(1).");
+  issue->callback([client, action] {
+    *action = [client] {
+      auth::ClientCertOptions o = *client;
+      if (o.ca_dir.empty()) o.ca_dir = Paths::resolve().tls_dir();
+      if (o.out_dir.empty()) o.out_dir = o.ca_dir + "/clients/" + o.name;
+      auth::issue_client_cert(o);
+      std::printf("Issued a client certificate for %s%s in %s: client.crt, client.key, ca.crt\n",
+                  o.name.c_str(), o.admin ? " (admin)" : "", o.out_dir.c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace
 
 void add_gateway_commands(CLI::App& app, Action* action) {
   CLI::App* gateway =
@@ -81,7 +174,8 @@ void add_gateway_commands(CLI::App& app, Action* action) {
       int pid = 0;
       try {
         GatewayClient client(false);
-        pid = client.call("GET", "/v1/gateway").value("pid", 0);
+        // Another host's pid is nothing to wait for here.
+        if (!client.remote()) pid = client.call("GET", "/v1/gateway").value("pid", 0);
         client.call("POST", "/v1/gateway/stop");
       } catch (const Error& e) {
         std::printf("gateway: not running\n");
@@ -98,6 +192,8 @@ void add_gateway_commands(CLI::App& app, Action* action) {
       return 0;
     };
   });
+
+  add_cert_commands(gateway, action);
 
   // The supervisor: started by the gateway, not by people.
   auto launch = std::make_shared<std::string>();

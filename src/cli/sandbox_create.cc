@@ -131,7 +131,7 @@ int create(const CreateOptions& o) {
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
     hint_on_interrupt(name);
-    LogEnd end = follow_logs(client.paths(), name, LogOptions{});
+    LogEnd end = follow_logs(client, name, LogOptions{});
     if (o.command.empty()) warn_if_it_exited_at_once(sandbox, end, ready_at);
     if (end.exit_code) return *end.exit_code;
     if (end.phase == "Stopped") return 128 + 15;
