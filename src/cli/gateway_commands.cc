@@ -163,6 +163,11 @@ void add_gateway_commands(CLI::App& app, Action* action) {
         std::printf("socket: %s\nstate: %s\nsandboxes: %d\nsince: %s\n",
                     info.value("socket", "").c_str(), info.value("state_dir", "").c_str(),
                     info.value("sandboxes", 0), info.value("started_at", "").c_str());
+        for (const auto& listener : info.value("listeners", json::array()))
+          if (listener.value("kind", "") != "unix")
+            std::printf("listening: %s %s\n",
+                        listener.value("kind", "") == "tls" ? "https" : "http (insecure)",
+                        listener.value("address", "").c_str());
         print_gateway_config(info.value("config", json()));
       }
       return 0;
