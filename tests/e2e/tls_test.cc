@@ -324,9 +324,9 @@ TEST_P(TlsGateway, SupervisorSessionIsRefusedOverTls) {
                                    "Sec-WebSocket-Version: 13\r\n"
                                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
   EXPECT_THAT(answer, StartsWith("HTTP/1.1 403 Forbidden\r\n"));
-  EXPECT_THAT(answer, HasSubstr("{\"error\":{\"code\":\"unix_socket_only\",\"message\":\"a "
-                                "supervisor session is opened on the gateway's Unix socket "
-                                "only\"}}"));
+  EXPECT_THAT(answer, HasSubstr("{\"error\":{\"code\":\"unix_only\",\"message\":\"a "
+                                "supervisor's session is opened on the gateway's Unix "
+                                "socket\"}}"));
 }
 
 TEST_P(TlsGateway, CertificatesRotateWithoutARestart) {
