@@ -4,16 +4,19 @@
 // into one clear line.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/paths.h"
 #include "cli/gateway_registry.h"
 
 namespace openshell::net {
 class Client;
-}
+struct Response;
+}  // namespace openshell::net
 
 namespace openshell::cli {
 
@@ -32,6 +35,9 @@ class GatewayClient {
                       const std::string& body = {});
   // The raw body of a successful request (logs).
   std::string call_text(const std::string& method, const std::string& target);
+  // The answer as it is, whatever its status (for endpoints an older
+  // gateway may lack). Throws Error when the connection fails.
+  net::Response request(const std::string& method, const std::string& target);
 
   // This machine's state (the remembered sandbox name), not the gateway's.
   const Paths& paths() const { return paths_; }
@@ -48,6 +54,20 @@ class GatewayClient {
   GatewayChoice choice_;
   std::unique_ptr<net::Client> client_;
 };
+
+// What a gateway says of itself and of us: GET /v1/health, then GET
+// /v1/whoami ({"principal", "admin", "transport"}; nullopt from a gateway
+// that has no such endpoint). Throws Error.
+struct GatewayProbe {
+  std::string version;
+  std::optional<nlohmann::json> whoami;
+};
+GatewayProbe probe_gateway(GatewayClient& client);
+
+// The line that says how we are connected: "Connected / Authenticated
+// (mTLS)", "Connected (Unix socket, as alice)", "Connected (plain TCP, not
+// authenticated)".
+std::string connection_line(const GatewayClient& client, const GatewayProbe& probe);
 
 // Starts `openshell gateway run` in the background (its own session, output
 // to gateway.log) and waits until its socket answers. Throws Error.

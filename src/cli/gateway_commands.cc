@@ -181,6 +181,7 @@ void add_gateway_commands(CLI::App& app, Action* action) {
   });
 
   add_cert_commands(gateway, action);
+  add_gateway_registry_commands(gateway, action);
 
   // The supervisor: started by the gateway, not by people.
   auto launch = std::make_shared<std::string>();

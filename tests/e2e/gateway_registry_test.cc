@@ -1,6 +1,8 @@
 // Which gateway a command talks to: --gateway-endpoint, -g, OPENSHELL_GATEWAY
 // and the registry (`gateway add/list/select/info/remove`), here against the
 // Unix socket of another OPENSHELL_HOME's gateway; as root and rootless.
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -143,6 +145,171 @@ TEST_P(GatewayChoice, NothingChosenKeepsTheLocalAutostartingGateway) {
   ASSERT_EQ(list.status, 0) << list.err;
   EXPECT_TRUE(client_gateway_started());
   EXPECT_EQ(stop_gateway(mode(), client_home_), std::vector<std::string>{});
+}
+
+std::string user_name(uid_t uid) {
+  struct passwd* pw = ::getpwuid(uid);
+  return pw ? pw->pw_name : "uid-" + std::to_string(uid);
+}
+
+TEST_P(GatewayChoice, AddListSelectInfoRemoveAgainstAUnixGateway) {
+  serve_sandbox("reg");
+  Result add = client({"gateway", "add", socket_url_, "--name", "near"});
+  ASSERT_EQ(add.status, 0) << add.err;
+  EXPECT_EQ(add.out, "Connected (Unix socket, as " + user_name(uid_of(mode())) +
+                         ")\nRegistered gateway 'near' (" + socket_url_ +
+                         "), now the active one\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((config_ + "/openshell/gateways/near").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // The active gateway is the one every command uses now.
+  Result list = client({"sandbox", "list", "--names"});
+  ASSERT_EQ(list.status, 0) << list.err;
+  EXPECT_EQ(list.out, "reg\n");
+  EXPECT_FALSE(client_gateway_started());
+  // A second entry is not active until selected; -g picks it per command.
+  Result second = client({"gateway", "add", socket_url_, "--name", "again"});
+  ASSERT_EQ(second.status, 0) << second.err;
+  EXPECT_THAT(second.out, Not(HasSubstr("active")));
+  EXPECT_EQ(client({"-g", "again", "sandbox", "list", "--names"}).out, "reg\n");
+  Result table = client({"gateway", "list"});
+  EXPECT_EQ(table.out, "NAME    ENDPOINT" + std::string(socket_url_.size() - 8 + 3, ' ') +
+                           "ACTIVE   SOURCE\n"
+                           "again   " +
+                           socket_url_ +
+                           "            user\n"
+                           "near    " +
+                           socket_url_ + "   *        user\n");
+  Result select = client({"gateway", "select", "again"});
+  EXPECT_EQ(select.out, "Active gateway: again (" + socket_url_ + ")\n");
+  Result json = client({"gateway", "list", "-o", "json"});
+  EXPECT_THAT(json.out, HasSubstr("\"name\": \"again\""));
+  EXPECT_THAT(json.out, HasSubstr("\"active\": true"));
+  Result info = client({"gateway", "info"});
+  EXPECT_THAT(info.out, HasSubstr("name: again\nendpoint: " + socket_url_ + "\nactive: yes\n"));
+  Result dup = client({"gateway", "add", socket_url_, "--name", "again"});
+  EXPECT_EQ(dup.status, 125);
+  EXPECT_THAT(dup.err, HasSubstr("gateway 'again' is registered already"));
+  EXPECT_EQ(client({"gateway", "remove", "again"}).out, "Removed gateway 'again'\n");
+  // With none active, the local default again (started on demand).
+  EXPECT_EQ(client({"gateway", "info"}).out,
+            "endpoint: unix://" + client_home_ + "/run/gateway.sock (not registered)\n");
+  EXPECT_EQ(os({"sandbox", "delete", "reg"}).status, 0);
+}
+
+TEST_P(GatewayChoice, SystemEntriesAreReadOnlyAndShadowedByTheUsers) {
+  // What a package writes: an entry and the system's active mark.
+  const std::string entry = system_ + "/gateways/shared";
+  ASSERT_EQ(::mkdir((system_ + "/gateways").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(entry.c_str(), 0755), 0);
+  write_file(entry + "/endpoint.json", "{\"endpoint\": \"" + socket_url_ + "\"}\n");
+  write_file(system_ + "/active", "shared\n");
+  serve_sandbox("sys");
+  Result list = client({"sandbox", "list", "--names"});
+  ASSERT_EQ(list.status, 0) << list.err;
+  EXPECT_EQ(list.out, "sys\n");
+  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr("*        system\n"));
+  Result remove = client({"gateway", "remove", "shared"});
+  EXPECT_EQ(remove.status, 125);
+  EXPECT_EQ(remove.err, "openshell: gateway 'shared' is in the system registry (" + system_ +
+                            "/gateways), which only its package changes; add one of that name "
+                            "to shadow it\n");
+  // The user's entry of the same name wins: here, a socket with nothing on it.
+  const std::string nowhere = "unix://" + client_home_ + "/nothing.sock";
+  write_file(client_home_ + "/nothing.sock", "");
+  ::unlink((client_home_ + "/nothing.sock").c_str());
+  Result shadow = client({"gateway", "add", nowhere, "--name", "shared"});
+  EXPECT_EQ(shadow.status, 125);  // nothing listens: nothing registered
+  EXPECT_EQ(shadow.err, "openshell: no gateway listens at " + nowhere + "\n");
+  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr("system"));
+  EXPECT_EQ(os({"sandbox", "delete", "sys"}).status, 0);
+  EXPECT_FALSE(client_gateway_started());
+}
+
+TEST_P(GatewayChoice, AddSaysWhyNotAndRegistersNothing) {
+  const std::string nowhere = "unix://" + client_home_ + "/run/gateway.sock";
+  Result r = client({"gateway", "add", nowhere});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.err, "openshell: no gateway listens at " + nowhere + "\n");
+  r = client({"gateway", "add", "https://127.0.0.1:17670"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.err,
+            "openshell: https://127.0.0.1:17670: a TLS gateway needs --local, or --ca, --cert "
+            "and --key (its CA, your certificate and your key)\n");
+  r = client({"gateway", "add", "https://127.0.0.1:17670", "--local"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.err, "openshell: --local: " + client_home_ +
+                       "/tls/ca.crt: no such file (make this user's with 'openshell gateway "
+                       "generate-certs')\n");
+  r = client({"gateway", "add", socket_url_, "--local"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_THAT(r.err, HasSubstr("only an https gateway takes certificates"));
+  r = client({"gateway", "add", "ftp://x"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_THAT(r.err, HasSubstr("the scheme must be unix, https or http"));
+  EXPECT_EQ(client({"gateway", "list", "-o", "json"}).out, "[]\n");
+  EXPECT_FALSE(client_gateway_started());
+}
+
+TEST_P(GatewayChoice, StatusNamesTheGatewayWhoWeAreAndItsSandboxes) {
+  // Nothing running, nothing registered: a friendly line, exit 0, and
+  // nothing started.
+  Result none = client({"status"});
+  EXPECT_EQ(none.status, 0) << none.err;
+  EXPECT_THAT(none.out, HasSubstr("No gateway is running and none is registered"));
+  EXPECT_THAT(none.out, HasSubstr("openshell gateway add"));
+  EXPECT_FALSE(client_gateway_started());
+  serve_sandbox("counted");
+  Result status = client({"--gateway-endpoint", socket_url_, "status"});
+  ASSERT_EQ(status.status, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("Gateway: " + socket_url_ + "\n"));
+  EXPECT_THAT(status.out,
+              HasSubstr("Status: Connected (Unix socket, as " + user_name(uid_of(mode())) + ")"));
+  EXPECT_THAT(status.out, HasSubstr("Version: "));
+  EXPECT_THAT(status.out, HasSubstr("Sandboxes: 1 (Ready 1)\n"));
+  EXPECT_THAT(status.out, HasSubstr("You: "));
+  Result json = client({"--gateway-endpoint", socket_url_, "status", "-o", "json"});
+  EXPECT_THAT(json.out, HasSubstr("\"reachable\": true"));
+  EXPECT_THAT(json.out, HasSubstr("\"Ready\": 1"));
+  // A chosen gateway that does not answer: said, exit 1.
+  const std::string own = "unix://" + client_home_ + "/run/gateway.sock";
+  Result down = client({"--gateway-endpoint", own, "status"});
+  EXPECT_EQ(down.status, 1);
+  EXPECT_EQ(down.out,
+            "Gateway: " + own + "\nStatus: not reachable: no gateway listens at " + own + "\n");
+  EXPECT_EQ(os({"sandbox", "delete", "counted"}).status, 0);
+  EXPECT_FALSE(client_gateway_started());
+}
+
+TEST_P(GatewayChoice, GenerateCertsSaysWhatItFoundAndIssuesClients) {
+  Result made = client({"gateway", "generate-certs", "--server-san", "gw.example.org"});
+  ASSERT_EQ(made.status, 0) << made.err;
+  const std::string tls = client_home_ + "/tls";
+  EXPECT_EQ(made.out, "Made in " + tls +
+                          ": a CA, a server certificate for localhost, 127.0.0.1, ::1, "
+                          "gw.example.org, and the client certificate of " +
+                          user_name(uid_of(mode())) + " (admin)\n");
+  Result again = client({"gateway", "generate-certs"});
+  EXPECT_EQ(again.status, 0);
+  EXPECT_EQ(again.out, "The certificates in " + tls +
+                           " are complete (ca.crt, ca.key, server.crt, server.key, client.crt, "
+                           "client.key): left as they are (--force makes a new set)\n");
+  ::unlink((tls + "/client.key").c_str());
+  Result partial = client({"gateway", "generate-certs"});
+  EXPECT_EQ(partial.status, 125);
+  EXPECT_EQ(partial.err, "openshell: the certificates in " + tls +
+                             " are incomplete (missing client.key): --force makes a new set, "
+                             "which clients of the old CA no longer trust\n");
+  EXPECT_EQ(client({"gateway", "generate-certs", "--force"}).status, 0);
+  Result issued = client({"gateway", "issue-client", "--name", "alice"});
+  EXPECT_EQ(issued.status, 0) << issued.err;
+  EXPECT_EQ(issued.out, "Issued a client certificate for alice in " + tls +
+                            "/clients/alice: client.crt, client.key, ca.crt\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((tls + "/clients/alice/client.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, uid_of(mode()));
+  EXPECT_FALSE(client_gateway_started());
 }
 
 }  // namespace
