@@ -156,8 +156,10 @@ json GatewayClient::call(const std::string& method, const std::string& target,
     return j;
   }
   if (j.is_object() && j.contains("error") && j["error"].is_object())
-    throw Error(j["error"].value("message", "the gateway refused the request"));
-  throw Error("the gateway answered " + std::to_string(response.status));
+    throw GatewayError(j["error"].value("message", "the gateway refused the request"),
+                       response.status, j["error"].value("code", ""));
+  throw GatewayError("the gateway answered " + std::to_string(response.status), response.status,
+                     "");
 }
 
 net::Response GatewayClient::request(const std::string& method, const std::string& target) {

@@ -7,9 +7,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "base/paths.h"
 #include "cli/gateway_registry.h"
 
@@ -19,6 +21,20 @@ struct Response;
 }  // namespace openshell::net
 
 namespace openshell::cli {
+
+// A request the gateway refused: its message, HTTP status and error code
+// ("image_not_found").
+class GatewayError : public Error {
+ public:
+  GatewayError(const std::string& message, int status, std::string code)
+      : Error(message), status_(status), code_(std::move(code)) {}
+  int status() const { return status_; }
+  const std::string& code() const { return code_; }
+
+ private:
+  int status_;
+  std::string code_;
+};
 
 class GatewayClient {
  public:
@@ -30,7 +46,8 @@ class GatewayClient {
   GatewayClient(GatewayChoice choice, bool autostart);
   ~GatewayClient();
 
-  // A JSON request; a non-2xx answer throws Error with the gateway's message.
+  // A JSON request; a non-2xx answer throws GatewayError with the gateway's
+  // message.
   nlohmann::json call(const std::string& method, const std::string& target,
                       const std::string& body = {});
   // The raw body of a successful request (logs).

@@ -312,5 +312,34 @@ TEST_P(GatewayChoice, GenerateCertsSaysWhatItFoundAndIssuesClients) {
   EXPECT_FALSE(client_gateway_started());
 }
 
+TEST_P(GatewayChoice, ARemoteGatewayIsNeverAskedToReadThisMachinesFiles) {
+  // Refused before anything connects: no gateway need listen there.
+  const std::string remote = "https://127.0.0.1:9";
+  const std::string dir = make_dir(mode(), "choice-root-" + mode_name(mode()));
+  Result from_dir =
+      client({"--gateway-endpoint", remote, "sandbox", "create", "--from", dir, "--", "true"});
+  EXPECT_EQ(from_dir.status, 125);
+  EXPECT_EQ(from_dir.err, "openshell: --from " + dir +
+                              ": a remote gateway cannot read this machine's directories; push "
+                              "an image to a registry instead\n");
+  Result bind = client({"--gateway-endpoint", remote, "sandbox", "create", "--from", "base",
+                        "--bind", dir + ":/data", "--", "true"});
+  EXPECT_EQ(bind.status, 125);
+  EXPECT_EQ(bind.err, "openshell: --bind " + dir +
+                          ":/data: a remote gateway cannot bind this machine's paths (its "
+                          "sandboxes see only its own host's)\n");
+  Result images = client({"--gateway-endpoint", remote, "image", "list"});
+  EXPECT_EQ(images.status, 125);
+  EXPECT_EQ(images.err,
+            "openshell: image: " + remote +
+                " is remote: its image store is on its own host, out of this machine's reach "
+                "(run the image command there, or push the image to a registry it pulls from)\n");
+  // Another local gateway's socket: its own store, which it names.
+  ASSERT_EQ(os({"sandbox", "list"}).status, 0);
+  Result local_images = client({"--gateway-endpoint", socket_url_, "image", "list", "-o", "json"});
+  EXPECT_EQ(local_images.status, 0) << local_images.err;
+  EXPECT_FALSE(client_gateway_started());
+}
+
 }  // namespace
 }  // namespace e2e
