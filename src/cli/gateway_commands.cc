@@ -123,7 +123,20 @@ void add_gateway_commands(CLI::App& app, Action* action) {
   CLI::App* run = gateway->add_subcommand(
       "run", "Run the gateway in the foreground (the CLI starts one when needed)");
   run->add_option("--ready-fd", *ready_fd, "")->group("");  // for the CLI's auto-start
-  run->callback([action, ready_fd] { *action = [ready_fd] { return gateway::run(*ready_fd); }; });
+  auto listen = std::make_shared<gateway::ListenFlags>();
+  run->add_option("--listen", listen->listen,
+                  "Serve the API with mutual TLS at ADDRESS:PORT too (repeatable; 127.0.0.1:17670, "
+                  "[::1]:17670)")
+      ->type_name("ADDR");
+  run->add_option("--insecure-listen", listen->insecure_listen,
+                  "Serve plain HTTP, unauthenticated, at a loopback ADDRESS:PORT (repeatable)")
+      ->type_name("ADDR");
+  run->add_option("--tls-dir", listen->tls_dir,
+                  "Where ca.crt, server.crt and server.key are (default: the state's tls/)")
+      ->type_name("DIR");
+  run->callback([action, ready_fd, listen] {
+    *action = [ready_fd, listen] { return gateway::run(*ready_fd, *listen); };
+  });
 
   auto output = std::make_shared<std::string>("table");
   CLI::App* status = gateway->add_subcommand("status", "Say whether the gateway runs, and where");

@@ -17,6 +17,9 @@
 //   body_timeout_ms = 10000                           # OPENSHELL_API_BODY_TIMEOUT_MS
 //   idle_timeout_ms = 60000                           # OPENSHELL_API_IDLE_TIMEOUT_MS
 //   max_connections_per_uid = 128                     # OPENSHELL_API_MAX_CONNECTIONS_PER_UID
+//   listen = ["127.0.0.1:17670"]   # TLS listeners beside the socket     gateway run --listen
+//   insecure_listen = []           # plain HTTP, loopback only           --insecure-listen
+//   tls_dir = "/var/lib/openshell/tls"   # ca.crt, server.crt, server.key   --tls-dir
 //   [sandbox_defaults]    # see base/sandbox_limits.h
 //   pids = 4096
 //   tmp_size = "1G"
@@ -60,6 +63,12 @@ struct GatewayConfig {
   Setting body_timeout_ms;
   Setting idle_timeout_ms;
   Setting max_connections_per_uid;
+  // The TCP listeners (comma separated ADDRESS:PORT), and where the TLS
+  // files are ("": Paths::tls_dir()). A command line's flags win over the
+  // file (source "command line").
+  Setting listen;
+  Setting insecure_listen;
+  Setting tls_dir;
   limits::Defaults sandbox_defaults;
 
   // The API server's limits these settings give.

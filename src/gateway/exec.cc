@@ -1,0 +1,35 @@
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/log.h"
+#include "gateway/service.h"
+#include "protocol/exec_handoff.h"
+
+namespace openshell::gateway {
+
+// exec: the connection goes to the sandbox's supervisor as it is (before the
+// WebSocket handshake), so the gateway stays out of the data path.
+void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  if (record.phase != Phase::kReady)
+    throw ApiError(409, "wrong_phase",
+                   "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
+                       " (exec needs a Ready sandbox)");
+  std::string socket_path = paths_.supervisor_socket(record.id, record.generation);
+  UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+  if (!sock || ::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw ApiError(503, "unavailable",
+                   errno_message("the supervisor of '" + name + "' does not answer", errno));
+  std::string raw = exchange->request().raw;
+  UniqueFd connection(exchange->release());
+  int err = protocol::send_exec_handoff(sock.get(), raw, connection.get());
+  if (err) log::error(errno_message("hand exec over to the supervisor of " + name, -err));
+}
+
+}  // namespace openshell::gateway

@@ -1,0 +1,385 @@
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/directory.h"
+#include "base/log.h"
+#include "base/process_name.h"
+#include "base/random.h"
+#include "base/text.h"
+#include "gateway/restart_policy.h"
+#include "gateway/service.h"
+#include "image/store.h"
+#include "runtime/cleanup.h"
+#include "runtime/host_ids.h"
+
+extern char** environ;
+
+namespace openshell::gateway {
+
+// ---- processes ---------------------------------------------------------------
+
+// Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
+// 0 when it does not exist or has ended (a zombie: killed while its parent,
+// a gateway, was gone, and not yet reaped).
+uint64_t start_time(pid_t pid) {
+  auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return 0;
+  size_t paren = stat->rfind(')');
+  if (paren == std::string::npos) return 0;
+  auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
+  // After ") ": field 3 (state) is index 0, so field 22 is index 19.
+  if (fields.size() < 20 || fields[0] == "Z" || fields[0] == "X") return 0;
+  return text::parse_uint(fields[19]).value_or(0);
+}
+
+bool alive(int64_t pid, uint64_t started) {
+  return pid > 0 && started != 0 && start_time(static_cast<pid_t>(pid)) == started;
+}
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// Once its files are gone, the sandbox's host ids may go to another.
+void Gateway::release_id_range(const SandboxRecord& record) const {
+  SandboxSpec spec = SandboxSpec::from_json(record.spec);
+  if (spec.host_uid_start)
+    runtime::release_sandbox_ids(*spec.host_uid_start, paths_.sandbox(record.id));
+}
+
+// ---- launching --------------------------------------------------------------
+
+// Mints the launch file for the record's generation and starts a supervisor.
+void Gateway::launch(SandboxRecord& record) {
+  const std::string dir = paths_.sandbox(record.id);
+  auth::LaunchSpec spec;
+  spec.sandbox_id = record.id;
+  spec.sandbox_name = record.name;
+  spec.generation = record.generation;
+  spec.nonce = random_hex(32);
+  spec.auth_epoch = 1;
+  spec.issued_at = now_ms() / 1000;
+  auto current = store_->policy(record.id, 0);
+  spec.policy_revision = current ? current->revision : 0;
+  spec.gateway_id = gateway_id_;
+  spec.gateway_socket = paths_.socket();
+  spec.spec = auth::spec_for_launch_file(record.spec);  // the env's digest, not its values
+  const std::string file = paths_.launch_file(record.id);
+  files::write_atomically(file, auth::encode(spec, *key_));
+
+  // A supervisor of its own session, in nobody's process group, its output
+  // in the sandbox's log directory.
+  // This very binary, even if a newer one replaced it on disk since.
+  std::string self = "/proc/self/exe";
+  // Named for ps: "openshell-supervisor NAME" (base/process_name.h).
+  std::vector<std::string> args = {std::string(process_name::kSupervisor), record.name, "--launch",
+                                   file};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+  // Where state lives (as the gateway's own), and how the sandbox's DNS
+  // resolves on the host (the gateway's configuration, its environment
+  // over its file).
+  for (const char* name : {"OPENSHELL_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "HOME"})
+    if (const char* value = std::getenv(name))
+      env_strings.push_back(std::string(name) + "=" + value);
+  for (const auto& entry : config().supervisor_env()) env_strings.push_back(entry);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::string log_path = dir + "/logs/supervisor.log";
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // Nothing else of the gateway's (a descriptor someone forgot to mark
+  // close-on-exec would keep a pipe or socket of the gateway open as long
+  // as the sandbox lives).
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  pid_t pid;
+  int err = ::posix_spawn(&pid, self.c_str(), &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (err) throw_errno("start the supervisor", err);
+  record.supervisor_pid = pid;
+  record.supervisor_start = start_time(pid);
+  save(record);
+  watch_supervisor(record.id, pid, record.generation);
+}
+
+void Gateway::watch_supervisor(const std::string& id, int64_t pid, int64_t generation) {
+  int fd = pidfd_open(static_cast<pid_t>(pid));
+  Supervised& s = supervised_[id];
+  if (s.pidfd) s.pidfd->cancel();
+  s.pid = pid;
+  s.generation = generation;
+  s.final_status = false;
+  if (fd < 0) {
+    // Already gone.
+    asio::post(io_, [this, id, generation] { supervisor_exited(id, generation); });
+    return;
+  }
+  auto desc = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
+  s.pidfd = desc;
+  desc->async_wait(asio::posix::descriptor_base::wait_read,
+                   [this, id, generation, pid, desc](const boost::system::error_code& ec) {
+                     if (ec) return;
+                     // Reap it if it is our child (it is not after a gateway restart).
+                     int status;
+                     ::waitpid(static_cast<pid_t>(pid), &status, WNOHANG);
+                     supervisor_exited(id, generation);
+                   });
+}
+
+void Gateway::after_sandbox_gone(int64_t init_pid, uint64_t init_start,
+                                 std::function<void()> then) {
+  if (!alive(init_pid, init_start)) return then();
+  int fd = pidfd_open(static_cast<pid_t>(init_pid));
+  if (fd < 0) return then();
+  auto desc = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
+  desc->async_wait(asio::posix::descriptor_base::wait_read,
+                   [desc, then](const boost::system::error_code&) { then(); });
+}
+
+void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
+  auto it = supervised_.find(id);
+  if (it != supervised_.end() && it->second.generation == generation && it->second.init_pid) {
+    // First let the sandbox's processes finish dying.
+    int64_t pid = it->second.init_pid;
+    uint64_t start = it->second.init_start;
+    it->second.init_pid = 0;
+    return after_sandbox_gone(pid, start,
+                              [this, id, generation] { supervisor_exited(id, generation); });
+  }
+  bool reported = it != supervised_.end() && it->second.final_status;
+  if (it != supervised_.end() && it->second.generation == generation) supervised_.erase(it);
+  auto record = store_->find_by_id(id);
+  if (!record || record->generation != generation) return;
+  if (record->intent == "delete") return finish_delete(id);
+  record->supervisor_pid = 0;
+  record->supervisor_start = 0;
+  cleanup_host(*record);
+  if (reported && finished(record->phase)) {
+    save(*record);
+    return;
+  }
+  if (record->intent == "stop" || record->phase == Phase::kStopping) {
+    record->intent = "";
+    set_phase(*record, Phase::kStopped, "Stopped");
+    return;
+  }
+  // It ended without telling us: its exit file may say why.
+  std::string text;
+  if (files::read_into(paths_.sandbox(id) + "/exit.json", &text) == 0) {
+    try {
+      auto status = protocol::session::decode_exit_file(text);
+      if (status.generation == generation && !status.running()) {
+        apply_final(*record, status);
+        return;
+      }
+    } catch (const protocol::ProtocolError& e) {
+      log::error(paths_.sandbox(id) + "/exit.json: " + e.what());
+    }
+  }
+  if (finished(record->phase)) {
+    save(*record);
+    return;
+  }
+  record->intent = "";
+  set_phase(*record, Phase::kError, "SupervisorLost", "the sandbox's supervisor is gone");
+}
+
+void Gateway::apply_final(SandboxRecord& record, const protocol::session::Status& status) {
+  const bool stopped_by_user = record.intent == "stop" || record.phase == Phase::kStopping;
+  record.intent = "";
+  if (status.state == "stopped") {
+    // A stop that did not come through the gateway: a signal to the
+    // supervisor, the host shutting down (gateway/restart_policy.h).
+    if (!stopped_by_user)
+      set_phase(record, Phase::kStopped, std::string(kStoppedBySignal),
+                "its supervisor was stopped by a signal, not by 'sandbox stop'");
+    else
+      set_phase(record, Phase::kStopped, "Stopped");
+    return;
+  }
+  int code = status.exit_code.value_or(0);
+  record.exit_code = code;
+  set_phase(record, code == 0 ? Phase::kCompleted : Phase::kError, status.reason, status.message);
+  SandboxSpec spec = SandboxSpec::from_json(record.spec);
+  if (spec.no_keep) {
+    // Delete it once its supervisor is gone.
+    record.intent = "delete";
+    set_phase(record, Phase::kDeleting, "NoKeep");
+    if (!supervised_.count(record.id)) finish_delete(record.id);
+  }
+}
+
+// What a sandbox leaves on the host once its supervisor is gone.
+void Gateway::cleanup_host(const SandboxRecord& record) {
+  runtime::remove_cgroups("openshell-" + record.id);
+  // Every generation's socket up to this one: a supervisor that died while
+  // the gateway was down left its own behind.
+  const std::string dir = paths_.run_dir + "/s";
+  const std::string prefix = record.id + ".";
+  std::vector<std::string> names;
+  try {
+    names = files::list_directory(dir);
+  } catch (const Error&) {
+    return;  // no socket directory: no socket
+  }
+  for (const auto& name : names) {
+    if (!name.starts_with(prefix) || !name.ends_with(".sock")) continue;
+    if (name.size() < prefix.size() + 5) continue;
+    const auto generation = text::parse_uint(
+        std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - 5));
+    if (generation && *generation <= static_cast<uint64_t>(record.generation))
+      ::unlink((dir + "/" + name).c_str());
+  }
+}
+
+void Gateway::request_stop(SandboxRecord& record) {
+  auto it = supervised_.find(record.id);
+  if (it != supervised_.end() && it->second.session) {
+    it->second.session->send(protocol::encode(protocol::session::Stop{kStopGraceMs}), false);
+    return;
+  }
+  // No session: the supervisor stops the sandbox on SIGTERM as well.
+  if (alive(record.supervisor_pid, record.supervisor_start))
+    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGTERM);
+  else
+    asio::post(io_, [this, id = record.id, g = record.generation] { supervisor_exited(id, g); });
+}
+
+void Gateway::finish_delete(const std::string& id) {
+  auto record = store_->find_by_id(id);
+  if (!record) return;
+  if (alive(record->supervisor_pid, record->supervisor_start)) {
+    // Killing the supervisor ends its sandbox: its init's lifeline closes.
+    ::kill(static_cast<pid_t>(record->supervisor_pid), SIGKILL);
+    if (!supervised_.count(id)) watch_supervisor(id, record->supervisor_pid, record->generation);
+    return;  // finish_delete runs again when it is gone
+  }
+  auto sup = supervised_.find(id);
+  if (sup != supervised_.end() && sup->second.init_pid) {
+    int64_t pid = sup->second.init_pid;
+    uint64_t start = sup->second.init_start;
+    sup->second.init_pid = 0;
+    return after_sandbox_gone(pid, start, [this, id] { finish_delete(id); });
+  }
+  cleanup_host(*record);
+  try {
+    runtime::remove_tree(paths_.sandbox(id));
+    image::Store(paths_.images()).release(id);
+    release_id_range(*record);
+  } catch (const Error& e) {
+    log::error(e.what());
+  }
+  if (gone_.size() > 256) gone_.erase(gone_.begin());
+  gone_[id] = view(*record);
+  store_->remove(id);
+  supervised_.erase(id);
+  notify(id);
+}
+
+void Gateway::relaunch(SandboxRecord& record, const std::string& reason,
+                       const std::string& message) {
+  // A supervisor of an older generation must be gone before the new one.
+  if (alive(record.supervisor_pid, record.supervisor_start)) {
+    ::kill(static_cast<pid_t>(record.supervisor_pid), SIGKILL);
+    record.supervisor_pid = 0;
+  }
+  supervised_.erase(record.id);
+  record.generation += 1;
+  record.exit_code.reset();
+  record.intent = "launch";
+  record.supervisor_pid = 0;
+  record.supervisor_start = 0;
+  set_phase(record, Phase::kStarting, reason, message);  // on disk before the launch
+  ::unlink((paths_.sandbox(record.id) + "/exit.json").c_str());
+  try {
+    launch(record);
+  } catch (const Error& e) {
+    record.intent = "";
+    set_phase(record, Phase::kError, "LaunchFailed", e.what());
+  }
+}
+
+void Gateway::restart_if_meant_to(const std::string& id) {
+  auto record = store_->find_by_id(id);
+  if (!record || !finished(record->phase) || !record->intent.empty()) return;
+  SandboxSpec spec = SandboxSpec::from_json(record->spec);
+  RestartPolicy policy = parse_restart_policy(spec.restart).value_or(RestartPolicy::kUnlessStopped);
+  const std::string reason = ready_reason(*record);
+  if (!restarts(policy, record->phase, reason)) return;
+  const std::string why = "restart policy " + std::string(restart_policy_name(policy)) +
+                          ": generation " + std::to_string(record->generation) + " ended " +
+                          std::string(phase_name(record->phase)) + " (" + reason +
+                          ") while the gateway was away";
+  store_->append_event(record->id, "Restart", why, now_ms());
+  log::warn("sandbox " + record->name + ": " + why + "; starting it again");
+  relaunch(*record, "Restarted", why);
+}
+
+// After a restart: every sandbox settles in a consistent phase, and what was
+// under way is finished.
+void Gateway::reconcile() {
+  // Overlay probes of a gateway that died during one.
+  std::vector<std::string> stale;
+  files::for_each_entry(paths_.sandboxes(), [&](const char* name, unsigned char) {
+    if (std::strncmp(name, ".probe-", 7) == 0) stale.push_back(paths_.sandboxes() + "/" + name);
+    return true;
+  });
+  for (const auto& path : stale) {
+    try {
+      runtime::remove_tree(path);
+    } catch (const Error& e) {
+      log::warn(e.what());
+    }
+  }
+  for (SandboxRecord record : store_->list()) {
+    if (record.intent == "delete" || record.phase == Phase::kDeleting) {
+      record.intent = "delete";
+      finish_delete(record.id);
+      continue;
+    }
+    if (alive(record.supervisor_pid, record.supervisor_start)) {
+      // It reconnects on its own; until then the sandbox keeps its phase.
+      watch_supervisor(record.id, record.supervisor_pid, record.generation);
+      if (record.intent == "stop") request_stop(record);
+      continue;
+    }
+    if (record.intent == "launch" && record.supervisor_pid == 0) {
+      // The launch was recorded but never carried out: carry it out.
+      try {
+        launch(record);
+      } catch (const Error& e) {
+        record.intent = "";
+        set_phase(record, Phase::kError, "LaunchFailed", e.what());
+      }
+      continue;
+    }
+    const bool restart_candidate = meant_to_run(record);
+    if (record.supervisor_pid != 0 || !finished(record.phase))
+      supervisor_exited(record.id, record.generation);
+    if (restart_candidate) restart_if_meant_to(record.id);
+  }
+}
+
+}  // namespace openshell::gateway

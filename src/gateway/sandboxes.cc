@@ -1,0 +1,366 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/log.h"
+#include "base/random.h"
+#include "base/sandbox_limits.h"
+#include "base/text.h"
+#include "gateway/selector.h"
+#include "gateway/service.h"
+#include "image/store.h"
+#include "runtime/cleanup.h"
+#include "runtime/host_ids.h"
+#include "spec/container_spec.h"
+
+namespace openshell::gateway {
+
+json Gateway::view(const SandboxRecord& r) const {
+  json conditions = json::array();
+  for (const auto& c : r.conditions)
+    conditions.push_back({{"type", c.type},
+                          {"status", c.status},
+                          {"reason", c.reason},
+                          {"message", c.message},
+                          {"last_transition_time", time::format_ms(c.last_transition_ms)}});
+  SandboxSpec spec = SandboxSpec::from_json(r.spec);
+  json j = {{"name", r.name},
+            {"id", r.id},
+            {"phase", std::string(phase_name(r.phase))},
+            {"generation", r.generation},
+            {"conditions", conditions},
+            {"created_at", time::format_ms(r.created_ms)},
+            {"labels", r.labels},
+            {"from", spec.from},
+            {"command", spec.command}};
+  if (spec.image)
+    j["image"] = {
+        {"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
+  j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
+  if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
+  j["limits"] = json::parse(spec.limits_json());
+  j["restart"] = spec.restart.empty() ? "unless-stopped" : spec.restart;
+  if (r.exit_code) j["exit_code"] = *r.exit_code;
+  return j;
+}
+
+SandboxRecord Gateway::find(const std::string& name) const {
+  auto record = store_->find_by_name(name);
+  if (!record) throw ApiError(404, "not_found", "no sandbox named '" + name + "'");
+  return *record;
+}
+
+void Gateway::list_sandboxes(const std::shared_ptr<net::Exchange>& exchange) {
+  const net::Request& req = exchange->request();
+  json list = json::array();
+  std::vector<SelectorTerm> terms;
+  try {
+    terms = parse_selector(req.query.count("selector") ? req.query.at("selector") : "");
+  } catch (const Error& e) {
+    throw ApiError(400, "bad_request", e.what());
+  }
+  for (const auto& r : store_->list())
+    if (matches(terms, r.labels)) list.push_back(view(r));
+  exchange->respond(json_response(200, {{"sandboxes", list}}));
+}
+
+void Gateway::get_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  exchange->respond(json_response(200, view(find(name))));
+}
+
+// The newest `limit` (default 100, at most the 1000 kept), oldest first.
+void Gateway::events(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  const net::Request& req = exchange->request();
+  SandboxRecord record = find(name);
+  const std::string limit_text = req.query.count("limit") ? req.query.at("limit") : "100";
+  auto limit = text::parse_uint(limit_text, 1000);
+  if (!limit || *limit < 1)
+    throw ApiError(400, "bad_request",
+                   "limit must be a number from 1 to 1000, not '" + limit_text + "'");
+  json events = json::array();
+  for (const auto& e : store_->events(record.id, *limit))
+    events.push_back(
+        {{"time", time::format_ms(e.time_ms)}, {"type", e.type}, {"message", e.message}});
+  exchange->respond(json_response(200, {{"sandbox", record.name}, {"events", events}}));
+}
+
+void Gateway::resolve_image(SandboxSpec* spec) {
+  std::optional<image::ImageRecord> record;
+  try {
+    record = image::Store(paths_.images()).find(spec->from);
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_spec", std::string("--from: ") + e.what());
+  }
+  if (!record) {
+    std::string hint = spec->from == "base" || spec->from == "base:latest"
+                           ? "build it with rootfs-tools/build-base, or choose another with --from"
+                           : "pull it first: openshell image pull " + spec->from;
+    throw ApiError(404, "image_not_found",
+                   "image " + spec->from + " is not in the image store (" + hint + ")");
+  }
+  spec::resolve_image(spec, *record);
+}
+
+// The storage is the gateway's to choose, not its clients': a copy costs
+// the gateway's disk a whole root per sandbox, and a sandbox's own copy is
+// a root the sandbox can rewrite. A client's "copy" is accepted only where
+// every root is a copy anyway (storage.mode = "copy", OPENSHELL_STORAGE=copy).
+static void check_client_storage(const SandboxSpec& spec, const std::string& mode) {
+  if (spec.storage.empty()) return;
+  if (spec.storage == "copy" && mode == "copy") return;
+  throw Error("storage '" + spec.storage +
+              "': chosen by the gateway, not by its clients (a gateway whose storage.mode is "
+              "copy gives every sandbox a copy)");
+}
+
+void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
+  const Setting& mode = config().storage;
+  const std::string setting = mode.value;
+  if (setting == "overlay") return;
+  std::string problem;
+  if (setting == "copy") {
+    problem = mode.source == "environment" ? "OPENSHELL_STORAGE=copy"
+                                           : "storage.mode = \"copy\" in " + config().path;
+  } else if (!overlay_checked_) {
+    // Once per gateway: whether overlayfs stacks on this file system here.
+    std::vector<std::string> lowers;
+    if (spec->image) {
+      image::Store store(paths_.images());
+      for (auto it = spec->image->layers.rbegin(); it != spec->image->layers.rend(); ++it)
+        lowers.push_back(store.layer_root(*it));
+    } else {
+      lowers.push_back(spec->from);
+    }
+    const std::string scratch = paths_.sandboxes() + "/.probe-" + id;
+    if (::mkdir(scratch.c_str(), 0700) != 0) throw_errno("create " + scratch);
+    problem = runtime::overlay_problem(lowers, scratch);
+    try {
+      runtime::remove_tree(scratch);
+    } catch (const Error& e) {
+      log::warn(e.what());
+    }
+    if (problem.empty()) overlay_checked_ = true;
+  }
+  if (problem.empty()) return;
+  spec->storage = "copy";
+  spec->storage_note = "overlayfs cannot stack the root here (" + problem +
+                       "): the sandbox's root is a copy of its image";
+  log::warn("sandbox " + id + ": " + spec->storage_note);
+}
+
+void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
+  const net::Request& req = exchange->request();
+  json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object()) throw ApiError(400, "bad_request", "the body must be a JSON object");
+  std::string name = body.value("name", "");
+  SandboxSpec spec;
+  const std::string storage_mode = config().storage.value;
+  try {
+    spec = SandboxSpec::from_json(body.contains("spec") ? body["spec"].dump() : "{}");
+    spec.validate();
+    check_client_storage(spec, storage_mode);
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_spec", e.what());
+  }
+  // What the gateway itself decides: which image --from names (its layers
+  // are what the supervisor mounts) and why the root is a copy.
+  spec.image.reset();
+  spec.storage_note.clear();
+  std::string id = random_hex(6);
+  if (name.empty()) name = "sandbox-" + id.substr(0, 6);
+  if (!text::is_dns_label(name))
+    throw ApiError(400, "invalid_name",
+                   "sandbox name '" + name +
+                       "': must be a DNS label (a-z, 0-9 and '-', at most 63, not starting or "
+                       "ending with '-')");
+  // What the sandbox did not ask for, the gateway's defaults decide: fixed
+  // now, so that `sandbox get` shows what holds.
+  try {
+    spec.apply_limit_defaults(config().sandbox_defaults, limits::memory_total());
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ApiError(500, "bad_config", e.what());
+  }
+  const bool directory = spec.from[0] == '/' && files::is_directory(spec.from);
+  if (spec.from != "host" && !directory) resolve_image(&spec);
+  if (spec.from != "host") choose_storage(&spec, id);
+  // --user is refused now, not at the launch, where the policy or the root
+  // has no such user.
+  if (!spec.user.empty()) try {
+      spec::exec_user(spec, spec::sandbox_placement(id, name, paths_), spec.user);
+    } catch (const Error& e) {
+      throw ApiError(400, "invalid_spec", e.what());
+    }
+  // As root, the sandbox's own host ids, never a client's choice: claimed
+  // host-wide (other gateways' sandboxes and runs too) until its delete.
+  spec.host_uid_start.reset();
+  spec.host_gid_start.reset();
+  if (::geteuid() == 0) {
+    try {
+      const runtime::SandboxIds ids = runtime::claim_sandbox_ids(paths_.sandbox(id));
+      spec.host_uid_start = ids.uid_start;
+      spec.host_gid_start = ids.gid_start;
+    } catch (const Error& e) {
+      throw ApiError(503, "no_id_range", e.what());
+    }
+  }
+
+  SandboxRecord record;
+  record.id = id;
+  record.name = name;
+  record.phase = Phase::kProvisioning;
+  record.generation = 1;
+  record.spec = spec.to_json();
+  record.labels = spec.labels;
+  record.intent = "launch";
+  record.created_ms = record.updated_ms = now_ms();
+  record.conditions.push_back(
+      Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
+  try {
+    store_->insert(record);  // the intent is on disk before anything is done
+  } catch (...) {
+    release_id_range(record);  // no record, no sandbox: its ids are free again
+    throw;
+  }
+  store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
+  store_->append_event(
+      id, "Created",
+      "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
+      record.created_ms);
+
+  // The sandbox's directory: launch file, logs, and its writable layer.
+  const std::string dir = paths_.sandbox(id);
+  try {
+    std::vector<std::string> subdirs = {"", "/logs"};
+    const bool overlay = spec.from != "host" && spec.storage.empty();
+    if (spec.from == "host")
+      subdirs.push_back("/workspace");
+    else if (overlay)
+      subdirs.insert(subdirs.end(),
+                     {"/layer", "/layer/upper", "/layer/work", "/layer/upper/sandbox"});
+    // The upper layer's root reads as the sandbox's /: 0755. Its /sandbox,
+    // the workspace, is the sandbox user's whatever the image says (the
+    // launch hands it to another user the sandbox runs as: an image's User,
+    // the policy's run_as_user).
+    for (const auto& sub : subdirs) {
+      mode_t mode = sub == "/layer/upper" || sub == "/layer/upper/sandbox" ? 0755 : 0700;
+      if (::mkdir((dir + sub).c_str(), mode) != 0 && errno != EEXIST)
+        throw_errno("create " + dir + sub);
+    }
+    // As root the sandbox runs as unprivileged ids: its layer and workspace
+    // are theirs.
+    if (::geteuid() == 0) {
+      const runtime::SandboxIds ids{*spec.host_uid_start, *spec.host_gid_start};
+      auto own = [&](const std::string& path, uint32_t inside_uid, uint32_t inside_gid) {
+        runtime::chown_to_sandbox(path, ids, inside_uid, inside_gid);
+      };
+      if (spec.from == "host") {
+        own(dir + "/workspace", 1000, 1000);
+      } else if (overlay) {
+        for (const char* sub : {"/layer", "/layer/upper", "/layer/work"}) own(dir + sub, 0, 0);
+        own(dir + "/layer/upper/sandbox", 1000, 1000);
+      }
+    }
+    // The image's layers stay in the store while the sandbox exists.
+    if (spec.image) image::Store(paths_.images()).hold(id, spec.image->layers);
+    launch(record);
+  } catch (const Error& e) {
+    record.intent = "";
+    set_phase(record, Phase::kError, "LaunchFailed", e.what());
+  }
+  std::string wait = req.query.count("wait") ? req.query.at("wait") : "ready";
+  if (wait == "none") return exchange->respond(json_response(201, view(record)));
+  wait_for(
+      id,
+      [](const SandboxRecord* r) {
+        return !r || (r->phase != Phase::kProvisioning && r->phase != Phase::kStarting);
+      },
+      [this, exchange, id](const SandboxRecord* r) {
+        if (r) return exchange->respond(json_response(201, view(*r)));
+        auto last = gone_.find(id);
+        if (last != gone_.end()) return exchange->respond(json_response(201, last->second));
+        exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+      });
+}
+
+void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange,
+                            const std::string& name) {
+  SandboxRecord record = find(name);
+  if (!finished(record.phase))
+    throw ApiError(409, "wrong_phase",
+                   "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
+                       " (start works from Stopped, Completed or Error)");
+  relaunch(record);
+  wait_for(
+      record.id,
+      [](const SandboxRecord* r) {
+        return !r || (r->phase != Phase::kStarting && r->phase != Phase::kProvisioning);
+      },
+      [this, exchange](const SandboxRecord* r) {
+        if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+        exchange->respond(json_response(200, view(*r)));
+      });
+}
+
+void Gateway::stop_sandbox(const std::shared_ptr<net::Exchange>& exchange,
+                           const std::string& name) {
+  SandboxRecord record = find(name);
+  if (record.phase != Phase::kReady && record.phase != Phase::kProvisioning &&
+      record.phase != Phase::kStarting && record.phase != Phase::kStopping)
+    throw ApiError(409, "wrong_phase",
+                   "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
+                       " (stop works on a running sandbox)");
+  if (record.phase != Phase::kStopping) {
+    record.intent = "stop";
+    set_phase(record, Phase::kStopping, "StopRequested");
+    request_stop(record);
+  }
+  wait_for(
+      record.id, [](const SandboxRecord* r) { return !r || r->phase != Phase::kStopping; },
+      [this, exchange](const SandboxRecord* r) {
+        if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+        exchange->respond(json_response(200, view(*r)));
+      });
+}
+
+void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange,
+                             const std::string& name) {
+  SandboxRecord record = find(name);
+  std::string id = record.id;
+  if (record.phase != Phase::kDeleting) {
+    record.intent = "delete";
+    set_phase(record, Phase::kDeleting, "DeleteRequested");
+  }
+  wait_for(
+      id, [](const SandboxRecord* r) { return !r; },
+      [exchange, name](const SandboxRecord* r) {
+        if (r)
+          return exchange->respond(
+              error_response(504, "timeout", "deleting '" + name + "' takes too long"));
+        exchange->respond(json_response(200, {{"deleted", name}}));
+      });
+  finish_delete(id);
+}
+
+void Gateway::wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+  SandboxRecord record = find(name);
+  wait_for(
+      record.id, [](const SandboxRecord* r) { return !r || finished(r->phase); },
+      [this, exchange](const SandboxRecord* r) {
+        if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
+        exchange->respond(json_response(200, view(*r)));
+      });
+}
+
+// Log records as they are in the file; with follow, a WebSocket that stays
+// open until the main process has ended and its output is all sent.
+
+void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
+  auto ws = exchange->upgrade();
+  ws->start([](std::string, bool) {}, [](const std::string&) {});
+  watchers_.push_back(ws);
+}
+
+}  // namespace openshell::gateway

@@ -1,0 +1,209 @@
+// The gateway's own class, shared by its files: gateway.cc (its start,
+// its state and the changes it announces), api.cc (the route table and who
+// may call what), sandboxes.cc, logs.cc, exec.cc, policies.cc (the API's
+// handlers by resource), sessions.cc (the supervisors' sessions) and
+// launch.cc (launching supervisors, their end, reconciliation). Not a door:
+// nothing outside src/gateway includes it (the room's door is gateway.h).
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include "auth/launch.h"
+#include "auth/secrets.h"
+#include "base/error.h"
+#include "base/files.h"
+#include "base/paths.h"
+#include "base/time.h"
+#include "base/unique_fd.h"
+#include "gateway/config.h"
+#include "gateway/gateway.h"
+#include "gateway/store.h"
+#include "net/http.h"
+#include "protocol/supervisor_session.h"
+#include "spec/sandbox_spec.h"
+
+namespace openshell::gateway {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+using time::now_ms;
+
+constexpr int kStopGraceMs = 10000;
+constexpr auto kWaitTimeout = std::chrono::seconds(60);
+
+// ---- processes (launch.cc) ---------------------------------------------------
+
+// Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
+// 0 when it does not exist or has ended (a zombie: killed while its parent,
+// a gateway, was gone, and not yet reaped).
+uint64_t start_time(pid_t pid);
+bool alive(int64_t pid, uint64_t started);
+int pidfd_open(pid_t pid);
+
+// ---- answers (api.cc) ---------------------------------------------------------
+
+net::Response error_response(int status, const std::string& code, const std::string& message);
+net::Response json_response(int status, const json& body);
+
+// An error the API answers with a status and a code.
+struct ApiError : Error {
+  int status;
+  std::string code;
+  ApiError(int s, std::string c, const std::string& message)
+      : Error(message), status(s), code(std::move(c)) {}
+};
+
+inline bool finished(Phase phase) {
+  return phase == Phase::kCompleted || phase == Phase::kError || phase == Phase::kStopped;
+}
+
+// ---- the gateway --------------------------------------------------------------
+
+class Gateway {
+ public:
+  // A bad configuration stops the gateway here, saying what is wrong.
+  Gateway(asio::io_context& io, Paths paths, const ListenFlags& flags = {});
+
+  void start();
+
+ private:
+  struct Waiter {
+    std::function<bool(const SandboxRecord*)> done;  // nullptr record: the sandbox is gone
+    std::function<void(const SandboxRecord*)> callback;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+
+  struct Supervised {
+    int64_t pid = 0;
+    std::shared_ptr<asio::posix::stream_descriptor> pidfd;
+    std::shared_ptr<net::WebSocket> session;
+    int64_t generation = 0;
+    bool final_status = false;  // the supervisor reported the end
+    int64_t init_pid = 0;       // the sandbox's PID 1, as the supervisor reported it
+    uint64_t init_start = 0;
+  };
+
+  // One request to a route of the API (api.cc).
+  struct Call {
+    std::shared_ptr<net::Exchange> exchange;
+    std::string name;  // the path's {name}, where the route has one
+  };
+  struct Route {
+    const char* method;   // of a plain request
+    bool websocket;       // an upgrade to a WebSocket (at any method), not a plain request
+    const char* pattern;  // "/v1/sandboxes/{name}/logs"
+    std::function<void(Gateway&, const Call&)> handler;
+  };
+  static const std::vector<Route>& routes();
+
+  // API
+  void handle(std::shared_ptr<net::Exchange> exchange);
+  void route(const std::shared_ptr<net::Exchange>& exchange);
+  void health(const std::shared_ptr<net::Exchange>& exchange);
+  void gateway_info(const std::shared_ptr<net::Exchange>& exchange);
+  void stop_gateway(const std::shared_ptr<net::Exchange>& exchange);
+  void list_sandboxes(const std::shared_ptr<net::Exchange>& exchange);
+  void get_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void events(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  json view(const SandboxRecord& record) const;
+  void release_id_range(const SandboxRecord& record) const;
+  SandboxRecord find(const std::string& name) const;
+
+  void create(const std::shared_ptr<net::Exchange>& exchange);
+  void start_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void stop_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void delete_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void session(const std::shared_ptr<net::Exchange>& exchange);
+  void watch(const std::shared_ptr<net::Exchange>& exchange);
+  void get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void list_policies(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void set_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+
+  // Lifecycle
+  void save(SandboxRecord& record);
+  void set_phase(SandboxRecord& record, Phase phase, const std::string& reason = "",
+                 const std::string& message = "");
+  void launch(SandboxRecord& record);
+  // A new generation of a sandbox whose run is over: the old supervisor
+  // gone, the launch recorded (Starting, with this reason), then done.
+  void relaunch(SandboxRecord& record, const std::string& reason = "",
+                const std::string& message = "");
+  // At the gateway's start: a sandbox meant to run whose supervisor was
+  // gone, settled now, starts again if its restart policy says so.
+  void restart_if_meant_to(const std::string& id);
+  void watch_supervisor(const std::string& id, int64_t pid, int64_t generation);
+  void supervisor_exited(const std::string& id, int64_t generation);
+  // Runs `then` once the sandbox's own processes are gone too (its init dies
+  // with its supervisor, a moment later).
+  void after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then);
+  void apply_final(SandboxRecord& record, const protocol::session::Status& status);
+  void on_hello(const std::shared_ptr<net::WebSocket>& ws, const protocol::session::Hello& hello,
+                std::string* sandbox_id);
+  void on_session_message(const std::string& id, const protocol::session::ToGateway& message);
+  void request_stop(SandboxRecord& record);
+  void finish_delete(const std::string& id);
+  // An image reference in spec->from: its layers and config (command,
+  // environment) into the spec. Throws ApiError (404 for an unknown image).
+  void resolve_image(SandboxSpec* spec);
+  // Overlayfs, or a copy of the root where overlayfs cannot stack it here.
+  void choose_storage(SandboxSpec* spec, const std::string& id);
+  void cleanup_host(const SandboxRecord& record);
+  void reconcile();
+  void wait_for(const std::string& id, std::function<bool(const SandboxRecord*)> done,
+                std::function<void(const SandboxRecord*)> callback);
+  void notify(const std::string& id);
+  void shutdown();
+
+  // The settings (gateway/config.h), read again when the file changes.
+  const GatewayConfig& config();
+  // The TLS and plain-TCP listeners of the settings, beside the socket.
+  void listen_tcp();
+
+  asio::io_context& io_;
+  Paths paths_;
+  struct stat config_stat_ {};  // the file as it was read (zeros: absent)
+  GatewayConfig config_;        // before server_: the API's limits are its settings
+  bool config_broken_ = false;  // the file changed and does not parse
+  asio::signal_set signals_;
+  net::Server server_;
+  std::unique_ptr<Store> store_;
+  bool overlay_checked_ = false;  // overlayfs worked for a sandbox's root here
+  std::optional<auth::SigningKey> key_;
+  std::optional<auth::SecretBox> secrets_;  // the env at rest (auth/secrets.h)
+  void seal_secrets_at_rest();
+  std::string gateway_id_;
+  int64_t started_ms_ = now_ms();
+  UniqueFd lock_;
+  std::map<std::string, Supervised> supervised_;  // by sandbox id
+  std::map<std::string, std::vector<Waiter>> waiters_;
+  std::vector<std::weak_ptr<net::WebSocket>> watchers_;
+  // The last view of recently deleted sandboxes (--no-keep ones vanish while
+  // their creator still waits for the exit status).
+  std::map<std::string, json> gone_;
+  // Log followers by sandbox id: woken by a phase change, not only by their timer.
+  std::map<std::string, std::vector<std::weak_ptr<std::function<void()>>>> followers_;
+  // Policy updates waiting for their supervisor's acknowledgement, by
+  // sandbox id and revision (two `policy set`s may be in flight at once).
+  std::map<std::pair<std::string, int64_t>,
+           std::function<void(const protocol::session::PolicyApplied&)>>
+      policy_acks_;
+};
+
+}  // namespace openshell::gateway
