@@ -1,7 +1,10 @@
 // Which gateway a command talks to: --gateway-endpoint, -g, OPENSHELL_GATEWAY
 // and the registry (`gateway add/list/select/info/remove`), here against the
 // Unix socket of another OPENSHELL_HOME's gateway; as root and rootless.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pwd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -338,6 +341,171 @@ TEST_P(GatewayChoice, ARemoteGatewayIsNeverAskedToReadThisMachinesFiles) {
   ASSERT_EQ(os({"sandbox", "list"}).status, 0);
   Result local_images = client({"--gateway-endpoint", socket_url_, "image", "list", "-o", "json"});
   EXPECT_EQ(local_images.status, 0) << local_images.err;
+  EXPECT_FALSE(client_gateway_started());
+}
+
+}  // namespace
+}  // namespace e2e
+
+namespace e2e {
+namespace {
+
+// A port on 127.0.0.1 that the kernel says is free now (the gateway binds
+// it a moment later).
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The gateway of home_ serves TLS (and plain HTTP on another loopback port)
+// with the certificates generate-certs made for its user.
+class GatewayTlsChoice : public GatewayChoice {
+ protected:
+  void SetUp() override {
+    GatewayChoice::SetUp();
+    if (IsSkipped()) return;
+    tls_port_ = free_port();
+    plain_port_ = free_port();
+    tls_url_ = "https://127.0.0.1:" + std::to_string(tls_port_);
+    plain_url_ = "http://127.0.0.1:" + std::to_string(plain_port_);
+    ASSERT_EQ(os({"gateway", "generate-certs"}).status, 0);
+    write_file(home_ + "/gateway.toml",
+               "[api]\nlisten = [\"127.0.0.1:" + std::to_string(tls_port_) +
+                   "\"]\ninsecure_listen = [\"127.0.0.1:" + std::to_string(plain_port_) + "\"]\n");
+    Result started = os({"sandbox", "list"});
+    ASSERT_EQ(started.status, 0) << started.err;
+  }
+  // openshell as the gateway's own user on its host: its home, our registry.
+  Result owner(const std::vector<std::string>& args) {
+    Options o;
+    o.env.push_back("OPENSHELL_HOME=" + home_);
+    o.env.push_back("XDG_CONFIG_HOME=" + config_);
+    o.env.push_back("OPENSHELL_SYSTEM_CONFIG_DIR=" + system_);
+    return openshell(mode(), args, o);
+  }
+  std::vector<std::string> with_files(std::vector<std::string> args, const std::string& ca,
+                                      const std::string& cert, const std::string& key) {
+    args.insert(args.end(), {"--ca", ca, "--cert", cert, "--key", key});
+    return args;
+  }
+  uint16_t tls_port_ = 0, plain_port_ = 0;
+  std::string tls_url_, plain_url_;
+};
+E2E_ALL_MODES(GatewayTlsChoice);
+
+TEST_P(GatewayTlsChoice, AddLocalThenEveryCommandOverMutualTls) {
+  Result add = owner({"gateway", "add", tls_url_, "--local", "--name", "openshell"});
+  ASSERT_EQ(add.status, 0) << add.err;
+  EXPECT_EQ(add.out, "Connected / Authenticated (mTLS)\nRegistered gateway 'openshell' (" +
+                         tls_url_ + "), now the active one\n");
+  // The client needs nothing of the gateway's files from here on: its own
+  // home has none, its registry holds copies.
+  struct stat st {};
+  ASSERT_EQ(::stat((config_ + "/openshell/gateways/openshell/client.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  Result status = client({"status"});
+  ASSERT_EQ(status.status, 0) << status.err;
+  const std::string head =
+      "Gateway: gateway 'openshell' (" + tls_url_ + ")\nStatus: Connected / Authenticated (mTLS)\n";
+  // Who we are: the certificate's principal, an admin's (a gateway without
+  // GET /v1/whoami says "unknown").
+  EXPECT_THAT(status.out, testing::AnyOf(HasSubstr(head + "You: " + user_name(uid_of(mode())) +
+                                                   " (admin), over tls\n"),
+                                         HasSubstr(head + "You: unknown\n")));
+  // A root the gateway's host has (a directory there) comes by the local
+  // socket; the sandbox is then used over TLS.
+  ASSERT_EQ(
+      os({"sandbox", "create", "--name", "tls", "--from", rootfs(), "-d", "--", "sleep", "300"})
+          .status,
+      0);
+  ASSERT_TRUE(wait_phase("tls", "Ready"));
+  Options in;
+  in.stdin_data = "over tls\n";
+  Result exec = client({"sandbox", "exec", "tls", "--", "sh", "-c", "cat; echo e >&2; exit 3"}, in);
+  EXPECT_EQ(exec.status, 3) << exec.err;
+  EXPECT_EQ(exec.out, "over tls\n");
+  EXPECT_EQ(exec.err, "e\n");
+  Result once = client({"--gateway-endpoint", tls_url_, "sandbox", "list", "--names"});
+  EXPECT_EQ(once.status, 0) << once.err;
+  EXPECT_THAT(once.out, HasSubstr("tls\n"));
+  EXPECT_EQ(client({"sandbox", "delete", "tls"}).status, 0);
+  EXPECT_FALSE(client_gateway_started());
+}
+
+TEST_P(GatewayTlsChoice, TwoGatewaysChosenPerCommand) {
+  const std::string other =
+      make_dir(mode(), "choice-other-" + mode_name(mode()) + "-" + std::to_string(tls_port_), 0700);
+  GatewayGuard guard(mode(), other);
+  Options at_other;
+  at_other.env.push_back("OPENSHELL_HOME=" + other);
+  ASSERT_EQ(openshell(mode(),
+                      {"sandbox", "create", "--name", "on-b", "--from", rootfs(), "-d", "--",
+                       "sleep", "300"},
+                      at_other)
+                .status,
+            0);
+  serve_sandbox("on-a");
+  const std::string tls = home_ + "/tls";
+  ASSERT_EQ(client(with_files({"gateway", "add", tls_url_, "--name", "one"}, tls + "/ca.crt",
+                              tls + "/client.crt", tls + "/client.key"))
+                .status,
+            0);
+  ASSERT_EQ(
+      client({"gateway", "add", "unix://" + other + "/run/gateway.sock", "--name", "two"}).status,
+      0);
+  EXPECT_EQ(client({"sandbox", "list", "--names"}).out, "on-a\n");  // the first is active
+  EXPECT_EQ(client({"-g", "two", "sandbox", "list", "--names"}).out, "on-b\n");
+  EXPECT_EQ(client({"sandbox", "list", "--names", "--gateway", "one"}).out, "on-a\n");
+  // A URL borrows the registered gateway's credentials.
+  EXPECT_EQ(client({"--gateway-endpoint", tls_url_, "sandbox", "list", "--names"}).out, "on-a\n");
+  Options env;
+  env.env.push_back("OPENSHELL_GATEWAY=two");
+  EXPECT_EQ(client({"sandbox", "list", "--names"}, env).out, "on-b\n");
+  ASSERT_EQ(client({"gateway", "select", "two"}).status, 0);
+  EXPECT_EQ(client({"sandbox", "list", "--names"}).out, "on-b\n");
+  EXPECT_THAT(client({"status"}).out, HasSubstr("Status: Connected (Unix socket, as "));
+  EXPECT_EQ(client({"-g", "two", "sandbox", "delete", "on-b"}).status, 0);
+  EXPECT_EQ(client({"-g", "one", "sandbox", "delete", "on-a"}).status, 0);
+  EXPECT_FALSE(client_gateway_started());
+}
+
+TEST_P(GatewayTlsChoice, EachRefusalHasItsLineAndRegistersNothing) {
+  const std::string tls = home_ + "/tls";
+  // Another set, of another CA.
+  const std::string stranger = client_home_ + "/stranger";
+  ASSERT_EQ(client({"gateway", "generate-certs", "--dir", stranger}).status, 0);
+  Result bad_ca = client(with_files({"gateway", "add", tls_url_}, stranger + "/ca.crt",
+                                    tls + "/client.crt", tls + "/client.key"));
+  EXPECT_EQ(bad_ca.status, 125);
+  EXPECT_THAT(bad_ca.err, HasSubstr("the gateway's certificate at " + tls_url_ +
+                                    " is not signed by the CA in " + stranger + "/ca.crt"));
+  Result foreign = client(with_files({"gateway", "add", tls_url_}, tls + "/ca.crt",
+                                     stranger + "/client.crt", stranger + "/client.key"));
+  EXPECT_EQ(foreign.status, 125);
+  EXPECT_THAT(foreign.err, HasSubstr("refused our certificate"));
+  RefusedPort refused;
+  const std::string nowhere = "https://127.0.0.1:" + std::to_string(refused.port());
+  Result nothing = client(with_files({"gateway", "add", nowhere}, tls + "/ca.crt",
+                                     tls + "/client.crt", tls + "/client.key"));
+  EXPECT_EQ(nothing.status, 125);
+  EXPECT_EQ(nothing.err, "openshell: no gateway listens at " + nowhere + "\n");
+  const std::string plain_as_tls = "https://127.0.0.1:" + std::to_string(plain_port_);
+  Result plain = client(with_files({"gateway", "add", plain_as_tls}, tls + "/ca.crt",
+                                   tls + "/client.crt", tls + "/client.key"));
+  EXPECT_EQ(plain.status, 125);
+  EXPECT_THAT(plain.err, HasSubstr("answered in plain HTTP where TLS was expected"));
+  EXPECT_EQ(client({"gateway", "list", "-o", "json"}).out, "[]\n");
+  // The plain port itself, as http://, is a gateway (loopback only).
+  Result http = client({"gateway", "add", plain_url_, "--name", "plain"});
+  EXPECT_EQ(http.status, 0) << http.err;
+  EXPECT_THAT(http.out, HasSubstr("Connected (plain TCP, not authenticated)\n"));
   EXPECT_FALSE(client_gateway_started());
 }
 
