@@ -243,7 +243,14 @@ GatewayChoice choose_gateway(const GatewaySelection& selection,
       throw Error(what + e.what());
     }
     choice.source = source;
-    if (auto g = registry.find_by_url(choice.endpoint.url())) {
+    // The active gateway's credentials first, when it is the one at the URL.
+    std::optional<RegisteredGateway> g;
+    if (auto active = registry.find(registry.active());
+        active && active->endpoint.url() == choice.endpoint.url())
+      g = active;
+    else
+      g = registry.find_by_url(choice.endpoint.url());
+    if (g) {
       choice.endpoint.tls = g->endpoint.tls;
       choice.name = g->name;
     } else if (choice.endpoint.kind == net::Endpoint::Kind::kTls) {

@@ -471,6 +471,14 @@ TEST_P(GatewayTlsChoice, TwoGatewaysChosenPerCommand) {
   ASSERT_EQ(client({"gateway", "select", "two"}).status, 0);
   EXPECT_EQ(client({"sandbox", "list", "--names"}).out, "on-b\n");
   EXPECT_THAT(client({"status"}).out, HasSubstr("Status: Connected (Unix socket, as "));
+  // The sandbox last named is remembered for each gateway apart.
+  EXPECT_EQ(client({"-g", "one", "sandbox", "get", "on-a"}).status, 0);
+  Result unnamed = client({"-g", "two", "sandbox", "get"});
+  EXPECT_EQ(unnamed.status, 125);
+  EXPECT_EQ(unnamed.err, "openshell: no sandbox named, and none used before: give its name\n");
+  EXPECT_EQ(client({"-g", "two", "sandbox", "get", "on-b"}).status, 0);
+  Result last_a = client({"-g", "one", "sandbox", "get", "-o", "json"});
+  EXPECT_THAT(last_a.out, HasSubstr("\"name\": \"on-a\""));
   EXPECT_EQ(client({"-g", "two", "sandbox", "delete", "on-b"}).status, 0);
   EXPECT_EQ(client({"-g", "one", "sandbox", "delete", "on-a"}).status, 0);
   EXPECT_FALSE(client_gateway_started());

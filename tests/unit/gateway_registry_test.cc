@@ -140,6 +140,12 @@ TEST_F(Registries, AUrlBorrowsTheCredentialsOfTheGatewayRegisteredForIt) {
   GatewayChoice c = choose({"", "https://[::1]:17670/"});
   EXPECT_EQ(c.name, "lab");
   EXPECT_EQ(c.endpoint.tls.cert, user + "/gateways/lab/client.crt");
+  // Two entries for one URL: the active one's credentials.
+  registry.add("again", net::Endpoint::parse("https://[::1]:17670"), tls);
+  registry.add("aaa", net::Endpoint::parse("https://[::1]:17670"), tls);
+  EXPECT_EQ(choose({"", "https://[::1]:17670"}).name, "lab");
+  registry.select("again");
+  EXPECT_EQ(choose({"", "https://[::1]:17670"}).name, "again");
   // Another URL: this user's generate-certs files, when they are there.
   c = choose({"", "https://127.0.0.1:17671"});
   EXPECT_TRUE(c.endpoint.tls.ca.empty());
