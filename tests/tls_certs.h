@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -40,6 +41,22 @@ struct TestCert {
     write_text(cert_path, cert_pem());
     write_text(key_path, key_pem());
     ::chmod(key_path.c_str(), 0600);
+  }
+
+  // A certificate and its key from PEM files (a CA that generate-certs made).
+  static TestCert load(const std::string& cert_path, const std::string& key_path) {
+    TestCert loaded;
+    if (FILE* in = std::fopen(cert_path.c_str(), "r")) {
+      loaded.cert = {PEM_read_X509(in, nullptr, nullptr, nullptr), X509_free};
+      std::fclose(in);
+    }
+    if (FILE* in = std::fopen(key_path.c_str(), "r")) {
+      loaded.key = {PEM_read_PrivateKey(in, nullptr, nullptr, nullptr), EVP_PKEY_free};
+      std::fclose(in);
+    }
+    if (!loaded.cert || !loaded.key)
+      throw std::runtime_error("load " + cert_path + " and " + key_path);
+    return loaded;
   }
 
   static void write_text(const std::string& path, const std::string& text) {

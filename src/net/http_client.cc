@@ -60,15 +60,21 @@ struct Client::Impl {
 
   void connect_tcp() {
     beast::error_code ec;
-    Tcp::resolver resolver(io);
-    auto addresses = resolver.resolve(endpoint.host, std::to_string(endpoint.port),
-                                      Tcp::resolver::numeric_service, ec);
-    if (ec)
-      throw ConnectError(
-          "connect " + endpoint.url() + ": resolve " + endpoint.host + ": " + ec.message(),
-          EHOSTUNREACH);
     Tcp::socket tcp(io);
-    asio::connect(tcp, addresses, ec);
+    // An address needs no resolver.
+    auto literal = asio::ip::make_address(endpoint.host, ec);
+    if (!ec) {
+      tcp.connect(Tcp::endpoint(literal, endpoint.port), ec);
+    } else {
+      Tcp::resolver resolver(io);
+      auto addresses = resolver.resolve(endpoint.host, std::to_string(endpoint.port),
+                                        Tcp::resolver::numeric_service, ec);
+      if (ec)
+        throw ConnectError(
+            "connect " + endpoint.url() + ": resolve " + endpoint.host + ": " + ec.message(),
+            EHOSTUNREACH);
+      asio::connect(tcp, addresses, ec);
+    }
     if (ec) throw ConnectError(connect_failure(endpoint, ec, nullptr), ec.value());
     set_cloexec(tcp.native_handle());
     tcp.set_option(Tcp::no_delay(true), ec);

@@ -2,9 +2,12 @@
 // peer's subject, the pump between a TLS stream and a socketpair, and the
 // words for every way a client fails to reach a TCP endpoint.
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cerrno>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,12 +106,42 @@ std::shared_ptr<ssl::context> server_tls_context(const TlsFiles& files) {
   return context;
 }
 
-std::shared_ptr<ssl::context> client_tls_context(const TlsFiles& files) {
+namespace {
+
+std::shared_ptr<ssl::context> load_client_context(const TlsFiles& files) {
   auto context = tls13_context(ssl::context::tls_client);
   if (files.ca.empty()) throw Error("a TLS gateway needs the CA that signed its certificate");
   load("CA", files.ca, [&] { context->load_verify_file(files.ca); });
   if (!files.cert.empty()) load_own(*context, files);
   context->set_verify_mode(ssl::verify_peer);
+  return context;
+}
+
+// What changes when a file is rewritten or replaced ("" when it is missing).
+std::string file_stamp(const std::string& path) {
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+         std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+// One context per set of files and their versions, for the whole process:
+// with OpenSSL 3 a context's making (its providers, the PEM decoders) costs
+// more than the handshake itself, and one command opens several connections.
+std::shared_ptr<ssl::context> client_tls_context(const TlsFiles& files) {
+  std::string key;
+  for (const std::string* path : {&files.ca, &files.cert, &files.key})
+    key += *path + "\n" + file_stamp(*path) + "\n";
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<ssl::context>> made;
+  std::lock_guard lock(mutex);
+  auto it = made.find(key);
+  if (it != made.end()) return it->second;
+  auto context = load_client_context(files);
+  made[key] = context;
   return context;
 }
 

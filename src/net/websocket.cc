@@ -334,6 +334,16 @@ class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
         return;
       }
     }
+    // An address needs no resolver (asio's async one starts a thread).
+    beast::error_code literal_ec;
+    auto literal = asio::ip::make_address(endpoint_.host, literal_ec);
+    if (!literal_ec) {
+      remote_ = Tcp::endpoint(literal, endpoint_.port);
+      socket_.async_connect(remote_, [self = shared_from_this()](beast::error_code connect_ec) {
+        self->on_connect(connect_ec, self->remote_);
+      });
+      return;
+    }
     resolver_.async_resolve(
         endpoint_.host, std::to_string(endpoint_.port), Tcp::resolver::numeric_service,
         [self = shared_from_this()](beast::error_code ec, Tcp::resolver::results_type results) {
@@ -355,7 +365,7 @@ class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
 
   void on_connect(beast::error_code ec, const Tcp::endpoint& remote) {
     if (ec) return fail(connect_failure(endpoint_, ec, nullptr));
-    set_cloexec(socket_.native_handle());
+    if (socket_.is_open()) set_cloexec(socket_.native_handle());
     socket_.set_option(Tcp::no_delay(true), ec);
     peer_.transport = endpoint_.kind == Endpoint::Kind::kTls ? PeerCredentials::Transport::kTls
                                                              : PeerCredentials::Transport::kTcp;
@@ -405,6 +415,7 @@ class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
   Done done_;
   Tcp::resolver resolver_;
   Tcp::socket socket_;
+  Tcp::endpoint remote_;
   std::shared_ptr<ssl::context> context_;
   std::unique_ptr<TlsStream> stream_;
   PeerCredentials peer_;
