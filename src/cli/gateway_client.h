@@ -59,10 +59,10 @@ class GatewayClient {
   // This machine's state (the remembered sandbox name), not the gateway's.
   const Paths& paths() const { return paths_; }
   const GatewayChoice& gateway() const { return choice_; }
-  // Whether the gateway is on another host's filesystem as far as this
-  // command knows: reached over TCP. What the CLI would read of the
-  // gateway's files it must then send, or refuse.
-  bool remote() const { return choice_.endpoint.kind != net::Endpoint::Kind::kUnix; }
+  // Whether the gateway may be on another host (GatewayChoice::remote()):
+  // what the CLI would read of the gateway's files it must then send, or
+  // refuse.
+  bool remote() const { return choice_.remote(); }
   // Before a stream connects: the local socket's directory is still private.
   void check_before_connecting() const;
 

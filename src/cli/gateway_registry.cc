@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/address.h"
 #include "base/error.h"
 #include "base/files.h"
 
@@ -212,6 +213,14 @@ void GatewayRegistry::remove(const std::string& name) {
   std::string marked = files::try_read(active_file).value_or("");
   while (!marked.empty() && marked.back() == '\n') marked.pop_back();
   if (marked == name) ::unlink(active_file.c_str());
+}
+
+bool GatewayChoice::remote() const {
+  if (endpoint.kind == net::Endpoint::Kind::kUnix) return false;
+  if (endpoint.host == "localhost") return false;
+  auto cidr_v4 = Cidr::parse("127.0.0.0/8"), cidr_v6 = Cidr::parse("::1/128");
+  auto address = Address::parse(endpoint.host);
+  return !(address && (cidr_v4->contains(*address) || cidr_v6->contains(*address)));
 }
 
 std::string GatewayChoice::describe() const {

@@ -28,12 +28,13 @@ namespace openshell::cli {
 using nlohmann::json;
 
 // The store of the gateway commands talk to: this OPENSHELL_HOME's, or,
-// for another local gateway chosen by its socket, the one it says it keeps.
+// for another gateway on this host (its socket, or a loopback address), the
+// one it says it keeps.
 // A remote gateway's store is on its own host: the image commands refuse.
 std::string chosen_images_dir() {
   GatewayChoice choice = chosen_gateway();
   if (choice.local_default()) return Paths::resolve().images();
-  if (choice.endpoint.kind != net::Endpoint::Kind::kUnix)
+  if (choice.remote())
     throw Error("image: " + choice.describe() +
                 " is remote: its image store is on its own host, out of this machine's reach "
                 "(run the image command there, or push the image to a registry it pulls from)");

@@ -71,8 +71,9 @@ struct CreateOptions {
 int create(const CreateOptions& o) {
   // A remote gateway cannot read this machine's files: what only names
   // them (a directory, a bind's source) is refused before anything starts.
+  // A gateway on loopback, TLS or not, is on this host and reads them.
   GatewayChoice gateway = chosen_gateway();
-  const bool remote = gateway.endpoint.kind != net::Endpoint::Kind::kUnix;
+  const bool remote = gateway.remote();
   if (remote && o.from != "host" && (looks_like_path(o.from) || files::is_directory(o.from)))
     throw Error("--from " + o.from +
                 ": a remote gateway cannot read this machine's directories; push an image to a "

@@ -316,8 +316,9 @@ TEST_P(GatewayChoice, GenerateCertsSaysWhatItFoundAndIssuesClients) {
 }
 
 TEST_P(GatewayChoice, ARemoteGatewayIsNeverAskedToReadThisMachinesFiles) {
-  // Refused before anything connects: no gateway need listen there.
-  const std::string remote = "https://127.0.0.1:9";
+  // Refused before anything connects: no gateway need listen there (an
+  // address for documentation, RFC 5737, never reached).
+  const std::string remote = "https://192.0.2.1:17670";
   const std::string dir = make_dir(mode(), "choice-root-" + mode_name(mode()));
   Result from_dir =
       client({"--gateway-endpoint", remote, "sandbox", "create", "--from", dir, "--", "true"});

@@ -183,6 +183,19 @@ TEST_F(Registries, ErrorsNameWhatIsWrong) {
             "gateway 'ghost' is not registered (see 'openshell gateway list')");
 }
 
+TEST_F(Registries, OnlyATcpGatewayOffLoopbackIsRemote) {
+  auto remote = [&](const std::string& url) { return choose({"", url}).remote(); };
+  EXPECT_FALSE(remote("unix:///run/openshell/gateway.sock"));
+  EXPECT_FALSE(remote("https://127.0.0.1:17670"));
+  EXPECT_FALSE(remote("https://127.8.9.10:17670"));
+  EXPECT_FALSE(remote("https://[::1]:17670"));
+  EXPECT_FALSE(remote("http://localhost:17671"));
+  EXPECT_TRUE(remote("https://10.0.0.5:17670"));
+  EXPECT_TRUE(remote("https://[fd00::5]:17670"));
+  EXPECT_TRUE(remote("https://gw.example.org:17670"));
+  EXPECT_TRUE(remote("http://192.0.2.1:17671"));
+}
+
 TEST_F(Registries, RemovingTheActiveGatewayLeavesNoneActive) {
   registry.add("a", net::Endpoint::parse("unix:///run/a.sock"), {});
   registry.add("b", net::Endpoint::parse("unix:///run/b.sock"), {});
