@@ -6,8 +6,11 @@
 #include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -515,6 +518,69 @@ TEST_P(GatewayTlsChoice, EachRefusalHasItsLineAndRegistersNothing) {
   Result http = client({"gateway", "add", plain_url_, "--name", "plain"});
   EXPECT_EQ(http.status, 0) << http.err;
   EXPECT_THAT(http.out, HasSubstr("Connected (plain TCP, not authenticated)\n"));
+  EXPECT_FALSE(client_gateway_started());
+}
+
+// A command line on another machine: a network namespace whose veth peer
+// reaches the gateway's address on this host.
+TEST_P(GatewayTlsChoice, FromAnotherMachineWhatNamesItsFilesIsRefusedWithALine) {
+  if (mode() != Mode::kRoot) GTEST_SKIP() << "a network namespace and a veth pair need root";
+  const std::string n = std::to_string(::getpid() % 200 + 20);
+  const std::string ns = "osh-cli-" + std::to_string(::getpid());
+  const std::string host_if = "oshcli" + n + "h", far_if = "oshcli" + n + "f";
+  const std::string host_ip = "10.214." + n + ".1", far_ip = "10.214." + n + ".2";
+  auto shell = [](const std::string& command) {
+    Result r;
+    FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+    if (!pipe) return r;
+    char buf[4096];
+    for (size_t got; (got = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, got);
+    const int status = ::pclose(pipe);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+  };
+  Result made = shell(
+      "ip netns add " + ns + " && ip link add " + host_if + " type veth peer name " + far_if +
+      " && ip link set " + far_if + " netns " + ns + " && ip addr add " + host_ip + "/30 dev " +
+      host_if + " && ip link set " + host_if + " up && ip netns exec " + ns + " ip addr add " +
+      far_ip + "/30 dev " + far_if + " && ip netns exec " + ns + " ip link set " + far_if + " up");
+  struct Cleanup {
+    std::function<Result(const std::string&)> shell;
+    std::string ns, host_if;
+    ~Cleanup() { shell("ip link del " + host_if + "; ip netns del " + ns); }
+  } cleanup{shell, ns, host_if};
+  if (made.status != 0) GTEST_SKIP() << "no network namespace here: " << made.out;
+  // The gateway of home_, again, now also on the veth address.
+  EXPECT_EQ(stop_gateway(mode(), home_), std::vector<std::string>{});
+  ASSERT_EQ(os({"gateway", "generate-certs", "--force", "--server-san", host_ip}).status, 0);
+  const std::string far_port = std::to_string(free_port());
+  write_file(home_ + "/gateway.toml", "[api]\nlisten = [\"" + host_ip + ":" + far_port + "\"]\n");
+  ASSERT_EQ(os({"sandbox", "list"}).status, 0);
+  const std::string url = "https://" + host_ip + ":" + far_port, tls = home_ + "/tls";
+  const std::string far = "ip netns exec " + ns + " env HOME=" + client_home_ +
+                          " OPENSHELL_HOME=" + client_home_ + " XDG_CONFIG_HOME=" + config_ +
+                          " OPENSHELL_SYSTEM_CONFIG_DIR=" + system_ + " " + binary() + " ";
+  Result add = shell(far + "gateway add " + url + " --name far --ca " + tls + "/ca.crt --cert " +
+                     tls + "/client.crt --key " + tls + "/client.key");
+  ASSERT_EQ(add.status, 0) << add.out;
+  EXPECT_THAT(add.out, HasSubstr("Connected / Authenticated (mTLS)\n"));
+  Result dir = shell(far + "sandbox create --from " + rootfs() + " -- true");
+  EXPECT_EQ(dir.status, 125);
+  EXPECT_EQ(dir.out, "openshell: --from " + rootfs() +
+                         ": a remote gateway cannot read this machine's directories; push an "
+                         "image to a registry instead\n");
+  Result image = shell(far + "sandbox create --from no-such-image:1 -- true");
+  EXPECT_EQ(image.status, 125);
+  EXPECT_EQ(image.out, "openshell: --from no-such-image:1: gateway 'far' (" + url +
+                           ") has no such image, and a remote gateway cannot use this machine's "
+                           "images: pull it on the gateway's host, or push it to a registry and "
+                           "pull it there\n");
+  Result images = shell(far + "image list");
+  EXPECT_EQ(images.status, 125);
+  EXPECT_THAT(images.out, HasSubstr("is remote: its image store is on its own host"));
+  Result status = shell(far + "status");
+  EXPECT_EQ(status.status, 0) << status.out;
+  EXPECT_THAT(status.out, HasSubstr("Status: Connected / Authenticated (mTLS)\n"));
   EXPECT_FALSE(client_gateway_started());
 }
 
