@@ -117,8 +117,15 @@ void add_cert_commands(CLI::App* gateway, Action* action) {
 
 void add_gateway_commands(CLI::App& app, Action* action) {
   CLI::App* gateway =
-      app.add_subcommand("gateway", "The local control plane that keeps the sandboxes");
+      app.add_subcommand("gateway",
+                         "The control plane that keeps the sandboxes: run it, give it "
+                         "certificates, register the gateways commands talk to");
   gateway->require_subcommand(1);
+  gateway->footer(
+      "Examples:\n  openshell gateway status\n"
+      "  openshell gateway generate-certs && openshell gateway run --listen 127.0.0.1:17670\n"
+      "  openshell gateway add https://127.0.0.1:17670 --local --name openshell\n"
+      "See openshell-gateway(1).");
   auto ready_fd = std::make_shared<int>(-1);
   CLI::App* run = gateway->add_subcommand(
       "run", "Run the gateway in the foreground (the CLI starts one when needed)");
@@ -202,6 +209,7 @@ void add_gateway_commands(CLI::App& app, Action* action) {
   });
 
   add_cert_commands(gateway, action);
+  add_gateway_registry_commands(gateway, action);
 
   // The supervisor: started by the gateway, not by people.
   auto launch = std::make_shared<std::string>();

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/address.h"
 #include "base/error.h"
 #include "base/files.h"
 
@@ -214,6 +215,14 @@ void GatewayRegistry::remove(const std::string& name) {
   if (marked == name) ::unlink(active_file.c_str());
 }
 
+bool GatewayChoice::remote() const {
+  if (endpoint.kind == net::Endpoint::Kind::kUnix) return false;
+  if (endpoint.host == "localhost") return false;
+  auto cidr_v4 = Cidr::parse("127.0.0.0/8"), cidr_v6 = Cidr::parse("::1/128");
+  auto address = Address::parse(endpoint.host);
+  return !(address && (cidr_v4->contains(*address) || cidr_v6->contains(*address)));
+}
+
 std::string GatewayChoice::describe() const {
   if (name.empty()) return endpoint.url();
   return "gateway '" + name + "' (" + endpoint.url() + ")";
@@ -243,7 +252,14 @@ GatewayChoice choose_gateway(const GatewaySelection& selection,
       throw Error(what + e.what());
     }
     choice.source = source;
-    if (auto g = registry.find_by_url(choice.endpoint.url())) {
+    // The active gateway's credentials first, when it is the one at the URL.
+    std::optional<RegisteredGateway> g;
+    if (auto active = registry.find(registry.active());
+        active && active->endpoint.url() == choice.endpoint.url())
+      g = active;
+    else
+      g = registry.find_by_url(choice.endpoint.url());
+    if (g) {
       choice.endpoint.tls = g->endpoint.tls;
       choice.name = g->name;
     } else if (choice.endpoint.kind == net::Endpoint::Kind::kTls) {

@@ -86,6 +86,10 @@ struct GatewayChoice {
   // The local socket, found without being asked for: the only choice that
   // may start a gateway.
   bool local_default() const { return source == Source::kLocal; }
+  // Whether the gateway may be on another host: a TCP endpoint whose host
+  // is not a loopback address (127.0.0.0/8, ::1, localhost). Such a gateway
+  // cannot read this machine's files; the CLI sends them, or refuses.
+  bool remote() const;
   // "gateway 'lab' (https://10.0.0.5:17670)", "unix:///run/openshell/gateway.sock".
   std::string describe() const;
 };

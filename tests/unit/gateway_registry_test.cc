@@ -140,6 +140,12 @@ TEST_F(Registries, AUrlBorrowsTheCredentialsOfTheGatewayRegisteredForIt) {
   GatewayChoice c = choose({"", "https://[::1]:17670/"});
   EXPECT_EQ(c.name, "lab");
   EXPECT_EQ(c.endpoint.tls.cert, user + "/gateways/lab/client.crt");
+  // Two entries for one URL: the active one's credentials.
+  registry.add("again", net::Endpoint::parse("https://[::1]:17670"), tls);
+  registry.add("aaa", net::Endpoint::parse("https://[::1]:17670"), tls);
+  EXPECT_EQ(choose({"", "https://[::1]:17670"}).name, "lab");
+  registry.select("again");
+  EXPECT_EQ(choose({"", "https://[::1]:17670"}).name, "again");
   // Another URL: this user's generate-certs files, when they are there.
   c = choose({"", "https://127.0.0.1:17671"});
   EXPECT_TRUE(c.endpoint.tls.ca.empty());
@@ -175,6 +181,19 @@ TEST_F(Registries, ErrorsNameWhatIsWrong) {
             "gateway name 'a/b': only letters, digits, '-', '_' and '.' are allowed");
   EXPECT_EQ(error_of([&] { registry.select("ghost"); }),
             "gateway 'ghost' is not registered (see 'openshell gateway list')");
+}
+
+TEST_F(Registries, OnlyATcpGatewayOffLoopbackIsRemote) {
+  auto remote = [&](const std::string& url) { return choose({"", url}).remote(); };
+  EXPECT_FALSE(remote("unix:///run/openshell/gateway.sock"));
+  EXPECT_FALSE(remote("https://127.0.0.1:17670"));
+  EXPECT_FALSE(remote("https://127.8.9.10:17670"));
+  EXPECT_FALSE(remote("https://[::1]:17670"));
+  EXPECT_FALSE(remote("http://localhost:17671"));
+  EXPECT_TRUE(remote("https://10.0.0.5:17670"));
+  EXPECT_TRUE(remote("https://[fd00::5]:17670"));
+  EXPECT_TRUE(remote("https://gw.example.org:17670"));
+  EXPECT_TRUE(remote("http://192.0.2.1:17671"));
 }
 
 TEST_F(Registries, RemovingTheActiveGatewayLeavesNoneActive) {
