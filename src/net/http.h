@@ -143,8 +143,9 @@ struct ServerLimits {
   std::chrono::milliseconds body_timeout{10000};
   // Keep-alive: the longest wait for the next request.
   std::chrono::milliseconds idle_timeout{60000};
-  // Connections (reading, being answered) from one peer at once (its name
-  // is the uid's of old).
+  // Connections (reading, being answered) from one peer at once; TLS
+  // handshakes under way count per client address. (Named for the Unix
+  // socket's peers, which it counted first.)
   size_t max_connections_per_uid = 128;
 
   // The defaults, overridden by OPENSHELL_API_HEADER_TIMEOUT_MS,
