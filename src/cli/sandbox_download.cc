@@ -35,7 +35,7 @@ void add_sandbox_download(CLI::App* sandbox, Action* action) {
     *action = [name, remote, local] {
       GatewayClient client;
       require_copyable(client, *name, "download");
-      return download(client.paths(), *name, *remote, *local);
+      return download(client, *name, *remote, *local);
     };
   });
 }
