@@ -411,6 +411,9 @@ TEST_P(GatewayTlsChoice, AddLocalThenEveryCommandOverMutualTls) {
                          tls_url_ + "), now the active one\n");
   // The client needs nothing of the gateway's files from here on: its own
   // home has none, its registry holds copies.
+  Result info = client({"gateway", "info"});
+  EXPECT_THAT(info.out,
+              HasSubstr("certificate: " + user_name(uid_of(mode())) + " (admin), valid until "));
   struct stat st {};
   ASSERT_EQ(::stat((config_ + "/openshell/gateways/openshell/client.key").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
