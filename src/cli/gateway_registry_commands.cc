@@ -250,7 +250,7 @@ void add_gateway_registry_commands(CLI::App* gateway, Action* action) {
   add_output(info_cmd, info_output.get());
   info_cmd->footer(
       "Shows its endpoint, whether it is active, where its entry and credentials are, and "
-      "whom its certificate names until when. It does "
+      "whom its certificate names, and until when. It does "
       "not connect: 'openshell status' does.\nExample: openshell gateway info lab -o json\n"
       "See openshell-gateway(1).");
   info_cmd->callback([info_name, info_output, action] {
