@@ -517,6 +517,14 @@ TEST_P(GatewayTlsChoice, EachRefusalHasItsLineAndRegistersNothing) {
   EXPECT_EQ(plain.status, 125);
   EXPECT_THAT(plain.err, HasSubstr("answered in plain HTTP where TLS was expected"));
   EXPECT_EQ(client({"gateway", "list", "-o", "json"}).out, "[]\n");
+  // A URL with no credentials anywhere: say where they come from.
+  Result bare = client({"--gateway-endpoint", tls_url_, "sandbox", "list"});
+  EXPECT_EQ(bare.status, 125);
+  EXPECT_EQ(bare.err, "openshell: " + tls_url_ +
+                          ": no credentials for it (register it with 'openshell gateway add " +
+                          tls_url_ +
+                          " --ca FILE --cert FILE --key FILE', or make this user's with "
+                          "'openshell gateway generate-certs')\n");
   // The plain port itself, as http://, is a gateway (loopback only).
   Result http = client({"gateway", "add", plain_url_, "--name", "plain"});
   EXPECT_EQ(http.status, 0) << http.err;
