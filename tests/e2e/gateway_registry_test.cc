@@ -220,14 +220,20 @@ TEST_P(GatewayChoice, SystemEntriesAreReadOnlyAndShadowedByTheUsers) {
   EXPECT_EQ(remove.err, "openshell: gateway 'shared' is in the system registry (" + system_ +
                             "/gateways), which only its package changes; add one of that name "
                             "to shadow it\n");
-  // The user's entry of the same name wins: here, a socket with nothing on it.
+  // A user entry of the same name shadows it: here, one whose gateway is
+  // not there, so that which entry answers is plain.
+  const std::string entry_dir = config_ + "/openshell/gateways/shared";
   const std::string nowhere = "unix://" + client_home_ + "/nothing.sock";
-  write_file(client_home_ + "/nothing.sock", "");
-  ::unlink((client_home_ + "/nothing.sock").c_str());
-  Result shadow = client({"gateway", "add", nowhere, "--name", "shared"});
-  EXPECT_EQ(shadow.status, 125);  // nothing listens: nothing registered
-  EXPECT_EQ(shadow.err, "openshell: no gateway listens at " + nowhere + "\n");
-  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr("system"));
+  ASSERT_EQ(client({"gateway", "add", socket_url_, "--name", "shared"}).status, 0);
+  write_file(entry_dir + "/endpoint.json", "{\"endpoint\": \"" + nowhere + "\"}\n");
+  Result shadowed = client({"sandbox", "list"});
+  EXPECT_EQ(shadowed.status, 125);
+  EXPECT_EQ(shadowed.err, "openshell: no gateway listens at gateway 'shared' (" + nowhere + ")\n");
+  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr(nowhere + "   *        user\n"));
+  // Removing the user's entry uncovers the system's again.
+  EXPECT_EQ(client({"gateway", "remove", "shared"}).status, 0);
+  EXPECT_EQ(client({"sandbox", "list", "--names"}).out, "sys\n");
+  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr("*        system\n"));
   EXPECT_EQ(os({"sandbox", "delete", "sys"}).status, 0);
   EXPECT_FALSE(client_gateway_started());
 }
