@@ -130,19 +130,22 @@ void add_gateway_commands(CLI::App& app, Action* action) {
   CLI::App* run = gateway->add_subcommand(
       "run", "Run the gateway in the foreground (the CLI starts one when needed)");
   run->add_option("--ready-fd", *ready_fd, "")->group("");  // for the CLI's auto-start
-  auto listen = std::make_shared<gateway::ListenFlags>();
-  run->add_option("--listen", listen->listen,
+  auto run_options = std::make_shared<gateway::RunOptions>();
+  run->add_option("--socket-group", run_options->socket_group,
+                  "As root: open the socket to this group (mode 0660), so that its users share "
+                  "this gateway, each with their own sandboxes (api.socket_group in gateway.toml)");
+  run->add_option("--listen", run_options->listen,
                   "Serve the API with mutual TLS at ADDRESS:PORT too (repeatable; 127.0.0.1:17670, "
                   "[::1]:17670)")
       ->type_name("ADDR");
-  run->add_option("--insecure-listen", listen->insecure_listen,
+  run->add_option("--insecure-listen", run_options->insecure_listen,
                   "Serve plain HTTP, unauthenticated, at a loopback ADDRESS:PORT (repeatable)")
       ->type_name("ADDR");
-  run->add_option("--tls-dir", listen->tls_dir,
+  run->add_option("--tls-dir", run_options->tls_dir,
                   "Where ca.crt, server.crt and server.key are (default: the state's tls/)")
       ->type_name("DIR");
-  run->callback([action, ready_fd, listen] {
-    *action = [ready_fd, listen] { return gateway::run(*ready_fd, *listen); };
+  run->callback([action, ready_fd, run_options] {
+    *action = [ready_fd, run_options] { return gateway::run(*ready_fd, *run_options); };
   });
 
   auto output = std::make_shared<std::string>("table");
@@ -170,6 +173,11 @@ void add_gateway_commands(CLI::App& app, Action* action) {
         std::printf("socket: %s\nstate: %s\nsandboxes: %d\nsince: %s\n",
                     info.value("socket", "").c_str(), info.value("state_dir", "").c_str(),
                     info.value("sandboxes", 0), info.value("started_at", "").c_str());
+        for (const auto& listener : info.value("listeners", json::array()))
+          if (listener.value("kind", "") != "unix")
+            std::printf("listening: %s %s\n",
+                        listener.value("kind", "") == "tls" ? "https" : "http (insecure)",
+                        listener.value("address", "").c_str());
         print_gateway_config(info.value("config", json()));
       }
       return 0;

@@ -137,18 +137,21 @@ bool looks_like_path(const std::string& word) {
          word.rfind("../", 0) == 0 || word.rfind("~", 0) == 0;
 }
 
-void print_sandboxes(const json& list, const std::string& output) {
+void print_sandboxes(const json& list, const std::string& output, bool owners) {
   if (output == "json") {
     std::printf("%s\n", list.dump(2).c_str());
     return;
   }
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "PHASE", "GEN", "EXIT", "AGE", "FROM", "LABELS", "COMMAND"}};
-  for (const auto& s : list)
+  if (owners) rows[0].insert(rows[0].begin() + 1, "OWNER");
+  for (const auto& s : list) {
     rows.push_back({s.value("name", ""), s.value("phase", ""),
                     std::to_string(s.value("generation", 0)), exit_text(s),
                     age(s.value("created_at", "")), s.value("from", ""), labels_text(s),
                     command_text(s)});
+    if (owners) rows.back().insert(rows.back().begin() + 1, s.value("owner", ""));
+  }
   print_table(rows);
 }
 
@@ -170,6 +173,7 @@ void print_sandbox(const json& s, const std::string& output) {
   std::vector<std::vector<std::string>> rows = {
       {"Name:", s.value("name", "")},
       {"Id:", s.value("id", "")},
+      {"Owner:", s.value("owner", "")},
       {"Phase:", s.value("phase", "")},
       {"Generation:", std::to_string(s.value("generation", 0))},
       {"Exit code:", exit_text(s)},

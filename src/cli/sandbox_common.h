@@ -55,7 +55,7 @@ void require_ready(GatewayClient& client, const std::string& name, const std::st
 // "./x", "../x", "~/x", "." or "..".
 bool looks_like_path(const std::string& word);
 
-void print_sandboxes(const nlohmann::json& list, const std::string& output);
+void print_sandboxes(const nlohmann::json& list, const std::string& output, bool owners = false);
 void print_sandbox(const nlohmann::json& sandbox, const std::string& output);
 
 // The reason shown for a sandbox in Error.

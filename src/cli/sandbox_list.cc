@@ -1,4 +1,4 @@
-// openshell sandbox list: every sandbox, or those with labels.
+// openshell sandbox list: your sandboxes (--all: everyone's), or those with labels.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +20,7 @@ struct ListOptions {
   std::vector<std::string> selectors;  // each "k=v[,k2=v2]"; all must match
   std::string output = "table";
   bool names = false;
+  bool all = false;  // every principal's (admins), with an OWNER column
 };
 
 int list(const ListOptions& o) {
@@ -27,13 +28,16 @@ int list(const ListOptions& o) {
   std::string path = "/v1/sandboxes";
   // Repeated -l and commas alike: every term must match (AND).
   const std::string selector = text::join(o.selectors, ",");
-  if (!selector.empty()) path += "?selector=" + net::percent_encode(selector);
+  std::vector<std::string> query;
+  if (!selector.empty()) query.push_back("selector=" + net::percent_encode(selector));
+  if (o.all) query.push_back("all=1");
+  if (!query.empty()) path += "?" + text::join(query, "&");
   const auto sandboxes = client.call("GET", path)["sandboxes"];
   if (o.names) {
     for (const auto& s : sandboxes) std::printf("%s\n", s.value("name", "").c_str());
     return 0;
   }
-  print_sandboxes(sandboxes, o.output);
+  print_sandboxes(sandboxes, o.output, o.all);
   return 0;
 }
 
@@ -46,6 +50,9 @@ void add_sandbox_list(CLI::App* sandbox, Action* action) {
   repeatable(c->add_option("-l,--selector", o->selectors,
                            "Only those with these labels: KEY=VALUE or KEY (the label is there), "
                            "comma-separated or repeated; all must match"));
+  c->add_flag("--all", o->all,
+              "Every principal's sandboxes, with their owners (admins only: root on the socket, "
+              "or an admin certificate); without it, only your own");
   CLI::Option* names =
       c->add_flag("--names", o->names, "Print only their names, one a line (for scripts)");
   add_output(c, &o->output)->excludes(names);

@@ -1,10 +1,13 @@
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "base/json_text.h"
+#include "base/log.h"
 #include "base/text.h"
 #include "gateway/service.h"
 
@@ -38,8 +41,8 @@ void Gateway::handle(std::shared_ptr<net::Exchange> exchange) {
   }
 }
 
-// Every endpoint of the API, in one table: a new endpoint is a row here and
-// a handler in the file of its resource.
+// Every endpoint of the API, in one table, with who may call it: a new
+// endpoint is a row here and a handler in the file of its resource.
 const std::vector<Gateway::Route>& Gateway::routes() {
   using Handler = std::function<void(Gateway&, const Call&)>;
   // A handler of the sandbox the path names.
@@ -50,25 +53,32 @@ const std::vector<Gateway::Route>& Gateway::routes() {
   auto plain = [](void (Gateway::*handler)(const std::shared_ptr<net::Exchange>&)) -> Handler {
     return [handler](Gateway& g, const Call& call) { (g.*handler)(call.exchange); };
   };
+  auto called = [](void (Gateway::*handler)(const Call&)) -> Handler {
+    return [handler](Gateway& g, const Call& call) { (g.*handler)(call); };
+  };
+  using A = Access;
   static const std::vector<Route> table = {
-      {"GET", false, "/v1/health", plain(&Gateway::health)},
-      {"GET", false, "/v1/gateway", plain(&Gateway::gateway_info)},
-      {"POST", false, "/v1/gateway/stop", plain(&Gateway::stop_gateway)},
-      {"GET", true, "/v1/supervisor/session", plain(&Gateway::session)},
-      {"GET", true, "/v1/watch", plain(&Gateway::watch)},
-      {"GET", false, "/v1/sandboxes", plain(&Gateway::list_sandboxes)},
-      {"POST", false, "/v1/sandboxes", plain(&Gateway::create)},
-      {"GET", false, "/v1/sandboxes/{name}", named(&Gateway::get_sandbox)},
-      {"DELETE", false, "/v1/sandboxes/{name}", named(&Gateway::delete_sandbox)},
-      {"POST", false, "/v1/sandboxes/{name}/start", named(&Gateway::start_sandbox)},
-      {"POST", false, "/v1/sandboxes/{name}/stop", named(&Gateway::stop_sandbox)},
-      {"GET", false, "/v1/sandboxes/{name}/wait", named(&Gateway::wait_exit)},
-      {"GET", false, "/v1/sandboxes/{name}/logs", named(&Gateway::logs)},  // or a WebSocket
-      {"GET", true, "/v1/sandboxes/{name}/exec", named(&Gateway::exec)},
-      {"GET", false, "/v1/sandboxes/{name}/events", named(&Gateway::events)},
-      {"GET", false, "/v1/sandboxes/{name}/policy", named(&Gateway::get_policy)},
-      {"PUT", false, "/v1/sandboxes/{name}/policy", named(&Gateway::set_policy)},
-      {"GET", false, "/v1/sandboxes/{name}/policies", named(&Gateway::list_policies)},
+      {"GET", false, "/v1/health", A::kAnyone, plain(&Gateway::health)},
+      {"GET", false, "/v1/whoami", A::kAnyone, called(&Gateway::whoami)},
+      {"GET", false, "/v1/gateway", A::kAnyone, plain(&Gateway::gateway_info)},
+      {"POST", false, "/v1/gateway/stop", A::kAdmin, plain(&Gateway::stop_gateway)},
+      {"GET", true, "/v1/supervisor/session", A::kSupervisor, plain(&Gateway::session)},
+      {"GET", true, "/v1/watch", A::kAnyone, called(&Gateway::watch)},
+      {"GET", false, "/v1/sandboxes", A::kAnyone, called(&Gateway::list_sandboxes)},
+      {"POST", false, "/v1/sandboxes", A::kAnyone, called(&Gateway::create)},
+      {"GET", false, "/v1/sandboxes/{name}", A::kOwner, named(&Gateway::get_sandbox)},
+      {"DELETE", false, "/v1/sandboxes/{name}", A::kOwner, named(&Gateway::delete_sandbox)},
+      {"POST", false, "/v1/sandboxes/{name}/start", A::kOwner, called(&Gateway::start_sandbox)},
+      {"POST", false, "/v1/sandboxes/{name}/stop", A::kOwner, named(&Gateway::stop_sandbox)},
+      {"GET", false, "/v1/sandboxes/{name}/wait", A::kOwner, named(&Gateway::wait_exit)},
+      // logs: a plain request, or a WebSocket that follows them
+      {"GET", false, "/v1/sandboxes/{name}/logs", A::kOwner, named(&Gateway::logs)},
+      // exec, and so upload and download (a tar run in the sandbox)
+      {"GET", true, "/v1/sandboxes/{name}/exec", A::kOwner, named(&Gateway::exec)},
+      {"GET", false, "/v1/sandboxes/{name}/events", A::kOwner, named(&Gateway::events)},
+      {"GET", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::get_policy)},
+      {"PUT", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::set_policy)},
+      {"GET", false, "/v1/sandboxes/{name}/policies", A::kOwner, named(&Gateway::list_policies)},
   };
   return table;
 }
@@ -93,12 +103,82 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   if (parts.size() < 2 || parts[1] != "v1")
     throw ApiError(404, "not_found", "no such API path: " + req.path);
   for (const Route& r : routes()) {
-    Call call{exchange, ""};
+    Call call{exchange, "", principal_of(exchange->peer(), ::geteuid())};
     if (r.websocket ? !req.websocket : req.method != r.method) continue;
     if (!path_matches(parts, r.pattern, &call.name)) continue;
+    authorize(r, call);
     return r.handler(*this, call);
   }
   throw ApiError(404, "not_found", "no such API path: " + req.method + " " + req.path);
+}
+
+// The one check of who may call what, before any handler runs.
+void Gateway::authorize(const Route& route, const Call& call) {
+  // A verified certificate always names someone; an empty name would pass
+  // for the owner of the sandboxes that predate owners.
+  if (call.who.name.empty())
+    refuse(call, "no_principal", "the request's peer has no principal name");
+  switch (route.access) {
+    case Access::kAnyone:
+      return;
+    case Access::kAdmin:
+      if (!call.who.admin)
+        refuse(call, "admin_only",
+               call.exchange->request().method + " " + route.pattern + " is for admins, and " +
+                   call.who.name + " is not one");
+      return;
+    case Access::kSupervisor:
+      if (!call.who.unix_peer)
+        refuse(call, "unix_only", "a supervisor's session is opened on the gateway's Unix socket");
+      return;
+    case Access::kOwner: {
+      SandboxRecord record = find(call.name);  // 404 first: the name is global anyway
+      if (!may_touch(call.who, owner_of(record)))
+        refuse(call, "not_owner",
+               "sandbox '" + call.name + "' is not " + call.who.name +
+                   "'s (only its owner or an admin may see or touch it)");
+      return;
+    }
+  }
+}
+
+std::string Gateway::owner_of(const SandboxRecord& record) const {
+  return effective_owner(record.owner, ::geteuid());
+}
+
+void Gateway::refuse(const Call& call, const std::string& code, const std::string& message) {
+  const net::Request& req = call.exchange->request();
+  const net::PeerCredentials peer = call.exchange->peer();
+  json entry = {{"time", time::format_ms(now_ms())},
+                {"principal", call.who.name},
+                {"admin", call.who.admin},
+                {"transport", call.who.transport},
+                {"method", req.method},
+                {"path", req.path},
+                {"status", 403},
+                {"code", code},
+                {"message", message}};
+  if (call.who.unix_peer) {
+    entry["uid"] = peer.uid;
+    entry["pid"] = peer.pid;
+  } else if (!peer.address.empty()) {
+    entry["address"] = peer.address;
+  }
+  log::warn("refused " + req.method + " " + req.path + " to " + call.who.name + " (" +
+            call.who.transport + "): " + code + ": " + message);
+  // One write of a whole line: lines of concurrent appends never mix.
+  const std::string path = paths_.state_dir + "/audit.log";
+  const std::string line = json_text(entry) + "\n";
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd || ::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    log::error(errno_message("append to " + path, errno));
+  throw ApiError(403, code, message);
+}
+
+void Gateway::whoami(const Call& call) {
+  call.exchange->respond(json_response(200, {{"principal", call.who.name},
+                                             {"admin", call.who.admin},
+                                             {"transport", call.who.transport}}));
 }
 
 void Gateway::health(const std::shared_ptr<net::Exchange>& exchange) {

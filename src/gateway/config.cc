@@ -159,10 +159,14 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
         if (!n || *n < 1 || *n > kMaxLimit)
           fail(path, &node, name, "not a whole number from 1 to 86400000");
         set(limit, std::to_string(*n));
+      } else if (name == "api.socket_group") {
+        auto s = node.value<std::string>();
+        if (!s || s->empty()) fail(path, &node, name, "must be a group's name");
+        set(&c->socket_group, *s);
       } else if (table_name == "api") {
         fail(path, &node, name,
              "unknown key (known: header_timeout_ms, body_timeout_ms, idle_timeout_ms, "
-             "max_connections_per_uid, listen, insecure_listen, tls_dir)");
+             "max_connections_per_uid, listen, insecure_listen, tls_dir, socket_group)");
       } else if (table_name == "dns") {
         fail(path, &node, name,
              "unknown key (known: servers, hosts_file, resolv_conf, query_rate, query_burst)");
@@ -249,6 +253,7 @@ GatewayConfig load_config(const std::string& path, const Getenv& getenv) {
   c.listen = {"", "default", ""};
   c.insecure_listen = {"", "default", ""};
   c.tls_dir = {"", "default", ""};
+  c.socket_group = {"", "default", ""};
   std::string text;
   int err = files::read_into(path, &text);
   if (err && err != ENOENT) throw_errno("read " + path, err);
@@ -297,6 +302,7 @@ json GatewayConfig::view() const {
   add("api.listen", listen);
   add("api.insecure_listen", insecure_listen);
   add("api.tls_dir", tls_dir);
+  add("api.socket_group", socket_group);
   auto add_default = [&](const char* key, const std::optional<uint64_t>& value,
                          const std::string& builtin) {
     settings[key] = {{"value", value ? std::to_string(*value) : builtin},

@@ -20,6 +20,7 @@
 //   listen = ["127.0.0.1:17670"]   # TLS listeners beside the socket     gateway run --listen
 //   insecure_listen = []           # plain HTTP, loopback only           --insecure-listen
 //   tls_dir = "/var/lib/openshell/tls"   # ca.crt, server.crt, server.key   --tls-dir
+//   socket_group = "openshell"  # a root gateway's socket, 0660, for this group (--socket-group)
 //   [sandbox_defaults]    # see base/sandbox_limits.h
 //   pids = 4096
 //   tmp_size = "1G"
@@ -69,6 +70,7 @@ struct GatewayConfig {
   Setting listen;
   Setting insecure_listen;
   Setting tls_dir;
+  Setting socket_group;  // "": the socket is the gateway's user's alone (0600)
   limits::Defaults sandbox_defaults;
 
   // The API server's limits these settings give.

@@ -1,6 +1,7 @@
 #include "gateway/gateway.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -32,9 +33,10 @@ GatewayConfig load_config_noting(const std::string& path, struct stat* st) {
 
 }  // namespace
 
-Gateway::Gateway(asio::io_context& io, Paths paths, const ListenFlags& flags)
+Gateway::Gateway(asio::io_context& io, Paths paths, RunOptions options)
     : io_(io),
       paths_(std::move(paths)),
+      options_(std::move(options)),
       config_(load_config_noting(config_path(paths_, ::geteuid(), std::getenv), &config_stat_)),
       signals_(io, SIGTERM, SIGINT),
       server_(
@@ -44,10 +46,10 @@ Gateway::Gateway(asio::io_context& io, Paths paths, const ListenFlags& flags)
     s->value = std::move(value);
     s->source = "command line";
   };
-  if (!flags.listen.empty()) from_flags(&config_.listen, text::join(flags.listen, ","));
-  if (!flags.insecure_listen.empty())
-    from_flags(&config_.insecure_listen, text::join(flags.insecure_listen, ","));
-  if (!flags.tls_dir.empty()) from_flags(&config_.tls_dir, flags.tls_dir);
+  if (!options_.listen.empty()) from_flags(&config_.listen, text::join(options_.listen, ","));
+  if (!options_.insecure_listen.empty())
+    from_flags(&config_.insecure_listen, text::join(options_.insecure_listen, ","));
+  if (!options_.tls_dir.empty()) from_flags(&config_.tls_dir, options_.tls_dir);
 }
 
 // including what an older gateway left in plain text.
@@ -110,6 +112,7 @@ void Gateway::start() {
       });
   server_.listen(paths_.socket(), 0600);
   listen_tcp();
+  share_socket();
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) shutdown();
   });
@@ -144,6 +147,31 @@ void Gateway::listen_tcp() {
   for (const std::string& address : addresses(config_.insecure_listen))
     log::error("gateway serving plain HTTP on " + server_.listen_tcp(address) +
                " (--insecure-listen: no authentication)");
+}
+
+// The socket opened to a group, once it is root's alone: its group first,
+// then the mode, so that no other group ever holds it open.
+void Gateway::share_socket() {
+  const std::string name =
+      !options_.socket_group.empty() ? options_.socket_group : config_.socket_group.value;
+  if (name.empty()) return;
+  if (::geteuid() != 0)
+    throw Error("socket group " + name +
+                ": only a root gateway opens its socket to a group (this one runs as uid " +
+                std::to_string(::geteuid()) + ")");
+  std::vector<char> buf(16384);
+  group entry{};
+  group* found = nullptr;
+  if (::getgrnam_r(name.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || !found)
+    throw Error("socket group " + name + ": no such group");
+  const gid_t gid = found->gr_gid;
+  // Its directory: searchable by the group, not listable.
+  if (::chown(paths_.run_dir.c_str(), 0, gid) != 0) throw_errno("chown " + paths_.run_dir);
+  if (::chmod(paths_.run_dir.c_str(), 0710) != 0) throw_errno("chmod " + paths_.run_dir);
+  if (::chown(paths_.socket().c_str(), 0, gid) != 0) throw_errno("chown " + paths_.socket());
+  if (::chmod(paths_.socket().c_str(), 0660) != 0) throw_errno("chmod " + paths_.socket());
+  log::warn("the socket " + paths_.socket() + " is open to group " + name + " (gid " +
+            std::to_string(gid) + ")");
 }
 
 void Gateway::shutdown() {
@@ -255,13 +283,18 @@ void Gateway::wait_for(const std::string& id, std::function<bool(const SandboxRe
 
 void Gateway::notify(const std::string& id) {
   auto record = store_->find_by_id(id);
-  // Watchers first: they see every change.
+  // Watchers first: they see every change of the sandboxes they may see.
   json event = record ? json{{"type", "phase"}, {"sandbox", view(*record)}}
                       : json{{"type", "deleted"}, {"id", id}};
+  std::string owner;
+  if (record)
+    owner = owner_of(*record);
+  else if (auto last = gone_.find(id); last != gone_.end())
+    owner = last->second.value("owner", "");
   std::string text = json_text(event);
   for (auto it = watchers_.begin(); it != watchers_.end();) {
-    if (auto ws = it->lock()) {
-      ws->send(text, false);
+    if (auto ws = it->ws.lock()) {
+      if (may_touch(it->who, owner)) ws->send(text, false);
       ++it;
     } else {
       it = watchers_.erase(it);
@@ -295,7 +328,7 @@ void Gateway::notify(const std::string& id) {
   }
 }
 
-int run(int ready_fd, const ListenFlags& flags) {
+int run(int ready_fd, const RunOptions& options) {
   // A write to a client or pipe that has gone (the CLI that started us,
   // killed before it read our answer) is that peer's end, not ours.
   ::signal(SIGPIPE, SIG_IGN);
@@ -313,7 +346,7 @@ int run(int ready_fd, const ListenFlags& flags) {
   };
   try {
     asio::io_context io;
-    Gateway gateway(io, Paths::resolve(), flags);
+    Gateway gateway(io, Paths::resolve(), options);
     gateway.start();
     tell("ok");
     // A handler that fails (a store write on a full disk, say) fails its

@@ -7,6 +7,7 @@
 #include "base/random.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
+#include "gateway/host_paths.h"
 #include "gateway/selector.h"
 #include "gateway/service.h"
 #include "image/store.h"
@@ -27,6 +28,7 @@ json Gateway::view(const SandboxRecord& r) const {
   SandboxSpec spec = SandboxSpec::from_json(r.spec);
   json j = {{"name", r.name},
             {"id", r.id},
+            {"owner", owner_of(r)},
             {"phase", std::string(phase_name(r.phase))},
             {"generation", r.generation},
             {"conditions", conditions},
@@ -51,8 +53,15 @@ SandboxRecord Gateway::find(const std::string& name) const {
   return *record;
 }
 
-void Gateway::list_sandboxes(const std::shared_ptr<net::Exchange>& exchange) {
+// The caller's own sandboxes; with all=1, an admin's view of everyone's.
+void Gateway::list_sandboxes(const Call& call) {
+  const std::shared_ptr<net::Exchange>& exchange = call.exchange;
   const net::Request& req = exchange->request();
+  const bool all = req.query.count("all") && req.query.at("all") != "0";
+  if (all && !call.who.admin)
+    refuse(call, "admin_only",
+           "the sandboxes of every principal (all=1, sandbox list --all) are for admins, and " +
+               call.who.name + " is not one");
   json list = json::array();
   std::vector<SelectorTerm> terms;
   try {
@@ -61,7 +70,7 @@ void Gateway::list_sandboxes(const std::shared_ptr<net::Exchange>& exchange) {
     throw ApiError(400, "bad_request", e.what());
   }
   for (const auto& r : store_->list())
-    if (matches(terms, r.labels)) list.push_back(view(r));
+    if ((all || owner_of(r) == call.who.name) && matches(terms, r.labels)) list.push_back(view(r));
   exchange->respond(json_response(200, {{"sandboxes", list}}));
 }
 
@@ -83,6 +92,40 @@ void Gateway::events(const std::shared_ptr<net::Exchange>& exchange, const std::
     events.push_back(
         {{"time", time::format_ms(e.time_ms)}, {"type", e.type}, {"message", e.message}});
   exchange->respond(json_response(200, {{"sandbox", record.name}, {"events", events}}));
+}
+
+void Gateway::check_host_paths(const Call& call, const SandboxSpec& spec) {
+  std::vector<HostPath> paths;
+  for (const auto& b : spec.binds)
+    paths.push_back({b.source, "--bind " + b.source + ":" + b.target, !b.read_only});
+  if (!spec.from.empty() && spec.from[0] == '/') paths.push_back({spec.from, "--from", false});
+  const Principal& who = call.who;
+  // The gateway's own rights are the caller's: root, the gateway's user.
+  if (who.unix_peer && (who.uid == 0 || who.uid == ::geteuid())) return;
+  if (!who.unix_peer) {
+    // A remote principal has no rights on this host's files to check: only
+    // an admin's request may name them (from "host" too: the host's root).
+    if (who.admin) return;
+    if (spec.from == "host") paths.push_back({"/", "--from host", false});
+    if (paths.empty()) return;
+    refuse(call, "host_path_not_allowed",
+           paths.front().what + ": a host path is given only to an admin over " + who.transport +
+               " (" + who.name + " is not one); copy the files in with 'sandbox upload' instead");
+  }
+  if (paths.empty()) return;
+  if (::geteuid() != 0)
+    refuse(call, "host_path_not_allowed",
+           paths.front().what + ": this gateway is not root and cannot check host paths with " +
+               who.name + "'s rights");
+  std::string problem;
+  try {
+    problem = host_path_problem(who.uid, who.gid, paths);
+  } catch (const Error& e) {
+    throw ApiError(500, "internal", e.what());
+  }
+  if (!problem.empty())
+    refuse(call, "host_path_denied",
+           problem + ": host paths are used with " + who.name + "'s rights");
 }
 
 void Gateway::resolve_image(SandboxSpec* spec) {
@@ -149,7 +192,8 @@ void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
   log::warn("sandbox " + id + ": " + spec->storage_note);
 }
 
-void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
+void Gateway::create(const Call& call) {
+  const std::shared_ptr<net::Exchange>& exchange = call.exchange;
   const net::Request& req = exchange->request();
   json body = json::parse(req.body, nullptr, false);
   if (!body.is_object()) throw ApiError(400, "bad_request", "the body must be a JSON object");
@@ -183,6 +227,8 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   } catch (const Error& e) {
     throw ApiError(500, "bad_config", e.what());
   }
+  // Before the gateway looks at any of them with its own rights.
+  check_host_paths(call, spec);
   const bool directory = spec.from[0] == '/' && files::is_directory(spec.from);
   if (spec.from != "host" && !directory) resolve_image(&spec);
   if (spec.from != "host") choose_storage(&spec, id);
@@ -215,6 +261,7 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
   record.spec = spec.to_json();
   record.labels = spec.labels;
   record.intent = "launch";
+  record.owner = call.who.name;
   record.created_ms = record.updated_ms = now_ms();
   record.conditions.push_back(
       Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
@@ -285,9 +332,13 @@ void Gateway::create(const std::shared_ptr<net::Exchange>& exchange) {
       });
 }
 
-void Gateway::start_sandbox(const std::shared_ptr<net::Exchange>& exchange,
-                            const std::string& name) {
+void Gateway::start_sandbox(const Call& call) {
+  const std::shared_ptr<net::Exchange>& exchange = call.exchange;
+  const std::string& name = call.name;
   SandboxRecord record = find(name);
+  // A bind's source may have changed since the create (a directory become a
+  // symbolic link elsewhere): the caller's rights again, at every start.
+  check_host_paths(call, SandboxSpec::from_json(record.spec));
   if (!finished(record.phase))
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
@@ -357,10 +408,11 @@ void Gateway::wait_exit(const std::shared_ptr<net::Exchange>& exchange, const st
 // Log records as they are in the file; with follow, a WebSocket that stays
 // open until the main process has ended and its output is all sent.
 
-void Gateway::watch(const std::shared_ptr<net::Exchange>& exchange) {
-  auto ws = exchange->upgrade();
+// Every change of the sandboxes the caller may see (notify() sends them).
+void Gateway::watch(const Call& call) {
+  auto ws = call.exchange->upgrade();
   ws->start([](std::string, bool) {}, [](const std::string&) {});
-  watchers_.push_back(ws);
+  watchers_.push_back({ws, call.who});
 }
 
 }  // namespace openshell::gateway

@@ -31,6 +31,7 @@
 #include "base/unique_fd.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
+#include "gateway/principal.h"
 #include "gateway/store.h"
 #include "net/http.h"
 #include "protocol/supervisor_session.h"
@@ -76,7 +77,7 @@ inline bool finished(Phase phase) {
 class Gateway {
  public:
   // A bad configuration stops the gateway here, saying what is wrong.
-  Gateway(asio::io_context& io, Paths paths, const ListenFlags& flags = {});
+  Gateway(asio::io_context& io, Paths paths, RunOptions options);
 
   void start();
 
@@ -101,14 +102,32 @@ class Gateway {
   struct Call {
     std::shared_ptr<net::Exchange> exchange;
     std::string name;  // the path's {name}, where the route has one
+    Principal who;
+  };
+  // Who may call a route; checked by route() before any handler runs.
+  enum class Access {
+    kAnyone,      // every principal (a handler may narrow what it shows: list, watch)
+    kAdmin,       // admins only: 403 admin_only
+    kOwner,       // the owner of the sandbox the path names, or an admin: 403 not_owner
+    kSupervisor,  // the Unix socket only (the launch file then says which sandbox)
   };
   struct Route {
     const char* method;   // of a plain request
     bool websocket;       // an upgrade to a WebSocket (at any method), not a plain request
     const char* pattern;  // "/v1/sandboxes/{name}/logs"
+    Access access;
     std::function<void(Gateway&, const Call&)> handler;
   };
   static const std::vector<Route>& routes();
+  // Refuses the call: 403 with this code, recorded in the gateway's log and
+  // in STATE/audit.log (one JSON object a line). Throws ApiError.
+  [[noreturn]] void refuse(const Call& call, const std::string& code, const std::string& message);
+  // Whose the record is (its stored owner, or the gateway owner's).
+  std::string owner_of(const SandboxRecord& record) const;
+  // The host paths in the spec, checked with the caller's rights, not the
+  // gateway's (sandboxes.cc). Refuses through refuse().
+  void check_host_paths(const Call& call, const SandboxSpec& spec);
+  void authorize(const Route& route, const Call& call);
 
   // API
   void handle(std::shared_ptr<net::Exchange> exchange);
@@ -116,22 +135,23 @@ class Gateway {
   void health(const std::shared_ptr<net::Exchange>& exchange);
   void gateway_info(const std::shared_ptr<net::Exchange>& exchange);
   void stop_gateway(const std::shared_ptr<net::Exchange>& exchange);
-  void list_sandboxes(const std::shared_ptr<net::Exchange>& exchange);
+  void list_sandboxes(const Call& call);
   void get_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void events(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void whoami(const Call& call);
   json view(const SandboxRecord& record) const;
   void release_id_range(const SandboxRecord& record) const;
   SandboxRecord find(const std::string& name) const;
 
-  void create(const std::shared_ptr<net::Exchange>& exchange);
-  void start_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void create(const Call& call);
+  void start_sandbox(const Call& call);
   void stop_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void delete_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void session(const std::shared_ptr<net::Exchange>& exchange);
-  void watch(const std::shared_ptr<net::Exchange>& exchange);
+  void watch(const Call& call);
   void get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void list_policies(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void set_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
@@ -170,6 +190,7 @@ class Gateway {
                 std::function<void(const SandboxRecord*)> callback);
   void notify(const std::string& id);
   void shutdown();
+  void share_socket();
 
   // The settings (gateway/config.h), read again when the file changes.
   const GatewayConfig& config();
@@ -178,6 +199,7 @@ class Gateway {
 
   asio::io_context& io_;
   Paths paths_;
+  RunOptions options_;
   struct stat config_stat_ {};  // the file as it was read (zeros: absent)
   GatewayConfig config_;        // before server_: the API's limits are its settings
   bool config_broken_ = false;  // the file changed and does not parse
@@ -193,7 +215,11 @@ class Gateway {
   UniqueFd lock_;
   std::map<std::string, Supervised> supervised_;  // by sandbox id
   std::map<std::string, std::vector<Waiter>> waiters_;
-  std::vector<std::weak_ptr<net::WebSocket>> watchers_;
+  struct Watcher {
+    std::weak_ptr<net::WebSocket> ws;
+    Principal who;  // sees only the sandboxes it may see
+  };
+  std::vector<Watcher> watchers_;
   // The last view of recently deleted sandboxes (--no-keep ones vanish while
   // their creator still waits for the exit status).
   std::map<std::string, json> gone_;

@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   supervisor_start INTEGER NOT NULL,
   intent TEXT NOT NULL,
   created_ms INTEGER NOT NULL,
-  updated_ms INTEGER NOT NULL
+  updated_ms INTEGER NOT NULL,
+  owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -63,7 +64,7 @@ CREATE TABLE IF NOT EXISTS policies (
 
 constexpr const char* kSandboxColumns =
     "id, name, phase, generation, exit_code, conditions, spec, labels, supervisor_pid, "
-    "supervisor_start, intent, created_ms, updated_ms";
+    "supervisor_start, intent, created_ms, updated_ms, owner";
 
 struct PhaseName {
   Phase phase;
@@ -256,6 +257,7 @@ void bind_record(sqlite3* db, Statement& statement, const SandboxRecord& record)
   // Stored as the same 64 bits, so that every value comes back unchanged.
   statement.bind(10, static_cast<int64_t>(record.supervisor_start));
   statement.bind(11, record.intent).bind(12, record.created_ms).bind(13, record.updated_ms);
+  statement.bind(14, record.owner);
 }
 
 // The row the statement is on, its columns in kSandboxColumns' order.
@@ -295,6 +297,7 @@ SandboxRecord read_record(sqlite3* db, const Statement& row) {
   record.intent = row.text(10);
   record.created_ms = row.int64(11);
   record.updated_ms = row.int64(12);
+  record.owner = row.text(13);
   return record;
 }
 
@@ -361,6 +364,16 @@ void set_up(sqlite3* db) {
   // Checked before anything else is created: a newer schema is not ours to touch.
   std::optional<int64_t> version = schema_version(db);
   execute_script(db, kSchema);
+  // The owner came after the first schema: a column added in place (the
+  // rows made before it read as owned by ''), not a new version, so that
+  // an older openshell still opens the file (it names its columns).
+  bool has_owner = false;
+  {
+    Statement columns(db, "PRAGMA table_info(sandboxes)");
+    while (columns.step())
+      if (columns.text(1) == "owner") has_owner = true;
+  }
+  if (!has_owner) execute(db, "ALTER TABLE sandboxes ADD COLUMN owner TEXT NOT NULL DEFAULT ''");
   if (!version) {
     Statement statement(db, "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)");
     statement.bind(1, std::to_string(kSchemaVersion)).run();
@@ -409,9 +422,9 @@ Store::~Store() { sqlite3_close_v2(db_); }
 
 void Store::insert(const SandboxRecord& record) {
   write_transaction(db_, "insert sandbox '" + record.name + "'", [&] {
-    Statement statement(db_,
-                        std::string("INSERT INTO sandboxes (") + kSandboxColumns +
-                            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+    Statement statement(
+        db_, std::string("INSERT INTO sandboxes (") + kSandboxColumns +
+                 ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
     bind_record(db_, statement, sealed(record));
     try {
       statement.run();
@@ -430,7 +443,7 @@ void Store::update(const SandboxRecord& record) {
                         "UPDATE sandboxes SET name = ?2, phase = ?3, generation = ?4, "
                         "exit_code = ?5, conditions = ?6, spec = ?7, labels = ?8, "
                         "supervisor_pid = ?9, supervisor_start = ?10, intent = ?11, "
-                        "created_ms = ?12, updated_ms = ?13 WHERE id = ?1");
+                        "created_ms = ?12, updated_ms = ?13, owner = ?14 WHERE id = ?1");
     bind_record(db_, statement, sealed(record));
     try {
       statement.run();

@@ -60,6 +60,9 @@ struct SandboxRecord {
   std::string intent;
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
+  // The principal that created it (gateway/principal.h); "" in a row made
+  // before sandboxes had owners: the gateway owner's.
+  std::string owner;
   bool operator==(const SandboxRecord&) const = default;
 };
 

@@ -97,6 +97,9 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
   ServerLimits limits;
   Server::Admission admission;
   std::map<std::string, size_t> connections_per_peer;  // peer_key()
+  // TLS connections before their handshake's end, by client address: the
+  // cap holds for them too, before there is a subject to count.
+  std::map<std::string, size_t> handshakes_per_address;
   std::chrono::steady_clock::time_point refusal_window_start;
   int refusals_logged = 0;
   long refusals_unlogged = 0;
@@ -542,9 +545,28 @@ class TlsAccept : public std::enable_shared_from_this<TlsAccept> {
     beast::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
     address_ = ec ? "unknown" : address_text(remote);
+    host_ = ec ? "unknown" : remote.address().to_string();
+  }
+
+  ~TlsAccept() {
+    if (!counted_) return;
+    auto it = server_->handshakes_per_address.find(host_);
+    if (it != server_->handshakes_per_address.end() && --it->second == 0)
+      server_->handshakes_per_address.erase(it);
   }
 
   void start() {
+    const size_t cap = server_->limits.max_connections_per_uid;
+    size_t& under_way = server_->handshakes_per_address[host_];
+    if (cap > 0 && under_way >= cap) {
+      server_->log_refusal("API: refused a connection from " + address_ + ": " +
+                           std::to_string(under_way) +
+                           " TLS handshakes from that address are under way (the limit is " +
+                           std::to_string(cap) + ")");
+      return give_up();
+    }
+    ++under_way;
+    counted_ = true;
     deadline_.expires_after(server_->limits.header_timeout);
     deadline_.async_wait([weak = weak_from_this()](beast::error_code ec) {
       if (ec) return;
@@ -642,6 +664,8 @@ class TlsAccept : public std::enable_shared_from_this<TlsAccept> {
   std::shared_ptr<ssl::context> context_;
   asio::steady_timer deadline_;
   std::string address_;
+  std::string host_;      // the address without its port
+  bool counted_ = false;  // in server_->handshakes_per_address
   std::string answer_;
   char drained_[4096];
 };

@@ -111,6 +111,18 @@ TEST(GatewayConfig, ListenersAndTheTlsDirectoryComeFromTheApiTable) {
             path + ":2: api.tls_dir: must be an absolute path");
 }
 
+TEST(GatewayConfig, TheSocketGroupIsUnsetOrTheFilesName) {
+  openshell::testing::TempDir dir;
+  const std::string path = dir.path() + "/gateway.toml";
+  FakeEnv env;
+  EXPECT_EQ(load_config(path, env.getenv()).socket_group.value, "");
+  openshell::testing::write_file(path, "[api]\nsocket_group = \"openshell\"\n");
+  GatewayConfig c = load_config(path, env.getenv());
+  EXPECT_EQ(c.socket_group.value, "openshell");
+  EXPECT_EQ(c.socket_group.source, "file");
+  EXPECT_EQ(c.view()["settings"]["api.socket_group"]["value"], "openshell");
+}
+
 TEST(GatewayConfig, TheSystemGatewayReadsEtcWhenItExists) {
   openshell::testing::TempDir dir;
   Paths paths{dir.path() + "/state", dir.path() + "/run"};
@@ -149,7 +161,12 @@ TEST(GatewayConfig, BadSettingsNameTheFileLineAndKey) {
   EXPECT_EQ(error("[api]\nidle_timeout = 5\n"),
             path +
                 ":2: api.idle_timeout: unknown key (known: header_timeout_ms, body_timeout_ms, "
-                "idle_timeout_ms, max_connections_per_uid, listen, insecure_listen, tls_dir)");
+                "idle_timeout_ms, max_connections_per_uid, listen, insecure_listen, tls_dir, "
+                "socket_group)");
+  EXPECT_EQ(error("[api]\nsocket_group = \"\"\n"),
+            path + ":2: api.socket_group: must be a group's name");
+  EXPECT_EQ(error("[api]\nsocket_group = 100\n"),
+            path + ":2: api.socket_group: must be a group's name");
   EXPECT_EQ(error("[dns]\n\nservers = [\"nameserver\"]\n"),
             path + ":3: dns.servers: \"nameserver\" is not an address or address:port");
   EXPECT_EQ(error("[dns]\nservers = \"192.0.2.1\"\n"),

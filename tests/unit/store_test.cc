@@ -96,6 +96,7 @@ SandboxRecord sample(const std::string& id, const std::string& name, int64_t cre
   r.supervisor_pid = 4242;
   r.supervisor_start = 0xFEDCBA9876543210ULL;  // beyond INT64_MAX: all 64 bits must survive
   r.intent = "launch";
+  r.owner = "alice";
   r.created_ms = created_ms;
   r.updated_ms = created_ms + 1000;
   return r;
@@ -242,6 +243,40 @@ TEST_F(StoreTest, EveryFieldRoundTrips) {
   EXPECT_EQ(store->find_by_id("ffffffffffff"), std::nullopt);
   // Oldest first; equal creation times in id order.
   EXPECT_THAT(store->list(), ElementsAre(bare, zero_exit, full));
+}
+
+// A database from before sandboxes had owners gets the column in place,
+// keeping its rows (owned by "", which the gateway reads as its own
+// user's) and its schema version, so an older openshell still opens it.
+TEST_F(StoreTest, ARowFromBeforeOwnersHasNoOwner) {
+  {
+    auto store = open();
+    store->insert(sample("0123456789ab", "old", 1));
+  }
+  {
+    RawDb raw(db_path());
+    raw.exec("CREATE TABLE old_rows AS SELECT * FROM sandboxes");
+    raw.exec("DROP TABLE sandboxes");
+    raw.exec(
+        "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, phase TEXT NOT "
+        "NULL, generation INTEGER NOT NULL, exit_code INTEGER NULL, conditions TEXT NOT NULL, "
+        "spec TEXT NOT NULL, labels TEXT NOT NULL, supervisor_pid INTEGER NOT NULL, "
+        "supervisor_start INTEGER NOT NULL, intent TEXT NOT NULL, created_ms INTEGER NOT NULL, "
+        "updated_ms INTEGER NOT NULL)");
+    raw.exec(
+        "INSERT INTO sandboxes SELECT id, name, phase, generation, exit_code, conditions, spec, "
+        "labels, supervisor_pid, supervisor_start, intent, created_ms, updated_ms FROM old_rows");
+    raw.exec("DROP TABLE old_rows");
+  }
+  auto store = open();
+  auto record = store->find_by_name("old");
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->owner, "");
+  EXPECT_EQ(record->generation, 7);
+  record->owner = "bob";
+  store->update(*record);
+  EXPECT_EQ(store->find_by_name("old")->owner, "bob");
+  EXPECT_EQ(meta("schema_version"), "1");
 }
 
 TEST_F(StoreTest, EveryPhaseRoundTrips) {

@@ -352,6 +352,49 @@ TEST_F(Tls, ListenNamesAMissingFile) {
   }
 }
 
+// Connections that never finish their handshake count against the cap of
+// their address, so that they cannot hold the listener for the others.
+TEST_F(Tls, HandshakesUnderWayCountPerAddress) {
+  ServerLimits limits;
+  limits.max_connections_per_uid = 2;
+  // Far past the test's own wait: a silent connection is not closed for it.
+  limits.header_timeout = std::chrono::minutes(10);
+  server = std::make_unique<Server>(io, whoami(), limits);
+  std::string bound = server->listen_tls("127.0.0.1:0", server_files());
+  const uint16_t port = static_cast<uint16_t>(std::stoi(bound.substr(bound.rfind(':') + 1)));
+  auto silent = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    return fd;
+  };
+  int first = silent(), second = silent();
+  // The third from the same address is closed at once: its read ends.
+  std::string third;
+  EXPECT_EQ(beside([&] {
+              int fd = silent();
+              timeval timeout{30, 0};
+              ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+              char byte;
+              third = ::recv(fd, &byte, 1, 0) == 0 ? "closed" : "open";
+              ::close(fd);
+            }),
+            "");
+  EXPECT_EQ(third, "closed");
+  ::close(first);
+  ::close(second);
+  // Their end frees the address's share: a client gets through again.
+  std::string answer;
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  do {
+    answer = get(endpoint("https://" + bound, &pki.client));
+  } while (answer != "{\"subject\":\"owner\"}" && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(answer, "{\"subject\":\"owner\"}");
+}
+
 TEST_F(Tls, ListenersAreListed) {
   server = std::make_unique<Server>(io, whoami());
   std::string tls = server->listen_tls("127.0.0.1:0", server_files());
