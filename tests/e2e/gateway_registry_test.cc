@@ -279,7 +279,8 @@ TEST_P(GatewayChoice, StatusNamesTheGatewayWhoWeAreAndItsSandboxes) {
               HasSubstr("Status: Connected (Unix socket, as " + user_name(uid_of(mode())) + ")"));
   EXPECT_THAT(status.out, HasSubstr("Version: "));
   EXPECT_THAT(status.out, HasSubstr("Sandboxes: 1 (Ready 1)\n"));
-  EXPECT_THAT(status.out, HasSubstr("You: "));
+  // The gateway's own user is an admin of it.
+  EXPECT_THAT(status.out, HasSubstr("You: " + user_name(uid_of(mode())) + " (admin), over unix\n"));
   Result json = client({"--gateway-endpoint", socket_url_, "status", "-o", "json"});
   EXPECT_THAT(json.out, HasSubstr("\"reachable\": true"));
   EXPECT_THAT(json.out, HasSubstr("\"Ready\": 1"));
@@ -427,11 +428,9 @@ TEST_P(GatewayTlsChoice, AddLocalThenEveryCommandOverMutualTls) {
   ASSERT_EQ(status.status, 0) << status.err;
   const std::string head =
       "Gateway: gateway 'openshell' (" + tls_url_ + ")\nStatus: Connected / Authenticated (mTLS)\n";
-  // Who we are: the certificate's principal, an admin's (a gateway without
-  // GET /v1/whoami says "unknown").
-  EXPECT_THAT(status.out, testing::AnyOf(HasSubstr(head + "You: " + user_name(uid_of(mode())) +
-                                                   " (admin), over tls\n"),
-                                         HasSubstr(head + "You: unknown\n")));
+  // Who we are: the certificate's principal, an admin's (GET /v1/whoami).
+  EXPECT_THAT(status.out,
+              HasSubstr(head + "You: " + user_name(uid_of(mode())) + " (admin), over tls\n"));
   // A root the gateway's host has (a directory there) comes by the local
   // socket; the sandbox is then used over TLS.
   ASSERT_EQ(
