@@ -278,7 +278,7 @@ TEST_P(GatewayChoice, StatusNamesTheGatewayWhoWeAreAndItsSandboxes) {
   EXPECT_THAT(status.out,
               HasSubstr("Status: Connected (Unix socket, as " + user_name(uid_of(mode())) + ")"));
   EXPECT_THAT(status.out, HasSubstr("Version: "));
-  EXPECT_THAT(status.out, HasSubstr("Sandboxes: 1 (Ready 1)\n"));
+  EXPECT_THAT(status.out, HasSubstr("Sandboxes: 1 (Ready 1)\nAll sandboxes: 1 (Ready 1)\n"));
   // The gateway's own user is an admin of it.
   EXPECT_THAT(status.out, HasSubstr("You: " + user_name(uid_of(mode())) + " (admin), over unix\n"));
   Result json = client({"--gateway-endpoint", socket_url_, "status", "-o", "json"});
@@ -444,6 +444,20 @@ TEST_P(GatewayTlsChoice, AddLocalThenEveryCommandOverMutualTls) {
   EXPECT_EQ(exec.status, 3) << exec.err;
   EXPECT_EQ(exec.out, "over tls\n");
   EXPECT_EQ(exec.err, "e\n");
+  // Another principal's certificate, registered under a name of its own:
+  // it is alice to the gateway, no admin, and sees none of the owner's.
+  ASSERT_EQ(os({"gateway", "issue-client", "--name", "alice"}).status, 0);
+  const std::string alice = home_ + "/tls/clients/alice";
+  ASSERT_EQ(client(with_files({"gateway", "add", tls_url_, "--name", "alice"}, alice + "/ca.crt",
+                              alice + "/client.crt", alice + "/client.key"))
+                .status,
+            0);
+  Result as_alice = client({"-g", "alice", "status"});
+  EXPECT_EQ(as_alice.status, 0) << as_alice.err;
+  EXPECT_THAT(as_alice.out, HasSubstr("You: alice, over tls\nVersion: "));
+  EXPECT_THAT(as_alice.out, HasSubstr("Sandboxes: 0\n"));
+  EXPECT_THAT(as_alice.out, Not(HasSubstr("All sandboxes")));
+  EXPECT_EQ(client({"-g", "alice", "sandbox", "list", "--names"}).out, "");
   Result once = client({"--gateway-endpoint", tls_url_, "sandbox", "list", "--names"});
   EXPECT_EQ(once.status, 0) << once.err;
   EXPECT_THAT(once.out, HasSubstr("tls\n"));
