@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <ctime>
 #include <memory>
 
 #include <openssl/bio.h>
@@ -263,6 +264,27 @@ CertSetResult generate_cert_set(const CertSetOptions& options) {
   files::write_atomically(options.dir + "/ca.key", pem_of_key(ca_key.get()), 0600);
   result.made = true;
   return result;
+}
+
+CertSummary summarize_cert(const std::string& path) {
+  Cert cert = read_cert(path);
+  CertSummary summary;
+  X509_NAME* subject = X509_get_subject_name(cert.get());
+  auto field = [&](int nid) {
+    char buf[256] = "";
+    return X509_NAME_get_text_by_NID(subject, nid, buf, sizeof buf) < 0 ? std::string()
+                                                                        : std::string(buf);
+  };
+  summary.common_name = field(NID_commonName);
+  summary.admin = field(NID_organizationalUnitName) == "admin";
+  struct tm end {};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert.get()), &end) == 1) {
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &end);
+    summary.not_after = text;
+  }
+  summary.expired = X509_cmp_current_time(X509_get0_notAfter(cert.get())) < 0;
+  return summary;
 }
 
 void issue_client_cert(const ClientCertOptions& options) {

@@ -46,6 +46,16 @@ struct ClientCertOptions {
 // Issues a client certificate signed by the CA of ca_dir. Throws Error.
 void issue_client_cert(const ClientCertOptions& options);
 
+// What a client certificate says of itself, for `gateway info`.
+struct CertSummary {
+  std::string common_name;
+  bool admin = false;     // OU=admin
+  std::string not_after;  // "2029-03-05T12:00:00Z"
+  bool expired = false;
+};
+// Throws Error naming the file when it is no PEM certificate.
+CertSummary summarize_cert(const std::string& path);
+
 // A principal's name as it goes into a certificate: 1 to 64 of letters,
 // digits, '.', '_', '-' and '@', not starting with '-' or '.'. Throws Error.
 void check_principal_name(const std::string& name);

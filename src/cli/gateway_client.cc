@@ -120,6 +120,12 @@ GatewayClient::GatewayClient(GatewayChoice choice, bool autostart)
     : paths_(Paths::resolve()), choice_(std::move(choice)) {
   if (!choice_.local_default()) {
     // Asked for by name or URL: it is there or it is not; never started here.
+    if (choice_.endpoint.kind == net::Endpoint::Kind::kTls && choice_.endpoint.tls.ca.empty())
+      throw Error(choice_.describe() +
+                  ": no credentials for it (register it with 'openshell gateway add " +
+                  choice_.endpoint.url() +
+                  " --ca FILE --cert FILE --key FILE', or make this user's with 'openshell "
+                  "gateway generate-certs')");
     try {
       client_ = std::make_unique<net::Client>(choice_.endpoint);
     } catch (const net::ConnectError& e) {

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "auth/certs.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "cli/commands.h"
@@ -109,6 +110,19 @@ json entry_json(const RegisteredGateway& g, const std::string& active) {
   return j;
 }
 
+// The client certificate's principal and validity, or why it cannot be read.
+json cert_json(const RegisteredGateway& g) {
+  try {
+    auth::CertSummary c = auth::summarize_cert(g.endpoint.tls.cert);
+    return {{"principal", c.common_name},
+            {"admin", c.admin},
+            {"not_after", c.not_after},
+            {"expired", c.expired}};
+  } catch (const Error& e) {
+    return {{"error", e.what()}};
+  }
+}
+
 int list(const std::string& output) {
   GatewayRegistry registry = GatewayRegistry::from_environment();
   const std::string active = registry.active();
@@ -153,6 +167,7 @@ int info(const std::string& name, const std::string& output) {
   auto g = registry.find(chosen);
   if (!g) throw Error("gateway '" + chosen + "' is not registered (see 'openshell gateway list')");
   json j = entry_json(*g, registry.active());
+  if (j.contains("tls")) j["tls"]["certificate"] = cert_json(*g);
   if (output == "json") {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -160,9 +175,18 @@ int info(const std::string& name, const std::string& output) {
   std::printf("name: %s\nendpoint: %s\nactive: %s\nsource: %s\ndir: %s\n", g->name.c_str(),
               g->endpoint.url().c_str(), j["active"].get<bool>() ? "yes" : "no",
               g->system ? "system" : "user", g->dir.c_str());
-  if (!g->endpoint.tls.ca.empty())
+  if (!g->endpoint.tls.ca.empty()) {
     std::printf("ca: %s\ncert: %s\nkey: %s\n", g->endpoint.tls.ca.c_str(),
                 g->endpoint.tls.cert.c_str(), g->endpoint.tls.key.c_str());
+    const json c = j["tls"]["certificate"];
+    if (c.contains("error"))
+      std::printf("certificate: %s\n", c.value("error", "").c_str());
+    else
+      std::printf("certificate: %s%s, %s %s\n", c.value("principal", "").c_str(),
+                  c.value("admin", false) ? " (admin)" : "",
+                  c.value("expired", false) ? "expired" : "valid until",
+                  c.value("not_after", "").c_str());
+  }
   return 0;
 }
 
@@ -225,7 +249,8 @@ void add_gateway_registry_commands(CLI::App* gateway, Action* action) {
   info_cmd->add_option("name", *info_name, "The gateway (default: the one commands would use)");
   add_output(info_cmd, info_output.get());
   info_cmd->footer(
-      "Shows its endpoint, whether it is active, where its entry and credentials are. It does "
+      "Shows its endpoint, whether it is active, where its entry and credentials are, and "
+      "whom its certificate names, and until when. It does "
       "not connect: 'openshell status' does.\nExample: openshell gateway info lab -o json\n"
       "See openshell-gateway(1).");
   info_cmd->callback([info_name, info_output, action] {

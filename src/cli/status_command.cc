@@ -45,15 +45,27 @@ std::string source_name(GatewayChoice::Source source) {
   return "";
 }
 
-// "2 (Ready 1, Completed 1)".
-std::string counts_text(const std::map<std::string, int>& by_phase) {
+// The sandboxes a list shows: {"total": N, "by_phase": {"Ready": N, ...}}.
+json counts(GatewayClient& client, const std::string& target) {
+  std::map<std::string, int> by_phase;
   int total = 0;
-  std::string parts;
-  for (const auto& [phase, n] : by_phase) {
-    total += n;
-    parts += (parts.empty() ? "" : ", ") + phase + " " + std::to_string(n);
+  for (const auto& s : client.call("GET", target).value("sandboxes", json::array())) {
+    ++by_phase[s.value("phase", "Unknown")];
+    ++total;
   }
-  return std::to_string(total) + (parts.empty() ? "" : " (" + parts + ")");
+  json result = json::object();
+  result["total"] = total;
+  result["by_phase"] = by_phase;
+  return result;
+}
+
+// "2 (Completed 1, Ready 1)".
+std::string counts_text(const json& counts) {
+  std::string parts;
+  const json by_phase = counts.value("by_phase", json::object());
+  for (const auto& [phase, n] : by_phase.items())
+    parts += (parts.empty() ? "" : ", ") + phase + " " + std::to_string(n.get<int>());
+  return std::to_string(counts.value("total", 0)) + (parts.empty() ? "" : " (" + parts + ")");
 }
 
 int status(const std::string& output) {
@@ -81,15 +93,15 @@ int status(const std::string& output) {
     return none ? 0 : 1;
   }
   const GatewayProbe probe = probe_gateway(*client);
-  std::map<std::string, int> by_phase;
-  for (const auto& s : client->call("GET", "/v1/sandboxes").value("sandboxes", json::array()))
-    ++by_phase[s.value("phase", "Unknown")];
+  const bool admin = probe.whoami && probe.whoami->value("admin", false);
   out["reachable"] = true;
   out["version"] = probe.version;
   out["whoami"] = probe.whoami ? *probe.whoami : json("unknown");
-  int total = 0;
-  for (const auto& [phase, n] : by_phase) total += n;
-  out["sandboxes"] = {{"total", total}, {"by_phase", by_phase}};
+  // Yours; and, for an admin, every principal's.
+  const json yours = counts(*client, "/v1/sandboxes");
+  out["sandboxes"] = yours;
+  json everyone;
+  if (admin) out["all_sandboxes"] = everyone = counts(*client, "/v1/sandboxes?all=1");
   if (output == "json") {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -106,7 +118,8 @@ int status(const std::string& output) {
                   ? ("local (" + choice.endpoint.url() + ")").c_str()
                   : choice.describe().c_str(),
               connection_line(*client, probe).c_str(), who.c_str(), probe.version.c_str(),
-              counts_text(by_phase).c_str());
+              counts_text(yours).c_str());
+  if (admin) std::printf("All sandboxes: %s\n", counts_text(everyone).c_str());
   return 0;
 }
 

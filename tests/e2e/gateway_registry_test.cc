@@ -220,14 +220,20 @@ TEST_P(GatewayChoice, SystemEntriesAreReadOnlyAndShadowedByTheUsers) {
   EXPECT_EQ(remove.err, "openshell: gateway 'shared' is in the system registry (" + system_ +
                             "/gateways), which only its package changes; add one of that name "
                             "to shadow it\n");
-  // The user's entry of the same name wins: here, a socket with nothing on it.
+  // A user entry of the same name shadows it: here, one whose gateway is
+  // not there, so that which entry answers is plain.
+  const std::string entry_dir = config_ + "/openshell/gateways/shared";
   const std::string nowhere = "unix://" + client_home_ + "/nothing.sock";
-  write_file(client_home_ + "/nothing.sock", "");
-  ::unlink((client_home_ + "/nothing.sock").c_str());
-  Result shadow = client({"gateway", "add", nowhere, "--name", "shared"});
-  EXPECT_EQ(shadow.status, 125);  // nothing listens: nothing registered
-  EXPECT_EQ(shadow.err, "openshell: no gateway listens at " + nowhere + "\n");
-  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr("system"));
+  ASSERT_EQ(client({"gateway", "add", socket_url_, "--name", "shared"}).status, 0);
+  write_file(entry_dir + "/endpoint.json", "{\"endpoint\": \"" + nowhere + "\"}\n");
+  Result shadowed = client({"sandbox", "list"});
+  EXPECT_EQ(shadowed.status, 125);
+  EXPECT_EQ(shadowed.err, "openshell: no gateway listens at gateway 'shared' (" + nowhere + ")\n");
+  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr(nowhere + "   *        user\n"));
+  // Removing the user's entry uncovers the system's again.
+  EXPECT_EQ(client({"gateway", "remove", "shared"}).status, 0);
+  EXPECT_EQ(client({"sandbox", "list", "--names"}).out, "sys\n");
+  EXPECT_THAT(client({"gateway", "list"}).out, HasSubstr("*        system\n"));
   EXPECT_EQ(os({"sandbox", "delete", "sys"}).status, 0);
   EXPECT_FALSE(client_gateway_started());
 }
@@ -272,8 +278,9 @@ TEST_P(GatewayChoice, StatusNamesTheGatewayWhoWeAreAndItsSandboxes) {
   EXPECT_THAT(status.out,
               HasSubstr("Status: Connected (Unix socket, as " + user_name(uid_of(mode())) + ")"));
   EXPECT_THAT(status.out, HasSubstr("Version: "));
-  EXPECT_THAT(status.out, HasSubstr("Sandboxes: 1 (Ready 1)\n"));
-  EXPECT_THAT(status.out, HasSubstr("You: "));
+  EXPECT_THAT(status.out, HasSubstr("Sandboxes: 1 (Ready 1)\nAll sandboxes: 1 (Ready 1)\n"));
+  // The gateway's own user is an admin of it.
+  EXPECT_THAT(status.out, HasSubstr("You: " + user_name(uid_of(mode())) + " (admin), over unix\n"));
   Result json = client({"--gateway-endpoint", socket_url_, "status", "-o", "json"});
   EXPECT_THAT(json.out, HasSubstr("\"reachable\": true"));
   EXPECT_THAT(json.out, HasSubstr("\"Ready\": 1"));
@@ -411,6 +418,9 @@ TEST_P(GatewayTlsChoice, AddLocalThenEveryCommandOverMutualTls) {
                          tls_url_ + "), now the active one\n");
   // The client needs nothing of the gateway's files from here on: its own
   // home has none, its registry holds copies.
+  Result info = client({"gateway", "info"});
+  EXPECT_THAT(info.out,
+              HasSubstr("certificate: " + user_name(uid_of(mode())) + " (admin), valid until "));
   struct stat st {};
   ASSERT_EQ(::stat((config_ + "/openshell/gateways/openshell/client.key").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -418,11 +428,9 @@ TEST_P(GatewayTlsChoice, AddLocalThenEveryCommandOverMutualTls) {
   ASSERT_EQ(status.status, 0) << status.err;
   const std::string head =
       "Gateway: gateway 'openshell' (" + tls_url_ + ")\nStatus: Connected / Authenticated (mTLS)\n";
-  // Who we are: the certificate's principal, an admin's (a gateway without
-  // GET /v1/whoami says "unknown").
-  EXPECT_THAT(status.out, testing::AnyOf(HasSubstr(head + "You: " + user_name(uid_of(mode())) +
-                                                   " (admin), over tls\n"),
-                                         HasSubstr(head + "You: unknown\n")));
+  // Who we are: the certificate's principal, an admin's (GET /v1/whoami).
+  EXPECT_THAT(status.out,
+              HasSubstr(head + "You: " + user_name(uid_of(mode())) + " (admin), over tls\n"));
   // A root the gateway's host has (a directory there) comes by the local
   // socket; the sandbox is then used over TLS.
   ASSERT_EQ(
@@ -436,6 +444,20 @@ TEST_P(GatewayTlsChoice, AddLocalThenEveryCommandOverMutualTls) {
   EXPECT_EQ(exec.status, 3) << exec.err;
   EXPECT_EQ(exec.out, "over tls\n");
   EXPECT_EQ(exec.err, "e\n");
+  // Another principal's certificate, registered under a name of its own:
+  // it is alice to the gateway, no admin, and sees none of the owner's.
+  ASSERT_EQ(os({"gateway", "issue-client", "--name", "alice"}).status, 0);
+  const std::string alice = home_ + "/tls/clients/alice";
+  ASSERT_EQ(client(with_files({"gateway", "add", tls_url_, "--name", "alice"}, alice + "/ca.crt",
+                              alice + "/client.crt", alice + "/client.key"))
+                .status,
+            0);
+  Result as_alice = client({"-g", "alice", "status"});
+  EXPECT_EQ(as_alice.status, 0) << as_alice.err;
+  EXPECT_THAT(as_alice.out, HasSubstr("You: alice, over tls\nVersion: "));
+  EXPECT_THAT(as_alice.out, HasSubstr("Sandboxes: 0\n"));
+  EXPECT_THAT(as_alice.out, Not(HasSubstr("All sandboxes")));
+  EXPECT_EQ(client({"-g", "alice", "sandbox", "list", "--names"}).out, "");
   Result once = client({"--gateway-endpoint", tls_url_, "sandbox", "list", "--names"});
   EXPECT_EQ(once.status, 0) << once.err;
   EXPECT_THAT(once.out, HasSubstr("tls\n"));
@@ -514,6 +536,14 @@ TEST_P(GatewayTlsChoice, EachRefusalHasItsLineAndRegistersNothing) {
   EXPECT_EQ(plain.status, 125);
   EXPECT_THAT(plain.err, HasSubstr("answered in plain HTTP where TLS was expected"));
   EXPECT_EQ(client({"gateway", "list", "-o", "json"}).out, "[]\n");
+  // A URL with no credentials anywhere: say where they come from.
+  Result bare = client({"--gateway-endpoint", tls_url_, "sandbox", "list"});
+  EXPECT_EQ(bare.status, 125);
+  EXPECT_EQ(bare.err, "openshell: " + tls_url_ +
+                          ": no credentials for it (register it with 'openshell gateway add " +
+                          tls_url_ +
+                          " --ca FILE --cert FILE --key FILE', or make this user's with "
+                          "'openshell gateway generate-certs')\n");
   // The plain port itself, as http://, is a gateway (loopback only).
   Result http = client({"gateway", "add", plain_url_, "--name", "plain"});
   EXPECT_EQ(http.status, 0) << http.err;

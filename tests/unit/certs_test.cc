@@ -16,6 +16,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "../tls_certs.h"
 #include "base/files.h"
 #include "test_util.h"
 
@@ -240,6 +241,27 @@ TEST_F(CertSet, IssueClientSignsAPrincipalsCertificate) {
             tmp.path() +
                 "/none/ca.crt: no such file (make the CA with 'openshell gateway "
                 "generate-certs')");
+}
+
+TEST_F(CertSet, ASummarySaysWhoAndUntilWhen) {
+  make();
+  CertSummary owner = summarize_cert(dir + "/client.crt");
+  EXPECT_EQ(owner.common_name, "owner");
+  EXPECT_TRUE(owner.admin);
+  EXPECT_FALSE(owner.expired);
+  EXPECT_THAT(owner.not_after, ::testing::MatchesRegex("20[0-9][0-9]-[01][0-9]-[0-3][0-9]T.*Z"));
+  // One that ended an hour ago.
+  openshell::testing::TestCert ca = openshell::testing::make_cert({"ca", "", {}, true});
+  openshell::testing::TestCert old =
+      openshell::testing::make_cert({"bob", "", {}, false, -7200, -3600}, &ca);
+  old.write(tmp.path() + "/old.crt", tmp.path() + "/old.key");
+  CertSummary bob = summarize_cert(tmp.path() + "/old.crt");
+  EXPECT_EQ(bob.common_name, "bob");
+  EXPECT_FALSE(bob.admin);
+  EXPECT_TRUE(bob.expired);
+  openshell::testing::write_file(tmp.path() + "/junk.crt", "junk");
+  EXPECT_THAT(error_of([&] { summarize_cert(tmp.path() + "/junk.crt"); }),
+              ::testing::StartsWith(tmp.path() + "/junk.crt: not a PEM certificate"));
 }
 
 }  // namespace
