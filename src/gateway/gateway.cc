@@ -1,7 +1,6 @@
 #include "gateway/gateway.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -114,12 +113,9 @@ void Gateway::share_socket() {
     throw Error("socket group " + name +
                 ": only a root gateway opens its socket to a group (this one runs as uid " +
                 std::to_string(::geteuid()) + ")");
-  std::vector<char> buf(16384);
-  group entry{};
-  group* found = nullptr;
-  if (::getgrnam_r(name.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || !found)
-    throw Error("socket group " + name + ": no such group");
-  const gid_t gid = found->gr_gid;
+  const std::optional<gid_t> found = group_id(name);
+  if (!found) throw Error("socket group " + name + ": no such group in /etc/group");
+  const gid_t gid = *found;
   // Its directory: searchable by the group, not listable.
   if (::chown(paths_.run_dir.c_str(), 0, gid) != 0) throw_errno("chown " + paths_.run_dir);
   if (::chmod(paths_.run_dir.c_str(), 0710) != 0) throw_errno("chmod " + paths_.run_dir);

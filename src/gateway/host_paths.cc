@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,24 +14,11 @@
 
 #include "base/error.h"
 #include "base/unique_fd.h"
+#include "gateway/principal.h"
 
 namespace openshell::gateway {
 
 namespace {
-
-// The user's groups as passwd and the group file give them; just gid for a
-// uid that passwd does not know.
-std::vector<gid_t> groups_of(uid_t uid, gid_t gid) {
-  std::vector<char> buf(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (::getpwuid_r(uid, &entry, buf.data(), buf.size(), &found) != 0 || !found) return {gid};
-  int n = 64;
-  std::vector<gid_t> groups(static_cast<size_t>(n));
-  while (::getgrouplist(found->pw_name, gid, groups.data(), &n) < 0) groups.resize(n);
-  groups.resize(static_cast<size_t>(n));
-  return groups;
-}
 
 struct Verdict {
   int index = -1;  // the path refused, or -1

@@ -77,6 +77,23 @@ TEST(Principal, AnOwnerlessSandboxIsTheGatewayOwnersAndOnlyItsOwnerOrAnAdminMayT
   EXPECT_TRUE(may_touch(admin, "bob"));
 }
 
+TEST(Principal, UsersAndGroupsAreReadFromTheFilesText) {
+  const std::string passwd =
+      "root:x:0:0:root:/root:/bin/bash\n# a comment\nalice:x:1001:1001::/home/alice:/bin/sh\n"
+      "broken line\n";
+  EXPECT_EQ(user_name_in(passwd, 0), "root");
+  EXPECT_EQ(user_name_in(passwd, 1001), "alice");
+  EXPECT_EQ(user_name_in(passwd, 1002), "uid-1002");
+  const std::string group =
+      "root:x:0:\nalice:x:1001:\nshare:x:1500:bob,alice\nother:x:1600:bob\n"
+      "again:x:1001:alice\nbad:x:nope:alice\n";
+  EXPECT_THAT(groups_in(group, "alice", 1001), ::testing::ElementsAre(1001u, 1500u));
+  EXPECT_THAT(groups_in(group, "carol", 42), ::testing::ElementsAre(42u));
+  EXPECT_EQ(group_id_in(group, "share"), 1500u);
+  EXPECT_EQ(group_id_in(group, "none"), std::nullopt);
+  EXPECT_EQ(group_id_in(group, "bad"), std::nullopt);
+}
+
 class HostPaths : public ::testing::Test {
  protected:
   void SetUp() override {
