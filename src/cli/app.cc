@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/gateway_registry.h"
 #include "cli/parse_errors.h"
 
 namespace openshell::cli {
@@ -19,11 +20,23 @@ int main(int argc, char** argv) {
       "confined by a policy.",
       "openshell"};
   app.require_subcommand(1);
-  app.fallthrough(false);
+  // The global options (-v, -g, --gateway-endpoint) may also come after the
+  // command's name: each command passes the options it lacks up to here.
+  app.fallthrough(true);
   app.set_version_flag("--version", std::string("openshell ") + OPENSHELL_VERSION);
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Say what openshell does, with timings")
       ->configurable(false);
+  GatewaySelection selection;
+  app.add_option("-g,--gateway", selection.name,
+                 "The registered gateway to talk to (see 'openshell gateway list'; default: "
+                 "$OPENSHELL_GATEWAY, else the active one, else this user's local gateway)")
+      ->type_name("NAME");
+  app.add_option("--gateway-endpoint", selection.endpoint,
+                 "The gateway at this URL: unix:///PATH, https://HOST:PORT or http://HOST:PORT "
+                 "(an https URL uses a registered gateway's credentials for it, else this "
+                 "user's from 'openshell gateway generate-certs')")
+      ->type_name("URL");
   app.footer(
       "Exit status: the command's own; 125 when openshell failed, 126 when the command cannot "
       "be executed, 127 when it was not found.\nSee openshell(1) and openshell-COMMAND(1).");
@@ -34,6 +47,7 @@ int main(int argc, char** argv) {
   add_image_commands(app, &action);
   add_policy_commands(app, &action);
   add_gateway_commands(app, &action);
+  add_status_command(app, &action);
 
   if (argc == 1) {
     std::fputs(app.help().c_str(), stdout);
@@ -52,6 +66,7 @@ int main(int argc, char** argv) {
     return exit_code::kFailure;
   }
   log::set_verbose(verbose);
+  set_gateway_selection(selection);
   try {
     return action ? action() : exit_code::kFailure;
   } catch (const Error& e) {

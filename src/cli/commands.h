@@ -27,4 +27,10 @@ void add_image_commands(CLI::App& app, Action* action);
 // `openshell gateway ...` (and the supervisor's hidden entry).
 void add_gateway_commands(CLI::App& app, Action* action);
 
+// `openshell gateway add|list|select|info|remove`, below `gateway`.
+void add_gateway_registry_commands(CLI::App* gateway, Action* action);
+
+// `openshell status`.
+void add_status_command(CLI::App& app, Action* action);
+
 }  // namespace openshell::cli

@@ -261,7 +261,7 @@ void print_upload(const UploadStats& stats, const std::string& dest, const std::
 
 }  // namespace
 
-int upload(const Paths& paths, const std::string& name, const std::string& local,
+int upload(const GatewayClient& client, const std::string& name, const std::string& local,
            const std::string& dest, const UploadOptions& upload_options) {
   struct stat st;
   if (::lstat(local.c_str(), &st) != 0) throw_errno("upload: " + local);
@@ -295,7 +295,7 @@ int upload(const Paths& paths, const std::string& name, const std::string& local
   options.stderr_fd = tar_errors.get();
   int status = 0;
   try {
-    status = exec(paths, name, options);
+    status = exec(client, name, options);
   } catch (...) {
     read_end.reset();  // the writer stops at once
     writer.join();
@@ -357,7 +357,7 @@ std::string upload_failure(const std::string& tar_errors, const std::string& des
   return tar_failure(tar_errors, "upload to ", dest, status);
 }
 
-int download(const Paths& paths, const std::string& name, const std::string& remote,
+int download(const GatewayClient& client, const std::string& name, const std::string& remote,
              const std::string& local) {
   if (remote.empty() || remote[0] != '/')
     throw Error("download: the source must be an absolute path in the sandbox");
@@ -406,7 +406,7 @@ int download(const Paths& paths, const std::string& name, const std::string& rem
     options.stdout_fd = write_end.get();
     options.stderr_fd = tar_errors.get();
     try {
-      status = exec(paths, name, options);
+      status = exec(client, name, options);
     } catch (const Error& e) {
       exec_error = e.what();
       exec_code = e.exit_code();

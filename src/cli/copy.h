@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "base/paths.h"
 #include "cli/streams.h"
 #include "cli/upload_filter.h"
 
@@ -31,7 +30,7 @@ struct UploadStats {
 // Returns 0 when done. Throws Error (125) when openshell fails, the sandbox
 // has no tar, or the sandbox refused the copy (tar there failed: a
 // directory it may not write, a full disk), with one line naming what.
-int upload(const Paths& paths, const std::string& name, const std::string& local,
+int upload(const GatewayClient& client, const std::string& name, const std::string& local,
            const std::string& dest, const UploadOptions& options);
 
 // "copied 3 files, 1 directory (12 B) into /sandbox; 2 left out by git
@@ -56,7 +55,7 @@ std::string tar_failure(const std::string& tar_errors, const std::string& prefix
 // directory, no device nodes, owned by the caller) and moved into place only
 // when complete. Throws Error (125), one line, when it cannot be done,
 // also when the sandbox's tar refused (a missing or unreadable file).
-int download(const Paths& paths, const std::string& name, const std::string& remote,
+int download(const GatewayClient& client, const std::string& name, const std::string& remote,
              const std::string& local);
 
 // The tar stream upload sends: `local` under its base name (GNU format,

@@ -8,10 +8,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
+#include "auth/certs.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/process_name.h"
@@ -112,7 +114,27 @@ void start_gateway_in_background(const Paths& paths) {
               paths.gateway_log() + ")");
 }
 
-GatewayClient::GatewayClient(bool autostart) : paths_(Paths::resolve()) {
+GatewayClient::GatewayClient(bool autostart) : GatewayClient(chosen_gateway(), autostart) {}
+
+GatewayClient::GatewayClient(GatewayChoice choice, bool autostart)
+    : paths_(Paths::resolve()), choice_(std::move(choice)) {
+  if (!choice_.local_default()) {
+    // Asked for by name or URL: it is there or it is not; never started here.
+    if (choice_.endpoint.kind == net::Endpoint::Kind::kTls && choice_.endpoint.tls.ca.empty())
+      throw Error(choice_.describe() +
+                  ": no credentials for it (register it with 'openshell gateway add " +
+                  choice_.endpoint.url() +
+                  " --ca FILE --cert FILE --key FILE', or make this user's with 'openshell "
+                  "gateway generate-certs')");
+    try {
+      client_ = std::make_unique<net::Client>(choice_.endpoint);
+    } catch (const net::ConnectError& e) {
+      if (e.err() == ENOENT || e.err() == ECONNREFUSED)
+        throw Error("no gateway listens at " + choice_.describe());
+      throw;
+    }
+    return;
+  }
   // Another user may have made the run directory, or put a socket there.
   paths_.check_private();
   int err = 0;
@@ -127,6 +149,10 @@ GatewayClient::GatewayClient(bool autostart) : paths_(Paths::resolve()) {
 
 GatewayClient::~GatewayClient() = default;
 
+void GatewayClient::check_before_connecting() const {
+  if (choice_.local_default()) paths_.check_private();
+}
+
 json GatewayClient::call(const std::string& method, const std::string& target,
                          const std::string& body) {
   net::Response response = client_->request(method, target, body);
@@ -136,8 +162,14 @@ json GatewayClient::call(const std::string& method, const std::string& target,
     return j;
   }
   if (j.is_object() && j.contains("error") && j["error"].is_object())
-    throw Error(j["error"].value("message", "the gateway refused the request"));
-  throw Error("the gateway answered " + std::to_string(response.status));
+    throw GatewayError(j["error"].value("message", "the gateway refused the request"),
+                       response.status, j["error"].value("code", ""));
+  throw GatewayError("the gateway answered " + std::to_string(response.status), response.status,
+                     "");
+}
+
+net::Response GatewayClient::request(const std::string& method, const std::string& target) {
+  return client_->request(method, target);
 }
 
 std::string GatewayClient::call_text(const std::string& method, const std::string& target) {
@@ -147,6 +179,35 @@ std::string GatewayClient::call_text(const std::string& method, const std::strin
   if (j.is_object() && j.contains("error") && j["error"].is_object())
     throw Error(j["error"].value("message", "the gateway refused the request"));
   throw Error("the gateway answered " + std::to_string(response.status));
+}
+
+GatewayProbe probe_gateway(GatewayClient& client) {
+  GatewayProbe probe;
+  probe.version = client.call("GET", "/v1/health").value("version", "");
+  net::Response who = client.request("GET", "/v1/whoami");
+  if (who.status == 404) return probe;
+  json j = json::parse(who.body, nullptr, false);
+  if (who.status >= 200 && who.status < 300 && j.is_object()) {
+    probe.whoami = j;
+    return probe;
+  }
+  if (j.is_object() && j.contains("error") && j["error"].is_object())
+    throw Error(j["error"].value("message", "the gateway refused the request"));
+  throw Error("GET /v1/whoami: the gateway answered " + std::to_string(who.status));
+}
+
+std::string connection_line(const GatewayClient& client, const GatewayProbe& probe) {
+  switch (client.gateway().endpoint.kind) {
+    case net::Endpoint::Kind::kTls:
+      return "Connected / Authenticated (mTLS)";
+    case net::Endpoint::Kind::kTcp:
+      return "Connected (plain TCP, not authenticated)";
+    case net::Endpoint::Kind::kUnix:
+      break;
+  }
+  const std::string who =
+      probe.whoami ? probe.whoami->value("principal", "") : auth::principal_of_uid(::geteuid());
+  return "Connected (Unix socket, as " + who + ")";
 }
 
 }  // namespace openshell::cli

@@ -16,6 +16,8 @@
 #include "base/text.h"
 #include "base/time.h"
 #include "cli/commands.h"
+#include "cli/gateway_client.h"
+#include "cli/gateway_registry.h"
 #include "cli/images.h"
 #include "cli/table.h"
 #include "image/pull.h"
@@ -25,9 +27,26 @@ namespace openshell::cli {
 
 using nlohmann::json;
 
+// The store of the gateway commands talk to: this OPENSHELL_HOME's, or,
+// for another gateway on this host (its socket, or a loopback address), the
+// one it says it keeps.
+// A remote gateway's store is on its own host: the image commands refuse.
+std::string chosen_images_dir() {
+  GatewayChoice choice = chosen_gateway();
+  if (choice.local_default()) return Paths::resolve().images();
+  if (choice.remote())
+    throw Error("image: " + choice.describe() +
+                " is remote: its image store is on its own host, out of this machine's reach "
+                "(run the image command there, or push the image to a registry it pulls from)");
+  GatewayClient client(choice, false);
+  const std::string state = client.call("GET", "/v1/gateway").value("state_dir", "");
+  if (state.empty()) throw Error(choice.describe() + " did not say where its state is");
+  return Paths{state, ""}.images();
+}
+
 namespace {
 
-image::Store open_store() { return image::Store(Paths::resolve().images()); }
+image::Store open_store() { return image::Store(chosen_images_dir()); }
 
 // A pull's or import's progress: one line redrawn on a terminal, a line at
 // the start and at the end otherwise.
@@ -174,9 +193,10 @@ std::optional<image::Platform> platform_of(const std::string& text) {
   return image::parse_platform(text);
 }
 
-image::ImageRecord do_pull(const std::string& text, const PullFlags& flags) {
+image::ImageRecord do_pull(const std::string& text, const PullFlags& flags,
+                           const std::string& images_dir) {
   image::Reference ref = image::parse_reference(text);
-  image::Store store = open_store();
+  image::Store store(images_dir);
   ProgressDisplay display("Pulling", flags.quiet);
   image::PullOptions options;
   options.insecure = flags.insecure;
@@ -203,7 +223,12 @@ void report_stored(const image::Store& store, const image::ImageRecord& record,
 }  // namespace
 
 void ensure_image(const std::string& from, bool insecure, const std::string& option) {
-  image::Store store = open_store();
+  ensure_image_in(Paths::resolve().images(), from, insecure, option);
+}
+
+void ensure_image_in(const std::string& images_dir, const std::string& from, bool insecure,
+                     const std::string& option) {
+  image::Store store(images_dir);
   if (store.find(from)) return;
   // The default image is built here, never fetched from a registry.
   if (from == "base" || from == "base:latest")
@@ -211,7 +236,7 @@ void ensure_image(const std::string& from, bool insecure, const std::string& opt
                 ": build it with rootfs-tools/build-base, or choose another with " + option);
   PullFlags flags;
   flags.insecure = insecure;
-  do_pull(from, flags);
+  do_pull(from, flags, images_dir);
 }
 
 void add_image_commands(CLI::App& app, Action* action) {
@@ -238,8 +263,9 @@ void add_image_commands(CLI::App& app, Action* action) {
         "See openshell-image(1).");
     c->callback([flags, ref, action] {
       *action = [flags, ref] {
-        image::ImageRecord record = do_pull(*ref, *flags);
-        report_stored(open_store(), record, *flags);
+        const std::string images_dir = chosen_images_dir();
+        image::ImageRecord record = do_pull(*ref, *flags, images_dir);
+        report_stored(image::Store(images_dir), record, *flags);
         return 0;
       };
     });

@@ -97,9 +97,14 @@ std::string describe_parse_error(const CLI::App& app, int argc, const char* cons
     if (word == "--") break;
     if (word.size() > 1 && word[0] == '-') {
       const std::string option = word.substr(0, word.find('='));
-      if (at->get_option_no_throw(option) == nullptr && option != "-h" && option != "--help")
+      const CLI::Option* known = at->get_option_no_throw(option);
+      if (known == nullptr && option != "-h" && option != "--help")
         return "unknown option " + option + " (see '" + where + " --help')";
-      continue;  // the options of a command with subcommands take no value
+      // The global options' values (-g NAME) are not commands.
+      if (known != nullptr && known->get_items_expected_min() > 0 &&
+          word.find('=') == std::string::npos)
+        ++i;
+      continue;
     }
     const CLI::App* sub = nullptr;
     for (const CLI::App* candidate : at->get_subcommands([](const CLI::App*) { return true; }))

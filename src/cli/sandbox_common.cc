@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <ctime>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "base/time.h"
 #include "base/unique_fd.h"
 #include "cli/gateway_client.h"
+#include "cli/gateway_registry.h"
 #include "cli/table.h"
 #include "net/http.h"
 
@@ -27,7 +29,22 @@ using nlohmann::json;
 
 namespace {
 
-std::string last_used_file(const Paths& paths) { return paths.state_dir + "/last-sandbox"; }
+// One a gateway: the last sandbox named on one gateway names nothing on
+// another. The local gateway's keeps the name it always had.
+std::string last_used_file(const Paths& paths) {
+  std::string file = paths.state_dir + "/last-sandbox";
+  GatewayChoice gateway;
+  try {
+    gateway = chosen_gateway();
+  } catch (const Error&) {
+    return file;  // the command itself says what is wrong with the choice
+  }
+  if (gateway.local_default()) return file;
+  std::string key = gateway.name.empty() ? "url-" + gateway.endpoint.url() : "gw-" + gateway.name;
+  for (char& c : key)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_') c = '_';
+  return file + "." + key;
+}
 
 std::string age(const std::string& rfc3339) {
   auto then = time::parse(rfc3339);

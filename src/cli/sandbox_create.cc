@@ -69,6 +69,19 @@ struct CreateOptions {
 };
 
 int create(const CreateOptions& o) {
+  // A remote gateway cannot read this machine's files: what only names
+  // them (a directory, a bind's source) is refused before anything starts.
+  // A gateway on loopback, TLS or not, is on this host and reads them.
+  GatewayChoice gateway = chosen_gateway();
+  const bool remote = gateway.remote();
+  if (remote && o.from != "host" && (looks_like_path(o.from) || files::is_directory(o.from)))
+    throw Error("--from " + o.from +
+                ": a remote gateway cannot read this machine's directories; push an image to a "
+                "registry instead");
+  if (remote && !o.binds.empty())
+    throw Error("--bind " + o.binds.front() +
+                ": a remote gateway cannot bind this machine's paths (its sandboxes see only "
+                "its own host's)");
   SandboxSpec spec;
   // A directory, else an image (pulled now when the store lacks it).
   spec.from = o.from;
@@ -112,12 +125,27 @@ int create(const CreateOptions& o) {
   spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
   spec.validate();  // bad input stops here, before the gateway
-  if (o.from != "host" && !directory) ensure_image(o.from, o.insecure, "--from");
+  // The image goes into the store of the gateway's host when that is this
+  // one; a remote gateway's store is its own (the gateway says what it lacks).
+  if (o.from != "host" && !directory && !remote) {
+    if (gateway.local_default())
+      ensure_image(o.from, o.insecure, "--from");
+    else
+      ensure_image_in(chosen_images_dir(), o.from, o.insecure, "--from");
+  }
 
-  GatewayClient client;
+  GatewayClient client(gateway, true);
   json body = {{"spec", json::parse(spec.to_json())}};
   if (!o.name.empty()) body["name"] = o.name;
-  json sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
+  json sandbox;
+  try {
+    sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
+  } catch (const GatewayError& e) {
+    if (!remote || e.code() != "image_not_found") throw;
+    throw Error("--from " + o.from + ": " + gateway.describe() +
+                " has no such image, and a remote gateway cannot use this machine's images: "
+                "pull it on the gateway's host, or push it to a registry and pull it there");
+  }
   const auto ready_at = std::chrono::steady_clock::now();
   const std::string name = sandbox.value("name", "");
   if (!o.no_keep) remember(client.paths(), name);
@@ -131,7 +159,7 @@ int create(const CreateOptions& o) {
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
     hint_on_interrupt(name);
-    LogEnd end = follow_logs(client.paths(), name, LogOptions{});
+    LogEnd end = follow_logs(client, name, LogOptions{});
     if (o.command.empty()) warn_if_it_exited_at_once(sandbox, end, ready_at);
     if (end.exit_code) return *end.exit_code;
     if (end.phase == "Stopped") return 128 + 15;

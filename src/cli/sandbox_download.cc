@@ -32,7 +32,7 @@ void add_sandbox_download(CLI::App* sandbox, Action* action) {
     *action = [name, remote, local] {
       GatewayClient client;
       require_ready(client, *name, "download");
-      return download(client.paths(), *name, *remote, *local);
+      return download(client, *name, *remote, *local);
     };
   });
 }

@@ -59,7 +59,7 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
       o->env = env;
       GatewayClient client;
       require_ready(client, *name, "exec");
-      return exec(client.paths(), *name, *o);
+      return exec(client, *name, *o);
     };
   });
 }

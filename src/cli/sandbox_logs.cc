@@ -44,7 +44,7 @@ int logs(LogsCommand& o) {
   GatewayClient client;
   o.name = sandbox_name(client.paths(), o.name);
   if (o.follow) {
-    follow_logs(client.paths(), o.name, options);
+    follow_logs(client, o.name, options);
     return 0;
   }
   std::string path = target(o.name, "logs") + "?source=" + o.source;

@@ -35,7 +35,7 @@ void add_sandbox_upload(CLI::App* sandbox, Action* action) {
     *action = [name, local, dest, options] {
       GatewayClient client;
       require_ready(client, *name, "upload");
-      return upload(client.paths(), *name, *local, *dest, *options);
+      return upload(client, *name, *local, *dest, *options);
     };
   });
 }

@@ -19,6 +19,7 @@
 #include "base/logfile.h"
 #include "base/text.h"
 #include "base/time.h"
+#include "cli/gateway_client.h"
 #include "cli/terminal.h"
 #include "net/http.h"
 #include "protocol/exec_stream.h"
@@ -31,13 +32,13 @@ using nlohmann::json;
 
 namespace {
 
-std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const Paths& paths,
+std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const GatewayClient& client,
                                         const std::string& target) {
   std::shared_ptr<net::WebSocket> result;
   std::string error;
   bool done = false;
-  paths.check_private();
-  net::WebSocket::connect(io, paths.socket(), target,
+  client.check_before_connecting();
+  net::WebSocket::connect(io, client.gateway().endpoint, target,
                           [&](std::shared_ptr<net::WebSocket> ws, std::string why) {
                             result = std::move(ws);
                             error = std::move(why);
@@ -70,13 +71,14 @@ size_t print_records(const std::string& text, bool timestamps, std::string* carr
   return count;
 }
 
-LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions& options) {
+LogEnd follow_logs(const GatewayClient& client, const std::string& name,
+                   const LogOptions& options) {
   asio::io_context io;
   std::string target =
       "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1&source=" + options.source;
   if (options.tail != "all") target += "&tail=" + options.tail;
   if (options.since_ns) target += "&since=" + std::to_string(*options.since_ns);
-  auto ws = connect(io, paths, target);
+  auto ws = connect(io, client, target);
   LogEnd end;
   std::string carry;
   bool ended = false;
@@ -107,9 +109,9 @@ LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions
   return end;
 }
 
-int exec(const Paths& paths, const std::string& name, const ExecOptions& options) {
+int exec(const GatewayClient& client, const std::string& name, const ExecOptions& options) {
   asio::io_context io;
-  auto ws = connect(io, paths, "/v1/sandboxes/" + net::percent_encode(name) + "/exec");
+  auto ws = connect(io, client, "/v1/sandboxes/" + net::percent_encode(name) + "/exec");
   // Signals are caught from before the command starts: one sent as soon as
   // it runs is passed on, never fatal to this process.
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);

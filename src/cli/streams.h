@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "base/paths.h"
-
 namespace openshell::cli {
+
+class GatewayClient;
 
 struct LogOptions {
   std::string tail = "all";  // a number of records, or "all"
@@ -22,8 +22,9 @@ struct LogEnd {
 };
 
 // Prints the log's records (stdout records to stdout, stderr to stderr) and
-// follows it until the sandbox's main process has ended. Throws Error.
-LogEnd follow_logs(const Paths& paths, const std::string& name, const LogOptions& options);
+// follows it until the sandbox's main process has ended. The streams go to
+// the client's gateway, on a connection of their own. Throws Error.
+LogEnd follow_logs(const GatewayClient& client, const std::string& name, const LogOptions& options);
 
 // Prints records from a log's text (CRI lines); returns how many.
 size_t print_records(const std::string& text, bool timestamps, std::string* carry);
@@ -42,6 +43,6 @@ struct ExecOptions {
 
 // Runs a command in a Ready sandbox with stdin, stdout and stderr passed
 // through; returns its exit status (126/127 when it cannot run). Throws Error.
-int exec(const Paths& paths, const std::string& name, const ExecOptions& options);
+int exec(const GatewayClient& client, const std::string& name, const ExecOptions& options);
 
 }  // namespace openshell::cli

@@ -190,6 +190,10 @@ void Gateway::gateway_info(const std::shared_ptr<net::Exchange>& exchange) {
                {"gateway_id", gateway_id_},         {"started_at", time::format_ms(started_ms_)},
                {"state_dir", paths_.state_dir},     {"socket", paths_.socket()},
                {"sandboxes", store_->list().size()}};
+  json listeners = json::array();
+  for (const auto& listener : server_.listeners())
+    listeners.push_back({{"kind", listener.kind}, {"address", listener.address}});
+  info["listeners"] = listeners;
   try {
     info["config"] = config().view();
   } catch (const ApiError& e) {

@@ -138,6 +138,22 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
         auto s = node.value<std::string>();
         if (!s || !good_storage(*s)) fail(path, &node, name, std::string("not ") + kStorageWhat);
         set(&c->storage, *s);
+      } else if (name == "api.listen" || name == "api.insecure_listen") {
+        const toml::array* list = node.as_array();
+        std::vector<std::string> addresses;
+        if (list)
+          for (const auto& item : *list) {
+            auto s = item.value<std::string>();
+            if (!s || s->empty()) fail(path, &node, name, "must be a list of ADDRESS:PORT strings");
+            addresses.push_back(*s);
+          }
+        else
+          fail(path, &node, name, "must be a list, like [\"127.0.0.1:17670\"]");
+        set(name == "api.listen" ? &c->listen : &c->insecure_listen, text::join(addresses, ","));
+      } else if (name == "api.tls_dir") {
+        auto s = node.value<std::string>();
+        if (!s || s->empty() || (*s)[0] != '/') fail(path, &node, name, "must be an absolute path");
+        set(&c->tls_dir, *s);
       } else if (Setting* limit = api_setting(c, name)) {
         auto n = node.value<int64_t>();
         if (!n || *n < 1 || *n > kMaxLimit)
@@ -150,7 +166,7 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
       } else if (table_name == "api") {
         fail(path, &node, name,
              "unknown key (known: header_timeout_ms, body_timeout_ms, idle_timeout_ms, "
-             "max_connections_per_uid, socket_group)");
+             "max_connections_per_uid, listen, insecure_listen, tls_dir, socket_group)");
       } else if (table_name == "dns") {
         fail(path, &node, name,
              "unknown key (known: servers, hosts_file, resolv_conf, query_rate, query_burst)");
@@ -234,6 +250,9 @@ GatewayConfig load_config(const std::string& path, const Getenv& getenv) {
                        "OPENSHELL_API_IDLE_TIMEOUT_MS"};
   c.max_connections_per_uid = {std::to_string(api.max_connections_per_uid), "default",
                                "OPENSHELL_API_MAX_CONNECTIONS_PER_UID"};
+  c.listen = {"", "default", ""};
+  c.insecure_listen = {"", "default", ""};
+  c.tls_dir = {"", "default", ""};
   c.socket_group = {"", "default", ""};
   std::string text;
   int err = files::read_into(path, &text);
@@ -280,6 +299,9 @@ json GatewayConfig::view() const {
   add("api.body_timeout_ms", body_timeout_ms);
   add("api.idle_timeout_ms", idle_timeout_ms);
   add("api.max_connections_per_uid", max_connections_per_uid);
+  add("api.listen", listen);
+  add("api.insecure_listen", insecure_listen);
+  add("api.tls_dir", tls_dir);
   add("api.socket_group", socket_group);
   auto add_default = [&](const char* key, const std::optional<uint64_t>& value,
                          const std::string& builtin) {

@@ -17,6 +17,9 @@
 //   body_timeout_ms = 10000                           # OPENSHELL_API_BODY_TIMEOUT_MS
 //   idle_timeout_ms = 60000                           # OPENSHELL_API_IDLE_TIMEOUT_MS
 //   max_connections_per_uid = 128                     # OPENSHELL_API_MAX_CONNECTIONS_PER_UID
+//   listen = ["127.0.0.1:17670"]   # TLS listeners beside the socket     gateway run --listen
+//   insecure_listen = []           # plain HTTP, loopback only           --insecure-listen
+//   tls_dir = "/var/lib/openshell/tls"   # ca.crt, server.crt, server.key   --tls-dir
 //   socket_group = "openshell"  # a root gateway's socket, 0660, for this group (--socket-group)
 //   [sandbox_defaults]    # see base/sandbox_limits.h
 //   pids = 4096
@@ -61,6 +64,12 @@ struct GatewayConfig {
   Setting body_timeout_ms;
   Setting idle_timeout_ms;
   Setting max_connections_per_uid;
+  // The TCP listeners (comma separated ADDRESS:PORT), and where the TLS
+  // files are ("": Paths::tls_dir()). A command line's flags win over the
+  // file (source "command line").
+  Setting listen;
+  Setting insecure_listen;
+  Setting tls_dir;
   Setting socket_group;  // "": the socket is the gateway's user's alone (0600)
   limits::Defaults sandbox_defaults;
 

@@ -12,9 +12,11 @@
 
 #include "auth/peer.h"
 #include "base/event_loop.h"
+#include "base/files.h"
 #include "base/json_text.h"
 #include "base/log.h"
 #include "base/process_name.h"
+#include "base/text.h"
 #include "gateway/service.h"
 
 namespace openshell::gateway {
@@ -38,7 +40,16 @@ Gateway::Gateway(asio::io_context& io, Paths paths, RunOptions options)
       signals_(io, SIGTERM, SIGINT),
       server_(
           io, [this](std::shared_ptr<net::Exchange> e) { handle(std::move(e)); },
-          config_.api_limits()) {}
+          config_.api_limits()) {
+  auto from_flags = [](Setting* s, std::string value) {
+    s->value = std::move(value);
+    s->source = "command line";
+  };
+  if (!options_.listen.empty()) from_flags(&config_.listen, text::join(options_.listen, ","));
+  if (!options_.insecure_listen.empty())
+    from_flags(&config_.insecure_listen, text::join(options_.insecure_listen, ","));
+  if (!options_.tls_dir.empty()) from_flags(&config_.tls_dir, options_.tls_dir);
+}
 
 // including what an older gateway left in plain text.
 void Gateway::seal_secrets_at_rest() {
@@ -87,20 +98,54 @@ void Gateway::start() {
   seal_secrets_at_rest();
   store_->set_meta("gateway_id", gateway_id_);
   reconcile();
-  // A sandbox running as our uid passes the socket's mode: the pid namespace tells.
-  server_.set_admission([](int fd, const net::PeerCredentials&) -> std::optional<net::Refusal> {
-    std::string why = auth::peer_in_sandbox(fd);
-    if (why.empty()) return std::nullopt;
-    return net::Refusal{403, "peer_in_sandbox",
-                        "the gateway serves no process inside a sandbox: " + why};
-  });
+  // A sandbox running as our uid passes the socket's mode: the pid namespace
+  // tells. (A TCP peer has no pid to tell; a sandbox has a network namespace
+  // of its own, and the TLS port wants a certificate.)
+  server_.set_admission(
+      [](int fd, const net::PeerCredentials& peer) -> std::optional<net::Refusal> {
+        if (peer.transport != net::PeerCredentials::Transport::kUnix) return std::nullopt;
+        std::string why = auth::peer_in_sandbox(fd);
+        if (why.empty()) return std::nullopt;
+        return net::Refusal{403, "peer_in_sandbox",
+                            "the gateway serves no process inside a sandbox: " + why};
+      });
   server_.listen(paths_.socket(), 0600);
+  listen_tcp();
   share_socket();
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) shutdown();
   });
   log::error("gateway " + gateway_id_ + " serving on " + paths_.socket() + " (pid " +
              std::to_string(::getpid()) + ")");
+}
+
+void Gateway::listen_tcp() {
+  auto addresses = [](const Setting& s) {
+    std::vector<std::string> out;
+    for (const std::string& part : text::split(s.value, ','))
+      if (!part.empty()) out.push_back(part);
+    return out;
+  };
+  const std::vector<std::string> tls = addresses(config_.listen);
+  if (!tls.empty()) {
+    const std::string dir =
+        config_.tls_dir.value.empty() ? paths_.tls_dir() : config_.tls_dir.value;
+    const net::TlsFiles files{dir + "/ca.crt", dir + "/server.crt", dir + "/server.key"};
+    std::vector<std::string> missing;
+    for (const std::string* file : {&files.ca, &files.cert, &files.key})
+      if (!files::exists(*file)) missing.push_back(file->substr(dir.size() + 1));
+    if (missing.size() == 3)
+      throw Error("no certificates in " + dir + ": run 'openshell gateway generate-certs'");
+    if (!missing.empty())
+      throw Error(dir + " lacks " + text::join(missing, ", ") +
+                  ": run 'openshell gateway generate-certs'");
+    for (const std::string& address : tls)
+      log::error("gateway serving TLS on " + server_.listen_tls(address, files) +
+                 " (certificates from " + dir + ")");
+  }
+  for (const std::string& address : addresses(config_.insecure_listen))
+    log::error("gateway serving plain HTTP on " + server_.listen_tcp(address) +
+               " (--insecure-listen: no authentication)");
 }
 
 // The socket opened to a group, once it is root's alone: its group first,
@@ -160,6 +205,10 @@ const GatewayConfig& Gateway::config() {
     fresh.body_timeout_ms = config_.body_timeout_ms;
     fresh.idle_timeout_ms = config_.idle_timeout_ms;
     fresh.max_connections_per_uid = config_.max_connections_per_uid;
+    // And so do its listeners.
+    fresh.listen = config_.listen;
+    fresh.insecure_listen = config_.insecure_listen;
+    fresh.tls_dir = config_.tls_dir;
     config_ = std::move(fresh);
     config_broken_ = false;
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace openshell::gateway {
 
@@ -13,6 +14,12 @@ struct RunOptions {
   // gateway, each seeing only their own sandboxes. Over api.socket_group
   // in gateway.toml; "" there and here: the socket is root's alone.
   std::string socket_group;
+  // The TCP listeners: --listen ADDRESS:PORT (TLS), --insecure-listen
+  // ADDRESS:PORT (plain, loopback), and --tls-dir DIR; over api.listen,
+  // api.insecure_listen and api.tls_dir when given.
+  std::vector<std::string> listen;
+  std::vector<std::string> insecure_listen;
+  std::string tls_dir;
 };
 
 // `openshell gateway run`: serves until stopped; returns the exit status.

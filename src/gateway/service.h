@@ -194,6 +194,8 @@ class Gateway {
 
   // The settings (gateway/config.h), read again when the file changes.
   const GatewayConfig& config();
+  // The TLS and plain-TCP listeners of the settings, beside the socket.
+  void listen_tcp();
 
   asio::io_context& io_;
   Paths paths_;

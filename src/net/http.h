@@ -1,7 +1,7 @@
-// HTTP/1.1 and WebSocket over Unix sockets: the gateway's API server, the
+// HTTP/1.1 and WebSocket over Unix sockets, TCP and TLS: the gateway's API server, the
 // command line's client, and the streams (logs, exec stdio, watch, the
 // supervisor's session). Implemented with Boost.Beast in http_server.cc,
-// http_client.cc, websocket.cc, http_socket.cc and http_message.cc; only they
+// http_client.cc, websocket.cc, http_socket.cc, http_message.cc and tls.cc; only they
 // include Beast (through http_internal.h), since it is slow to compile.
 //
 // Everything asynchronous runs on one asio::io_context, single-threaded:
@@ -131,8 +131,9 @@ class Exchange {
   virtual int release() = 0;
 };
 
-// How long a connection may keep the server waiting, and how many one uid
-// may hold open. A WebSocket, once upgraded (or a connection handed over),
+// How long a connection may keep the server waiting, and how many one peer
+// may hold open (a uid on the Unix socket, a certificate's subject over TLS,
+// a client address over plain TCP). A WebSocket, once upgraded (or a connection handed over),
 // is no longer the server's: these no longer apply to it.
 struct ServerLimits {
   // From the connection's start, or from the first byte of a later request,
@@ -142,7 +143,8 @@ struct ServerLimits {
   std::chrono::milliseconds body_timeout{10000};
   // Keep-alive: the longest wait for the next request.
   std::chrono::milliseconds idle_timeout{60000};
-  // Connections (reading, being answered) from one peer uid at once.
+  // Connections (reading, being answered) from one peer at once (its name
+  // is the uid's of old).
   size_t max_connections_per_uid = 128;
 
   // The defaults, overridden by OPENSHELL_API_HEADER_TIMEOUT_MS,
@@ -175,14 +177,31 @@ class Server {
   // file mode. Throws Error, also when the path is not a socket or a server
   // still listens on it.
   void listen(const std::string& socket_path, unsigned mode);
+  // Listens on TCP at address ("127.0.0.1:17670", "[::1]:0": an IP address,
+  // and a port, 0 for one the kernel picks) with TLS 1.3, requiring a client
+  // certificate signed by files.ca; serves files.cert and files.key, and
+  // reloads the three when they change on disk. A plain-HTTP request there is
+  // answered 400 (code "tls_required"). Peers are kTls, with the
+  // certificate's subject. Returns the address as bound. Throws Error, also
+  // when a file does not load.
+  std::string listen_tls(const std::string& address, const TlsFiles& files);
+  // Plain HTTP on TCP: loopback addresses only (Error otherwise). Peers are
+  // kTcp, with their address.
+  std::string listen_tcp(const std::string& address);
+  struct Listener {
+    std::string kind;     // "unix", "tls", "tcp"
+    std::string address;  // the socket's path, or the bound ADDRESS:PORT
+  };
+  std::vector<Listener> listeners() const;
   // Checks every connection accepted from now on (see Admission).
   void set_admission(Admission admission);
-  // Stops accepting and removes the socket file; open connections finish
+  // Stops accepting (every listener) and removes the socket file; open connections finish
   // their exchange, then close. The destructor also closes open connections
   // (but not exchanges handed over or upgraded).
   void close();
 
  private:
+  std::string listen_tcp_or_tls(const std::string& address, const TlsFiles* files);
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };

@@ -1,4 +1,5 @@
-// The command line's synchronous HTTP client, one keep-alive connection.
+// The command line's synchronous HTTP client, one keep-alive connection
+// (a Unix socket, TLS, or plain TCP).
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -7,6 +8,8 @@
 #include <memory>
 #include <string>
 #include <utility>
+
+#include <boost/asio/connect.hpp>
 
 #include "base/error.h"
 #include "base/unique_fd.h"
@@ -17,10 +20,21 @@ namespace openshell::net {
 using namespace detail;
 
 struct Client::Impl {
-  explicit Impl(std::string path) : path(std::move(path)) {}
+  explicit Impl(Endpoint endpoint) : endpoint(std::move(endpoint)) {
+    if (this->endpoint.kind == Endpoint::Kind::kTls)
+      tls_context = client_tls_context(this->endpoint.tls);
+  }
 
   void connect() {
     buffer.clear();
+    if (endpoint.kind == Endpoint::Kind::kUnix)
+      connect_unix();
+    else
+      connect_tcp();
+  }
+
+  void connect_unix() {
+    const std::string& path = endpoint.socket_path;
     sockaddr_un address;
     if (!fill_address(path, address))
       throw ConnectError(errno_message("connect " + path, ENAMETOOLONG), ENAMETOOLONG);
@@ -44,31 +58,86 @@ struct Client::Impl {
     fd.release();
   }
 
-  [[noreturn]] void connection_failed(beast::error_code ec) {
+  void connect_tcp() {
+    beast::error_code ec;
+    Tcp::socket tcp(io);
+    // An address needs no resolver.
+    auto literal = asio::ip::make_address(endpoint.host, ec);
+    if (!ec) {
+      tcp.connect(Tcp::endpoint(literal, endpoint.port), ec);
+    } else {
+      Tcp::resolver resolver(io);
+      auto addresses = resolver.resolve(endpoint.host, std::to_string(endpoint.port),
+                                        Tcp::resolver::numeric_service, ec);
+      if (ec)
+        throw ConnectError(
+            "connect " + endpoint.url() + ": resolve " + endpoint.host + ": " + ec.message(),
+            EHOSTUNREACH);
+      asio::connect(tcp, addresses, ec);
+    }
+    if (ec) throw ConnectError(connect_failure(endpoint, ec, nullptr), ec.value());
+    set_cloexec(tcp.native_handle());
+    tcp.set_option(Tcp::no_delay(true), ec);
+    if (endpoint.kind == Endpoint::Kind::kTcp) {
+      socket.assign(Local(), tcp.release());
+      return;
+    }
+    auto stream = std::make_unique<TlsStream>(std::move(tcp), *tls_context);
+    expect_server_name(*stream, endpoint.host);
+    stream->handshake(ssl::stream_base::client, ec);
+    if (ec) {
+      std::string why = connect_failure(endpoint, ec, stream->native_handle());
+      throw ConnectError(why, ec == asio::error::connection_refused ? ECONNREFUSED : EPROTO);
+    }
+    tls = std::move(stream);
+  }
+
+  bool is_open() const { return tls ? tls->lowest_layer().is_open() : socket.is_open(); }
+  int native_handle() { return tls ? tls->lowest_layer().native_handle() : socket.native_handle(); }
+  void close() {
     beast::error_code ignored;
     socket.close(ignored);
+    tls.reset();
+  }
+
+  // Runs f on the connection's stream, whichever it is.
+  template <class F>
+  void with_stream(F&& f) {
+    if (tls)
+      f(*tls);
+    else
+      f(socket);
+  }
+
+  [[noreturn]] void connection_failed(beast::error_code ec) {
+    SSL* ssl = tls ? tls->native_handle() : nullptr;
+    std::string why;
+    // Over TLS 1.3 the server judges our certificate after our side of the
+    // handshake is done: its refusal arrives as the answer to the request.
+    if (ec.category() == asio::error::get_ssl_category()) why = connect_failure(endpoint, ec, ssl);
+    close();
+    if (!why.empty()) throw Error(why);
     if (ec == asio::error::eof || ec == asio::error::connection_reset ||
         ec == asio::error::broken_pipe || ec == bhttp::error::end_of_stream ||
-        ec == bhttp::error::partial_message)
+        ec == bhttp::error::partial_message || ec == ssl::error::stream_truncated)
       throw Error("the gateway closed the connection");
-    throw Error("talk to the gateway at " + path + ": " + ec.message());
+    throw Error("talk to the gateway at " + endpoint.url() + ": " + ec.message());
   }
 
   asio::io_context io;
-  Local::socket socket{io};
+  Endpoint endpoint;
+  Local::socket socket{io};  // kUnix, kTcp
+  std::shared_ptr<ssl::context> tls_context;
+  std::unique_ptr<TlsStream> tls;  // kTls
   beast::flat_buffer buffer;
-  std::string path;
 };
 
-Client::Client(const std::string& socket_path) : impl_(std::make_unique<Impl>(socket_path)) {
+Client::Client(const std::string& socket_path)
+    : impl_(std::make_unique<Impl>(Endpoint::unix_socket(socket_path))) {
   impl_->connect();
 }
 
-Client::Client(const Endpoint& endpoint) {
-  if (endpoint.kind != Endpoint::Kind::kUnix)
-    throw ConnectError("connect " + endpoint.url() + ": TCP endpoints are not supported yet",
-                       EPROTONOSUPPORT);
-  impl_ = std::make_unique<Impl>(endpoint.socket_path);
+Client::Client(const Endpoint& endpoint) : impl_(std::make_unique<Impl>(endpoint)) {
   impl_->connect();
 }
 
@@ -78,11 +147,10 @@ Response Client::request(const std::string& method, const std::string& target,
                          const std::string& body) {
   // A connection the server has closed since (its keep-alive or head
   // deadline passed while we were busy) reads as ready: start afresh.
-  if (impl_->socket.is_open()) {
-    pollfd p{impl_->socket.native_handle(), POLLIN | POLLRDHUP, 0};
+  if (impl_->is_open()) {
+    pollfd p{impl_->native_handle(), POLLIN | POLLRDHUP, 0};
     if (::poll(&p, 1, 0) != 0) {
-      beast::error_code ignored;
-      impl_->socket.close(ignored);
+      impl_->close();
       try {
         impl_->connect();
       } catch (const ConnectError&) {
@@ -90,7 +158,7 @@ Response Client::request(const std::string& method, const std::string& target,
       }
     }
   }
-  if (!impl_->socket.is_open()) impl_->connect();
+  if (!impl_->is_open()) impl_->connect();
   BeastRequest request;
   bhttp::verb verb = bhttp::string_to_verb(method);
   if (verb == bhttp::verb::unknown)
@@ -109,7 +177,7 @@ Response Client::request(const std::string& method, const std::string& target,
   request.prepare_payload();
 
   beast::error_code write_ec;
-  bhttp::write(impl_->socket, request, write_ec);
+  impl_->with_stream([&](auto& stream) { bhttp::write(stream, request, write_ec); });
   // A server that refuses a connection answers and closes it before it reads
   // the request: its answer may still be there to read.
   bool unsent = write_ec &&
@@ -120,7 +188,7 @@ Response Client::request(const std::string& method, const std::string& target,
   bhttp::response_parser<bhttp::string_body> parser;
   parser.header_limit(kHeaderLimit);
   parser.body_limit(boost::none);
-  bhttp::read(impl_->socket, impl_->buffer, parser, ec);
+  impl_->with_stream([&](auto& stream) { bhttp::read(stream, impl_->buffer, parser, ec); });
   if (ec) impl_->connection_failed(unsent ? write_ec : ec);
   bool keep_alive = parser.keep_alive();
   BeastResponse& message = parser.get();
@@ -128,10 +196,11 @@ Response Client::request(const std::string& method, const std::string& target,
   response.status = static_cast<int>(message.result_int());
   response.content_type = str(message[bhttp::field::content_type]);
   response.body = std::move(message.body());
-  if (!keep_alive) {
-    beast::error_code ignored;
-    impl_->socket.close(ignored);
-  }
+  if (!keep_alive) impl_->close();
+  if (impl_->endpoint.kind == Endpoint::Kind::kTcp && response.status == 400 &&
+      response.body.find(std::string("\"") + kTlsRequiredCode + "\"") != std::string::npos)
+    throw Error("the gateway at " + impl_->endpoint.url() +
+                " speaks TLS on that port: use https://" + impl_->endpoint.host_port());
   return response;
 }
 

@@ -16,7 +16,11 @@
 #include <utility>
 #include <vector>
 
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <openssl/err.h>
+#include <openssl/x509.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -40,17 +44,49 @@ std::string lower(beast::string_view text) { return text::lower({text.data(), te
 // --- server ------------------------------------------------------------------------
 
 class Connection;
+struct TcpListener;
+
+// Whom the per-peer connection cap counts: a uid on the Unix socket, a
+// certificate's subject over TLS, a client address over plain TCP.
+std::string peer_key(const PeerCredentials& peer) {
+  switch (peer.transport) {
+    case PeerCredentials::Transport::kUnix:
+      return "uid " + std::to_string(peer.uid);
+    case PeerCredentials::Transport::kTls:
+      return "subject " + peer.subject;
+    case PeerCredentials::Transport::kTcp:
+      break;
+  }
+  auto colon = peer.address.rfind(':');
+  return "address " + peer.address.substr(0, colon);
+}
+
+// The peer as a log line names it.
+std::string peer_text(const PeerCredentials& peer) {
+  switch (peer.transport) {
+    case PeerCredentials::Transport::kUnix:
+      return "uid " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) + ")";
+    case PeerCredentials::Transport::kTls:
+      return "'" + peer.subject + "' at " + peer.address;
+    case PeerCredentials::Transport::kTcp:
+      break;
+  }
+  return peer.address;
+}
 
 struct ServerState : std::enable_shared_from_this<ServerState> {
   ServerState(asio::io_context& io, Server::Handler handler, ServerLimits limits)
       : io(io), handler(std::move(handler)), limits(limits), acceptor(io), retry_timer(io) {}
 
   void accept_next();
+  void accept_tcp(const std::shared_ptr<TcpListener>& listener);
+  // Serves a connection whose peer is known (a TLS one: its socketpair's end).
+  void serve(Local::socket socket, const PeerCredentials& peer);
   void stop_listening();
   void close_connections();
   // Whether a connection from this peer may be served; else it was answered
   // and closed.
-  bool admit(Local::socket& socket);
+  bool admit(Local::socket& socket, const PeerCredentials& peer);
   // A refused or cut-off connection's log line: at most kRefusalLogBurst in
   // each kRefusalLogWindow, so that a client looping on them cannot fill
   // the log; how many were left out is said when logging resumes.
@@ -60,7 +96,10 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
   Server::Handler handler;
   ServerLimits limits;
   Server::Admission admission;
-  std::map<uid_t, size_t> connections_per_uid;
+  std::map<std::string, size_t> connections_per_peer;  // peer_key()
+  // TLS connections before their handshake's end, by client address: the
+  // cap holds for them too, before there is a subject to count.
+  std::map<std::string, size_t> handshakes_per_address;
   std::chrono::steady_clock::time_point refusal_window_start;
   int refusals_logged = 0;
   long refusals_unlogged = 0;
@@ -71,19 +110,22 @@ struct ServerState : std::enable_shared_from_this<ServerState> {
   ino_t ino = 0;
   bool stopping = false;
   std::map<Connection*, std::weak_ptr<Connection>> connections;
+  std::vector<std::shared_ptr<TcpListener>> tcp_listeners;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<ServerState> server, Local::socket socket)
-      : server_(std::move(server)), socket_(std::move(socket)), deadline_(server_->io) {
-    peer_ = peer_credentials(socket_.native_handle());
-  }
+  Connection(std::shared_ptr<ServerState> server, Local::socket socket, PeerCredentials peer)
+      : server_(std::move(server)),
+        socket_(std::move(socket)),
+        peer_(std::move(peer)),
+        peer_key_(peer_key(peer_)),
+        deadline_(server_->io) {}
   ~Connection() { forget(); }
 
   void start() {
     server_->connections[this] = weak_from_this();
-    ++server_->connections_per_uid[peer_.uid];
+    ++server_->connections_per_peer[peer_key_];
     counted_ = true;
     // A fresh connection owes its first request's head at once.
     wait_for(Wait::head);
@@ -151,9 +193,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     server_->connections.erase(this);
     if (counted_) {
       counted_ = false;
-      auto it = server_->connections_per_uid.find(peer_.uid);
-      if (it != server_->connections_per_uid.end() && --it->second == 0)
-        server_->connections_per_uid.erase(it);
+      auto it = server_->connections_per_peer.find(peer_key_);
+      if (it != server_->connections_per_peer.end() && --it->second == 0)
+        server_->connections_per_peer.erase(it);
     }
   }
 
@@ -192,8 +234,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::string why =
         what == Wait::head ? "no complete request head within " : "the request body stalled for ";
     why += std::to_string(limit.count()) + " ms";
-    server_->log_refusal("API: closing a connection from uid " + std::to_string(peer_.uid) +
-                         " (pid " + std::to_string(peer_.pid) + "): " + why);
+    server_->log_refusal("API: closing a connection from " + peer_text(peer_) + ": " + why);
     answer_and_close(408, "request_timeout", why);
   }
 
@@ -362,9 +403,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ServerState> server_;
   Local::socket socket_;
   PeerCredentials peer_;
+  std::string peer_key_;
   asio::steady_timer deadline_;
   Wait waiting_for_ = Wait::none;
-  bool counted_ = false;  // in server_->connections_per_uid
+  bool counted_ = false;  // in server_->connections_per_peer
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string raw_;
@@ -424,6 +466,250 @@ void Connection::fail_exchange(Exchange& exchange, const std::string& what) {
     impl.respond(Response{500, error_body("internal", "internal error: " + what)});
 }
 
+// --- TCP and TLS listeners ----------------------------------------------------------
+
+// The TLS files a listener serves, reloaded when they change on disk: looked
+// at (stat) at most once a second, as connections arrive. A new set that
+// does not load keeps the old one, and says so once.
+class TlsFilesWatch {
+ public:
+  explicit TlsFilesWatch(TlsFiles files)
+      : files_(std::move(files)), seen_(stamp()), context_(server_tls_context(files_)) {
+    last_look_ = std::chrono::steady_clock::now();
+  }
+
+  std::shared_ptr<ssl::context> current() {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_look_ < std::chrono::seconds(1)) return context_;
+    last_look_ = now;
+    std::string stamped = stamp();
+    if (stamped == seen_) return context_;
+    seen_ = stamped;
+    try {
+      context_ = server_tls_context(files_);
+      log::warn("API: reloaded the TLS certificate " + files_.cert + ", its key and the CA " +
+                files_.ca);
+    } catch (const Error& e) {
+      log::warn("API: the changed TLS files do not load, still serving the previous ones: " +
+                std::string(e.what()));
+    }
+    return context_;
+  }
+
+ private:
+  // What changes when any of the files is rewritten or replaced.
+  std::string stamp() const {
+    std::string stamped;
+    for (const std::string* path : {&files_.ca, &files_.cert, &files_.key}) {
+      struct stat st;
+      if (::stat(path->c_str(), &st) != 0) {
+        stamped += "missing;";
+        continue;
+      }
+      stamped += std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                 std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+                 std::to_string(st.st_mtim.tv_nsec) + ";";
+    }
+    return stamped;
+  }
+
+  TlsFiles files_;
+  std::string seen_;
+  std::shared_ptr<ssl::context> context_;
+  std::chrono::steady_clock::time_point last_look_;
+};
+
+struct TcpListener {
+  TcpListener(asio::io_context& io, Tcp::acceptor acceptor, std::string address,
+              std::optional<TlsFiles> files)
+      : acceptor(std::move(acceptor)), retry_timer(io), address(std::move(address)) {
+    if (files) tls.emplace(std::move(*files));
+  }
+  Tcp::acceptor acceptor;
+  asio::steady_timer retry_timer;
+  std::string address;               // as bound: "127.0.0.1:17670"
+  std::optional<TlsFilesWatch> tls;  // none: plain TCP
+};
+
+// A TLS connection from its accept to its handshake's end: the first byte
+// tells a TLS client (a handshake record, 0x16) from a plain HTTP one, which
+// is told to use https://. The header timeout bounds it all.
+class TlsAccept : public std::enable_shared_from_this<TlsAccept> {
+ public:
+  TlsAccept(std::shared_ptr<ServerState> server, std::shared_ptr<TcpListener> listener,
+            Tcp::socket socket)
+      : server_(std::move(server)),
+        listener_(std::move(listener)),
+        socket_(std::move(socket)),
+        deadline_(server_->io) {
+    beast::error_code ec;
+    auto remote = socket_.remote_endpoint(ec);
+    address_ = ec ? "unknown" : address_text(remote);
+    host_ = ec ? "unknown" : remote.address().to_string();
+  }
+
+  ~TlsAccept() {
+    if (!counted_) return;
+    auto it = server_->handshakes_per_address.find(host_);
+    if (it != server_->handshakes_per_address.end() && --it->second == 0)
+      server_->handshakes_per_address.erase(it);
+  }
+
+  void start() {
+    const size_t cap = server_->limits.max_connections_per_uid;
+    size_t& under_way = server_->handshakes_per_address[host_];
+    if (cap > 0 && under_way >= cap) {
+      server_->log_refusal("API: refused a connection from " + address_ + ": " +
+                           std::to_string(under_way) +
+                           " TLS handshakes from that address are under way (the limit is " +
+                           std::to_string(cap) + ")");
+      return give_up();
+    }
+    ++under_way;
+    counted_ = true;
+    deadline_.expires_after(server_->limits.header_timeout);
+    deadline_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->give_up();
+    });
+    socket_.async_wait(Tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+      self->on_first_byte(ec);
+    });
+  }
+
+ private:
+  void give_up() {
+    beast::error_code ignored;
+    if (stream_)
+      stream_->lowest_layer().close(ignored);
+    else
+      socket_.close(ignored);
+  }
+
+  void on_first_byte(beast::error_code ec) {
+    if (ec || server_->stopping) return give_up();
+    unsigned char first = 0;
+    ssize_t n = ::recv(socket_.native_handle(), &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n <= 0) return give_up();
+    if (first != 0x16) return answer_plain_http();
+    auto context = listener_->tls->current();
+    stream_ = std::make_unique<TlsStream>(std::move(socket_), *context);
+    context_ = context;
+    stream_->async_handshake(ssl::stream_base::server,
+                             [self = shared_from_this()](beast::error_code handshake_ec) {
+                               guarded(
+                                   "API TLS handshake", [&] { self->on_handshake(handshake_ec); },
+                                   [self] { self->give_up(); });
+                             });
+  }
+
+  void on_handshake(beast::error_code ec) {
+    deadline_.cancel();
+    if (ec) {
+      std::string why = ec.message();
+      if (ec.category() == asio::error::get_ssl_category()) {
+        long result = SSL_get_verify_result(stream_->native_handle());
+        if (result != X509_V_OK)
+          why = std::string("the client certificate: ") + X509_verify_cert_error_string(result);
+        else if (const char* reason =
+                     ERR_reason_error_string(static_cast<unsigned long>(ec.value())))
+          why = reason;
+      }
+      server_->log_refusal("API: TLS handshake with " + address_ + " failed: " + why);
+      return give_up();
+    }
+    if (server_->stopping) return give_up();
+    PeerCredentials peer = tls_peer(*stream_, address_);
+    Local::socket local =
+        pump_through_socketpair(server_->io, std::move(context_), std::move(stream_));
+    server_->serve(std::move(local), peer);
+  }
+
+  // An http:// client: a plain answer, then its request is read to its end
+  // (closing with unread bytes would reset the connection before it reads).
+  void answer_plain_http() {
+    std::string body =
+        error_body(kTlsRequiredCode, "this port speaks TLS: use https://" + listener_->address +
+                                         " (with a client certificate)");
+    answer_ =
+        "HTTP/1.1 400 Bad Request\r\nServer: openshell\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    server_->log_refusal("API: plain HTTP from " + address_ + " on the TLS port " +
+                         listener_->address);
+    asio::async_write(socket_, asio::buffer(answer_),
+                      [self = shared_from_this()](beast::error_code ec, size_t) {
+                        if (ec) return self->give_up();
+                        beast::error_code ignored;
+                        self->socket_.shutdown(Tcp::socket::shutdown_send, ignored);
+                        self->drain();
+                      });
+  }
+
+  void drain() {
+    socket_.async_read_some(asio::buffer(drained_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) {
+                                self->deadline_.cancel();
+                                return self->give_up();
+                              }
+                              self->drain();
+                            });
+  }
+
+  std::shared_ptr<ServerState> server_;
+  std::shared_ptr<TcpListener> listener_;
+  Tcp::socket socket_;
+  std::unique_ptr<TlsStream> stream_;
+  std::shared_ptr<ssl::context> context_;
+  asio::steady_timer deadline_;
+  std::string address_;
+  std::string host_;      // the address without its port
+  bool counted_ = false;  // in server_->handshakes_per_address
+  std::string answer_;
+  char drained_[4096];
+};
+
+void ServerState::accept_tcp(const std::shared_ptr<TcpListener>& listener) {
+  listener->acceptor.async_accept(
+      [self = shared_from_this(), listener](beast::error_code ec, Tcp::socket socket) {
+        if (ec == asio::error::operation_aborted || !listener->acceptor.is_open()) return;
+        if (ec) {
+          log::warn("accept on " + listener->address + ": " + ec.message());
+          listener->retry_timer.expires_after(kAcceptRetryDelay);
+          listener->retry_timer.async_wait([self, listener](beast::error_code wait_ec) {
+            if (!wait_ec && listener->acceptor.is_open()) self->accept_tcp(listener);
+          });
+          return;
+        }
+        guarded(
+            "API accept",
+            [&] {
+              set_cloexec(socket.native_handle());
+              beast::error_code ignored;
+              socket.set_option(Tcp::no_delay(true), ignored);
+              if (listener->tls) {
+                std::make_shared<TlsAccept>(self, listener, std::move(socket))->start();
+                return;
+              }
+              PeerCredentials peer;
+              peer.transport = PeerCredentials::Transport::kTcp;
+              peer.pid = 0;
+              peer.uid = static_cast<uid_t>(-1);
+              peer.gid = static_cast<gid_t>(-1);
+              auto remote = socket.remote_endpoint(ignored);
+              peer.address = ignored ? "unknown" : address_text(remote);
+              // The connection only reads and writes bytes: a Local::socket
+              // carries a TCP one as well, and release() hands it over as it is.
+              Local::socket local(self->io);
+              local.assign(Local(), socket.release());
+              self->serve(std::move(local), peer);
+            },
+            nullptr);
+        self->accept_tcp(listener);
+      });
+}
+
 void ServerState::accept_next() {
   acceptor.async_accept([self = shared_from_this()](beast::error_code ec, Local::socket socket) {
     if (ec == asio::error::operation_aborted || !self->acceptor.is_open()) return;
@@ -440,7 +726,8 @@ void ServerState::accept_next() {
         "API accept",
         [&] {
           set_cloexec(socket.native_handle());
-          if (self->admit(socket)) std::make_shared<Connection>(self, std::move(socket))->start();
+          PeerCredentials peer = peer_credentials(socket.native_handle());
+          self->serve(std::move(socket), peer);
         },
         nullptr);
     self->accept_next();
@@ -450,22 +737,30 @@ void ServerState::accept_next() {
 // A refusal is written at once, without waiting: it is small and the socket
 // is fresh. The client still reads it after the close (a Unix socket keeps
 // what was sent), even when its own request was never read.
-bool ServerState::admit(Local::socket& socket) {
+void ServerState::serve(Local::socket socket, const PeerCredentials& peer) {
+  if (admit(socket, peer))
+    std::make_shared<Connection>(shared_from_this(), std::move(socket), peer)->start();
+}
+
+bool ServerState::admit(Local::socket& socket, const PeerCredentials& peer) {
   int fd = socket.native_handle();
-  PeerCredentials peer = peer_credentials(fd);
   std::optional<Refusal> refusal;
   if (admission) refusal = admission(fd, peer);
+  if (!refusal && peer.transport == PeerCredentials::Transport::kTls && peer.subject.empty())
+    refusal =
+        Refusal{403, "no_subject",
+                "the client certificate has no single common name (CN) to name its principal"};
   if (!refusal && limits.max_connections_per_uid > 0) {
-    auto it = connections_per_uid.find(peer.uid);
-    if (it != connections_per_uid.end() && it->second >= limits.max_connections_per_uid)
+    const std::string key = peer_key(peer);
+    auto it = connections_per_peer.find(key);
+    if (it != connections_per_peer.end() && it->second >= limits.max_connections_per_uid)
       refusal = Refusal{503, "too_many_connections",
-                        "uid " + std::to_string(peer.uid) + " already has " +
-                            std::to_string(it->second) + " connections open (the limit is " +
+                        key + " already has " + std::to_string(it->second) +
+                            " connections open (the limit is " +
                             std::to_string(limits.max_connections_per_uid) + ")"};
   }
   if (!refusal) return true;
-  log_refusal("API: refused a connection from uid " + std::to_string(peer.uid) + " (pid " +
-              std::to_string(peer.pid) + "): " + refusal->message);
+  log_refusal("API: refused a connection from " + peer_text(peer) + ": " + refusal->message);
   std::string body = error_body(refusal->code, refusal->message);
   int status = refusal->status >= 400 && refusal->status <= 599 ? refusal->status : 403;
   const char* reason = status == 403   ? "Forbidden"
@@ -503,6 +798,12 @@ void ServerState::log_refusal(const std::string& line) {
 
 void ServerState::stop_listening() {
   stopping = true;
+  for (auto& listener : tcp_listeners) {
+    beast::error_code ignored;
+    listener->acceptor.close(ignored);
+    listener->retry_timer.cancel();
+  }
+  tcp_listeners.clear();
   if (!acceptor.is_open()) return;
   beast::error_code ignored;
   acceptor.close(ignored);
@@ -616,6 +917,82 @@ void Server::listen(const std::string& socket_path, unsigned mode) {
   state.ino = st.st_ino;
   state.stopping = false;
   state.accept_next();
+}
+
+namespace {
+
+// "127.0.0.1:17670", "[::1]:0": an IP address (no name) and a port, 0 for
+// one the kernel picks.
+Tcp::endpoint parse_listen_address(const std::string& text, const std::string& what) {
+  std::string host, port;
+  if (!text.empty() && text[0] == '[') {
+    auto close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      throw Error(what + " '" + text + "': an IPv6 address is written [ADDRESS]:PORT");
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string::npos)
+      throw Error(what + " '" + text + "': a port is required (ADDRESS:PORT)");
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  auto number = text::parse_uint(port, 65535);
+  if (!number) throw Error(what + " '" + text + "': the port must be a number from 0 to 65535");
+  beast::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) throw Error(what + " '" + text + "': '" + host + "' is not an IP address");
+  return Tcp::endpoint(address, static_cast<uint16_t>(*number));
+}
+
+}  // namespace
+
+std::string Server::listen_tcp_or_tls(const std::string& address, const TlsFiles* files) {
+  ServerState& state = *impl_;
+  const std::string what = files ? "listen (TLS) on" : "listen (plain TCP) on";
+  Tcp::endpoint endpoint = parse_listen_address(address, what);
+  if (!files && !endpoint.address().is_loopback())
+    throw Error("refusing to listen in plain TCP on " + address +
+                ": without TLS only a loopback address (127.0.0.1, ::1) may be served");
+  // Before the socket: a missing or bad file is the first thing to say.
+  std::optional<TlsFiles> tls;
+  if (files) tls = *files;
+  auto listener = std::make_shared<TcpListener>(state.io, Tcp::acceptor(state.io), "", tls);
+  Tcp::acceptor& acceptor = listener->acceptor;
+  UniqueFd fd(::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno(what + " " + address + ": socket");
+  beast::error_code ec;
+  acceptor.assign(endpoint.protocol(), fd.get(), ec);
+  if (ec) throw Error(what + " " + address + ": " + ec.message());
+  fd.release();
+  acceptor.set_option(Tcp::acceptor::reuse_address(true), ec);
+  if (endpoint.address().is_v6()) acceptor.set_option(asio::ip::v6_only(true), ec);
+  acceptor.bind(endpoint, ec);
+  if (ec) throw Error(what + " " + address + ": " + ec.message());
+  acceptor.listen(kBacklog, ec);
+  if (ec) throw Error(what + " " + address + ": " + ec.message());
+  listener->address = address_text(acceptor.local_endpoint());
+  state.stopping = false;
+  state.tcp_listeners.push_back(listener);
+  state.accept_tcp(listener);
+  return listener->address;
+}
+
+std::string Server::listen_tls(const std::string& address, const TlsFiles& files) {
+  return listen_tcp_or_tls(address, &files);
+}
+
+std::string Server::listen_tcp(const std::string& address) {
+  return listen_tcp_or_tls(address, nullptr);
+}
+
+std::vector<Server::Listener> Server::listeners() const {
+  std::vector<Listener> out;
+  if (impl_->acceptor.is_open()) out.push_back({"unix", impl_->path});
+  for (auto& listener : impl_->tcp_listeners)
+    out.push_back({listener->tls ? "tls" : "tcp", listener->address});
+  return out;
 }
 
 void Server::close() { impl_->stop_listening(); }

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <boost/asio/connect.hpp>
 #include <boost/asio/post.hpp>
 
 #include "base/error.h"
@@ -123,6 +124,15 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
               },
               [ws] { ws->fail("exception in the connect callback"); });
         });
+  }
+
+  // Client side over a socket already connected (TCP, or a TLS pump's end).
+  static void connect_over(Local::socket socket, const PeerCredentials& peer,
+                           const std::string& target,
+                           std::function<void(std::shared_ptr<WebSocket>, std::string)> done) {
+    auto ws = std::make_shared<WebSocketImpl>(std::move(socket));
+    ws->peer_ = peer;
+    ws->handshake(target, std::move(done));
   }
 
   void fail(const std::string& reason) { finish(reason); }
@@ -301,6 +311,116 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
   bool finished_ = false;         // ended; on_close told or due
 };
 
+// A client's way to a TCP endpoint: resolve, connect, the TLS handshake
+// (kTls), then the WebSocket's upgrade. Every failure is connect_failure's line.
+class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
+ public:
+  using Done = std::function<void(std::shared_ptr<WebSocket>, std::string)>;
+  TcpConnect(asio::io_context& io, Endpoint endpoint, std::string target, Done done)
+      : io_(io),
+        endpoint_(std::move(endpoint)),
+        target_(std::move(target)),
+        done_(std::move(done)),
+        resolver_(io),
+        socket_(io) {}
+
+  void start() {
+    if (endpoint_.kind == Endpoint::Kind::kTls) {
+      try {
+        context_ = client_tls_context(endpoint_.tls);
+      } catch (const std::exception& e) {
+        asio::post(io_,
+                   [self = shared_from_this(), why = std::string(e.what())] { self->fail(why); });
+        return;
+      }
+    }
+    // An address needs no resolver (asio's async one starts a thread).
+    beast::error_code literal_ec;
+    auto literal = asio::ip::make_address(endpoint_.host, literal_ec);
+    if (!literal_ec) {
+      remote_ = Tcp::endpoint(literal, endpoint_.port);
+      socket_.async_connect(remote_, [self = shared_from_this()](beast::error_code connect_ec) {
+        self->on_connect(connect_ec, self->remote_);
+      });
+      return;
+    }
+    resolver_.async_resolve(
+        endpoint_.host, std::to_string(endpoint_.port), Tcp::resolver::numeric_service,
+        [self = shared_from_this()](beast::error_code ec, Tcp::resolver::results_type results) {
+          if (ec)
+            return self->fail("connect " + self->endpoint_.url() + ": resolve " +
+                              self->endpoint_.host + ": " + ec.message());
+          asio::async_connect(self->socket_, results,
+                              [self](beast::error_code connect_ec, const Tcp::endpoint& remote) {
+                                self->on_connect(connect_ec, remote);
+                              });
+        });
+  }
+
+ private:
+  void fail(const std::string& why) {
+    guarded(
+        "WebSocket connect callback", [&] { done_(nullptr, why); }, nullptr);
+  }
+
+  void on_connect(beast::error_code ec, const Tcp::endpoint& remote) {
+    if (ec) return fail(connect_failure(endpoint_, ec, nullptr));
+    if (socket_.is_open()) set_cloexec(socket_.native_handle());
+    socket_.set_option(Tcp::no_delay(true), ec);
+    peer_.transport = endpoint_.kind == Endpoint::Kind::kTls ? PeerCredentials::Transport::kTls
+                                                             : PeerCredentials::Transport::kTcp;
+    peer_.uid = static_cast<uid_t>(-1);
+    peer_.gid = static_cast<gid_t>(-1);
+    peer_.address = address_text(remote);
+    if (endpoint_.kind == Endpoint::Kind::kTcp) {
+      Local::socket local(io_);
+      local.assign(Local(), socket_.release());
+      WebSocketImpl::connect_over(std::move(local), peer_, target_, done_);
+      return;
+    }
+    stream_ = std::make_unique<TlsStream>(std::move(socket_), *context_);
+    expect_server_name(*stream_, endpoint_.host);
+    stream_->async_handshake(ssl::stream_base::client,
+                             [self = shared_from_this()](beast::error_code handshake_ec) {
+                               self->on_handshake(handshake_ec);
+                             });
+  }
+
+  void on_handshake(beast::error_code ec) {
+    if (ec) return fail(connect_failure(endpoint_, ec, stream_->native_handle()));
+    std::shared_ptr<TlsPump> pump;
+    Local::socket local(io_);
+    try {
+      local = pump_through_socketpair(io_, context_, std::move(stream_), &pump);
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    // Over TLS 1.3 the server judges our certificate after our side of the
+    // handshake: its refusal ends the pump, and says more than the upgrade's
+    // "End of file".
+    Endpoint endpoint = endpoint_;
+    Done done = done_;
+    WebSocketImpl::connect_over(
+        std::move(local), peer_, target_,
+        [pump, endpoint, done](std::shared_ptr<WebSocket> ws, std::string why) {
+          if (!ws && pump->tls_error())
+            why = connect_failure(endpoint, pump->tls_error(), pump->stream().native_handle());
+          done(std::move(ws), std::move(why));
+        });
+  }
+
+  asio::io_context& io_;
+  Endpoint endpoint_;
+  std::string target_;
+  Done done_;
+  Tcp::resolver resolver_;
+  Tcp::socket socket_;
+  Tcp::endpoint remote_;
+  std::shared_ptr<ssl::context> context_;
+  std::unique_ptr<TlsStream> stream_;
+  PeerCredentials peer_;
+};
+
 }  // namespace
 
 std::shared_ptr<WebSocket> accept_websocket(Local::socket socket, BeastRequest request) {
@@ -329,9 +449,7 @@ void WebSocket::connect(asio::io_context& io, const Endpoint& endpoint, const st
                         std::function<void(std::shared_ptr<WebSocket>, std::string error)> done) {
   if (endpoint.kind == Endpoint::Kind::kUnix)
     return WebSocketImpl::connect(io, endpoint.socket_path, target, std::move(done));
-  asio::post(io, [done = std::move(done), url = endpoint.url()] {
-    done(nullptr, "connect " + url + ": TCP endpoints are not supported yet");
-  });
+  std::make_shared<TcpConnect>(io, endpoint, target, std::move(done))->start();
 }
 
 std::shared_ptr<WebSocket> WebSocket::accept_handed_over(asio::io_context& io, int fd,

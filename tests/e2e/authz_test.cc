@@ -310,6 +310,26 @@ class Authz : public GatewayTest {
     return reply;
   }
 
+  // The command line as the user, on this gateway's socket
+  // (--gateway-endpoint unix://…): its exit status and what it printed.
+  Result cli(const User& user, const std::string& args) {
+    std::string groups;
+    for (gid_t g : user.groups) groups += (groups.empty() ? "" : ",") + std::to_string(g);
+    const std::string command =
+        "setpriv --reuid=" + std::to_string(user.uid) + " --regid=" + std::to_string(user.gid) +
+        " --groups=" + groups + " env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=" + scratch() +
+        " XDG_CONFIG_HOME=" + home_ + "/config-" + user.name + " " + binary() +
+        " --gateway-endpoint unix://" + socket_ + " " + args + " 2>&1";
+    Result r;
+    FILE* out = ::popen(command.c_str(), "r");
+    if (!out) return r;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, out)) > 0;) r.out.append(buf, n);
+    int status = ::pclose(out);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+  }
+
   std::vector<std::string> names(const Reply& list) {
     std::vector<std::string> out;
     json j = list.json_body();
@@ -417,6 +437,39 @@ TEST_P(Authz, TwoUsersEachSeeAndTouchOnlyTheirOwnSandboxes) {
 
   EXPECT_EQ(call(alice_, "DELETE", "/v1/sandboxes/alice-box").status, 200);
   EXPECT_EQ(call(bob_, "DELETE", bob_box).status, 200);
+}
+
+// The same through the command line: each user's `openshell
+// --gateway-endpoint unix://SOCKET` on the shared socket.
+TEST_P(Authz, EachUsersCommandLineSeesAndTouchesOnlyTheirOwn) {
+  start_shared_gateway();
+  Result made = cli(alice_, "sandbox create --name alice-cli --from " + rootfs());
+  ASSERT_EQ(made.status, 0) << made.out;
+  made = cli(bob_, "sandbox create --name bob-cli --from " + rootfs());
+  ASSERT_EQ(made.status, 0) << made.out;
+  Result list = cli(alice_, "sandbox list --names");
+  EXPECT_EQ(list.status, 0) << list.out;
+  EXPECT_EQ(list.out, "alice-cli\n");
+  Result ran = cli(alice_, "sandbox exec alice-cli -- echo mine");
+  EXPECT_EQ(ran.status, 0) << ran.out;
+  EXPECT_THAT(ran.out, HasSubstr("mine"));
+  const std::string refusal =
+      "sandbox 'bob-cli' is not " + std::string(kAlice) + "'s (only its owner or an admin";
+  for (const std::string& args :
+       {std::string("sandbox get bob-cli"), std::string("sandbox exec bob-cli -- echo theirs"),
+        std::string("sandbox download bob-cli /sandbox /tmp"), std::string("logs bob-cli"),
+        std::string("sandbox stop bob-cli"), std::string("sandbox delete bob-cli")}) {
+    SCOPED_TRACE(args);
+    Result r = cli(alice_, args);
+    EXPECT_EQ(r.status, 125) << r.out;
+    EXPECT_THAT(r.out, HasSubstr(refusal));
+  }
+  Result all = cli(alice_, "sandbox list --all");
+  EXPECT_EQ(all.status, 125) << all.out;
+  EXPECT_THAT(all.out, HasSubstr("are for admins, and " + std::string(kAlice) + " is not one"));
+  EXPECT_EQ(cli(bob_, "sandbox get bob-cli").status, 0);
+  EXPECT_EQ(cli(alice_, "sandbox delete alice-cli").status, 0);
+  EXPECT_EQ(cli(bob_, "sandbox delete bob-cli").status, 0);
 }
 
 // watch: a stream of every change, but only of the caller's sandboxes.

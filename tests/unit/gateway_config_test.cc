@@ -79,6 +79,38 @@ TEST(GatewayConfig, TheFileSetsAndTheEnvironmentWins) {
   EXPECT_EQ(view["settings"]["dns.resolv_conf"]["source"], "default");
 }
 
+TEST(GatewayConfig, ListenersAndTheTlsDirectoryComeFromTheApiTable) {
+  openshell::testing::TempDir dir;
+  const std::string path = dir.path() + "/gateway.toml";
+  FakeEnv env;
+  GatewayConfig none = load_config(path, env.getenv());
+  EXPECT_EQ(none.listen.value, "");
+  EXPECT_EQ(none.tls_dir.source, "default");
+  openshell::testing::write_file(path,
+                                 "[api]\nlisten = [\"127.0.0.1:17670\", \"[::1]:17670\"]\n"
+                                 "insecure_listen = [\"127.0.0.1:17671\"]\n"
+                                 "tls_dir = \"/srv/tls\"\n");
+  GatewayConfig c = load_config(path, env.getenv());
+  EXPECT_EQ(c.listen.value, "127.0.0.1:17670,[::1]:17670");
+  EXPECT_EQ(c.listen.source, "file");
+  EXPECT_EQ(c.insecure_listen.value, "127.0.0.1:17671");
+  EXPECT_EQ(c.tls_dir.value, "/srv/tls");
+  EXPECT_EQ(c.view()["settings"]["api.listen"]["value"], "127.0.0.1:17670,[::1]:17670");
+  auto error = [&](const std::string& text) {
+    openshell::testing::write_file(path, text);
+    try {
+      load_config(path, env.getenv());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("[api]\nlisten = \"127.0.0.1:1\"\n"),
+            path + ":2: api.listen: must be a list, like [\"127.0.0.1:17670\"]");
+  EXPECT_EQ(error("[api]\ntls_dir = \"tls\"\n"),
+            path + ":2: api.tls_dir: must be an absolute path");
+}
+
 TEST(GatewayConfig, TheSocketGroupIsUnsetOrTheFilesName) {
   openshell::testing::TempDir dir;
   const std::string path = dir.path() + "/gateway.toml";
@@ -129,7 +161,8 @@ TEST(GatewayConfig, BadSettingsNameTheFileLineAndKey) {
   EXPECT_EQ(error("[api]\nidle_timeout = 5\n"),
             path +
                 ":2: api.idle_timeout: unknown key (known: header_timeout_ms, body_timeout_ms, "
-                "idle_timeout_ms, max_connections_per_uid, socket_group)");
+                "idle_timeout_ms, max_connections_per_uid, listen, insecure_listen, tls_dir, "
+                "socket_group)");
   EXPECT_EQ(error("[api]\nsocket_group = \"\"\n"),
             path + ":2: api.socket_group: must be a group's name");
   EXPECT_EQ(error("[api]\nsocket_group = 100\n"),

@@ -38,6 +38,8 @@ std::string message_for(std::vector<std::string> words) {
   app.require_subcommand(1);
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose);
+  std::string gateway;
+  app.add_option("-g,--gateway", gateway);
   CLI::App* sandbox = app.add_subcommand("sandbox");
   sandbox->require_subcommand(1);
   CLI::App* list = sandbox->add_subcommand("list");
@@ -61,6 +63,9 @@ TEST(DescribeParseError, NamesTheUnknownWordAtItsLevel) {
   EXPECT_EQ(message_for({"sandbox", "lst"}), "unknown command 'lst' (did you mean list?)");
   EXPECT_EQ(message_for({"sandbox", "-x"}), "unknown option -x (see 'openshell sandbox --help')");
   EXPECT_EQ(message_for({"-v", "sandbox", "lgs"}), "unknown command 'lgs' (did you mean logs?)");
+  // A global option's value is no command.
+  EXPECT_EQ(message_for({"-g", "lab", "sandbox", "lgs"}),
+            "unknown command 'lgs' (did you mean logs?)");
   EXPECT_EQ(message_for({"__rol"}), "unknown command '__rol' (see 'openshell --help')");
   EXPECT_EQ(message_for({"sandbox"}),
             "a command is needed after 'openshell sandbox': list or logs (see 'openshell sandbox "
