@@ -472,6 +472,61 @@ TEST_P(Authz, EachUsersCommandLineSeesAndTouchesOnlyTheirOwn) {
   EXPECT_EQ(cli(bob_, "sandbox delete bob-cli").status, 0);
 }
 
+// Over mutual TLS the principal is the certificate's name: a certificate
+// for osh-e2e-alice is alice, as on the socket; it gets no host paths (not
+// an admin); the owner's admin certificate sees everyone's.
+TEST_P(Authz, ACertificatesNameIsTheSamePrincipalAndGetsNoHostPaths) {
+  Result certs = os({"gateway", "generate-certs"});
+  ASSERT_EQ(certs.status, 0) << certs.out << certs.err;
+  write_file(home_ + "/gateway.toml",
+             std::string("[api]\nsocket_group = \"") + kGroup + "\"\nlisten = [\"127.0.0.1:0\"]\n",
+             0600);
+  ASSERT_EQ(os({"sandbox", "list"}).status, 0);
+  json info = json::parse(os({"gateway", "status", "-o", "json"}).out, nullptr, false);
+  std::string url;
+  for (const auto& l : info.value("listeners", json::array()))
+    if (l.value("kind", "") == "tls") url = "https://" + l.value("address", "");
+  ASSERT_NE(url, "") << info.dump();
+  create(alice_, "alice-tls");
+  create(bob_, "bob-tls");
+  // Root's command line with a client home holding one certificate's files.
+  const std::string client = make_dir(Mode::kRoot, "authz-tls-client", 0700);
+  auto over_tls = [&](const std::string& cert_dir, std::vector<std::string> args) {
+    const std::string dir = client + "/tls";
+    shell("rm -rf '" + dir + "' && mkdir -m 0700 '" + dir + "' && cp '" + cert_dir +
+          "/client.crt' '" + cert_dir + "/client.key' '" + home_ + "/tls/ca.crt' '" + dir + "'");
+    args.insert(args.begin(), {"--gateway-endpoint", url});
+    Options o;
+    o.env.push_back("OPENSHELL_HOME=" + client);
+    return openshell(Mode::kRoot, args, o);
+  };
+  const std::string alice_certs = client + "/alice";
+  Result issued = os({"gateway", "issue-client", "--name", kAlice, "--out", alice_certs});
+  ASSERT_EQ(issued.status, 0) << issued.out << issued.err;
+
+  Result list = over_tls(alice_certs, {"sandbox", "list", "--names"});
+  EXPECT_EQ(list.status, 0) << list.err;
+  EXPECT_EQ(list.out, "alice-tls\n");
+  Result theirs = over_tls(alice_certs, {"sandbox", "get", "bob-tls"});
+  EXPECT_EQ(theirs.status, 125);
+  EXPECT_THAT(theirs.err, HasSubstr("sandbox 'bob-tls' is not " + std::string(kAlice) + "'s"));
+  Result from_dir =
+      over_tls(alice_certs, {"sandbox", "create", "--name", "tls-dir", "--from", rootfs()});
+  EXPECT_EQ(from_dir.status, 125) << from_dir.out;
+  EXPECT_THAT(from_dir.err, HasSubstr("a host path is given only to an admin over tls"));
+  std::string audit = file_contents(home_ + "/audit.log");
+  EXPECT_THAT(audit, HasSubstr("\"code\":\"host_path_not_allowed\""));
+  EXPECT_THAT(audit, HasSubstr("\"transport\":\"tls\""));
+
+  // The gateway owner's certificate (CN root, OU admin) sees all.
+  Result all = over_tls(home_ + "/tls", {"sandbox", "list", "--all"});
+  EXPECT_EQ(all.status, 0) << all.err;
+  EXPECT_THAT(all.out, testing::ContainsRegex("alice-tls +" + std::string(kAlice)));
+  EXPECT_THAT(all.out, testing::ContainsRegex("bob-tls +" + std::string(kBob)));
+  EXPECT_EQ(call(alice_, "DELETE", "/v1/sandboxes/alice-tls").status, 200);
+  EXPECT_EQ(call(bob_, "DELETE", "/v1/sandboxes/bob-tls").status, 200);
+}
+
 // watch: a stream of every change, but only of the caller's sandboxes.
 TEST_P(Authz, WatchShowsOnlyTheCallersSandboxes) {
   start_shared_gateway();
