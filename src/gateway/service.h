@@ -190,7 +190,8 @@ class Gateway {
                 std::function<void(const SandboxRecord*)> callback);
   void notify(const std::string& id);
   void shutdown();
-  void share_socket();
+  std::optional<gid_t> socket_group() const;
+  void share_socket(gid_t gid);
 
   // The settings (gateway/config.h), read again when the file changes.
   const GatewayConfig& config();

@@ -626,5 +626,28 @@ TEST_P(Authz, HostPathsAreUsedWithTheCallersRightsNotTheGateways) {
   EXPECT_THAT(names(call(root_, "GET", "/v1/sandboxes?all=1")), testing::IsEmpty());
 }
 
+// A gateway that is not root cannot take its callers' rights for host
+// paths, so it does not open its socket to a group at all.
+class AuthzRootless : public GatewayTest {
+ protected:
+  AuthzRootless() : GatewayTest("authz-rootless") {}
+  void SetUp() override {
+    GatewayTest::SetUp();
+    if (IsSkipped()) return;
+    if (mode() == Mode::kRoot) GTEST_SKIP() << "root's gateway may open its socket to a group";
+  }
+};
+E2E_ALL_MODES(AuthzRootless);
+
+TEST_P(AuthzRootless, ARootlessGatewayRefusesASocketGroup) {
+  Result run = os({"gateway", "run", "--socket-group", "users"});
+  EXPECT_EQ(run.status, 125) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("socket group users: only a root gateway opens its socket to a "
+                                 "group (this one runs as uid " +
+                                 std::to_string(uid_of(mode())) + ")"));
+  EXPECT_EQ(::access((home_ + "/run/gateway.sock").c_str(), F_OK), -1)
+      << "the refused gateway left its socket";
+}
+
 }  // namespace
 }  // namespace e2e
