@@ -606,6 +606,25 @@ TEST_P(Authz, HostPathsAreUsedWithTheCallersRightsNotTheGateways) {
                      {"binds", {{{"source", link}, {"target", "/mnt"}, {"read_only", true}}}}});
   expect_refused(linked, "host_path_denied");
   EXPECT_THAT(linked.message(), HasSubstr("no longer where it leads"));
+  // A directory of bob's that she may read: bound, it would be bob's to
+  // the sandbox (a bind's owner becomes the sandbox user).
+  const std::string bobs = make_dir(Mode::kRoot, "authz-bob", 0755);
+  ASSERT_EQ(::chown(bobs.c_str(), bob_.uid, bob_.gid), 0);
+  write_file(bobs + "/private", "bob's\n", 0600);
+  ASSERT_EQ(::chown((bobs + "/private").c_str(), bob_.uid, bob_.gid), 0);
+  Reply others = create_with(
+      "steal-others", {{"from", rootfs()},
+                       {"binds", {{{"source", bobs}, {"target", "/mnt"}, {"read_only", true}}}}});
+  expect_refused(others, "host_path_denied");
+  EXPECT_THAT(others.message(), HasSubstr("belongs to uid " + std::to_string(bob_.uid)));
+  // A root she may list, holding a file only root may read: as the
+  // sandbox's root its files keep their owners.
+  const std::string tree = make_dir(Mode::kRoot, "authz-tree", 0755);
+  shell("cp -a '" + rootfs() + "/.' '" + tree + "'");
+  write_file(tree + "/etc/shadow", "root:secret\n", 0600);
+  Reply root_dir = create_with("steal-tree", {{"from", tree}});
+  expect_refused(root_dir, "host_path_denied");
+  EXPECT_THAT(root_dir.message(), HasSubstr("/…/shadow (Permission denied)"));
   // A directory she may write, bound read-write, is hers to give...
   const std::string work = own + "/work";
   ASSERT_EQ(::mkdir(work.c_str(), 0700), 0);

@@ -134,6 +134,35 @@ TEST_F(HostPaths, APathThatNowLeadsElsewhereIsRefused) {
               HasSubstr("is no longer where it leads (" + target + ")"));
 }
 
+TEST_F(HostPaths, ARootDirectoryMustBeReadableThroughout) {
+  const std::string root = dir_.path() + "/root";
+  ASSERT_EQ(::mkdir(root.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((root + "/etc").c_str(), 0755), 0);
+  openshell::testing::write_file(root + "/etc/passwd", "root:x:0:0::/:/bin/sh\n");
+  ASSERT_EQ(::chmod((root + "/etc/passwd").c_str(), 0644), 0);
+  ASSERT_EQ(::symlink("/root/.ssh", (root + "/link").c_str()), 0);  // not followed
+  HostPath from{root, "--from", false, false, true};
+  EXPECT_EQ(host_path_problem(kNobody, kNobody, {from}), "");
+  openshell::testing::write_file(root + "/etc/shadow", "root:secret\n");
+  ASSERT_EQ(::chmod((root + "/etc/shadow").c_str(), 0600), 0);
+  EXPECT_THAT(
+      host_path_problem(kNobody, kNobody, {from}),
+      HasSubstr("--from: uid 65534 may not read " + root + "/…/shadow (Permission denied)"));
+}
+
+TEST_F(HostPaths, ABindSourceMustBeTheCallersOrRoots) {
+  const std::string others = dir_.path() + "/others";
+  ASSERT_EQ(::mkdir(others.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(others.c_str(), 4242, 4242), 0);
+  HostPath bind{others, "--bind", false, true, false};
+  EXPECT_THAT(host_path_problem(kNobody, kNobody, {bind}),
+              HasSubstr("--bind: " + others + " belongs to uid 4242, not uid 65534"));
+  ASSERT_EQ(::chown(others.c_str(), kNobody, kNobody), 0);
+  EXPECT_EQ(host_path_problem(kNobody, kNobody, {bind}), "");
+  ASSERT_EQ(::chown(others.c_str(), 0, 0), 0);
+  EXPECT_EQ(host_path_problem(kNobody, kNobody, {bind}), "");
+}
+
 TEST_F(HostPaths, AMissingPathIsRefused) {
   EXPECT_THAT(host_path_problem(kNobody, kNobody, {{dir_.path() + "/none", "--from", false}}),
               HasSubstr("No such file or directory"));
