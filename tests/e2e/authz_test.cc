@@ -372,6 +372,9 @@ TEST_P(Authz, TwoUsersEachSeeAndTouchOnlyTheirOwnSandboxes) {
   create(bob_, "bob-box");
   EXPECT_THAT(names(call(alice_, "GET", "/v1/sandboxes")), testing::ElementsAre("alice-box"));
   EXPECT_THAT(names(call(bob_, "GET", "/v1/sandboxes")), testing::ElementsAre("bob-box"));
+  // The gateway's count is of what the caller may see.
+  EXPECT_EQ(call(alice_, "GET", "/v1/gateway").json_body().value("sandboxes", -1), 1);
+  EXPECT_EQ(call(root_, "GET", "/v1/gateway").json_body().value("sandboxes", -1), 2);
 
   // Everything alice might do to bob's sandbox is refused, before it is done.
   const std::string bob_box = "/v1/sandboxes/bob-box";
