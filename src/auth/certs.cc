@@ -1,7 +1,6 @@
 #include "auth/certs.h"
 
 #include <arpa/inet.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/text.h"
 
 namespace openshell::auth {
 
@@ -218,13 +218,17 @@ void check_principal_name(const std::string& name) {
   if (!why.empty()) throw Error("principal name '" + name + "': " + why);
 }
 
+// /etc/passwd read as a file, as the gateway reads it for the socket's
+// principals (gateway/principal.h): NSS (getpwuid) would load the host's
+// shared libraries into this static binary, which crashes it for a uid
+// that the file does not list.
 std::string principal_of_uid(unsigned uid) {
-  struct passwd pw, *found = nullptr;
-  char buf[4096];
-  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found && found->pw_name &&
-      *found->pw_name)
-    return found->pw_name;
-  return "uid-" + std::to_string(uid);
+  const std::string number = std::to_string(uid);
+  for (const auto& line : text::split(files::try_read("/etc/passwd").value_or(""), '\n')) {
+    auto fields = text::split(line, ':');
+    if (fields.size() >= 3 && !fields[0].empty() && fields[2] == number) return fields[0];
+  }
+  return "uid-" + number;
 }
 
 CertSetResult generate_cert_set(const CertSetOptions& options) {

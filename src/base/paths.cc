@@ -70,7 +70,7 @@ void Paths::ensure() const {
   // A runtime directory under /tmp could have been made by someone else.
   struct stat st;
   if (::lstat(run_dir.c_str(), &st) != 0) throw_errno("stat " + run_dir);
-  if (S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077)) {
+  if (S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 027)) {
     if (::chmod(run_dir.c_str(), 0700) != 0) throw_errno("chmod " + run_dir);
   }
   if (std::string problem = private_dir_problem(run_dir); !problem.empty()) throw Error(problem);
@@ -110,7 +110,7 @@ std::string private_dir_problem(const std::string& dir) {
     return dir + " is not a directory (" + (S_ISLNK(st.st_mode) ? "a symbolic link" : "a file") +
            "); remove it (rm " + dir + ")";
   if (st.st_uid != ::geteuid()) return not_yours(dir, st, "rm -rf");
-  if (st.st_mode & 077)
+  if (st.st_mode & 027)
     return dir + " has mode " + octal(st.st_mode) + ", not 0700; make it private (chmod 700 " +
            dir + ")";
   return "";
@@ -124,7 +124,7 @@ std::string private_socket_problem(const std::string& path) {
     return path + " is not a socket (" + (S_ISLNK(st.st_mode) ? "a symbolic link" : "a file") +
            "); remove it (rm " + path + ")";
   if (st.st_uid != ::geteuid()) return not_yours(path, st, "rm -f");
-  if (st.st_mode & 077)
+  if (st.st_mode & 007)
     return path + " has mode " + octal(st.st_mode) +
            ", not 0600; whatever listens there is not your gateway: stop it and remove the "
            "socket (rm " +

@@ -61,7 +61,11 @@ struct Paths {
 inline constexpr size_t kMaxRunDirLength = 67;
 
 // What is wrong with a directory or a socket that should be the caller's own
-// and private (mode & 077 == 0): "" when it is, or when it does not exist.
+// and private: "" when it is, or when it does not exist. Private: nobody
+// else may write the directory (and so replace the socket), and only a
+// group may reach in: a root gateway's socket opened to a group
+// (`gateway run --socket-group`) is 0660 in a 0710 directory, still root's.
+std::string private_dir_problem(const std::string& dir);
 std::string private_dir_problem(const std::string& dir);
 std::string private_socket_problem(const std::string& path);
 

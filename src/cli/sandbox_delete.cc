@@ -23,7 +23,7 @@ void add_sandbox_delete(CLI::App* sandbox, Action* action) {
       sandbox->add_subcommand("delete", "Delete sandboxes: their processes, files and state");
   c->alias("rm");
   c->add_option("names", *names, "The sandboxes");
-  c->add_flag("--all", *all, "Every sandbox");
+  c->add_flag("--all", *all, "Every sandbox of yours (those 'sandbox list' shows)");
   c->callback([names, all, action] {
     *action = [names, all] {
       if (*all == !names->empty()) throw Error("sandbox delete: give names or --all (not both)");

@@ -60,7 +60,7 @@ const std::vector<Gateway::Route>& Gateway::routes() {
   static const std::vector<Route> table = {
       {"GET", false, "/v1/health", A::kAnyone, plain(&Gateway::health)},
       {"GET", false, "/v1/whoami", A::kAnyone, called(&Gateway::whoami)},
-      {"GET", false, "/v1/gateway", A::kAnyone, plain(&Gateway::gateway_info)},
+      {"GET", false, "/v1/gateway", A::kAnyone, called(&Gateway::gateway_info)},
       {"POST", false, "/v1/gateway/stop", A::kAdmin, plain(&Gateway::stop_gateway)},
       {"GET", true, "/v1/supervisor/session", A::kSupervisor, plain(&Gateway::session)},
       {"GET", true, "/v1/watch", A::kAnyone, called(&Gateway::watch)},
@@ -185,11 +185,16 @@ void Gateway::health(const std::shared_ptr<net::Exchange>& exchange) {
   exchange->respond(json_response(200, {{"status", "ok"}, {"version", OPENSHELL_VERSION}}));
 }
 
-void Gateway::gateway_info(const std::shared_ptr<net::Exchange>& exchange) {
-  json info = {{"version", OPENSHELL_VERSION},      {"pid", ::getpid()},
-               {"gateway_id", gateway_id_},         {"started_at", time::format_ms(started_ms_)},
-               {"state_dir", paths_.state_dir},     {"socket", paths_.socket()},
-               {"sandboxes", store_->list().size()}};
+void Gateway::gateway_info(const Call& call) {
+  const std::shared_ptr<net::Exchange>& exchange = call.exchange;
+  // How many sandboxes the caller may see: an admin, every one.
+  size_t visible = 0;
+  for (const auto& r : store_->list())
+    if (may_touch(call.who, owner_of(r))) ++visible;
+  json info = {{"version", OPENSHELL_VERSION},  {"pid", ::getpid()},
+               {"gateway_id", gateway_id_},     {"started_at", time::format_ms(started_ms_)},
+               {"state_dir", paths_.state_dir}, {"socket", paths_.socket()},
+               {"sandboxes", visible}};
   json listeners = json::array();
   for (const auto& listener : server_.listeners())
     listeners.push_back({{"kind", listener.kind}, {"address", listener.address}});

@@ -1,7 +1,6 @@
 #include "gateway/gateway.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -85,6 +84,7 @@ void Gateway::seal_secrets_at_rest() {
 }
 
 void Gateway::start() {
+  const std::optional<gid_t> socket_gid = socket_group();
   paths_.ensure();
   // One gateway per state directory.
   lock_.reset(::open(paths_.lock().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
@@ -112,7 +112,7 @@ void Gateway::start() {
       });
   server_.listen(paths_.socket(), 0600);
   listen_tcp();
-  share_socket();
+  if (socket_gid) share_socket(*socket_gid);
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) shutdown();
   });
@@ -149,29 +149,30 @@ void Gateway::listen_tcp() {
                " (--insecure-listen: no authentication)");
 }
 
-// The socket opened to a group, once it is root's alone: its group first,
-// then the mode, so that no other group ever holds it open.
-void Gateway::share_socket() {
-  const std::string name =
+// The group the socket is opened to (--socket-group over the file's
+// api.socket_group), or none; checked before anything listens.
+std::optional<gid_t> Gateway::socket_group() const {
+  const std::string& name =
       !options_.socket_group.empty() ? options_.socket_group : config_.socket_group.value;
-  if (name.empty()) return;
+  if (name.empty()) return std::nullopt;
   if (::geteuid() != 0)
     throw Error("socket group " + name +
                 ": only a root gateway opens its socket to a group (this one runs as uid " +
                 std::to_string(::geteuid()) + ")");
-  std::vector<char> buf(16384);
-  group entry{};
-  group* found = nullptr;
-  if (::getgrnam_r(name.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || !found)
-    throw Error("socket group " + name + ": no such group");
-  const gid_t gid = found->gr_gid;
+  const std::optional<gid_t> gid = group_id(name);
+  if (!gid) throw Error("socket group " + name + ": no such group in /etc/group");
+  return gid;
+}
+
+// The socket opened to the group, once it is root's alone: its group
+// first, then the mode, so that no other group ever holds it open.
+void Gateway::share_socket(gid_t gid) {
   // Its directory: searchable by the group, not listable.
   if (::chown(paths_.run_dir.c_str(), 0, gid) != 0) throw_errno("chown " + paths_.run_dir);
   if (::chmod(paths_.run_dir.c_str(), 0710) != 0) throw_errno("chmod " + paths_.run_dir);
   if (::chown(paths_.socket().c_str(), 0, gid) != 0) throw_errno("chown " + paths_.socket());
   if (::chmod(paths_.socket().c_str(), 0660) != 0) throw_errno("chmod " + paths_.socket());
-  log::warn("the socket " + paths_.socket() + " is open to group " + name + " (gid " +
-            std::to_string(gid) + ")");
+  log::warn("the socket " + paths_.socket() + " is open to group gid " + std::to_string(gid));
 }
 
 void Gateway::shutdown() {

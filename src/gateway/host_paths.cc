@@ -2,42 +2,90 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <pwd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "base/error.h"
 #include "base/unique_fd.h"
+#include "gateway/principal.h"
 
 namespace openshell::gateway {
 
 namespace {
 
-// The user's groups as passwd and the group file give them; just gid for a
-// uid that passwd does not know.
-std::vector<gid_t> groups_of(uid_t uid, gid_t gid) {
-  std::vector<char> buf(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (::getpwuid_r(uid, &entry, buf.data(), buf.size(), &found) != 0 || !found) return {gid};
-  int n = 64;
-  std::vector<gid_t> groups(static_cast<size_t>(n));
-  while (::getgrouplist(found->pw_name, gid, groups.data(), &n) < 0) groups.resize(n);
-  groups.resize(static_cast<size_t>(n));
-  return groups;
-}
-
 struct Verdict {
   int index = -1;  // the path refused, or -1
   int err = 0;
+  uid_t owner = 0;       // a bind source's owner, when that is why (err 0)
+  char entry[256] = {};  // a tree's entry refused, under the path
 };
+
+constexpr int kMaxDepth = 128;
+
+// What getdents64 writes (the kernel's struct, which glibc does not declare).
+struct Dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+// Whether every entry under the directory fd is readable (directories also
+// searchable) by this process, without following symbolic links (which
+// resolve inside the sandbox). Only system calls: it runs in the child.
+// On a refusal, the entry's name and errno.
+bool tree_readable(int dir, int depth, Verdict* v) {
+  if (depth > kMaxDepth) {
+    v->err = ELOOP;
+    return false;
+  }
+  alignas(8) char buf[16384];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n < 0) {
+      v->err = errno;
+      return false;
+    }
+    if (n == 0) return true;
+    for (long at = 0; at < n;) {
+      auto* d = reinterpret_cast<Dirent64*>(buf + at);
+      at += d->d_reclen;
+      const char* name = d->d_name;
+      if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
+      struct stat st;
+      if (::fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || S_ISLNK(st.st_mode)) continue;
+      const bool is_dir = S_ISDIR(st.st_mode);
+      if (::faccessat(dir, name, R_OK | (is_dir ? X_OK : 0), 0) != 0) {
+        v->err = errno;
+        std::strncpy(v->entry, name, sizeof v->entry - 1);
+        return false;
+      }
+      if (!is_dir) continue;
+      int sub = ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0) {
+        v->err = errno;
+        std::strncpy(v->entry, name, sizeof v->entry - 1);
+        return false;
+      }
+      bool ok = tree_readable(sub, depth + 1, v);
+      ::close(sub);
+      if (!ok) {
+        if (!v->entry[0]) std::strncpy(v->entry, name, sizeof v->entry - 1);
+        return false;
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -54,9 +102,12 @@ std::string host_path_problem(uid_t uid, gid_t gid, const std::vector<HostPath>&
   const std::vector<gid_t> groups = groups_of(uid, gid);
   std::vector<const char*> c_paths;
   std::vector<int> modes;
+  std::vector<char> binds, trees;
   for (const auto& p : paths) {
     c_paths.push_back(p.path.c_str());
     modes.push_back(R_OK | (p.write ? W_OK : 0));
+    binds.push_back(p.bind);
+    trees.push_back(p.tree);
   }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("check host paths: pipe");
@@ -79,6 +130,20 @@ std::string host_path_problem(uid_t uid, gid_t gid, const std::vector<HostPath>&
           v.err = errno;
           break;
         }
+        if (binds[i] && st.st_uid != uid && st.st_uid != 0) {
+          v.index = static_cast<int>(i);
+          v.owner = st.st_uid;
+          break;
+        }
+        if (trees[i] && S_ISDIR(st.st_mode)) {
+          int dir = ::open(c_paths[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+          if (dir < 0 || !tree_readable(dir, 0, &v)) {
+            if (dir < 0) v.err = errno;
+            v.index = static_cast<int>(i);
+            break;
+          }
+          ::close(dir);
+        }
       }
     }
     ssize_t ignored = ::write(write_end.get(), &v, sizeof v);
@@ -99,6 +164,13 @@ std::string host_path_problem(uid_t uid, gid_t gid, const std::vector<HostPath>&
     throw Error(errno_message("check host paths as uid " + std::to_string(uid), v.err));
   if (v.index < 0) return "";
   const HostPath& p = paths[static_cast<size_t>(v.index)];
+  if (!v.err)
+    return p.what + ": " + p.path + " belongs to uid " + std::to_string(v.owner) + ", not uid " +
+           std::to_string(uid) + " (a bind gives the sandbox its owner's rights there)";
+  if (v.entry[0])
+    return p.what + ": uid " + std::to_string(uid) + " may not read " + p.path + "/…/" + v.entry +
+           " (" + std::strerror(v.err) +
+           "): a root directory's every file is the sandbox's to read";
   return p.what + ": uid " + std::to_string(uid) + " may not " +
          (p.write ? "read and write " : "read ") + p.path + " (" + std::strerror(v.err) + ")";
 }

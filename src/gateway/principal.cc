@@ -1,18 +1,57 @@
 #include "gateway/principal.h"
 
-#include <pwd.h>
+#include <algorithm>
 
-#include <vector>
+#include "base/files.h"
+#include "base/text.h"
 
 namespace openshell::gateway {
 
+std::string user_name_in(std::string_view passwd, uid_t uid) {
+  const std::string number = std::to_string(uid);
+  for (const auto& line : text::split(passwd, '\n')) {
+    auto fields = text::split(line, ':');
+    if (fields.size() >= 3 && !fields[0].empty() && fields[2] == number) return fields[0];
+  }
+  return "uid-" + number;
+}
+
 std::string user_name(uid_t uid) {
-  std::vector<char> buf(16384);
-  passwd entry{};
-  passwd* found = nullptr;
-  if (::getpwuid_r(uid, &entry, buf.data(), buf.size(), &found) == 0 && found)
-    return found->pw_name;
-  return "uid-" + std::to_string(uid);
+  return user_name_in(files::try_read("/etc/passwd").value_or(""), uid);
+}
+
+std::vector<gid_t> groups_in(std::string_view group, const std::string& user, gid_t primary) {
+  std::vector<gid_t> groups = {primary};
+  for (const auto& line : text::split(group, '\n')) {
+    auto fields = text::split(line, ':');
+    if (fields.size() < 4) continue;
+    auto gid = text::parse_uint(fields[2], UINT32_MAX);
+    if (!gid) continue;
+    auto members = text::split(fields[3], ',');
+    if (std::find(members.begin(), members.end(), user) != members.end() &&
+        std::find(groups.begin(), groups.end(), static_cast<gid_t>(*gid)) == groups.end())
+      groups.push_back(static_cast<gid_t>(*gid));
+  }
+  return groups;
+}
+
+std::vector<gid_t> groups_of(uid_t uid, gid_t primary) {
+  const std::string name = user_name(uid);
+  if (name.starts_with("uid-")) return {primary};
+  return groups_in(files::try_read("/etc/group").value_or(""), name, primary);
+}
+
+std::optional<gid_t> group_id_in(std::string_view group, const std::string& name) {
+  for (const auto& line : text::split(group, '\n')) {
+    auto fields = text::split(line, ':');
+    if (fields.size() < 3 || fields[0] != name) continue;
+    if (auto gid = text::parse_uint(fields[2], UINT32_MAX)) return static_cast<gid_t>(*gid);
+  }
+  return std::nullopt;
+}
+
+std::optional<gid_t> group_id(const std::string& name) {
+  return group_id_in(files::try_read("/etc/group").value_or(""), name);
 }
 
 Principal principal_of(const net::PeerCredentials& peer, uid_t gateway_euid) {

@@ -16,7 +16,10 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "net/http.h"
 
@@ -32,8 +35,21 @@ struct Principal {
   gid_t gid = 0;
 };
 
+// The host's users and groups, read from /etc/passwd and /etc/group as
+// files: NSS (getpwuid, getgrouplist) would load the host's shared
+// libraries into this static binary, which crashes it.
+//
 // The user name of uid from passwd, or "uid-N".
 std::string user_name(uid_t uid);
+// The same from the text of a passwd file.
+std::string user_name_in(std::string_view passwd, uid_t uid);
+// The groups of the user (primary gid first, then every group that lists
+// the user as a member), from the text of a group file.
+std::vector<gid_t> groups_in(std::string_view group, const std::string& user, gid_t primary);
+std::vector<gid_t> groups_of(uid_t uid, gid_t primary);
+// The id of the group of this name in the text of a group file.
+std::optional<gid_t> group_id_in(std::string_view group, const std::string& name);
+std::optional<gid_t> group_id(const std::string& name);
 
 // The principal of a request from this peer to a gateway running as
 // gateway_euid.

@@ -104,8 +104,9 @@ void Gateway::events(const std::shared_ptr<net::Exchange>& exchange, const std::
 void Gateway::check_host_paths(const Call& call, const SandboxSpec& spec) {
   std::vector<HostPath> paths;
   for (const auto& b : spec.binds)
-    paths.push_back({b.source, "--bind " + b.source + ":" + b.target, !b.read_only});
-  if (!spec.from.empty() && spec.from[0] == '/') paths.push_back({spec.from, "--from", false});
+    paths.push_back({b.source, "--bind " + b.source + ":" + b.target, !b.read_only, true, false});
+  if (!spec.from.empty() && spec.from[0] == '/')
+    paths.push_back({spec.from, "--from", false, false, true});
   const Principal& who = call.who;
   // The gateway's own rights are the caller's: root, the gateway's user.
   if (who.unix_peer && (who.uid == 0 || who.uid == ::geteuid())) return;

@@ -133,7 +133,7 @@ class Gateway {
   void handle(std::shared_ptr<net::Exchange> exchange);
   void route(const std::shared_ptr<net::Exchange>& exchange);
   void health(const std::shared_ptr<net::Exchange>& exchange);
-  void gateway_info(const std::shared_ptr<net::Exchange>& exchange);
+  void gateway_info(const Call& call);
   void stop_gateway(const std::shared_ptr<net::Exchange>& exchange);
   void list_sandboxes(const Call& call);
   void get_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
@@ -208,7 +208,8 @@ class Gateway {
                 std::function<void(const SandboxRecord*)> callback);
   void notify(const std::string& id);
   void shutdown();
-  void share_socket();
+  std::optional<gid_t> socket_group() const;
+  void share_socket(gid_t gid);
 
   // The settings (gateway/config.h), read again when the file changes.
   const GatewayConfig& config();

@@ -77,6 +77,23 @@ TEST(Principal, AnOwnerlessSandboxIsTheGatewayOwnersAndOnlyItsOwnerOrAnAdminMayT
   EXPECT_TRUE(may_touch(admin, "bob"));
 }
 
+TEST(Principal, UsersAndGroupsAreReadFromTheFilesText) {
+  const std::string passwd =
+      "root:x:0:0:root:/root:/bin/bash\n# a comment\nalice:x:1001:1001::/home/alice:/bin/sh\n"
+      "broken line\n";
+  EXPECT_EQ(user_name_in(passwd, 0), "root");
+  EXPECT_EQ(user_name_in(passwd, 1001), "alice");
+  EXPECT_EQ(user_name_in(passwd, 1002), "uid-1002");
+  const std::string group =
+      "root:x:0:\nalice:x:1001:\nshare:x:1500:bob,alice\nother:x:1600:bob\n"
+      "again:x:1001:alice\nbad:x:nope:alice\n";
+  EXPECT_THAT(groups_in(group, "alice", 1001), ::testing::ElementsAre(1001u, 1500u));
+  EXPECT_THAT(groups_in(group, "carol", 42), ::testing::ElementsAre(42u));
+  EXPECT_EQ(group_id_in(group, "share"), 1500u);
+  EXPECT_EQ(group_id_in(group, "none"), std::nullopt);
+  EXPECT_EQ(group_id_in(group, "bad"), std::nullopt);
+}
+
 class HostPaths : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -115,6 +132,35 @@ TEST_F(HostPaths, APathThatNowLeadsElsewhereIsRefused) {
   ASSERT_EQ(::symlink(target.c_str(), link.c_str()), 0);
   EXPECT_THAT(host_path_problem(kNobody, kNobody, {{link, "--bind", false}}),
               HasSubstr("is no longer where it leads (" + target + ")"));
+}
+
+TEST_F(HostPaths, ARootDirectoryMustBeReadableThroughout) {
+  const std::string root = dir_.path() + "/root";
+  ASSERT_EQ(::mkdir(root.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((root + "/etc").c_str(), 0755), 0);
+  openshell::testing::write_file(root + "/etc/passwd", "root:x:0:0::/:/bin/sh\n");
+  ASSERT_EQ(::chmod((root + "/etc/passwd").c_str(), 0644), 0);
+  ASSERT_EQ(::symlink("/root/.ssh", (root + "/link").c_str()), 0);  // not followed
+  HostPath from{root, "--from", false, false, true};
+  EXPECT_EQ(host_path_problem(kNobody, kNobody, {from}), "");
+  openshell::testing::write_file(root + "/etc/shadow", "root:secret\n");
+  ASSERT_EQ(::chmod((root + "/etc/shadow").c_str(), 0600), 0);
+  EXPECT_THAT(
+      host_path_problem(kNobody, kNobody, {from}),
+      HasSubstr("--from: uid 65534 may not read " + root + "/…/shadow (Permission denied)"));
+}
+
+TEST_F(HostPaths, ABindSourceMustBeTheCallersOrRoots) {
+  const std::string others = dir_.path() + "/others";
+  ASSERT_EQ(::mkdir(others.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(others.c_str(), 4242, 4242), 0);
+  HostPath bind{others, "--bind", false, true, false};
+  EXPECT_THAT(host_path_problem(kNobody, kNobody, {bind}),
+              HasSubstr("--bind: " + others + " belongs to uid 4242, not uid 65534"));
+  ASSERT_EQ(::chown(others.c_str(), kNobody, kNobody), 0);
+  EXPECT_EQ(host_path_problem(kNobody, kNobody, {bind}), "");
+  ASSERT_EQ(::chown(others.c_str(), 0, 0), 0);
+  EXPECT_EQ(host_path_problem(kNobody, kNobody, {bind}), "");
 }
 
 TEST_F(HostPaths, AMissingPathIsRefused) {
