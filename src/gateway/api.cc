@@ -74,7 +74,7 @@ const std::vector<Gateway::Route>& Gateway::routes() {
       // logs: a plain request, or a WebSocket that follows them
       {"GET", false, "/v1/sandboxes/{name}/logs", A::kOwner, named(&Gateway::logs)},
       // exec, and so upload and download (a tar run in the sandbox)
-      {"GET", true, "/v1/sandboxes/{name}/exec", A::kOwner, named(&Gateway::exec)},
+      {"GET", true, "/v1/sandboxes/{name}/exec", A::kOwner, called(&Gateway::exec)},
       {"GET", false, "/v1/sandboxes/{name}/events", A::kOwner, named(&Gateway::events)},
       {"GET", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::get_policy)},
       {"PUT", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::set_policy)},

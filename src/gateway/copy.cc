@@ -37,10 +37,13 @@ bool Gateway::after_copy(const std::shared_ptr<net::Exchange>& exchange, const s
   return true;
 }
 
-void Gateway::copy_exec(const std::shared_ptr<net::Exchange>& exchange,
-                        const SandboxRecord& record) {
+void Gateway::copy_exec(const Call& call, const SandboxRecord& record) {
+  const std::shared_ptr<net::Exchange>& exchange = call.exchange;
   if (after_copy(exchange, record.id)) return;
   refuse_if_copying(record, "another copy");
+  // The copy mounts the sandbox's binds, as a start does: the caller's
+  // rights again.
+  check_host_paths(call, SandboxSpec::from_json(record.spec));
   const std::string id = record.id, name = record.name;
   const std::string file = paths_.sandbox(id) + "/copy.cred";
   mint_launch_file(record, file);

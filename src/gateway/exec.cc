@@ -12,12 +12,14 @@ namespace openshell::gateway {
 
 // exec: the connection goes to the sandbox's supervisor as it is (before the
 // WebSocket handshake), so the gateway stays out of the data path.
-void Gateway::exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {
+void Gateway::exec(const Call& call) {
+  const std::shared_ptr<net::Exchange>& exchange = call.exchange;
+  const std::string& name = call.name;
   SandboxRecord record = find(name);
   // A download or an upload (?copy=1) reaches a sandbox that is not running
   // too, through a copy supervisor of its own.
   const bool copy = exchange->request().query.count("copy") > 0;
-  if (copy && finished(record.phase)) return copy_exec(exchange, record);
+  if (copy && finished(record.phase)) return copy_exec(call, record);
   if (record.phase != Phase::kReady)
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +

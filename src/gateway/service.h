@@ -149,7 +149,7 @@ class Gateway {
   void delete_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
-  void exec(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  void exec(const Call& call);
   void session(const std::shared_ptr<net::Exchange>& exchange);
   void watch(const Call& call);
   void get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
@@ -171,7 +171,7 @@ class Gateway {
   // copy supervisor each (supervisor/supervisor.h), one at a time; while one
   // lives (ours, or one a gateway before us started: its lock tells) the
   // sandbox is not started, deleted or copied again.
-  void copy_exec(const std::shared_ptr<net::Exchange>& exchange, const SandboxRecord& record);
+  void copy_exec(const Call& call, const SandboxRecord& record);
   bool copy_in_progress(const std::string& id) const;
   // Throws ApiError 409 "busy" while a copy is in progress (one a gateway
   // before us started: ours are waited for, below).
