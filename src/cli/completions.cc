@@ -6,8 +6,10 @@
 #include <set>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/text.h"
 #include "cli/commands.h"
 #include "cli/gateway_client.h"
@@ -224,10 +226,12 @@ void add_completion_commands(CLI::App& app, Action* action) {
             std::printf("%s\n", image::parse_reference(r.name).familiar().c_str());
         } else {
           GatewayClient client(chosen_gateway(), false);
-          for (const auto& s : client.call("GET", "/v1/sandboxes")["sandboxes"])
+          const auto list = client.call("GET", "/v1/sandboxes");
+          for (const auto& s : list.value("sandboxes", nlohmann::json::array()))
             std::printf("%s\n", s.value("name", "").c_str());
         }
-      } catch (const std::exception&) {
+      } catch (const std::exception& e) {
+        log::debug(std::string("__complete: ") + e.what());
       }
       return 0;
     };
