@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -173,7 +174,13 @@ void write_layout(const std::string& dir, const std::string& layer_tar) {
     files::write_atomically(blob(digest), text, 0644);
     return json{{"digest", digest}, {"size", text.size()}};
   };
+  char created[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &utc);
   json config = {
+      {"created", created},
       {"architecture", oci_architecture()},
       {"os", "linux"},
       {"config",
@@ -344,12 +351,12 @@ Plan plan(const Host& host, bool check_reachable) {
   return p;
 }
 
-void build(const Plan& plan, const std::string& images_dir, const std::string& name) {
+void build(const Plan& plan, const std::string& images_dir, const std::string& name,
+           const std::string& output) {
   if (!plan.ok()) throw Error(plan.problem);
   const std::string line = "building the default image " + name + ", one time, about a minute";
   std::fprintf(stderr, "%s (%s from %s)\n", line.c_str(), plan.tool.c_str(), plan.mirror.c_str());
 
-  image::Store store(images_dir);
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp && *tmp ? tmp : "/var/tmp") + "/openshell-base.XXXXXX";
   if (!::mkdtemp(pattern.data())) throw_errno("make a directory like " + pattern, errno);
@@ -390,6 +397,14 @@ void build(const Plan& plan, const std::string& images_dir, const std::string& n
     fs::remove_all(root, ec);
   }
   write_layout(work + "/layout", layer);
+  if (!output.empty()) {
+    if (run_logged({"tar", "-C", work + "/layout", "-cf", output, "."}, log, "writing " + output) !=
+        0)
+      fail_with_log("writing " + output, log);
+    std::fprintf(stderr, "wrote %s\n", output.c_str());
+    return;
+  }
+  image::Store store(images_dir);
   image::ImportOptions options;
   options.name = name;
   image::ImageRecord record = image::import_image(store, work + "/layout", options);

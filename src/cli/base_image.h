@@ -49,8 +49,11 @@ struct Plan {
 Plan plan(const Host& host, bool check_reachable = true);
 
 // Builds the image as `name` into the store at images_dir, with a progress
-// display on stderr. Throws Error (one line; the tool's log tail before it).
-void build(const Plan& plan, const std::string& images_dir, const std::string& name);
+// display on stderr; with `output`, writes it there instead, as an OCI image
+// layout tar archive (what scripts/test keeps for the tests). Throws Error
+// (one line; the tool's log tail before it).
+void build(const Plan& plan, const std::string& images_dir, const std::string& name,
+           const std::string& output = "");
 
 // The program on a colon-separated PATH; "" when none.
 std::string find_on_path(std::string_view path, const std::string& program);

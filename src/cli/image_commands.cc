@@ -404,17 +404,26 @@ void add_image_commands(CLI::App& app, Action* action) {
                   "name)")
         ->type_name("URL");
     c->add_flag("--force", *force, "Build it even when the store has it");
+    auto output = std::make_shared<std::string>();
+    c->add_option("--output", *output,
+                  "Write it to this file, an OCI image layout tar archive, instead of the store")
+        ->type_name("FILE");
     c->footer(
         "As root with debootstrap, as an ordinary user with mmdebstrap --mode=unshare. The "
         "first 'sandbox create' or 'run --image base' does the same when base is missing.");
-    c->callback([mirror, force, action] {
-      *action = [mirror, force] {
+    c->callback([mirror, force, output, action] {
+      *action = [mirror, force, output] {
+        base_image::Plan plan = base_image::plan(base_image::this_host(*mirror));
+        if (!output->empty()) {
+          base_image::build(plan, "", "base", *output);
+          return 0;
+        }
         const std::string dir = chosen_images_dir();
         if (!*force && image::Store(dir).find("base")) {
           std::fprintf(stderr, "image base is already in the store (--force builds it again)\n");
           return 0;
         }
-        base_image::build(base_image::plan(base_image::this_host(*mirror)), dir, "base");
+        base_image::build(plan, dir, "base");
         return 0;
       };
     });
