@@ -109,10 +109,24 @@ TEST_P(Doctor, FakedHostConditions) {
   } else {
     EXPECT_THAT(line_of(r.out, "subuid range"), HasSubstr("✗ subuid range: no entry for "));
     EXPECT_THAT(line_of(r.out, "subgid range"), HasSubstr("usermod --add-subgids"));
+    EXPECT_THAT(line_of(r.out, "subgid range"), HasSubstr("(optional)"));
     EXPECT_EQ(line_of(r.out, "newuidmap"),
               "✗ newuidmap: not on PATH; fix: apt-get install uidmap (without it a sandbox holds "
               "your id alone) (optional)");
   }
+}
+
+// The chosen gateway (-g, --gateway-endpoint) must answer; the local one
+// need not run, the first command starts it.
+TEST_P(Doctor, ChosenGatewayThatDoesNotAnswer) {
+  const std::string url = "unix://" + empty_ + "/no-gateway.sock";
+  Result r = os({"doctor", "check", "--gateway-endpoint", url});
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_THAT(line_of(r.out, "gateway"), HasSubstr("✗ gateway: "));
+  EXPECT_THAT(line_of(r.out, "gateway"), HasSubstr("fix: start it ('openshell gateway run')"));
+  EXPECT_THAT(r.out, HasSubstr("sandbox create cannot work here"));
+  Result named = os({"-g", "nonexistent-gw", "doctor", "check"});
+  EXPECT_NE(named.status, 0);
 }
 
 // No mirror in the apt sources, no tool on PATH, a mirror nobody answers

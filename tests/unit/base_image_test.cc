@@ -18,18 +18,26 @@ using openshell::testing::TempDir;
 using openshell::testing::write_file;
 using ::testing::HasSubstr;
 
-// A loopback port that nobody listens on: bound, then closed.
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+// A loopback port that refuses connections while this lives: bound by a
+// socket that does not listen, so that no other program takes it.
+class RefusedPort {
+ public:
+  RefusedPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~RefusedPort() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_ = 0;
+};
 
 TEST(BaseImage, MirrorFromDeb822AndOneLineSources) {
   EXPECT_EQ(mirror_in_sources("Types: deb\nURIs: http://mirror.invalid/debian/\nSuites: bookworm\n"
@@ -84,7 +92,8 @@ TEST(BaseImage, UnreachableMirror) {
   TempDir bin;
   write_file(bin / "debootstrap", "#!/bin/sh\n");
   ::chmod((bin / "debootstrap").c_str(), 0755);
-  const std::string mirror = "http://127.0.0.1:" + std::to_string(free_port()) + "/debian";
+  RefusedPort refused;
+  const std::string mirror = "http://127.0.0.1:" + std::to_string(refused.port()) + "/debian";
   Plan p = plan(Host{"", bin.path(), 0, mirror});
   EXPECT_FALSE(p.ok());
   EXPECT_THAT(p.problem, HasSubstr("nothing answers at the mirror 127.0.0.1:"));
