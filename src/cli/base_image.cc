@@ -43,9 +43,12 @@ constexpr const char* kPackages =
     "less";
 
 // What an image needs beyond the packages, and loses of what it does not
-// need (package caches and lists, documentation, locales, device nodes:
-// sandboxes get their own /dev). A shell script with the root as $1, as
-// mmdebstrap's hooks take it, so both tools run the same one.
+// need (package caches and lists, documentation, locales). A shell script
+// with the root as $1, as mmdebstrap's hooks take it, so both tools run the
+// same one. Device nodes go too (sandboxes get their own /dev): after
+// debootstrap by kDropDevices, from mmdebstrap's archive by its
+// --skip=output/dev (its hooks run with /dev bound in, which they cannot
+// remove).
 constexpr const char* kFinish = R"(set -e
 chroot "$1" /usr/sbin/groupadd --gid 1000 sandbox
 chroot "$1" /usr/sbin/useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash sandbox
@@ -56,10 +59,11 @@ rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/cache/apt/*.bin "$1"/var/lib/a
   "$1"/var/log/*.log "$1"/var/log/apt/* "$1"/var/cache/debconf/*-old \
   "$1"/var/cache/ldconfig/aux-cache
 find "$1/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
-find "$1/dev" -mindepth 1 -delete
 printf 'sandbox\n' >"$1/etc/hostname"
 : >"$1/etc/resolv.conf"
 )";
+
+constexpr const char* kDropDevices = R"(find "$1/dev" -mindepth 1 -delete)";
 
 bool is_archive_uri(std::string_view uri) {
   if (!(uri.starts_with("http://") || uri.starts_with("https://") || uri.starts_with("file://")))
@@ -388,7 +392,8 @@ void build(const Plan& plan, const std::string& images_dir, const std::string& n
                     kSuite, root, plan.mirror},
                    log, line) != 0)
       fail_with_log("debootstrap", log);
-    if (run_logged({"sh", "-c", kFinish, "sh", root}, log, "finishing") != 0)
+    if (run_logged({"sh", "-c", std::string(kFinish) + kDropDevices, "sh", root}, log,
+                   "finishing") != 0)
       fail_with_log("finishing the root", log);
     if (run_logged({"tar", "--numeric-owner", "--xattrs", "-C", root, "-cf", layer, "."}, log,
                    "packing") != 0)

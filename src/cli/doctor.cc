@@ -321,7 +321,9 @@ Check gateway_here() {
       c.detail = choice.describe() + " is not running: the first command starts it";
     } else {
       c.detail = choice.describe() + ": " + e.what();
-      c.fix = "start it ('openshell gateway run'), or choose another with -g";
+      c.fix =
+          "start it ('openshell gateway run'), give its credentials ('openshell gateway add'), "
+          "or choose another with -g";
     }
   }
   return c;
@@ -329,6 +331,11 @@ Check gateway_here() {
 
 Check image_here() {
   Check c = make("default image", true);
+  if (GatewayChoice choice = chosen_gateway(); choice.remote()) {
+    c.ok = true;
+    c.detail = choice.describe() + " is remote: its host keeps the images (run doctor there)";
+    return c;
+  }
   try {
     const std::string dir = chosen_images_dir();
     if (image::Store(dir).find("base")) {
