@@ -934,8 +934,8 @@ TEST_P(Images, AnImageLargerThanTheUnpackedBoundIsRefused) {
 TEST_P(Images, DefaultBaseImageRunsPython) {
   const std::string base = env_or("OSH_BASE_LAYOUT", "");
   if (base.empty())
-    GTEST_SKIP()
-        << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
+    GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with openshell image "
+                    "build-base --output)";
   // The layout may lie where the test users cannot read it (a clone under a
   // 0700 /root): one copy in the scratch directory serves every mode.
   static const std::string readable = [&] {
