@@ -180,6 +180,62 @@ TEST_P(Doctor, DefaultImageThatCannotBeBuilt) {
   EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "");
 }
 
+// The first sandbox create builds base, saying so, then runs on it. A fake
+// debootstrap for root (the busybox root, with stand-ins for groupadd and
+// useradd), a fake mmdebstrap for an ordinary user (the busybox root as its
+// archive; its hook is the real one's business) and a file:// mirror stand
+// in for Debian's, so that no network is needed; the real build is
+// scripts/test's base-image step.
+TEST_P(Doctor, FirstSandboxCreateBuildsTheDefaultImage) {
+  GatewayGuard guard(mode(), home_);
+  const std::string bin = make_dir(mode(), "doctor-fake-tools-" + mode_name(mode()), 0755);
+  // debootstrap [options] SUITE ROOT MIRROR: ROOT is the last but one.
+  write_file(bin + "/debootstrap",
+             R"(#!/bin/sh
+set -e
+eval root=\${$(($# - 1))}
+cp -a )" + rootfs() +
+                 R"(/. "$root"/
+mkdir -p "$root/usr/sbin" "$root/usr/share/locale" "$root/etc"
+for t in groupadd useradd; do
+  printf '#!/bin/sh\nexit 0\n' >"$root/usr/sbin/$t"
+  chmod 755 "$root/usr/sbin/$t"
+done
+)",
+             0755);
+  // mmdebstrap [options] SUITE TARGET MIRROR: TARGET is the last but one.
+  write_file(bin + "/mmdebstrap",
+             R"(#!/bin/sh
+set -e
+eval out=\${$(($# - 1))}
+tar -C )" + rootfs() +
+                 R"( -cf "$out" .
+)",
+             0755);
+  const std::string tool = mode() == Mode::kRoot ? "debootstrap" : "mmdebstrap";
+  const std::string apt = make_dir(mode(), "doctor-file-mirror-" + mode_name(mode()), 0755);
+  shell_output("mkdir -p " + apt + "/etc/apt");
+  write_file(apt + "/etc/apt/sources.list", "deb file://" + scratch() + " bookworm main\n");
+  const std::vector<std::string> env = {"OPENSHELL_APT_ROOT=" + apt,
+                                        "PATH=" + bin + ":/usr/sbin:/usr/bin:/sbin:/bin"};
+  Result r = os({"sandbox", "create", "--no-keep", "--", "echo", "done"}, env);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("building the default image base, one time, about a minute "
+                               "(" +
+                               tool + " from file://" + scratch() + ")"));
+  EXPECT_EQ(r.out, "done\n");
+  EXPECT_THAT(os({"image", "list", "-q"}).out, HasSubstr("localhost/base:latest"));
+  // Once: the next one finds it.
+  Result again = os({"sandbox", "create", "--no-keep", "--", "echo", "again"}, env);
+  EXPECT_EQ(again.out, "again\n");
+  EXPECT_THAT(again.err, Not(HasSubstr("building")));
+  EXPECT_THAT(line_of(os({"doctor", "check"}, env).out, "default image"),
+              HasSubstr("✓ default image: base is in the store"));
+  Result ahead = os({"image", "build-base"}, env);
+  EXPECT_EQ(ahead.status, 0);
+  EXPECT_THAT(ahead.err, HasSubstr("already in the store"));
+}
+
 class Completions : public GatewayTest {
  protected:
   Completions() : GatewayTest("complete") {}
