@@ -283,7 +283,7 @@ TEST_P(Completions, BashCompletesCommandsAndLiveSandboxNames) {
   EXPECT_EQ(complete(script, "openshell sandbox delete com"), "");
 }
 
-TEST_P(Completions, ZshAndFishScriptsParse) {
+TEST_P(Completions, ZshAndFishScriptsParseAndComplete) {
   for (const std::string shell : {"zsh", "fish"}) {
     SCOPED_TRACE(shell);
     if (shell_output("command -v " + shell).empty()) {
@@ -296,6 +296,17 @@ TEST_P(Completions, ZshAndFishScriptsParse) {
     ASSERT_EQ(status, 0);
     EXPECT_EQ(shell_output(shell + " -n " + script, &status), "");
     EXPECT_EQ(status, 0);
+    // And complete: fish through its own `complete -C`, zsh through the
+    // bash function its bashcompinit runs.
+    const std::string run = "env -i HOME=" + scratch() + " PATH=" + scratch() +
+                            ":/usr/bin:/bin OPENSHELL_HOME=" + home_ + " " + shell + " -c ";
+    const std::string said =
+        shell == "fish"
+            ? shell_output(run + "'source " + script + "; complete -C \"openshell sandbox cr\"'")
+            : shell_output(run + "'autoload -U compinit; compinit -u; source " + script +
+                           "; setopt ksharrays; COMP_WORDS=(openshell sandbox cr); "
+                           "COMP_CWORD=2; _openshell; print -l $COMPREPLY'");
+    EXPECT_EQ(said, "create\n");
   }
 }
 
