@@ -234,6 +234,16 @@ tar -C )" + rootfs() +
   Result ahead = os({"image", "build-base"}, env);
   EXPECT_EQ(ahead.status, 0);
   EXPECT_THAT(ahead.err, HasSubstr("already in the store"));
+  // On a terminal the line counts the seconds, redrawn, and ends with done.
+  Options tty;
+  tty.pty = true;
+  tty.env = env;
+  tty.env.push_back("OPENSHELL_HOME=" + home_);
+  Result drawn = openshell(mode(), {"image", "build-base", "--force"}, tty);
+  EXPECT_EQ(drawn.status, 0) << drawn.out;
+  EXPECT_THAT(drawn.out,
+              HasSubstr("\rbuilding the default image base, one time, about a minute: 0s"));
+  EXPECT_THAT(drawn.out, HasSubstr("about a minute: done"));
 }
 
 class Completions : public GatewayTest {
