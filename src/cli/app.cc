@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   add_policy_commands(app, &action);
   add_gateway_commands(app, &action);
   add_status_command(app, &action);
+  add_doctor_command(app, &action);
+  // Last: the scripts describe the whole tree.
+  add_completion_commands(app, &action);
 
   if (argc == 1) {
     std::fputs(app.help().c_str(), stdout);

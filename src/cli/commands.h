@@ -30,6 +30,13 @@ void add_gateway_commands(CLI::App& app, Action* action);
 // `openshell gateway add|list|select|info|remove`, below `gateway`.
 void add_gateway_registry_commands(CLI::App* gateway, Action* action);
 
+// `openshell doctor check`.
+void add_doctor_command(CLI::App& app, Action* action);
+
+// `openshell completions bash|zsh|fish` (and the scripts' hidden
+// `__complete`).
+void add_completion_commands(CLI::App& app, Action* action);
+
 // `openshell status`.
 void add_status_command(CLI::App& app, Action* action);
 

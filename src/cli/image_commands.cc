@@ -15,6 +15,7 @@
 #include "base/paths.h"
 #include "base/text.h"
 #include "base/time.h"
+#include "cli/base_image.h"
 #include "cli/commands.h"
 #include "cli/gateway_client.h"
 #include "cli/gateway_registry.h"
@@ -231,9 +232,12 @@ void ensure_image_in(const std::string& images_dir, const std::string& from, boo
   image::Store store(images_dir);
   if (store.find(from)) return;
   // The default image is built here, never fetched from a registry.
-  if (from == "base" || from == "base:latest")
-    throw Error("image base is not in the image store at " + store.dir() +
-                ": build it with rootfs-tools/build-base, or choose another with " + option);
+  if (from == "base" || from == "base:latest") {
+    base_image::Plan plan = base_image::plan(base_image::this_host(""));
+    if (!plan.ok()) throw Error(plan.problem + " (or choose another image with " + option + ")");
+    base_image::build(plan, images_dir, "base");
+    return;
+  }
   PullFlags flags;
   flags.insecure = insecure;
   do_pull(from, flags, images_dir);
@@ -386,6 +390,41 @@ void add_image_commands(CLI::App& app, Action* action) {
           }
         }
         return status;
+      };
+    });
+  }
+
+  {
+    auto mirror = std::make_shared<std::string>();
+    auto force = std::make_shared<bool>(false);
+    CLI::App* c = images->add_subcommand(
+        "build-base", "Build the default image base now, from this host's package mirror");
+    c->add_option("--mirror", *mirror,
+                  "The Debian mirror to build from (default: the one this host's apt sources "
+                  "name)")
+        ->type_name("URL");
+    c->add_flag("--force", *force, "Build it even when the store has it");
+    auto output = std::make_shared<std::string>();
+    c->add_option("--output", *output,
+                  "Write it to this file, an OCI image layout tar archive, instead of the store")
+        ->type_name("FILE");
+    c->footer(
+        "As root with debootstrap, as an ordinary user with mmdebstrap --mode=unshare. The "
+        "first 'sandbox create' or 'run --image base' does the same when base is missing.");
+    c->callback([mirror, force, output, action] {
+      *action = [mirror, force, output] {
+        base_image::Plan plan = base_image::plan(base_image::this_host(*mirror));
+        if (!output->empty()) {
+          base_image::build(plan, "", "base", *output);
+          return 0;
+        }
+        const std::string dir = chosen_images_dir();
+        if (!*force && image::Store(dir).find("base")) {
+          std::fprintf(stderr, "image base is already in the store (--force builds it again)\n");
+          return 0;
+        }
+        base_image::build(plan, dir, "base");
+        return 0;
       };
     });
   }

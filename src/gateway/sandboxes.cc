@@ -144,9 +144,10 @@ void Gateway::resolve_image(SandboxSpec* spec) {
     throw ApiError(400, "invalid_spec", std::string("--from: ") + e.what());
   }
   if (!record) {
-    std::string hint = spec->from == "base" || spec->from == "base:latest"
-                           ? "build it with rootfs-tools/build-base, or choose another with --from"
-                           : "pull it first: openshell image pull " + spec->from;
+    std::string hint =
+        spec->from == "base" || spec->from == "base:latest"
+            ? "build it with 'openshell image build-base', or choose another with --from"
+            : "pull it first: openshell image pull " + spec->from;
     throw ApiError(404, "image_not_found",
                    "image " + spec->from + " is not in the image store (" + hint + ")");
   }

@@ -298,6 +298,12 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   argv.push_back(nullptr);
   std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + g.scratch,
                                           "LANG=C"};
+  // An extra KEY=VALUE replaces the default of that key (getenv takes the
+  // first), so a test may give openshell a PATH of its own.
+  for (const auto& extra : options.env) {
+    const std::string key = extra.substr(0, extra.find('=') + 1);
+    std::erase_if(env_strings, [&](const std::string& e) { return e.starts_with(key); });
+  }
   env_strings.insert(env_strings.end(), options.env.begin(), options.env.end());
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());

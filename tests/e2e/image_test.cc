@@ -611,10 +611,15 @@ TEST_P(Images, RemovePruneAndSandboxesKeepTheirLayers) {
   EXPECT_THAT(again.err, HasSubstr("not in the store"));
 }
 
+// Without a mirror to build it from (apt sources that name none), a
+// missing base says how to build or import it (doctor_test.cc fakes each
+// reason).
 TEST_P(Images, MissingDefaultImageSaysHowToBuildIt) {
-  Result r = os({"sandbox", "create", "--", "true"});
+  Options o;
+  o.env.push_back("OPENSHELL_APT_ROOT=" + home_);
+  Result r = os({"sandbox", "create", "--", "true"}, o);
   EXPECT_EQ(r.status, 125);
-  EXPECT_THAT(r.err, HasSubstr("rootfs-tools/build-base"));
+  EXPECT_THAT(r.err, HasSubstr("openshell image build-base --mirror URL"));
   EXPECT_EQ(file_contents_of_dir(home_ + "/sandboxes"), "");
 }
 
@@ -933,8 +938,8 @@ TEST_P(Images, AnImageLargerThanTheUnpackedBoundIsRefused) {
 TEST_P(Images, DefaultBaseImageRunsPython) {
   const std::string base = env_or("OSH_BASE_LAYOUT", "");
   if (base.empty())
-    GTEST_SKIP()
-        << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
+    GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with openshell image "
+                    "build-base --output)";
   // The layout may lie where the test users cannot read it (a clone under a
   // 0700 /root): one copy in the scratch directory serves every mode.
   static const std::string readable = [&] {

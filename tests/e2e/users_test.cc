@@ -259,8 +259,8 @@ TEST_P(Users, RootInTheSandboxIsNotHostRoot) {
 // from a repository the test makes in the sandbox (no mirror is reached).
 TEST_P(Users, AptInstallsAsRootWhereThePolicyAllowsIt) {
   if (!import_base())
-    GTEST_SKIP()
-        << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
+    GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with openshell image "
+                    "build-base --output)";
   const std::string p = policy(
       "[filesystem_policy]\nread_only = [\"/proc\", \"/sys\", \"/dev\"]\n"
       "read_write = [\"/usr\", \"/etc\", \"/var\", \"/opt\", \"/lib\", \"/bin\", \"/sbin\", "
@@ -383,8 +383,8 @@ class StaticHttpServer {
 // index: here a "simple" index the test serves on the host's loopback.
 TEST_P(Users, PipInstallsIntoAVenvThroughThePolicy) {
   if (!import_base())
-    GTEST_SKIP()
-        << "OSH_BASE_LAYOUT is not set (scripts/test builds it with rootfs-tools/build-base)";
+    GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with openshell image "
+                    "build-base --output)";
   const std::string dir = make_dir(mode(), "pip-" + mode_name(mode()));
   const std::string wheel = make_wheel(dir);
   ASSERT_FALSE(wheel.empty()) << "python3 could not make the wheel";
