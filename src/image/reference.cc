@@ -104,7 +104,7 @@ std::string Reference::registry_host(const RegistryConfig& config) const {
 }
 
 bool Reference::is_local_registry() const {
-  std::string host = domain;
+  std::string host = registry_host();  // where it is served: a mapped location counts
   if (!host.empty() && host.front() == '[') {
     host = host.substr(1, host.find(']') - 1);
     return host == "::1";

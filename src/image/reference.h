@@ -38,7 +38,8 @@ struct Reference {
   // Where the registry's API is: a configured location, else the domain.
   std::string registry_host() const { return registry_host(registry_config()); }
   std::string registry_host(const RegistryConfig& config) const;
-  // Whether plain HTTP is the default (localhost, 127.0.0.0/8, ::1).
+  // Whether plain HTTP is the default: the registry's API (registry_host)
+  // is on localhost, 127.0.0.0/8 or ::1.
   bool is_local_registry() const;
   // The tag, else the digest: what to ask the registry's manifest endpoint for.
   std::string manifest_key() const { return digest.empty() ? tag : digest; }
