@@ -88,6 +88,28 @@ bool good_storage(const std::string& mode) {
 
 constexpr int64_t kMaxLimit = 86400000;
 
+constexpr const char* kRegistryWhat = "must be a registry, HOST[:PORT], like \"registry.example\"";
+constexpr const char* kPrefixWhat = "must be path components, like \"library\"";
+
+bool good_registry(const std::string& s) {
+  if (s.empty() || s.front() == '-' || s.front() == '.' || s.front() == ':') return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '-' || c == ':' || c == '[' || c == ']'))
+      return false;
+  return true;
+}
+
+bool good_prefix(const std::string& s) {
+  if (s.empty() || s.front() == '/' || s.back() == '/' || s.find("//") != std::string::npos)
+    return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+          c == '/'))
+      return false;
+  return true;
+}
+
 Setting* api_setting(GatewayConfig* c, const std::string& name) {
   if (name == "api.header_timeout_ms") return &c->header_timeout_ms;
   if (name == "api.body_timeout_ms") return &c->body_timeout_ms;
@@ -104,9 +126,10 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
   for (const auto& [table_key, table_node] : root) {
     const std::string table_name(table_key.str());
     if (table_name == "sandbox_defaults") continue;  // base/sandbox_limits.h reads it
-    if (table_name != "dns" && table_name != "storage" && table_name != "api")
+    if (table_name != "dns" && table_name != "storage" && table_name != "api" &&
+        table_name != "images")
       fail(path, &table_node, table_name,
-           "unknown table (known: dns, storage, api, sandbox_defaults)");
+           "unknown table (known: dns, storage, api, images, sandbox_defaults)");
     const toml::table* table = table_node.as_table();
     if (!table) fail(path, &table_node, table_name, "must be a table");
     for (const auto& [key, node] : *table) {
@@ -150,6 +173,14 @@ void from_file(const std::string& path, const toml::table& root, GatewayConfig* 
         else
           fail(path, &node, name, "must be a list, like [\"127.0.0.1:17670\"]");
         set(name == "api.listen" ? &c->listen : &c->insecure_listen, text::join(addresses, ","));
+      } else if (name == "images.default_registry") {
+        auto s = node.value<std::string>();
+        if (!s || !good_registry(*s)) fail(path, &node, name, kRegistryWhat);
+        set(&c->default_registry, *s);
+      } else if (name == "images.one_component_prefix") {
+        auto s = node.value<std::string>();
+        if (!s || !good_prefix(*s)) fail(path, &node, name, kPrefixWhat);
+        set(&c->one_component_prefix, *s);
       } else if (name == "api.tls_dir") {
         auto s = node.value<std::string>();
         if (!s || s->empty() || (*s)[0] != '/') fail(path, &node, name, "must be an absolute path");
@@ -213,6 +244,14 @@ void from_environment(const Getenv& getenv, GatewayConfig* c) {
     if (!good_storage(*v)) bad(c->storage, *v, std::string("not ") + kStorageWhat);
     set(&c->storage, *v);
   }
+  if (auto v = variable(&c->default_registry)) {
+    if (!good_registry(*v)) bad(c->default_registry, *v, kRegistryWhat);
+    set(&c->default_registry, *v);
+  }
+  if (auto v = variable(&c->one_component_prefix)) {
+    if (!good_prefix(*v)) bad(c->one_component_prefix, *v, kPrefixWhat);
+    set(&c->one_component_prefix, *v);
+  }
   for (Setting* s : {&c->header_timeout_ms, &c->body_timeout_ms, &c->idle_timeout_ms,
                      &c->max_connections_per_uid})
     if (auto v = variable(s)) {
@@ -254,6 +293,8 @@ GatewayConfig load_config(const std::string& path, const Getenv& getenv) {
   c.insecure_listen = {"", "default", ""};
   c.tls_dir = {"", "default", ""};
   c.socket_group = {"", "default", ""};
+  c.default_registry = {"", "default", "OPENSHELL_DEFAULT_REGISTRY"};
+  c.one_component_prefix = {"", "default", "OPENSHELL_ONE_COMPONENT_PREFIX"};
   std::string text;
   int err = files::read_into(path, &text);
   if (err && err != ENOENT) throw_errno("read " + path, err);
@@ -284,6 +325,22 @@ std::vector<std::string> GatewayConfig::supervisor_env() const {
   return env;
 }
 
+image::RegistryConfig GatewayConfig::registries(const Getenv& getenv) const {
+  // registries.conf alone: the two settings already hold the variables.
+  image::RegistryConfig r = image::load_registry_config([&getenv](const char* name) -> const char* {
+    std::string_view n(name);
+    if (n == "OPENSHELL_DEFAULT_REGISTRY" || n == "OPENSHELL_ONE_COMPONENT_PREFIX") return nullptr;
+    return getenv(name);
+  });
+  if (!default_registry.value.empty()) {
+    r.default_registry = default_registry.value;
+    r.default_source = default_registry.source == "file" ? path + " images.default_registry"
+                                                         : default_registry.env;
+  }
+  r.one_component_prefix = one_component_prefix.value;
+  return r;
+}
+
 json GatewayConfig::view() const {
   json settings = json::object();
   auto add = [&](const char* key, const Setting& s) {
@@ -303,6 +360,23 @@ json GatewayConfig::view() const {
   add("api.insecure_listen", insecure_listen);
   add("api.tls_dir", tls_dir);
   add("api.socket_group", socket_group);
+  // Unset here: show what registries.conf gives short names, or why nothing.
+  Setting shown_registry = default_registry;
+  if (shown_registry.value.empty()) {
+    try {
+      image::RegistryConfig r = registries(std::getenv);
+      if (!r.default_registry.empty()) {
+        shown_registry.value = r.default_registry;
+        shown_registry.source = r.default_source;
+      } else {
+        shown_registry.source = "none: short image names are refused";
+      }
+    } catch (const Error& e) {
+      shown_registry.source = e.what();
+    }
+  }
+  add("images.default_registry", shown_registry);
+  add("images.one_component_prefix", one_component_prefix);
   auto add_default = [&](const char* key, const std::optional<uint64_t>& value,
                          const std::string& builtin) {
     settings[key] = {{"value", value ? std::to_string(*value) : builtin},

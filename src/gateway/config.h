@@ -21,6 +21,9 @@
 //   insecure_listen = []           # plain HTTP, loopback only           --insecure-listen
 //   tls_dir = "/var/lib/openshell/tls"   # ca.crt, server.crt, server.key   --tls-dir
 //   socket_group = "openshell"  # a root gateway's socket, 0660, for this group (--socket-group)
+//   [images]              # what a short image name means (image/registries.h)
+//   default_registry = "registry.example"             # OPENSHELL_DEFAULT_REGISTRY
+//   one_component_prefix = "library"                  # OPENSHELL_ONE_COMPONENT_PREFIX
 //   [sandbox_defaults]    # see base/sandbox_limits.h
 //   pids = 4096
 //   tmp_size = "1G"
@@ -40,9 +43,12 @@
 
 #include "base/paths.h"
 #include "base/sandbox_limits.h"
+#include "image/registries.h"
 #include "net/http.h"
 
 namespace openshell::gateway {
+
+using Getenv = std::function<const char*(const char*)>;
 
 struct Setting {
   std::string value;   // as text ("" for an unset list)
@@ -71,6 +77,9 @@ struct GatewayConfig {
   Setting insecure_listen;
   Setting tls_dir;
   Setting socket_group;  // "": the socket is the gateway's user's alone (0600)
+  // "": registries.conf's unqualified-search-registries, else none.
+  Setting default_registry;
+  Setting one_component_prefix;
   limits::Defaults sandbox_defaults;
 
   // The API server's limits these settings give.
@@ -80,12 +89,13 @@ struct GatewayConfig {
   // are not the defaults, under the variables the supervisor reads
   // (egress/dns.h ResolverConfig::from_environment).
   std::vector<std::string> supervisor_env() const;
+  // The image registries these settings give: registries.conf (through
+  // getenv's OPENSHELL_REGISTRIES_CONF) under the two settings above.
+  image::RegistryConfig registries(const Getenv& getenv) const;
   // For `gateway status`: {"file": ..., "file_exists": ..., "settings":
   // {"dns.servers": {"value", "source", "env"}, ...}}.
   nlohmann::json view() const;
 };
-
-using Getenv = std::function<const char*(const char*)>;
 
 // Which file configures the gateway of these paths: system_file for the
 // system gateway (euid 0 without OPENSHELL_HOME) when that file exists,

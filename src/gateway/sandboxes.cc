@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 
 #include "base/log.h"
 #include "base/random.h"
@@ -138,7 +139,10 @@ void Gateway::check_host_paths(const Call& call, const SandboxSpec& spec) {
 
 void Gateway::resolve_image(SandboxSpec* spec) {
   std::optional<image::ImageRecord> record;
+  const GatewayConfig& settings = config();
   try {
+    // What a short name means comes from the settings as they are now.
+    image::set_registry_config(settings.registries(std::getenv));
     record = image::Store(paths_.images()).find(spec->from);
   } catch (const Error& e) {
     throw ApiError(400, "invalid_spec", std::string("--from: ") + e.what());

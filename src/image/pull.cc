@@ -237,6 +237,15 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
 
 namespace {
 
+// The name an archive carries: a short one ("app:1", as docker save writes
+// it) means the default registry's when one is configured, else it is
+// kept as a local name, localhost/app:1, rather than refused.
+Reference archive_reference(std::string_view name) {
+  if (parse_reference_text(name).short_name && registry_config().default_registry.empty())
+    return local_reference(name);
+  return parse_reference(name);
+}
+
 // The files of an image archive or directory, by their path inside it.
 class Source {
  public:
@@ -503,7 +512,7 @@ ImageRecord import_oci(const Store& store, const Source& source, const ImportOpt
     throw Error(
         what +
         ": the archive does not name its image; give a name: openshell image import FILE NAME");
-  const Reference ref = options.name.empty() ? parse_reference(name) : local_reference(name);
+  const Reference ref = options.name.empty() ? archive_reference(name) : local_reference(name);
 
   std::vector<std::string> files_in, blob_digests;
   uint64_t bytes = 0;
@@ -530,11 +539,11 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
   if (list.size() == 1) {
     entry = &list[0];
   } else if (!options.name.empty()) {
-    const std::string want = parse_reference(options.name).canonical();
+    const std::string want = archive_reference(options.name).canonical();
     for (const auto& e : list)
       if (e.contains("RepoTags") && e["RepoTags"].is_array())
         for (const auto& t : e["RepoTags"])
-          if (t.is_string() && parse_reference(t.get<std::string>()).canonical() == want)
+          if (t.is_string() && archive_reference(t.get<std::string>()).canonical() == want)
             entry = &e;
   }
   if (!entry)
@@ -563,7 +572,7 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
     throw Error(
         what +
         ": the archive does not name its image; give a name: openshell image import FILE NAME");
-  const Reference ref = options.name.empty() ? parse_reference(name) : local_reference(name);
+  const Reference ref = options.name.empty() ? archive_reference(name) : local_reference(name);
 
   // Layer files are blobs as they are; their digests are computed on the way.
   std::vector<std::string> blob_digests(files_in.size());

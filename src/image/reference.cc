@@ -82,10 +82,15 @@ std::string Reference::canonical() const {
   return text;
 }
 
-std::string Reference::familiar() const {
+std::string Reference::familiar(const RegistryConfig& config) const {
   std::string text;
-  if (domain == "docker.io") {
-    text = repository.compare(0, 8, "library/") == 0 ? repository.substr(8) : repository;
+  if (!config.default_registry.empty() && domain == config.default_registry) {
+    text = repository;
+    const std::string& prefix = config.one_component_prefix;
+    if (!prefix.empty() && text.size() > prefix.size() + 1 &&
+        text.compare(0, prefix.size(), prefix) == 0 && text[prefix.size()] == '/' &&
+        text.find('/', prefix.size() + 1) == std::string::npos)
+      text = text.substr(prefix.size() + 1);
   } else {
     text = name();
   }
@@ -94,12 +99,12 @@ std::string Reference::familiar() const {
   return text;
 }
 
-std::string Reference::registry_host() const {
-  return domain == "docker.io" ? "registry-1.docker.io" : domain;
+std::string Reference::registry_host(const RegistryConfig& config) const {
+  return config.location_of(domain);
 }
 
 bool Reference::is_local_registry() const {
-  std::string host = domain;
+  std::string host = registry_host();  // where it is served: a mapped location counts
   if (!host.empty() && host.front() == '[') {
     host = host.substr(1, host.find(']') - 1);
     return host == "::1";
@@ -108,7 +113,7 @@ bool Reference::is_local_registry() const {
   return host == "localhost" || host.compare(0, 4, "127.") == 0;
 }
 
-Reference parse_reference(std::string_view text) {
+Reference parse_reference_text(std::string_view text) {
   auto bad = [&text](const std::string& why) -> Error {
     return Error("image reference '" + std::string(text) + "': " + why);
   };
@@ -145,8 +150,6 @@ Reference parse_reference(std::string_view text) {
     }
   }
   ref.short_name = ref.domain.empty();
-  if (ref.domain.empty()) ref.domain = "docker.io";
-  if (ref.domain == "index.docker.io") ref.domain = "docker.io";
   for (size_t start = 0;;) {
     size_t end = path.find('/', start);
     std::string_view component =
@@ -161,10 +164,26 @@ Reference parse_reference(std::string_view text) {
     start = end + 1;
   }
   ref.repository = std::string(path);
-  if (ref.domain == "docker.io" && ref.repository.find('/') == std::string::npos)
-    ref.repository = "library/" + ref.repository;
   if (ref.name().size() > 255) throw bad("the name is longer than 255 characters");
   if (ref.tag.empty() && ref.digest.empty()) ref.tag = "latest";
+  return ref;
+}
+
+Reference parse_reference(std::string_view text, const RegistryConfig& config) {
+  Reference ref = parse_reference_text(text);
+  if (!ref.short_name) return ref;
+  if (config.default_registry.empty())
+    throw Error("image reference '" + std::string(text) +
+                "' names no registry: write REGISTRY/NAME[:TAG], or configure a default "
+                "(OPENSHELL_DEFAULT_REGISTRY, gateway.toml images.default_registry, or "
+                "unqualified-search-registries in " +
+                kRegistriesConf + ")");
+  ref.domain = config.default_registry;
+  if (!config.one_component_prefix.empty() && ref.repository.find('/') == std::string::npos)
+    ref.repository = config.one_component_prefix + "/" + ref.repository;
+  if (ref.name().size() > 255)
+    throw Error("image reference '" + std::string(text) +
+                "': the name is longer than 255 characters");
   return ref;
 }
 

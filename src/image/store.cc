@@ -244,13 +244,8 @@ std::string read_from_layers(const std::vector<std::string>& layer_roots_top_fir
 }
 
 Reference local_reference(std::string_view text) {
-  Reference ref = parse_reference(text);
-  if (ref.short_name) {
-    // Undo Docker Hub's "library/": the user's own name, on localhost.
-    std::string path(text.substr(0, text.find_first_of(":@")));
-    ref.domain = "localhost";
-    ref.repository = path;
-  }
+  Reference ref = parse_reference_text(text);
+  if (ref.short_name) ref.domain = "localhost";  // the user's own name, as written
   return ref;
 }
 
@@ -380,9 +375,17 @@ std::optional<ImageRecord> Store::find(std::string_view text) const {
     }
     if (found || hex.size() == 64 || text.substr(0, 7) == "sha256:") return found;
   }
-  Reference ref = parse_reference(text);
+  Reference ref = parse_reference_text(text);
   std::vector<std::string> candidates;
-  if (ref.short_name) candidates.push_back(local_reference(text).canonical());
+  if (ref.short_name) {
+    candidates.push_back(local_reference(text).canonical());
+    // Without a default registry a short name can mean only a local image.
+    const RegistryConfig config = registry_config();
+    if (config.default_registry.empty())
+      ref = local_reference(text);
+    else
+      ref = parse_reference(text, config);
+  }
   candidates.push_back(ref.canonical());
   for (const auto& want : candidates)
     for (const auto& r : records)

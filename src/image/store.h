@@ -21,7 +21,8 @@
 //
 // Short names: "base" names localhost/base:latest when the store has it
 // (images built or imported here without a registry get the "localhost"
-// domain), else docker.io/library/base:latest, as Docker would.
+// domain), else the default registry's (image/registries.h); with no default
+// configured a short name finds only a local image.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,7 @@ struct ImageConfig {
 };
 
 struct ImageRecord {
-  std::string name;                   // canonical reference, "docker.io/library/busybox:latest"
+  std::string name;                   // canonical reference, "registry.example/tools/busybox:1"
   std::string manifest_digest;        // "sha256:..."
   std::string config_digest;          // the image's id
   std::vector<std::string> diff_ids;  // layers, bottom first

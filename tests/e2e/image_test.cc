@@ -717,6 +717,40 @@ TEST_P(Images, PullsFromARegistryByTagAndDigest) {
   EXPECT_EQ(run.out, "pulled\n") << run.err;
 }
 
+TEST_P(Images, ShortNamesComeFromTheConfiguredRegistryOnly) {
+  Registry* reg = registry();
+  if (!reg->ok()) GTEST_SKIP() << "docker-registry did not start";
+  ASSERT_TRUE(reg->push(busybox_layout(), "test/short:1"));
+  // Nothing configured: refused in one line that says both fixes.
+  Options none;
+  none.env = {"OPENSHELL_REGISTRIES_CONF=" + home_ + "/absent.conf", "OPENSHELL_DEFAULT_REGISTRY="};
+  Result refused = os({"image", "pull", "test/short:1"}, none);
+  EXPECT_EQ(refused.status, 125);
+  EXPECT_EQ(refused.err,
+            "openshell: image reference 'test/short:1' names no registry: write "
+            "REGISTRY/NAME[:TAG], or configure a default (OPENSHELL_DEFAULT_REGISTRY, "
+            "gateway.toml images.default_registry, or unqualified-search-registries in "
+            "/etc/containers/registries.conf)\n");
+  expect_store_empty();
+  // registries.conf's first search registry.
+  const std::string conf = home_ + "/registries.conf";
+  write_file(conf, "unqualified-search-registries = [\"" + reg->host() +
+                       "\"]\n[[registry]]\nprefix = \"mirror.test\"\nlocation = \"" + reg->host() +
+                       "\"\n");
+  Options searched;
+  searched.env = {"OPENSHELL_REGISTRIES_CONF=" + conf, "OPENSHELL_DEFAULT_REGISTRY="};
+  Result r = os({"image", "pull", "test/short:1"}, searched);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(os({"image", "list", "-q"}, searched).out, "test/short:1\n");
+  EXPECT_EQ(names(), reg->host() + "/test/short:1\n");  // another default: shown whole
+  // The variable wins; a location says where the registry's API is.
+  Options mapped = searched;
+  mapped.env.back() = "OPENSHELL_DEFAULT_REGISTRY=mirror.test";
+  Result via = os({"image", "pull", "test/short:1"}, mapped);
+  ASSERT_EQ(via.status, 0) << via.err;
+  EXPECT_EQ(os({"image", "list", "-q"}, mapped).out, reg->host() + "/test/short:1\ntest/short:1\n");
+}
+
 TEST_P(Images, CreatePullsAMissingImage) {
   Registry* reg = registry();
   if (!reg->ok()) GTEST_SKIP() << "docker-registry did not start";

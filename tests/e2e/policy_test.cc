@@ -181,7 +181,7 @@ TEST_P(PolicyCli, OpenShellsYamlPoliciesAreRead) {
   EXPECT_EQ(fetched.out, "hello from the test server\n");
   // Kept as given; an update writes the next revision as TOML.
   EXPECT_THAT(os({"policy", "get", "yml"}).out, HasSubstr("# as OpenShell writes it\n"));
-  ASSERT_EQ(os({"policy", "update", "yml", "--add-endpoint", "pypi.org:443"}).status, 0);
+  ASSERT_EQ(os({"policy", "update", "yml", "--add-endpoint", "pypi.example:443"}).status, 0);
   Result updated = os({"policy", "get", "yml"});
   EXPECT_THAT(updated.out, HasSubstr("[network_policies.local]\nendpoints = [\n  { host = "
                                      "\"localhost\", port = " +
@@ -244,7 +244,7 @@ TEST_P(PolicyCli, StaticChangesOfARunningSandboxWaitForTheNextStart) {
   // Still the running sandbox's old confinement...
   EXPECT_EQ(os(touch).status, 0);
   // ...and a network change on top of the new revision applies at once.
-  Result update = os({"policy", "update", "st", "--add-endpoint", "pypi.org:443"});
+  Result update = os({"policy", "update", "st", "--add-endpoint", "pypi.example:443"});
   EXPECT_EQ(update.status, 0) << update.err;
   EXPECT_THAT(update.out, HasSubstr("st: policy revision 3 applied to new connections"));
 

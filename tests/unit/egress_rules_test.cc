@@ -289,16 +289,17 @@ TEST(RulesCheck, DesignExampleBinaries) {
 TEST(RulesCheck, BinaryGlobs) {
   NetworkRules rules = rules_from(R"(
 [network_policies.pypi]
-endpoints = [ { host = "pypi.org", port = 443 } ]
+endpoints = [ { host = "pypi.example", port = 443 } ]
 binaries = [ { path = "/usr/bin/python3*" }, { path = "/opt/tools/*" } ]
 )");
-  EXPECT_TRUE(rules.check("/usr/bin/python3.11", "pypi.org", 443, nullptr).allowed);
-  EXPECT_TRUE(rules.check("/usr/bin/python3", "pypi.org", 443, nullptr).allowed);
-  EXPECT_FALSE(rules.check("/usr/bin/python2", "pypi.org", 443, nullptr).allowed);
-  EXPECT_TRUE(rules.check("/opt/tools/pip", "pypi.org", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/usr/bin/python3.11", "pypi.example", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/usr/bin/python3", "pypi.example", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/python2", "pypi.example", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/opt/tools/pip", "pypi.example", 443, nullptr).allowed);
   // FNM_PATHNAME: '*' does not cross a '/'.
-  EXPECT_FALSE(rules.check("/opt/tools/sub/pip", "pypi.org", 443, nullptr).allowed);
-  EXPECT_FALSE(rules.check("/usr/bin/python3/../../../bin/sh", "pypi.org", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/opt/tools/sub/pip", "pypi.example", 443, nullptr).allowed);
+  EXPECT_FALSE(
+      rules.check("/usr/bin/python3/../../../bin/sh", "pypi.example", 443, nullptr).allowed);
 }
 
 TEST(RulesCheck, UnknownCallerMatchesOnlyRulesWithoutBinaries) {
@@ -357,34 +358,34 @@ TEST(RulesCheck, SymlinksResolvedThroughTheResolver) {
   };
   const std::string toml = R"(
 [network_policies.pypi]
-endpoints = [ { host = "pypi.org", port = 443 } ]
+endpoints = [ { host = "pypi.example", port = 443 } ]
 binaries = [ { path = "/usr/bin/python3" }, { path = "/usr/bin/gone" }, { path = "/opt/*/pip" } ]
 )";
   NetworkRules rules = rules_from(toml, resolve);
-  EXPECT_TRUE(rules.check("/usr/bin/python3.11", "pypi.org", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/usr/bin/python3.11", "pypi.example", 443, nullptr).allowed);
   // The caller's executable comes resolved, so the link's own path is not it.
-  EXPECT_FALSE(rules.check("/usr/bin/python3", "pypi.org", 443, nullptr).allowed);
+  EXPECT_FALSE(rules.check("/usr/bin/python3", "pypi.example", 443, nullptr).allowed);
   // Nothing to resolve to: the path as written.
-  EXPECT_TRUE(rules.check("/usr/bin/gone", "pypi.org", 443, nullptr).allowed);
-  EXPECT_TRUE(rules.check("/opt/x/pip", "pypi.org", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/usr/bin/gone", "pypi.example", 443, nullptr).allowed);
+  EXPECT_TRUE(rules.check("/opt/x/pip", "pypi.example", 443, nullptr).allowed);
   // Globs are not handed to the resolver.
   EXPECT_EQ(asked, (std::vector<std::string>{"/usr/bin/python3", "/usr/bin/gone"}));
   // The reason names the binaries as the policy wrote them.
-  EXPECT_THAT(rules.check("/usr/bin/curl", "pypi.org", 443, nullptr).reason,
+  EXPECT_THAT(rules.check("/usr/bin/curl", "pypi.example", 443, nullptr).reason,
               HasSubstr("only for /usr/bin/python3, /usr/bin/gone, /opt/*/pip, not for "
                         "/usr/bin/curl"));
 
   NetworkRules unresolved = rules_from(toml);
-  EXPECT_FALSE(unresolved.check("/usr/bin/python3.11", "pypi.org", 443, nullptr).allowed);
-  EXPECT_TRUE(unresolved.check("/usr/bin/python3", "pypi.org", 443, nullptr).allowed);
+  EXPECT_FALSE(unresolved.check("/usr/bin/python3.11", "pypi.example", 443, nullptr).allowed);
+  EXPECT_TRUE(unresolved.check("/usr/bin/python3", "pypi.example", 443, nullptr).allowed);
 }
 
 TEST(RulesCheck, SeveralRules) {
   NetworkRules rules = rules_from(std::string(kGithub) + R"(
 [network_policies.pypi]
-endpoints = [ { host = "pypi.org", port = 443 } ]
+endpoints = [ { host = "pypi.example", port = 443 } ]
 )");
-  Decision d = rules.check("/usr/bin/wget", "pypi.org", 443, nullptr);
+  Decision d = rules.check("/usr/bin/wget", "pypi.example", 443, nullptr);
   EXPECT_TRUE(d.allowed);
   EXPECT_EQ(d.rule, "pypi");
   d = rules.check("/usr/bin/git", "api.github.com", 443, nullptr);
@@ -509,12 +510,12 @@ TEST(RulesCompile, BadAllowedIpsNameTheEntry) {
 TEST(RulesKnowsHost, AnyEndpointHost) {
   NetworkRules rules = rules_from(std::string(kGithub) + R"(
 [network_policies.pypi]
-endpoints = [ { host = "pypi.org", port = 443 } ]
+endpoints = [ { host = "pypi.example", port = 443 } ]
 )");
   EXPECT_TRUE(rules.knows_host("api.github.com"));
   EXPECT_TRUE(rules.knows_host("API.GITHUB.COM."));
   EXPECT_TRUE(rules.knows_host("objects.githubusercontent.com"));
-  EXPECT_TRUE(rules.knows_host("pypi.org"));
+  EXPECT_TRUE(rules.knows_host("pypi.example"));
   EXPECT_FALSE(rules.knows_host("githubusercontent.com"));
   EXPECT_FALSE(rules.knows_host("example.com"));
   EXPECT_FALSE(rules.knows_host(""));

@@ -123,6 +123,35 @@ TEST(GatewayConfig, TheSocketGroupIsUnsetOrTheFilesName) {
   EXPECT_EQ(c.view()["settings"]["api.socket_group"]["value"], "openshell");
 }
 
+TEST(GatewayConfig, ImagesNameTheDefaultRegistryOverRegistriesConf) {
+  openshell::testing::TempDir dir;
+  const std::string path = dir.path() + "/gateway.toml";
+  const std::string conf = dir.path() + "/registries.conf";
+  openshell::testing::write_file(conf,
+                                 "unqualified-search-registries = [\"search.example\"]\n"
+                                 "[[registry]]\nprefix = \"gw.example\"\n"
+                                 "location = \"api.gw.example\"\n");
+  FakeEnv env;
+  env.vars["OPENSHELL_REGISTRIES_CONF"] = conf;
+  // Unset: registries.conf's first search registry, and status says so.
+  GatewayConfig none = load_config(path, env.getenv());
+  EXPECT_EQ(none.registries(env.getenv()).default_registry, "search.example");
+  openshell::testing::write_file(
+      path, "[images]\ndefault_registry = \"gw.example\"\none_component_prefix = \"library\"\n");
+  GatewayConfig c = load_config(path, env.getenv());
+  EXPECT_EQ(c.default_registry.value, "gw.example");
+  EXPECT_EQ(c.default_registry.source, "file");
+  image::RegistryConfig r = c.registries(env.getenv());
+  EXPECT_EQ(r.default_registry, "gw.example");
+  EXPECT_EQ(r.one_component_prefix, "library");
+  EXPECT_EQ(r.location_of("gw.example"), "api.gw.example");
+  EXPECT_EQ(c.view()["settings"]["images.default_registry"]["value"], "gw.example");
+  env.vars["OPENSHELL_DEFAULT_REGISTRY"] = "env.test";
+  EXPECT_EQ(load_config(path, env.getenv()).registries(env.getenv()).default_registry, "env.test");
+  openshell::testing::write_file(path, "[images]\ndefault_registry = \"https://x.example/\"\n");
+  EXPECT_THROW(load_config(path, env.getenv()), Error);
+}
+
 TEST(GatewayConfig, TheSystemGatewayReadsEtcWhenItExists) {
   openshell::testing::TempDir dir;
   Paths paths{dir.path() + "/state", dir.path() + "/run"};
@@ -154,8 +183,9 @@ TEST(GatewayConfig, BadSettingsNameTheFileLineAndKey) {
             path +
                 ":2: dns.server: unknown key (known: servers, hosts_file, resolv_conf, "
                 "query_rate, query_burst)");
-  EXPECT_EQ(error("[network]\nx = 1\n"),
-            path + ":1: network: unknown table (known: dns, storage, api, sandbox_defaults)");
+  EXPECT_EQ(
+      error("[network]\nx = 1\n"),
+      path + ":1: network: unknown table (known: dns, storage, api, images, sandbox_defaults)");
   EXPECT_EQ(error("[api]\nidle_timeout_ms = 0\n"),
             path + ":2: api.idle_timeout_ms: not a whole number from 1 to 86400000");
   EXPECT_EQ(error("[api]\nidle_timeout = 5\n"),
