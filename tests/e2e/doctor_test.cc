@@ -80,8 +80,9 @@ TEST_P(Doctor, ThisMachine) {
     EXPECT_THAT(line_of(r.out, "subuid range"), HasSubstr("✓ subuid range: "));
     EXPECT_THAT(line_of(r.out, "newuidmap"), HasSubstr("✓ newuidmap: /usr/bin/newuidmap (setuid)"));
   }
-  if (mode() == Mode::kRootlessSingle)
+  if (mode() == Mode::kRootlessSingle) {
     EXPECT_THAT(line_of(r.out, "subuid range"), HasSubstr("✗ subuid range: no entry for"));
+  }
   const bool required_missing = r.out.find("✗") != std::string::npos &&
                                 r.out.find("sandbox create cannot work here") != std::string::npos;
   EXPECT_EQ(r.status, required_missing ? 1 : 0) << r.out;
