@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <ctime>
@@ -124,21 +125,29 @@ std::string target(const std::string& name, const std::string& action) {
 
 // For the commands that run something in the sandbox (exec, upload,
 // download): it must be Ready; it becomes the last one named.
-void require_ready(GatewayClient& client, const std::string& name, const std::string& verb) {
+namespace {
+
+// The sandbox's phase is one of `phases`, else Error: "sandbox 'x' is
+// Starting (VERB needs NEEDS)".
+void require_phase(GatewayClient& client, const std::string& name,
+                   const std::vector<std::string>& phases, const std::string& needs) {
   json s = client.call("GET", target(name));
-  if (s.value("phase", "") != "Ready")
-    throw Error("sandbox '" + name + "' is " + s.value("phase", "") + " (" + verb +
-                " needs a Ready sandbox; see 'openshell sandbox start')");
+  const std::string phase = s.value("phase", "");
+  if (std::find(phases.begin(), phases.end(), phase) == phases.end())
+    throw Error("sandbox '" + name + "' is " + phase + " (" + needs + ")");
   remember(client.paths(), name);
 }
 
+}  // namespace
+
+void require_ready(GatewayClient& client, const std::string& name, const std::string& verb) {
+  require_phase(client, name, {"Ready"},
+                verb + " needs a Ready sandbox; see 'openshell sandbox start'");
+}
+
 void require_copyable(GatewayClient& client, const std::string& name, const std::string& verb) {
-  json s = client.call("GET", target(name));
-  const std::string phase = s.value("phase", "");
-  if (phase != "Ready" && phase != "Stopped" && phase != "Completed" && phase != "Error")
-    throw Error("sandbox '" + name + "' is " + phase + " (" + verb +
-                " needs a Ready, Stopped, Completed or Error sandbox)");
-  remember(client.paths(), name);
+  require_phase(client, name, {"Ready", "Stopped", "Completed", "Error"},
+                verb + " needs a Ready, Stopped, Completed or Error sandbox");
 }
 
 bool looks_like_path(const std::string& word) {

@@ -22,25 +22,24 @@ bool Gateway::copy_in_progress(const std::string& id) const {
   return ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
 }
 
-void Gateway::refuse_if_copying(const SandboxRecord& record, const std::string& verb) const {
+bool Gateway::wait_for_copy(const std::shared_ptr<net::Exchange>& exchange,
+                            const SandboxRecord& record, const std::string& verb) {
+  if (copies_.count(record.id)) {
+    // Ours ends within moments of its copy (at most its idle time): the
+    // request is answered as if it came then.
+    copy_waiters_[record.id].push_back([this, exchange] { handle(exchange); });
+    return true;
+  }
   if (copy_in_progress(record.id))
     throw ApiError(409, "busy",
                    "a copy into or out of sandbox '" + record.name + "' is in progress (" + verb +
                        " waits for it: try again when it ends)");
-}
-
-bool Gateway::after_copy(const std::shared_ptr<net::Exchange>& exchange, const std::string& id) {
-  if (!copies_.count(id)) return false;
-  // Ours ends within moments of its copy (at most its idle time): the
-  // request is answered as if it came then.
-  copy_waiters_[id].push_back([this, exchange] { handle(exchange); });
-  return true;
+  return false;
 }
 
 void Gateway::copy_exec(const Call& call, const SandboxRecord& record) {
   const std::shared_ptr<net::Exchange>& exchange = call.exchange;
-  if (after_copy(exchange, record.id)) return;
-  refuse_if_copying(record, "another copy");
+  if (wait_for_copy(exchange, record, "another copy")) return;
   // The copy mounts the sandbox's binds, as a start does: the caller's
   // rights again.
   check_host_paths(call, SandboxSpec::from_json(record.spec));

@@ -356,8 +356,7 @@ void Gateway::start_sandbox(const Call& call) {
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
                        " (start works from Stopped, Completed or Error)");
-  if (after_copy(exchange, record.id)) return;
-  refuse_if_copying(record, "start");
+  if (wait_for_copy(exchange, record, "start")) return;
   relaunch(record);
   wait_for(
       record.id,
@@ -395,8 +394,7 @@ void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange,
                              const std::string& name) {
   SandboxRecord record = find(name);
   std::string id = record.id;
-  if (after_copy(exchange, id)) return;
-  refuse_if_copying(record, "delete");
+  if (wait_for_copy(exchange, record, "delete")) return;
   if (record.phase != Phase::kDeleting) {
     record.intent = "delete";
     set_phase(record, Phase::kDeleting, "DeleteRequested");

@@ -173,12 +173,11 @@ class Gateway {
   // sandbox is not started, deleted or copied again.
   void copy_exec(const Call& call, const SandboxRecord& record);
   bool copy_in_progress(const std::string& id) const;
-  // Throws ApiError 409 "busy" while a copy is in progress (one a gateway
-  // before us started: ours are waited for, below).
-  void refuse_if_copying(const SandboxRecord& record, const std::string& verb) const;
-  // While a copy supervisor of ours lives: the request is handled again
-  // once it has ended (true); false when there is none.
-  bool after_copy(const std::shared_ptr<net::Exchange>& exchange, const std::string& id);
+  // While a copy supervisor of ours lives, the request is handled again
+  // once it has ended (true); while one a gateway before us started holds
+  // the lock, ApiError 409 "busy" naming `verb`; false when there is none.
+  bool wait_for_copy(const std::shared_ptr<net::Exchange>& exchange, const SandboxRecord& record,
+                     const std::string& verb);
   // A new generation of a sandbox whose run is over: the old supervisor
   // gone, the launch recorded (Starting, with this reason), then done.
   void relaunch(SandboxRecord& record, const std::string& reason = "",
