@@ -1,0 +1,51 @@
+// The guest's physical address map: every constant the VMM, the boot code
+// and the devices agree on, in one place. Addresses are guest-physical.
+//
+//   0x0000_0000  RAM: real-mode area, zero page, page tables, command line
+//   0x0010_0000  the kernel (1 MiB, the boot protocol's default)
+//   ...          the initramfs, placed high in RAM below the MMIO hole
+//   0xd000_0000  the MMIO hole: virtio-mmio devices, one 4 KiB window each
+//   0xfec0_0000  IOAPIC, 0xfee0_0000 LAPIC (KVM's in-kernel irqchip)
+//   4 GiB ...    RAM above the hole, when the guest has more than fits below
+#pragma once
+
+#include <cstdint>
+
+namespace openshell::vm::layout {
+
+inline constexpr uint64_t kPageSize = 4096;
+
+// Low memory, as the x86 boot protocol and the tests' guests use it.
+inline constexpr uint64_t kBootGdt = 0x0500;             // the GDT for long mode
+inline constexpr uint64_t kBootIdt = 0x0520;             // an empty IDT
+inline constexpr uint64_t kZeroPage = 0x7000;            // struct boot_params
+inline constexpr uint64_t kPml4 = 0x9000;                // page tables: PML4,
+inline constexpr uint64_t kPdpt = 0xa000;                //   PDPT,
+inline constexpr uint64_t kPd = 0xb000;                  //   and 4 PDs of 2 MiB pages
+inline constexpr uint64_t kIdentityMapped = 4ull << 30;  // what those tables map
+inline constexpr uint64_t kBootStack = 0x8ff0;           // rsp at entry
+inline constexpr uint64_t kPvhStartInfo = 0x6000;        // struct hvm_start_info (PVH)
+inline constexpr uint64_t kCmdline = 0x20000;            // the kernel command line
+inline constexpr uint64_t kCmdlineMax = 0x10000;         // its size, NUL included
+inline constexpr uint64_t kKernelStart =
+    0x100000;  // bzImage's protected-mode part, vmlinux's load address
+inline constexpr uint64_t kEbdaStart = 0x9fc00;  // e820: RAM below this, reserved to 1 MiB
+
+// The MMIO hole below 4 GiB.
+inline constexpr uint64_t kMmioStart = 0xd0000000;
+inline constexpr uint64_t kMmioEnd = 0x100000000;  // exclusive
+inline constexpr uint64_t kMmioWindow = 0x1000;    // one virtio-mmio device
+inline constexpr uint32_t kMaxMmioDevices = 32;
+inline constexpr uint64_t kIoapicStart = 0xfec00000;
+inline constexpr uint64_t kLapicStart = 0xfee00000;
+
+// Legacy interrupt lines (GSIs) of the in-kernel IOAPIC: the serial port's,
+// then one a virtio device, in order.
+inline constexpr uint32_t kSerialIrq = 4;
+inline constexpr uint32_t kFirstDeviceIrq = 5;
+inline constexpr uint16_t kSerialPort = 0x3f8;  // COM1
+
+inline constexpr uint64_t mmio_window(uint32_t index) { return kMmioStart + index * kMmioWindow; }
+inline constexpr uint32_t device_irq(uint32_t index) { return kFirstDeviceIrq + index; }
+
+}  // namespace openshell::vm::layout
