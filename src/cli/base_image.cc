@@ -264,30 +264,38 @@ std::optional<std::string> apt_mirror(const std::string& apt_root) {
   return mirror_in_sources(deb822, list);
 }
 
-std::string mirror_unreachable(const std::string& mirror) {
-  if (mirror.starts_with("file://")) {
-    const std::string dir = mirror.substr(7);
-    return files::is_directory(dir) ? "" : "the mirror's directory " + dir + " does not exist";
-  }
-  const bool https = mirror.starts_with("https://");
-  if (!https && !mirror.starts_with("http://"))
-    return "the mirror " + mirror + " is not an http, https or file URL";
-  std::string rest = mirror.substr(https ? 8 : 7);
+namespace {
+
+struct HostPort {
+  std::string host, port;
+};
+
+// "http://HOST[:PORT]/..." or "https://[V6]:PORT/..." -> its host and port.
+HostPort host_port(const std::string& url) {
+  const bool https = url.starts_with("https://");
+  std::string rest = url.substr(url.find("://") + 3);
   rest = rest.substr(0, rest.find('/'));
-  std::string host = rest, port = https ? "443" : "80";
+  if (size_t at = rest.rfind('@'); at != std::string::npos) rest = rest.substr(at + 1);
+  HostPort hp{rest, https ? "443" : "80"};
   if (rest.starts_with("[")) {
     size_t close = rest.find(']');
-    host = rest.substr(1, close - 1);
-    if (close + 1 < rest.size() && rest[close + 1] == ':') port = rest.substr(close + 2);
+    hp.host = rest.substr(1, close - 1);
+    if (close + 1 < rest.size() && rest[close + 1] == ':') hp.port = rest.substr(close + 2);
   } else if (size_t colon = rest.rfind(':'); colon != std::string::npos) {
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
+    hp.host = rest.substr(0, colon);
+    hp.port = rest.substr(colon + 1);
   }
+  return hp;
+}
+
+// "" when something accepts a TCP connection at hp within 3 s, else why
+// not, for `what` ("the mirror", "the proxy").
+std::string unreachable(const HostPort& hp, const std::string& what) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0)
-    return "the mirror's host " + host + " does not resolve (offline?): " + ::gai_strerror(rc);
+  if (int rc = ::getaddrinfo(hp.host.c_str(), hp.port.c_str(), &hints, &found); rc != 0)
+    return what + "'s host " + hp.host + " does not resolve (offline?): " + ::gai_strerror(rc);
   std::string why;
   for (addrinfo* a = found; a; a = a->ai_next) {
     int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -311,7 +319,54 @@ std::string mirror_unreachable(const std::string& mirror) {
     why = std::strerror(err);
   }
   ::freeaddrinfo(found);
-  return "nothing answers at the mirror " + host + ":" + port + " (offline?): " + why;
+  return "nothing answers at " + what + " " + hp.host + ":" + hp.port + " (offline?): " + why;
+}
+
+// Whether no_proxy (or NO_PROXY) exempts host, as apt and wget read it: a
+// comma-separated list of names or domain suffixes, "*" for all.
+bool proxy_exempt(const std::string& host) {
+  const char* list = std::getenv("no_proxy");
+  if (!list || !*list) list = std::getenv("NO_PROXY");
+  if (!list) return false;
+  for (std::string entry : text::split(list, ',')) {
+    entry = std::string(text::trim(entry));
+    if (entry == "*") return true;
+    if (entry.starts_with(".")) entry.erase(0, 1);
+    if (entry.empty()) continue;
+    if (host == entry || (host.size() > entry.size() && host.ends_with("." + entry))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string mirror_proxy(const std::string& mirror) {
+  const bool https = mirror.starts_with("https://");
+  if (!https && !mirror.starts_with("http://")) return "";
+  if (proxy_exempt(host_port(mirror).host)) return "";
+  const char* value = std::getenv(https ? "https_proxy" : "http_proxy");
+  if (https && (!value || !*value)) value = std::getenv("HTTPS_PROXY");
+  return value ? value : "";
+}
+
+std::string mirror_unreachable(const std::string& mirror) {
+  if (mirror.starts_with("file://")) {
+    const std::string dir = mirror.substr(7);
+    return files::is_directory(dir) ? "" : "the mirror's directory " + dir + " does not exist";
+  }
+  const bool https = mirror.starts_with("https://");
+  if (!https && !mirror.starts_with("http://"))
+    return "the mirror " + mirror + " is not an http, https or file URL";
+  // Through a proxy (apt, wget and so debootstrap and mmdebstrap use it),
+  // the proxy is what must answer: the mirror may not even resolve here.
+  if (std::string proxy = mirror_proxy(mirror); !proxy.empty()) {
+    if (proxy.find("://") == std::string::npos) proxy = "http://" + proxy;
+    if (std::string why = unreachable(host_port(proxy), "the proxy"); !why.empty())
+      return why + " (from " + (https ? "https_proxy" : "http_proxy") + ", for the mirror " +
+             mirror + ")";
+    return "";
+  }
+  return unreachable(host_port(mirror), "the mirror");
 }
 
 std::string find_on_path(std::string_view path, const std::string& program) {
@@ -359,7 +414,10 @@ void build(const Plan& plan, const std::string& images_dir, const std::string& n
            const std::string& output) {
   if (!plan.ok()) throw Error(plan.problem);
   const std::string line = "building the default image " + name + ", one time, about a minute";
-  std::fprintf(stderr, "%s (%s from %s)\n", line.c_str(), plan.tool.c_str(), plan.mirror.c_str());
+  const std::string proxy = mirror_proxy(plan.mirror);
+  const std::string through = proxy.empty() ? "" : " through " + proxy;
+  std::fprintf(stderr, "%s (%s from %s%s)\n", line.c_str(), plan.tool.c_str(), plan.mirror.c_str(),
+               through.c_str());
 
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp && *tmp ? tmp : "/var/tmp") + "/openshell-base.XXXXXX";

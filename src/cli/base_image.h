@@ -34,8 +34,16 @@ std::optional<std::string> mirror_in_sources(std::string_view deb822, std::strin
 std::optional<std::string> apt_mirror(const std::string& apt_root);
 
 // "" when the mirror answers a TCP connection (a file:// one: its directory
-// exists), else why not ("nothing answers at 127.0.0.1:9: Connection refused").
+// exists), else why not ("nothing answers at the mirror 127.0.0.1:9:
+// Connection refused"). Through the proxy mirror_proxy() names, the proxy
+// must answer instead.
 std::string mirror_unreachable(const std::string& mirror);
+
+// The proxy that apt and wget (and so debootstrap and mmdebstrap) take to
+// an http(s) mirror, from the environment: http_proxy for http (not
+// HTTP_PROXY, as they read it), https_proxy or HTTPS_PROXY for https; ""
+// when none is set or no_proxy (NO_PROXY) names the mirror's host.
+std::string mirror_proxy(const std::string& mirror);
 
 struct Plan {
   std::string tool;     // "debootstrap" or "mmdebstrap"; "" when none can build

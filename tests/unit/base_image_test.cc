@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -100,6 +102,65 @@ TEST(BaseImage, UnreachableMirror) {
   EXPECT_THAT(p.problem, HasSubstr("build-base --mirror URL"));
   EXPECT_TRUE(plan(Host{"", bin.path(), 0, mirror}, false).ok());
   EXPECT_THAT(mirror_unreachable("file:///nonexistent-mirror"), HasSubstr("does not exist"));
+}
+
+// Sets an environment variable for one test, and puts it back.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+  ~EnvVar() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(BaseImage, MirrorThroughProxy) {
+  // A mirror that cannot resolve (.invalid never does) is reachable when
+  // the proxy apt and wget would take answers; a proxy that refuses is
+  // named, with the variable it came from.
+  EnvVar no_proxy("no_proxy", nullptr), no_proxy_upper("NO_PROXY", nullptr);
+  RefusedPort refused;
+  const std::string closed = "http://127.0.0.1:" + std::to_string(refused.port());
+  {
+    EnvVar http("http_proxy", closed.c_str());
+    EXPECT_EQ(mirror_proxy("http://mirror.invalid/debian"), closed);
+    EXPECT_EQ(mirror_proxy("https://mirror.invalid/debian"), "");
+    EXPECT_THAT(mirror_unreachable("http://mirror.invalid/debian"),
+                AllOf(HasSubstr("nothing answers at the proxy 127.0.0.1:"), HasSubstr("http_proxy"),
+                      HasSubstr("mirror.invalid")));
+  }
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string open_proxy = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  {
+    EnvVar http("http_proxy", open_proxy.c_str());
+    EXPECT_EQ(mirror_unreachable("http://mirror.invalid/debian"), "");
+    // no_proxy names the mirror: the mirror itself must answer.
+    EnvVar exempt("no_proxy", "localhost, .invalid");
+    EXPECT_EQ(mirror_proxy("http://mirror.invalid/debian"), "");
+    EXPECT_THAT(mirror_unreachable("http://mirror.invalid/debian"),
+                HasSubstr("the mirror's host mirror.invalid does not resolve"));
+  }
+  ::close(listener);
 }
 
 }  // namespace
