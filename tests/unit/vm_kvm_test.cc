@@ -180,6 +180,7 @@ TEST(VmKvm, StopEndsAGuestThatRunsForeverWithinABound) {
   EXPECT_EQ(result.serial, "s");
   EXPECT_EQ(result.end.reason, EndReason::kStopped) << result.end.detail;
   EXPECT_LT(result.stop_ms, 500.0);
+  RecordProperty("stop_ms", std::to_string(result.stop_ms));
 }
 
 TEST(VmKvm, TwoVcpusRunAndSeeTheirOwnApicIds) {
