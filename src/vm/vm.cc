@@ -217,6 +217,10 @@ void Vm::stop() {
   wait(-1);
 }
 
+void Vm::fail(const std::string& detail) {
+  if (started_) finish(EndReason::kError, detail);
+}
+
 VmEnd Vm::wait(int timeout_ms) {
   {
     std::unique_lock lock(mutex_);

@@ -105,6 +105,10 @@ class Vm {
   // Ends the VM with kStopped unless it has ended already; returns when every
   // vCPU thread has left KVM_RUN and been joined.
   void stop();
+  // Ends the VM in Error with `detail` unless it has ended already, from any
+  // thread: for a device whose own thread finds the guest has broken its
+  // contract (a runaway queue). Does not wait; wait() does.
+  void fail(const std::string& detail);
   // Waits for the VM's end, at most `timeout_ms` (negative: forever); joins
   // the threads once ended. Returns the end, kRunning on a timeout.
   VmEnd wait(int timeout_ms = -1);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -237,6 +238,23 @@ TEST(VmKvm, StopEndsAGuestThatRunsForeverWithinABound) {
   EXPECT_EQ(result.end.reason, EndReason::kStopped) << result.end.detail;
   EXPECT_LT(result.stop_ms, 2000.0);  // not a timeout: KVM_RUN left at once
   RecordProperty("stop_ms", std::to_string(result.stop_ms));
+}
+
+TEST(VmKvm, FailFromAnotherThreadEndsTheVmInErrorWithTheReason) {
+  OSH_REQUIRE_KVM(kvm);
+  std::vector<uint8_t> spin = testing::read_guest("spin");
+  GuestMemory memory = GuestMemory::create(4 << 20);
+  ASSERT_TRUE(memory.write(layout::kKernelStart, spin.data(), spin.size()));
+  auto vm = Vm::create(*kvm, std::move(memory), {});
+  vm->set_entry(0, {CpuEntry::Mode::kLong, layout::kKernelStart, layout::kBootStack, 0, 0, 0});
+  vm->start();
+  std::thread device([&] { vm->fail("virtio-blk: a runaway queue"); });
+  device.join();
+  const VmEnd end = vm->wait(5000);
+  EXPECT_EQ(end.reason, EndReason::kError);
+  EXPECT_EQ(end.detail, "virtio-blk: a runaway queue");
+  vm->fail("a second reason");  // the first end stays
+  EXPECT_EQ(vm->end().detail, "virtio-blk: a runaway queue");
 }
 
 TEST(VmKvm, TwoVcpusRunAndSeeTheirOwnApicIds) {
