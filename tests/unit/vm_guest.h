@@ -39,6 +39,8 @@ struct GuestOptions {
   int timeout_ms = 5000;
   // When set: once the serial output holds this, the test stops the VM.
   std::string stop_after;
+  // Bytes the guest receives on its serial port, once it runs.
+  std::string serial_input;
   // Changes guest memory after the load (e.g. a patched operand).
   std::function<void(GuestMemory&)> patch;
 };
@@ -87,6 +89,7 @@ inline GuestResult run_prepared(const Kvm& kvm, GuestMemory memory, const CpuEnt
   for (MmioDevice* device : options.devices) vm->add_device(*device);
   for (uint32_t i = 0; i < options.vcpus; ++i) vm->set_entry(i, entry);
   vm->start();
+  if (!options.serial_input.empty()) vm->serial().input(options.serial_input);
 
   GuestResult result;
   const auto deadline =

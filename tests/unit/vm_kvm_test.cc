@@ -100,6 +100,15 @@ TEST(VmKvm, BootCodeStartsAGuestInLongModeWithTheHypervisorBit) {
   EXPECT_EQ(result.end.detail, "the guest asked for a reset");
 }
 
+TEST(VmKvm, TheGuestReceivesWhatTheVmmPutsOnTheSerialPort) {
+  OSH_REQUIRE_KVM(kvm);
+  GuestOptions options;
+  options.serial_input = "ping from the host\n";
+  const auto result = run_flat_guest(*kvm, "echo", GuestStart::kLong, options);
+  EXPECT_EQ(result.serial, "ping from the host\n");
+  EXPECT_EQ(result.end.reason, EndReason::kGuestReset) << result.end.detail;
+}
+
 TEST(VmKvm, TripleFaultEndsTheVmNotTheProcess) {
   OSH_REQUIRE_KVM(kvm);
   const auto result = run_flat_guest(*kvm, "triple_fault", GuestStart::kLong);
