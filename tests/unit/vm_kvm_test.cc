@@ -73,6 +73,11 @@ TEST(VmKvm, MissingDeviceIsOneLineNamingThePath) {
   EXPECT_EQ(message, "/nonexistent/kvm: No such file or directory");
 }
 
+TEST(VmKvm, AFileThatIsNotKvmIsOneLineSayingSo) {
+  const std::string message = ::openshell::testing::error_of([] { Kvm::open("/dev/null"); });
+  EXPECT_EQ(message, "/dev/null is not a KVM device: KVM_GET_API_VERSION: Inappropriate ioctl for device");
+}
+
 TEST(VmKvm, RealModeGuestWritesHelloThenIsStopped) {
   OSH_REQUIRE_KVM(kvm);
   GuestOptions options;
