@@ -197,7 +197,9 @@ class InterruptingDevice : public MmioDevice {
   void read(uint64_t, uint8_t* data, uint32_t len) override { std::memset(data, 0, len); }
   void write(uint64_t offset, const uint8_t*, uint32_t) override {
     const uint64_t one = 1;
-    if (offset == 0x60 && irq_) EXPECT_EQ(::write(irq_.get(), &one, sizeof one), 8);
+    if (offset == 0x60 && irq_) {
+      EXPECT_EQ(::write(irq_.get(), &one, sizeof one), 8);
+    }
   }
   int interrupt_fd() const override { return irq_.get(); }
 
