@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../fuzz/kernel_loader_input.h"
 #include "test_util.h"
 #include "vm/boot.h"
 #include "vm/guest_memory.h"
@@ -321,6 +322,23 @@ TEST(VmBoot, ACraftedPvhVmlinuxRunsFromItsProtectedModeEntryWithStartInfo) {
   const auto result = testing::run_prepared(*kvm, std::move(memory), entry, {}, "pvh_entry");
   EXPECT_EQ(result.serial, "console=hvc0 loader=pvh\n");
   EXPECT_EQ(result.end.reason, EndReason::kGuestReset) << result.end.detail;
+}
+
+// The fuzzer's corpus, replayed on every build: its two seeds load, and
+// nothing in it breaks the loaders (a crash fails the whole run).
+TEST(VmBoot, FuzzCorpusReplays) {
+  GuestMemory memory = GuestMemory::create(8 * kMiB);
+  int inputs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(OSH_KERNEL_LOADER_CORPUS)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    const Bytes input{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::string said =
+        ::openshell::fuzz::load_kernel_input(memory, input.data(), input.size());
+    const std::string name = entry.path().filename().string();
+    if (name == "bzimage" || name == "pvh") EXPECT_EQ(said, "") << name;
+    ++inputs;
+  }
+  EXPECT_GE(inputs, 2);
 }
 
 // Debian's own kernels, where the machine has them: their headers parse.
