@@ -43,7 +43,8 @@ Kvm Kvm::open(const std::string& path) {
   kvm.fd_ = UniqueFd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!kvm.fd_) throw_errno(path);
   const int api = ::ioctl(kvm.fd(), KVM_GET_API_VERSION, 0);
-  if (api < 0) throw Error(errno_message(path + " is not a KVM device: KVM_GET_API_VERSION", errno));
+  if (api < 0)
+    throw Error(errno_message(path + " is not a KVM device: KVM_GET_API_VERSION", errno));
   if (api != kApiVersion)
     throw Error(path + ": KVM API version " + std::to_string(api) + ", this VMM needs " +
                 std::to_string(kApiVersion));

@@ -75,7 +75,8 @@ TEST(VmKvm, MissingDeviceIsOneLineNamingThePath) {
 
 TEST(VmKvm, AFileThatIsNotKvmIsOneLineSayingSo) {
   const std::string message = ::openshell::testing::error_of([] { Kvm::open("/dev/null"); });
-  EXPECT_EQ(message, "/dev/null is not a KVM device: KVM_GET_API_VERSION: Inappropriate ioctl for device");
+  EXPECT_EQ(message,
+            "/dev/null is not a KVM device: KVM_GET_API_VERSION: Inappropriate ioctl for device");
 }
 
 TEST(VmKvm, RealModeGuestWritesHelloThenIsStopped) {
