@@ -31,6 +31,9 @@ class MmioDevice {
   virtual void read(uint64_t offset, uint8_t* data, uint32_t len) = 0;
   virtual void write(uint64_t offset, const uint8_t* data, uint32_t len) = 0;
   virtual std::vector<Doorbell> doorbells() { return {}; }
+  // The eventfd the device writes to raise its interrupt, or -1 for none;
+  // the VMM binds it with KVM_IRQFD to layout::device_irq(index).
+  virtual int interrupt_fd() const { return -1; }
   // Set when the guest has broken the device's contract beyond recovery
   // (a runaway queue, a loop in a descriptor chain): the VMM ends the
   // sandbox in Error with this reason. Empty while the device is healthy.

@@ -38,6 +38,16 @@ inline constexpr uint64_t kMmioWindow = 0x1000;    // one virtio-mmio device
 inline constexpr uint32_t kMaxMmioDevices = 32;
 inline constexpr uint64_t kIoapicStart = 0xfec00000;
 inline constexpr uint64_t kLapicStart = 0xfee00000;
+// What KVM needs for the real-mode TSS and the identity map of unrestricted
+// guests without EPT: three pages and one, at the top of the hole.
+inline constexpr uint64_t kTssAddress = 0xfffbd000;
+inline constexpr uint64_t kIdentityMapAddress = 0xfffbc000;
+
+// Boot GDT selectors (Linux's __BOOT_CS and __BOOT_DS, and a 32-bit code
+// segment for the PVH entry).
+inline constexpr uint16_t kBootCode32 = 0x08;
+inline constexpr uint16_t kBootCode64 = 0x10;
+inline constexpr uint16_t kBootData = 0x18;
 
 // Legacy interrupt lines (GSIs) of the in-kernel IOAPIC: the serial port's,
 // then one a virtio device, in order.

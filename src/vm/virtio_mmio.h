@@ -89,7 +89,7 @@ class VirtioMmio : public MmioDevice {
   std::vector<Doorbell> doorbells() override;
   std::string fatal() const override;
 
-  int interrupt_fd() const { return interrupt_.get(); }
+  int interrupt_fd() const override { return interrupt_.get(); }
   // Accesses that did not fit the contract and were ignored: a register the
   // transport lacks, a width other than 32 bits, a queue change while ready.
   uint64_t faults() const { return faults_.load(); }
