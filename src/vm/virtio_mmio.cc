@@ -295,9 +295,25 @@ void VirtioMmio::service() {
   if (running()) device_event();
 }
 
-void VirtioMmio::start() {
+void VirtioMmio::start(std::function<std::string()> on_thread) {
   if (thread_.joinable()) return;
-  thread_ = std::thread([this] { run(); });
+  // Everything that makes a file descriptor happens here, before the
+  // thread's filter is in place.
+  if (!loop_) {
+    loop_.reset(::epoll_create1(EPOLL_CLOEXEC));
+    if (!loop_) throw_errno("epoll_create1 for " + name());
+    std::vector<int> fds{stop_.get(), kick_.get()};
+    for (const UniqueFd& bell : doorbells_) fds.push_back(bell.get());
+    if (event_fd() >= 0) fds.push_back(event_fd());
+    for (int fd : fds) {
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.fd = fd;
+      if (::epoll_ctl(loop_.get(), EPOLL_CTL_ADD, fd, &event) != 0)
+        throw_errno("epoll_ctl for " + name());
+    }
+  }
+  thread_ = std::thread([this, on_thread = std::move(on_thread)] { run(on_thread); });
 }
 
 void VirtioMmio::stop() {
@@ -307,25 +323,17 @@ void VirtioMmio::stop() {
   drain(stop_.get());
 }
 
-void VirtioMmio::run() {
-  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll) {
-    std::lock_guard lock(mutex_);
-    set_fatal(errno_message("epoll_create1", errno));
-    return;
-  }
-  std::vector<int> fds{stop_.get(), kick_.get()};
-  for (const UniqueFd& bell : doorbells_) fds.push_back(bell.get());
-  if (event_fd() >= 0) fds.push_back(event_fd());
-  for (int fd : fds) {
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.fd = fd;
-    ::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &event);
+void VirtioMmio::run(const std::function<std::string()>& on_thread) {
+  if (on_thread) {
+    if (std::string why = on_thread(); !why.empty()) {
+      std::lock_guard lock(mutex_);
+      set_fatal("its thread cannot run: " + why);
+      return;
+    }
   }
   for (;;) {
     epoll_event events[8];
-    int n = ::epoll_wait(epoll.get(), events, 8, -1);
+    int n = ::epoll_wait(loop_.get(), events, 8, -1);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       std::lock_guard lock(mutex_);

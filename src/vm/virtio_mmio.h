@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -95,8 +96,10 @@ class VirtioMmio : public MmioDevice {
   uint64_t faults() const { return faults_.load(); }
   uint32_t status() const;
 
-  // The device's thread, until stop() (or the destructor). Throws Error.
-  void start();
+  // The device's thread, until stop() (or the destructor). `on_thread`
+  // runs on it first (the VMM installs the device thread's seccomp filter
+  // there); what it returns, if not empty, makes the device fatal.
+  void start(std::function<std::string()> on_thread = {});
   void stop();
   // Handles every pending doorbell and device event now, on this thread.
   void service();
@@ -140,7 +143,7 @@ class VirtioMmio : public MmioDevice {
   void write_status(uint32_t value);
   void reset();
   void raise(uint32_t why);
-  void run();
+  void run(const std::function<std::string()>& on_thread);
 
   const GuestMemory& memory_;
   uint32_t device_id_;
@@ -150,6 +153,7 @@ class VirtioMmio : public MmioDevice {
   UniqueFd interrupt_;
   UniqueFd kick_;
   UniqueFd stop_;
+  UniqueFd loop_;  // the thread's epoll, made before the thread
   std::thread thread_;
   std::atomic<uint64_t> faults_{0};
 
