@@ -184,6 +184,7 @@ void VirtioVsock::process_tx() {
 void VirtioVsock::handle_packet(const Header& h, const Chain& chain) {
   if (h.dst_cid != kHostCid || h.type != kTypeStream) {
     if (h.op != kOpRst) send_rst(h.dst_port, h.src_port);
+    close(h.dst_port, h.src_port);
     return;
   }
   Connection* c = find(h.dst_port, h.src_port);
