@@ -358,7 +358,8 @@ void VirtioVsock::process_rx() {
     }
     Chain chain;
     if (!next_chain(kRxQueue, chain)) return;
-    if (chain.writable_bytes < kHeaderBytes) {
+    // Too small for a header, or for a header and some data.
+    if (chain.writable_bytes < kHeaderBytes + (sender ? 1 : 0)) {
       count_fault();
       complete(kRxQueue, chain.head, 0);
       continue;
