@@ -63,11 +63,6 @@ std::unique_ptr<Vm> Vm::create(const Kvm& kvm, GuestMemory memory, VmOptions opt
     throw_errno("KVM_SET_TSS_ADDR");
   const uint64_t identity = layout::kIdentityMapAddress;
   vm_ioctl(vmfd, KVM_SET_IDENTITY_MAP_ADDR, &identity, "KVM_SET_IDENTITY_MAP_ADDR");
-  if (::ioctl(vmfd, KVM_CREATE_IRQCHIP, 0) != 0) throw_errno("KVM_CREATE_IRQCHIP");
-  kvm_pit_config pit{};
-  pit.flags = KVM_PIT_SPEAKER_DUMMY;
-  vm_ioctl(vmfd, KVM_CREATE_PIT2, &pit, "KVM_CREATE_PIT2");
-
   for (const MemorySlot& slot : vm->memory_.slots()) {
     kvm_userspace_memory_region region{};
     region.slot = slot.slot;
@@ -76,6 +71,13 @@ std::unique_ptr<Vm> Vm::create(const Kvm& kvm, GuestMemory memory, VmOptions opt
     region.userspace_addr = reinterpret_cast<uint64_t>(vm->memory_.host_base() + slot.offset);
     vm_ioctl(vmfd, KVM_SET_USER_MEMORY_REGION, &region, "KVM_SET_USER_MEMORY_REGION");
   }
+
+  // After the slots: with the irqchip in place, each slot change waits for
+  // KVM's SRCU readers (about 7 ms a slot here, against 0.4 ms before it).
+  if (::ioctl(vmfd, KVM_CREATE_IRQCHIP, 0) != 0) throw_errno("KVM_CREATE_IRQCHIP");
+  kvm_pit_config pit{};
+  pit.flags = KVM_PIT_SPEAKER_DUMMY;
+  vm_ioctl(vmfd, KVM_CREATE_PIT2, &pit, "KVM_CREATE_PIT2");
 
   // The serial port's interrupt: an eventfd on IRQ 4.
   vm->serial_irq_fd_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));

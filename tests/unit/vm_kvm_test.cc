@@ -172,6 +172,62 @@ TEST(VmKvm, ADeviceFatalErrorEndsTheVmWithItsReason) {
   EXPECT_EQ(result.end.detail, "test-device: a loop in a descriptor chain");
 }
 
+// A device whose interrupt the guest raises by writing at 0x60 (when it
+// has an interrupt eventfd at all).
+class InterruptingDevice : public MmioDevice {
+ public:
+  explicit InterruptingDevice(bool wired)
+      : irq_(wired ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK) : -1) {}
+  std::string name() const override { return "interrupting-device"; }
+  void read(uint64_t, uint8_t* data, uint32_t len) override { std::memset(data, 0, len); }
+  void write(uint64_t offset, const uint8_t*, uint32_t) override {
+    const uint64_t one = 1;
+    if (offset == 0x60 && irq_) EXPECT_EQ(::write(irq_.get(), &one, sizeof one), 8);
+  }
+  int interrupt_fd() const override { return irq_.get(); }
+
+ private:
+  UniqueFd irq_;
+};
+
+GuestOptions interrupt_on_pin(uint64_t pin) {
+  GuestOptions options;
+  options.patch = [pin](GuestMemory& memory) {
+    ASSERT_TRUE(memory.write(layout::kKernelStart + 8, &pin, 8));
+  };
+  return options;
+}
+
+TEST(VmKvm, TheSerialPortsInterruptReachesTheGuestThroughTheIoapic) {
+  OSH_REQUIRE_KVM(kvm);
+  const auto result =
+      run_flat_guest(*kvm, "interrupt", GuestStart::kLong, interrupt_on_pin(layout::kSerialIrq));
+  EXPECT_EQ(result.serial, "irq");
+  EXPECT_EQ(result.end.reason, EndReason::kGuestReset) << result.end.detail;
+}
+
+TEST(VmKvm, ADevicesInterruptEventfdReachesTheGuestAtItsIrq) {
+  OSH_REQUIRE_KVM(kvm);
+  InterruptingDevice device(true);
+  GuestOptions options = interrupt_on_pin(layout::device_irq(0));
+  options.devices = {&device};
+  const auto result = run_flat_guest(*kvm, "interrupt", GuestStart::kLong, options);
+  EXPECT_EQ(result.serial, "irq");
+  EXPECT_EQ(result.end.reason, EndReason::kGuestReset) << result.end.detail;
+}
+
+TEST(VmKvm, WithoutAnInterruptEventfdTheGuestWaitsForever) {
+  OSH_REQUIRE_KVM(kvm);
+  InterruptingDevice device(false);
+  GuestOptions options = interrupt_on_pin(layout::device_irq(0));
+  options.devices = {&device};
+  options.timeout_ms = 200;
+  options.stop_after = "never written";
+  const auto result = run_flat_guest(*kvm, "interrupt", GuestStart::kLong, options);
+  EXPECT_EQ(result.serial, "");
+  EXPECT_EQ(result.end.reason, EndReason::kStopped) << result.end.detail;
+}
+
 TEST(VmKvm, StopEndsAGuestThatRunsForeverWithinABound) {
   OSH_REQUIRE_KVM(kvm);
   GuestOptions options;
@@ -180,6 +236,7 @@ TEST(VmKvm, StopEndsAGuestThatRunsForeverWithinABound) {
   EXPECT_EQ(result.serial, "s");
   EXPECT_EQ(result.end.reason, EndReason::kStopped) << result.end.detail;
   EXPECT_LT(result.stop_ms, 500.0);
+  RecordProperty("stop_ms", std::to_string(result.stop_ms));
 }
 
 TEST(VmKvm, TwoVcpusRunAndSeeTheirOwnApicIds) {
