@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   add_doctor_command(app, &action);
   // Last: the scripts describe the whole tree.
   add_completion_commands(app, &action);
+  add_vmm_command(app, &action);
 
   if (argc == 1) {
     std::fputs(app.help().c_str(), stdout);

@@ -40,4 +40,7 @@ void add_completion_commands(CLI::App& app, Action* action);
 // `openshell status`.
 void add_status_command(CLI::App& app, Action* action);
 
+// The hidden `openshell __vmm`: one confined micro-VM.
+void add_vmm_command(CLI::App& app, Action* action);
+
 }  // namespace openshell::cli

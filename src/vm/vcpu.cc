@@ -2,6 +2,7 @@
 // runs KVM_RUN and answers each exit.
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <cerrno>
@@ -177,6 +178,9 @@ void Vm::run_vcpu(Vcpu& vcpu) {
   sigemptyset(&kick);
   sigaddset(&kick, kick_signal());
   ::pthread_sigmask(SIG_UNBLOCK, &kick, nullptr);
+  // "vcpu 0" in /proc/PID/task/TID/comm, ps and top.
+  const std::string name = "vcpu " + std::to_string(vcpu.index);
+  ::prctl(PR_SET_NAME, name.c_str(), 0, 0, 0);
   if (options_.on_vcpu_thread) {
     const std::string why = options_.on_vcpu_thread(vcpu.index);
     if (!why.empty()) {

@@ -3,6 +3,7 @@
 #include <asm/bootparam.h>
 #include <elf.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "vm/boot.h"
 #include "vm/guest_memory.h"
 #include "vm/layout.h"
+#include "vm_guest.h"
 
 namespace openshell::vm::boot {
 namespace {
@@ -162,7 +164,8 @@ struct CraftedElf {
   Bytes file;
   size_t load_phdr = 0, note_phdr = 0, note = 0;
 };
-CraftedElf crafted_vmlinux(uint64_t address = 16 * kMiB) {
+CraftedElf crafted_vmlinux(uint64_t address = 16 * kMiB, const Bytes& code = Bytes(16, 'V'),
+                           uint64_t entry_offset = 4) {
   CraftedElf elf;
   elf.file.assign(4096, 0);
   Elf64_Ehdr header{};
@@ -181,10 +184,11 @@ CraftedElf crafted_vmlinux(uint64_t address = 16 * kMiB) {
   load.p_type = PT_LOAD;
   load.p_offset = 0x800;
   load.p_paddr = address;
-  load.p_filesz = 16;
-  load.p_memsz = 64;
+  load.p_filesz = code.size();
+  load.p_memsz = code.size() + 48;
   put(elf.file, elf.load_phdr, load);
-  for (int i = 0; i < 16; ++i) elf.file[0x800 + i] = 'V';
+  elf.file.resize(std::max<size_t>(elf.file.size(), 0x800 + code.size()));
+  std::copy(code.begin(), code.end(), elf.file.begin() + 0x800);
   elf.note = 0x400;
   Elf64_Phdr note{};
   note.p_type = PT_NOTE;
@@ -193,7 +197,8 @@ CraftedElf crafted_vmlinux(uint64_t address = 16 * kMiB) {
   put(elf.file, elf.note_phdr, note);
   put(elf.file, elf.note, Elf64_Nhdr{4, 4, 18});
   std::memcpy(elf.file.data() + elf.note + sizeof(Elf64_Nhdr), "Xen", 4);
-  put<uint32_t>(elf.file, elf.note + sizeof(Elf64_Nhdr) + 4, static_cast<uint32_t>(address + 4));
+  put<uint32_t>(elf.file, elf.note + sizeof(Elf64_Nhdr) + 4,
+                static_cast<uint32_t>(address + entry_offset));
   return elf;
 }
 
@@ -289,6 +294,33 @@ TEST(VmBoot, IdentityPageTablesMapTheFirstFourGiB) {
   EXPECT_EQ(get<uint64_t>(memory, layout::kPd + 3 * layout::kPageSize + 511 * 8),
             (4ull << 30) - (2 * kMiB) + 0x83);
   EXPECT_EQ(get<uint64_t>(memory, layout::kBootGdt + layout::kBootCode64), 0x00af9b000000ffffull);
+}
+
+// The loaders on KVM: a crafted bzImage whose 64-bit entry and a crafted
+// PVH vmlinux whose 32-bit entry print the command line they were given,
+// reading it where boot_params and hvm_start_info say it is.
+TEST(VmBoot, ACraftedBzImageRunsFromItsLongModeEntryWithBootParams) {
+  OSH_REQUIRE_KVM(kvm);
+  const Bytes code = testing::read_guest("bzimage_entry");
+  Bytes file = crafted_bzimage();
+  file.resize(1024);  // the setup sectors
+  file.insert(file.end(), code.begin(), code.end());
+  GuestMemory memory = GuestMemory::create(16 * kMiB);
+  const CpuEntry entry = load_linux(memory, file, "console=ttyS0 loader=bzimage", {});
+  const auto result = testing::run_prepared(*kvm, std::move(memory), entry, {}, "bzimage_entry");
+  EXPECT_EQ(result.serial, "console=ttyS0 loader=bzimage\n");
+  EXPECT_EQ(result.end.reason, EndReason::kGuestReset) << result.end.detail;
+}
+
+TEST(VmBoot, ACraftedPvhVmlinuxRunsFromItsProtectedModeEntryWithStartInfo) {
+  OSH_REQUIRE_KVM(kvm);
+  const Bytes code = testing::read_guest("pvh_entry");
+  GuestMemory memory = GuestMemory::create(16 * kMiB);
+  const CpuEntry entry = load_linux(memory, crafted_vmlinux(layout::kKernelStart, code, 0).file,
+                                    "console=hvc0 loader=pvh", {});
+  const auto result = testing::run_prepared(*kvm, std::move(memory), entry, {}, "pvh_entry");
+  EXPECT_EQ(result.serial, "console=hvc0 loader=pvh\n");
+  EXPECT_EQ(result.end.reason, EndReason::kGuestReset) << result.end.detail;
 }
 
 // Debian's own kernels, where the machine has them: their headers parse.

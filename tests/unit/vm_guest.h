@@ -71,15 +71,11 @@ inline std::optional<Kvm> open_kvm(std::string* why) {
   std::optional<::openshell::vm::Kvm> kvm = ::openshell::vm::testing::open_kvm(&kvm##_why); \
   if (!kvm) GTEST_SKIP() << "no usable KVM: " << kvm##_why
 
-inline GuestResult run_flat_guest(const Kvm& kvm, const std::string& name, GuestStart start,
-                                  const GuestOptions& options = {}) {
-  const std::vector<uint8_t> binary = read_guest(name);
-  GuestMemory memory = GuestMemory::create(options.memory);
-  const uint64_t load = start == GuestStart::kReal ? kRealModeLoad : layout::kKernelStart;
-  if (!memory.write(load, binary.data(), binary.size()))
-    throw Error("guest " + name + " does not fit");
+// Runs a guest already in `memory` from `entry` (every vCPU), with the
+// options' devices, until it ends or the options stop it.
+inline GuestResult run_prepared(const Kvm& kvm, GuestMemory memory, const CpuEntry& entry,
+                                const GuestOptions& options, const std::string& name) {
   if (options.patch) options.patch(memory);
-
   auto output = std::make_shared<std::pair<std::mutex, std::string>>();
   VmOptions vm_options;
   vm_options.vcpus = options.vcpus;
@@ -89,16 +85,6 @@ inline GuestResult run_flat_guest(const Kvm& kvm, const std::string& name, Guest
   };
   std::unique_ptr<Vm> vm = Vm::create(kvm, std::move(memory), vm_options);
   for (MmioDevice* device : options.devices) vm->add_device(*device);
-  CpuEntry entry;
-  if (start == GuestStart::kReal) {
-    entry.mode = CpuEntry::Mode::kReal;
-    entry.real_cs = static_cast<uint16_t>(kRealModeLoad >> 4);
-    entry.rsp = 0xfff0;
-  } else {
-    entry.mode = CpuEntry::Mode::kLong;
-    entry.rip = layout::kKernelStart;
-    entry.rsp = layout::kBootStack;
-  }
   for (uint32_t i = 0; i < options.vcpus; ++i) vm->set_entry(i, entry);
   vm->start();
 
@@ -128,6 +114,26 @@ inline GuestResult run_flat_guest(const Kvm& kvm, const std::string& name, Guest
   std::lock_guard lock(output->first);
   result.serial = output->second;
   return result;
+}
+
+inline GuestResult run_flat_guest(const Kvm& kvm, const std::string& name, GuestStart start,
+                                  const GuestOptions& options = {}) {
+  const std::vector<uint8_t> binary = read_guest(name);
+  GuestMemory memory = GuestMemory::create(options.memory);
+  const uint64_t load = start == GuestStart::kReal ? kRealModeLoad : layout::kKernelStart;
+  if (!memory.write(load, binary.data(), binary.size()))
+    throw Error("guest " + name + " does not fit");
+  CpuEntry entry;
+  if (start == GuestStart::kReal) {
+    entry.mode = CpuEntry::Mode::kReal;
+    entry.real_cs = static_cast<uint16_t>(kRealModeLoad >> 4);
+    entry.rsp = 0xfff0;
+  } else {
+    entry.mode = CpuEntry::Mode::kLong;
+    entry.rip = layout::kKernelStart;
+    entry.rsp = layout::kBootStack;
+  }
+  return run_prepared(kvm, std::move(memory), entry, options, name);
 }
 
 }  // namespace openshell::vm::testing

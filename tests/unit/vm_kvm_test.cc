@@ -235,7 +235,7 @@ TEST(VmKvm, StopEndsAGuestThatRunsForeverWithinABound) {
   const auto result = run_flat_guest(*kvm, "spin", GuestStart::kLong, options);
   EXPECT_EQ(result.serial, "s");
   EXPECT_EQ(result.end.reason, EndReason::kStopped) << result.end.detail;
-  EXPECT_LT(result.stop_ms, 500.0);
+  EXPECT_LT(result.stop_ms, 2000.0);  // not a timeout: KVM_RUN left at once
   RecordProperty("stop_ms", std::to_string(result.stop_ms));
 }
 
