@@ -51,6 +51,8 @@ size_t VirtioVsock::connection_count() const {
   return connections_.size();
 }
 
+// Both ends of a connection's pair block: the host's is an ordinary socket,
+// and the device's own calls all pass MSG_DONTWAIT.
 UniqueFd VirtioVsock::connect(uint32_t guest_port) {
   std::lock_guard lock(mutex_);
   if (!running()) throw Error("virtio-vsock: the guest's driver is not running");
@@ -65,7 +67,7 @@ UniqueFd VirtioVsock::connect(uint32_t guest_port) {
   }
   if (host_port == 0) throw Error("virtio-vsock: no free host port");
   int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0)
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
     throw_errno("socketpair for a virtio-vsock connection");
   UniqueFd host_end(pair[1]);
   Connection& c = connections_[{host_port, guest_port}];
@@ -248,7 +250,7 @@ void VirtioVsock::accept_request(const Header& h) {
     return;
   }
   int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) != 0) {
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     send_rst(h.dst_port, h.src_port);
     return;
   }

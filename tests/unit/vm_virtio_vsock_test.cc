@@ -1,6 +1,7 @@
 // virtio-vsock driven as a guest's driver drives it: rx buffers posted,
 // packets written to the tx queue, answers read from the rx queue; the host
 // side is the fd the device gives the host.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -184,6 +185,21 @@ TEST_F(VirtioVsockTest, AGuestConnectsToAHostListenerAndDataFlowsBothWays) {
     data += packet.payload;
   }
   EXPECT_EQ(data, "world!");
+}
+
+TEST_F(VirtioVsockTest, TheHostsEndsAreOrdinaryBlockingSockets) {
+  int accepted = connect_from_guest(5013);
+  ASSERT_GE(accepted, 0);
+  UniqueFd connected = device_->connect(7002);
+  for (int fd : {accepted, connected.get()}) {
+    int flags = ::fcntl(fd, F_GETFL);
+    ASSERT_GE(flags, 0);
+    EXPECT_EQ(flags & O_NONBLOCK, 0);
+    int type = 0;
+    socklen_t length = sizeof type;
+    ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length), 0);
+    EXPECT_EQ(type, SOCK_STREAM);
+  }
 }
 
 TEST_F(VirtioVsockTest, TheHostConnectsToAGuestPort) {
