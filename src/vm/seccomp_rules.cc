@@ -55,12 +55,14 @@ const ThreadRules& rules(Thread thread) {
                                 {"mmap", "mprotect"},
                                 {}};
   // A device's thread: its queue's eventfds, its backing file (virtio-blk)
-  // and its socket to the supervisor (virtio-vsock).
+  // and its socket to the supervisor (virtio-vsock): a guest's connection
+  // to a host port makes a socket pair there, and a guest's shutdown is
+  // passed on with shutdown(2).
   static const ThreadRules device{
       "device",
       with(common(), {"close", "ppoll", "poll", "epoll_wait", "epoll_pwait", "epoll_ctl", "pread64",
                       "pwrite64", "preadv", "pwritev", "fsync", "fdatasync", "fallocate", "recvmsg",
-                      "sendmsg", "recvfrom", "sendto"}),
+                      "sendmsg", "recvfrom", "sendto", "socketpair", "shutdown"}),
       {"mmap", "mprotect"},
       {}};
   switch (thread) {
