@@ -110,8 +110,7 @@ class RegistryClient {
   // registry to mount it from there first, and uploads only when it does
   // not. A failed try starts again from the beginning, up to `attempts`.
   BlobPush push_blob(const std::string& path, const std::string& digest, uint64_t size,
-                     const std::string& mount_from,
-                     const std::function<void(uint64_t)>& progress);
+                     const std::string& mount_from, const std::function<void(uint64_t)>& progress);
   // A small blob (a config) from memory.
   void push_blob_bytes(const std::string& bytes, const std::string& digest);
   // PUTs a manifest under tag with its media type; checks the registry's

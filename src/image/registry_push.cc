@@ -51,9 +51,9 @@ auto with_retries(RegistryClient::Impl& d, const std::string& what, Step step) {
                             failure.status);
       int delay = failure.retry_after_ms;
       if (delay < 0)
-        delay = static_cast<int>(std::min<int64_t>(
-            static_cast<int64_t>(d.options.backoff_ms) << std::min(attempt - 1, 20),
-            kMaxBackoffMs));
+        delay = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(d.options.backoff_ms)
+                                                       << std::min(attempt - 1, 20),
+                                                   kMaxBackoffMs));
       std::this_thread::sleep_for(std::chrono::milliseconds(delay));
     } catch (const Fatal& failure) {
       throw RegistryError(what + ": " + failure.reason, failure.status);
@@ -120,8 +120,8 @@ RegistryClient::BlobPush RegistryClient::push_blob(const std::string& path,
     Url start = d.registry;
     start.target = "/v2/" + d.ref.repository + "/blobs/uploads/";
     if (!mount_from.empty())
-      start.target += "?mount=" + text::percent_encode(digest) +
-                      "&from=" + text::percent_encode(mount_from);
+      start.target +=
+          "?mount=" + text::percent_encode(digest) + "&from=" + text::percent_encode(mount_from);
     Reply reply = d.send_to(start, {}, Send{bhttp::verb::post, {}, {}});
     if (reply.status == 201 && !mount_from.empty()) {
       d.drain(reply);
@@ -135,12 +135,13 @@ RegistryClient::BlobPush RegistryClient::push_blob(const std::string& path,
         [&](uint64_t offset, uint64_t n) {
           std::string chunk(n, '\0');
           for (size_t done = 0; done < n;) {
-            ssize_t got = ::pread(fd.get(), chunk.data() + done, n - done,
-                                  static_cast<off_t>(offset + done));
+            ssize_t got =
+                ::pread(fd.get(), chunk.data() + done, n - done, static_cast<off_t>(offset + done));
             if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) throw Fatal{got < 0 ? errno_message("read " + path, errno)
-                                              : "read " + path + ": the file is shorter than " +
-                                                    std::to_string(size) + " bytes"};
+            if (got <= 0)
+              throw Fatal{got < 0 ? errno_message("read " + path, errno)
+                                  : "read " + path + ": the file is shorter than " +
+                                        std::to_string(size) + " bytes"};
             done += static_cast<size_t>(got);
           }
           return chunk;

@@ -213,7 +213,8 @@ Reply RegistryClient::Impl::exchange(const Url& url, const Fields& fields, const
     request.set(bhttp::field::user_agent, options.user_agent);
     for (const auto& [name, value] : fields) request.set(name, value);
     if (send.method != bhttp::verb::get && send.method != bhttp::verb::head) {
-      if (!send.content_type.empty()) request.set(bhttp::field::content_type, std::string(send.content_type));
+      if (!send.content_type.empty())
+        request.set(bhttp::field::content_type, std::string(send.content_type));
       request.body().assign(send.body.data(), send.body.size());
       request.content_length(send.body.size());
     }
