@@ -68,7 +68,14 @@ TEST_P(SandboxCommit, AStoppedSandboxsFilesWorkspaceAndDeletionsMakeTheImage) {
   ASSERT_EQ(create("box", {"sleep", "600"}).status, 0);
   Result w = exec("box",
                   "echo agent > /etc/agent-file && echo notes > /sandbox/notes && "
-                  "rm /etc/hostname");
+                  "rm /etc/hostname && mkdir -m 777 /sandbox/u");
+  ASSERT_EQ(w.status, 0) << w.err;
+  // /sandbox/u/private is uid 1000's, mode 0600: rootless with subordinate
+  // ids, a file that the gateway's own user cannot read itself.
+  if (mode() != Mode::kRootlessSingle) {
+    w = os({"sandbox", "exec", "--user", "1000", "box", "--", "sh", "-c",
+            "echo secret > /sandbox/u/private && chmod 600 /sandbox/u/private"});
+  }
   ASSERT_EQ(w.status, 0) << w.err;
   ASSERT_EQ(os({"sandbox", "stop", "box"}).status, 0);
   Result c = os({"sandbox", "commit", "box", "snap:1", "-m", "tools in", "-o", "json"});
@@ -90,6 +97,15 @@ TEST_P(SandboxCommit, AStoppedSandboxsFilesWorkspaceAndDeletionsMakeTheImage) {
                      "cat /etc/agent-file /sandbox/notes; "
                      "test -e /etc/hostname && echo present || echo gone"),
             "agent\nnotes\ngone\n");
+  // The layer keeps uid 1000's unreadable file, with its owner and mode.
+  if (mode() != Mode::kRootlessSingle) {
+    const std::string blob =
+        home_ + "/images/blobs/sha256/" + result["layer"].value("digest", "").substr(7);
+    image_helpers::Shell listing = image_helpers::sh("tar -tvzf " + image_helpers::q(blob) +
+                                                     " --numeric-owner sandbox/u/private");
+    EXPECT_EQ(listing.status, 0) << listing.out;
+    EXPECT_THAT(listing.out, testing::ContainsRegex("^-rw------- 1000/1000 +7 ")) << listing.out;
+  }
   // The base image is as it was.
   EXPECT_EQ(run_from("bb",
                      "test -e /etc/agent-file && echo present || echo absent; "
