@@ -4,6 +4,7 @@
 // cannot be committed is refused saying why. As root and rootless.
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -176,6 +177,39 @@ TEST_P(SandboxCommit, WhatCannotBeCommittedIsRefusedSayingWhy) {
   EXPECT_EQ(copied.status, 125);
   EXPECT_THAT(copied.err, HasSubstr("storage copy"));
   EXPECT_EQ(os({"image", "list", "-q"}).out.find("x:1"), std::string::npos);
+}
+
+TEST_P(SandboxCommit, ACommittedImagePushesAndPullsBackTheSame) {
+  image_helpers::LoggingRegistry registry;
+  if (!registry.ok()) GTEST_SKIP() << "docker-registry did not start (package docker-registry)";
+  ASSERT_EQ(create("box", {"sleep", "600"}).status, 0);
+  ASSERT_EQ(exec("box", "echo pushed > /sandbox/notes && rm /etc/hostname").status, 0);
+  ASSERT_EQ(os({"sandbox", "stop", "box"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "commit", "box", "snap:1"}).status, 0);
+  std::string m = mode_name(mode());
+  for (auto& ch : m) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string ref = registry.host() + "/commit-" + m + "/snap:1";
+  Result pushed = os({"image", "push", "snap:1", ref, "-o", "json"});
+  ASSERT_EQ(pushed.status, 0) << pushed.err;
+  json result = json::parse(pushed.out, nullptr, false);
+  ASSERT_EQ(result["layers"].size(), 2u) << pushed.out;
+
+  const std::string other = make_dir(mode(), "commit-pull-" + m, 0700);
+  Options there;
+  there.env.push_back("OPENSHELL_HOME=" + other);
+  there.timeout_s = 120;
+  Result pulled = openshell(mode(), {"image", "pull", ref, "-o", "json"}, there);
+  ASSERT_EQ(pulled.status, 0) << pulled.err;
+  json theirs = json::parse(pulled.out, nullptr, false);
+  EXPECT_EQ(theirs.value("digest", "x"), result.value("digest", "y"));
+  Result inspect = os({"image", "inspect", "snap:1"});
+  json mine = json::parse(inspect.out, nullptr, false);
+  if (mine.is_array()) mine = mine[0];
+  EXPECT_EQ(theirs["layers"].size(), 2u);
+  EXPECT_EQ(theirs.value("id", "x"), mine.value("id", "y"));
+  if (theirs["layers"].size() == 2 && mine["layers"].size() == 2)
+    EXPECT_EQ(theirs["layers"][1].value("diff_id", "x"), mine["layers"][1].value("diff_id", "y"));
+  openshell(mode(), {"gateway", "stop"}, there);
 }
 
 E2E_ALL_MODES(SandboxCommit);
