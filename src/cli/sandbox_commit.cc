@@ -51,7 +51,7 @@ void add_sandbox_commit(CLI::App* sandbox, Action* action) {
           std::printf("%s  %s  (layer %s, %s)\n", r.value("image", "").c_str(),
                       r.value("id", "").substr(7, 12).c_str(),
                       r["layer"].value("digest", "").substr(7, 12).c_str(),
-                      r.value("frozen", false) ? "frozen while read" : "stopped");
+                      r.value("frozen", false) ? "frozen while read" : "not running");
         }
         return 0;
       };
