@@ -21,11 +21,16 @@ namespace {
 
 constexpr int kFreezeWaitMs = 10000;
 
-// "/x/y" of the freezer line of /proc/PID/cgroup ("6:freezer:/x/y").
-std::optional<std::string> freezer_path(const std::string& pid) {
+// "/x/y" of the hierarchy's line of /proc/PID/cgroup: v1 "6:freezer:/x/y",
+// v2 "0::/x/y".
+std::optional<std::string> cgroup_path(const std::string& pid, bool v2) {
   auto text = files::try_read("/proc/" + pid + "/cgroup");
   if (!text) return std::nullopt;
   for (const auto& line : text::split(*text, '\n')) {
+    if (v2) {
+      if (line.compare(0, 3, "0::") == 0) return line.substr(3);
+      continue;
+    }
     const size_t first = line.find(':');
     const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
     if (second == std::string::npos) continue;
@@ -35,15 +40,30 @@ std::optional<std::string> freezer_path(const std::string& pid) {
   return std::nullopt;
 }
 
-// This process's freezer cgroup directory, and the hierarchy's mount.
-bool freezer_dirs(std::string* own, std::string* root) {
+// This process's cgroup directory in the v1 freezer hierarchy (v2: the
+// unified one), and the hierarchy's mount; false when there is none this
+// process may write.
+bool freezer_dirs(bool v2, std::string* own, std::string* root) {
   CgroupLayout layout = CgroupLayout::discover();
-  auto it = layout.controllers.find("freezer");
-  auto path = freezer_path("self");
-  if (it == layout.controllers.end() || !path) return false;
-  *own = it->second.dir;
+  auto path = cgroup_path("self", v2);
+  if (v2) {
+    if (!layout.unified || !path) return false;
+    *own = layout.unified->dir;
+  } else {
+    auto it = layout.controllers.find("freezer");
+    if (it == layout.controllers.end() || !path) return false;
+    *own = it->second.dir;
+  }
   *root = *path == "/" ? *own : own->substr(0, own->size() - path->size());
-  return ::access(own->c_str(), W_OK) == 0;
+  return ::access(own->c_str(), W_OK) == 0 && ::access((*own + "/cgroup.procs").c_str(), W_OK) == 0;
+}
+
+// Which hierarchy to use: v1's freezer where there is one, else v2's
+// cgroup.freeze. false when neither may be written.
+bool choose(Freezer want, bool* v2, std::string* own, std::string* root) {
+  if (want != Freezer::kV2 && freezer_dirs(false, own, root)) return *v2 = false, true;
+  if (want != Freezer::kV1 && freezer_dirs(true, own, root)) return *v2 = true, true;
+  return false;
 }
 
 std::string pid_namespace(const std::string& pid) {
@@ -70,18 +90,27 @@ bool write_text(const std::string& path, const std::string& text) {
 }  // namespace
 
 bool can_freeze() {
+  bool v2;
   std::string own, root;
-  return freezer_dirs(&own, &root);
+  return choose(Freezer::kAny, &v2, &own, &root);
 }
 
-SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name) {
+SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name, Freezer which) {
   std::string own;
-  if (!freezer_dirs(&own, &hierarchy_root_))
-    throw Error("no freezer cgroup this gateway may use (a v1 freezer hierarchy, as root)");
+  if (!choose(which, &v2_, &own, &hierarchy_root_))
+    throw Error(
+        "no freezer cgroup this gateway may use (a v1 freezer or a cgroup v2 hierarchy, "
+        "as root)");
   const std::string ns = pid_namespace(std::to_string(init_pid));
   if (ns.empty()) throw Error("the sandbox's init (pid " + std::to_string(init_pid) + ") is gone");
   dir_ = own + "/" + name;
   if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("create " + dir_);
+  const std::string control = dir_ + (v2_ ? "/cgroup.freeze" : "/freezer.state");
+  auto frozen = [&] {
+    if (!v2_) return text::trim(files::try_read(control).value_or("")) == "FROZEN";
+    const std::string events = files::try_read(dir_ + "/cgroup.events").value_or("");
+    return events.find("frozen 1") != std::string::npos;
+  };
   try {
     // Moved in, frozen, and looked at again: a process forked by one not
     // yet moved may have escaped the first round.
@@ -90,7 +119,7 @@ SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name) {
       for (const auto& pid : processes_in(ns)) {
         const pid_t p = static_cast<pid_t>(std::stol(pid));
         if (origins_.count(p)) continue;
-        auto from = freezer_path(pid);
+        auto from = cgroup_path(pid, v2_);
         if (!from) continue;  // gone meanwhile
         if (!write_text(dir_ + "/cgroup.procs", pid)) {
           if (errno == ESRCH) continue;
@@ -99,9 +128,9 @@ SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name) {
         origins_[p] = *from;
         moved = true;
       }
-      if (!write_text(dir_ + "/freezer.state", "FROZEN")) throw_errno("freeze " + dir_);
+      if (!write_text(control, v2_ ? "1" : "FROZEN")) throw_errno("freeze " + dir_);
       int waited = 0;
-      while (text::trim(files::try_read(dir_ + "/freezer.state").value_or("")) != "FROZEN") {
+      while (!frozen()) {
         if (waited >= kFreezeWaitMs)
           throw Error("the sandbox's processes did not freeze within " +
                       std::to_string(kFreezeWaitMs / 1000) + " s");
@@ -120,7 +149,7 @@ SandboxFreeze::~SandboxFreeze() { thaw(); }
 
 void SandboxFreeze::thaw() noexcept {
   if (dir_.empty()) return;
-  write_text(dir_ + "/freezer.state", "THAWED");
+  write_text(dir_ + (v2_ ? "/cgroup.freeze" : "/freezer.state"), v2_ ? "0" : "THAWED");
   for (const auto& [pid, path] : origins_) {
     const std::string target = path == "/" ? hierarchy_root_ : hierarchy_root_ + path;
     write_text(target + "/cgroup.procs", std::to_string(pid));

@@ -1,6 +1,7 @@
 // Holding a running sandbox still while its files are read (sandbox
-// commit): every process of its PID namespace moved into a v1 freezer
-// cgroup of its own and frozen; thawed and moved back where it was when the
+// commit): every process of its PID namespace moved into a freezer cgroup
+// of its own and frozen (the v1 freezer where the host has one, else
+// cgroup v2's cgroup.freeze); thawed and moved back where it was when the
 // hold ends, however it ends. The processes do not see it: no signal, no
 // stop a parent could wait for, only time that passes.
 #pragma once
@@ -12,13 +13,16 @@
 
 namespace openshell::runtime {
 
+enum class Freezer { kAny, kV1, kV2 };
+
 class SandboxFreeze {
  public:
   // Freezes the processes in init_pid's PID namespace; `name` names the
   // freezer cgroup made for them. Throws Error when this host has no
   // freezer this process may use (rootless: none), and when the processes
   // do not freeze in time (they are thawed again).
-  SandboxFreeze(pid_t init_pid, const std::string& name);
+  // `which` forces a hierarchy (tests); kAny: v1, else v2.
+  SandboxFreeze(pid_t init_pid, const std::string& name, Freezer which = Freezer::kAny);
   ~SandboxFreeze();
   SandboxFreeze(const SandboxFreeze&) = delete;
   SandboxFreeze& operator=(const SandboxFreeze&) = delete;
@@ -29,13 +33,14 @@ class SandboxFreeze {
  private:
   void thaw() noexcept;
 
+  bool v2_ = false;
   std::string dir_;                       // the freezer cgroup made
   std::string hierarchy_root_;            // the freezer hierarchy's mount
   std::map<pid_t, std::string> origins_;  // pid -> its freezer cgroup before
 };
 
 // Whether a freezer this process can use exists here (a v1 freezer
-// hierarchy it may write).
+// hierarchy or a cgroup v2 hierarchy it may write).
 bool can_freeze();
 
 }  // namespace openshell::runtime
