@@ -2,7 +2,8 @@
 // which holds its workspace /sandbox too) as a new layer on its image, named
 // in the gateway's image store. A running sandbox is held still with a
 // freezer cgroup while the layer is read (runtime/freeze.h), and thawed
-// before the image is named.
+// before the image is named. The work is done on the gateway's loop: other
+// requests wait for it.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -104,7 +105,8 @@ void Gateway::commit_sandbox(const Call& call) {
                          "sandbox stop " +
                          record.name + "), then commit");
     try {
-      frozen.emplace(static_cast<pid_t>(init), "openshell-commit-" + record.id);
+      frozen.emplace(static_cast<pid_t>(init), "openshell-commit-" + record.id,
+                     runtime::Freezer::kAny, "openshell-" + record.id);
     } catch (const Error& e) {
       throw ApiError(500, "commit_failed", who + ": freeze: " + e.what());
     }

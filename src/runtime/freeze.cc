@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 #include <vector>
@@ -95,7 +96,8 @@ bool can_freeze() {
   return choose(Freezer::kAny, &v2, &own, &root);
 }
 
-SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name, Freezer which) {
+SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name, Freezer which,
+                             const std::string& sandbox_cgroup) {
   std::string own;
   if (!choose(which, &v2_, &own, &hierarchy_root_))
     throw Error(
@@ -103,8 +105,31 @@ SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name, Freezer wh
         "as root)");
   const std::string ns = pid_namespace(std::to_string(init_pid));
   if (ns.empty()) throw Error("the sandbox's init (pid " + std::to_string(init_pid) + ") is gone");
-  dir_ = own + "/" + name;
-  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("create " + dir_);
+  // cgroup v2, where the sandbox's processes are all in its own cgroup and
+  // nothing else is: that cgroup is frozen where it is, its limits kept.
+  std::vector<std::string> pids = processes_in(ns);
+  if (v2_ && !sandbox_cgroup.empty() && !pids.empty()) {
+    auto path = cgroup_path(pids[0], true);
+    const std::string suffix = "/" + sandbox_cgroup;
+    bool alone = path && path->size() >= suffix.size() &&
+                 path->compare(path->size() - suffix.size(), suffix.size(), suffix) == 0;
+    for (const auto& pid : pids) alone = alone && cgroup_path(pid, true) == path;
+    const std::string dir = alone ? hierarchy_root_ + *path : "";
+    if (alone) {
+      const auto members = text::split(
+          std::string(text::trim(files::try_read(dir + "/cgroup.procs").value_or(""))), '\n');
+      for (const auto& member : members)
+        alone = alone && std::find(pids.begin(), pids.end(), member) != pids.end();
+    }
+    if (alone) {
+      in_place_ = true;
+      dir_ = dir;
+    }
+  }
+  if (!in_place_) {
+    dir_ = own + "/" + name;
+    if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("create " + dir_);
+  }
   const std::string control = dir_ + (v2_ ? "/cgroup.freeze" : "/freezer.state");
   auto frozen = [&] {
     if (!v2_) return text::trim(files::try_read(control).value_or("")) == "FROZEN";
@@ -116,7 +141,7 @@ SandboxFreeze::SandboxFreeze(pid_t init_pid, const std::string& name, Freezer wh
     // yet moved may have escaped the first round.
     for (int round = 0;; ++round) {
       bool moved = false;
-      for (const auto& pid : processes_in(ns)) {
+      for (const auto& pid : in_place_ ? std::vector<std::string>{} : processes_in(ns)) {
         const pid_t p = static_cast<pid_t>(std::stol(pid));
         if (origins_.count(p)) continue;
         auto from = cgroup_path(pid, v2_);
@@ -150,6 +175,10 @@ SandboxFreeze::~SandboxFreeze() { thaw(); }
 void SandboxFreeze::thaw() noexcept {
   if (dir_.empty()) return;
   write_text(dir_ + (v2_ ? "/cgroup.freeze" : "/freezer.state"), v2_ ? "0" : "THAWED");
+  if (in_place_) {  // the sandbox's own cgroup: not ours to remove
+    dir_.clear();
+    return;
+  }
   for (const auto& [pid, path] : origins_) {
     const std::string target = path == "/" ? hierarchy_root_ : hierarchy_root_ + path;
     write_text(target + "/cgroup.procs", std::to_string(pid));

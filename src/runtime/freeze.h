@@ -21,19 +21,24 @@ class SandboxFreeze {
   // freezer cgroup made for them. Throws Error when this host has no
   // freezer this process may use (rootless: none), and when the processes
   // do not freeze in time (they are thawed again).
-  // `which` forces a hierarchy (tests); kAny: v1, else v2.
-  SandboxFreeze(pid_t init_pid, const std::string& name, Freezer which = Freezer::kAny);
+  // `which` forces a hierarchy (tests); kAny: v1, else v2. With v2, where
+  // every process is in a cgroup named sandbox_cgroup that holds nothing
+  // else (the sandbox's own, with its limits), that one is frozen in place.
+  SandboxFreeze(pid_t init_pid, const std::string& name, Freezer which = Freezer::kAny,
+                const std::string& sandbox_cgroup = "");
   ~SandboxFreeze();
   SandboxFreeze(const SandboxFreeze&) = delete;
   SandboxFreeze& operator=(const SandboxFreeze&) = delete;
 
-  // How many processes are held.
+  // How many processes were moved to be held (0 when frozen in place).
   size_t processes() const { return origins_.size(); }
+  bool in_place() const { return in_place_; }
 
  private:
   void thaw() noexcept;
 
   bool v2_ = false;
+  bool in_place_ = false;                 // v2: the sandbox's own cgroup, frozen where it is
   std::string dir_;                       // the freezer cgroup made
   std::string hierarchy_root_;            // the freezer hierarchy's mount
   std::map<pid_t, std::string> origins_;  // pid -> its freezer cgroup before

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -21,7 +22,9 @@
 
 #include <gtest/gtest.h>
 
+#include "base/directory.h"
 #include "base/files.h"
+#include "runtime/cgroup.h"
 #include "test_util.h"
 
 namespace openshell::runtime {
@@ -118,6 +121,51 @@ INSTANTIATE_TEST_SUITE_P(Hierarchies, SandboxFreezeIn,
                            return std::string(info.param == Freezer::kV1 ? "V1Freezer"
                                                                          : "V2CgroupFreeze");
                          });
+
+TEST(SandboxFreeze, ASandboxsOwnV2CgroupIsFrozenInPlace) {
+  if (::geteuid() != 0) GTEST_SKIP() << "moving processes between cgroups needs root";
+  CgroupLayout layout = CgroupLayout::discover();
+  if (!layout.unified) GTEST_SKIP() << "no cgroup v2 hierarchy here";
+  const std::string own_name = "openshell-freeze-own-" + std::to_string(::getpid());
+  const std::string own = layout.unified->dir + "/" + own_name;
+  ASSERT_EQ(::mkdir(own.c_str(), 0755), 0) << own << ": " << std::strerror(errno);
+  {
+    Counter counter;
+    ASSERT_GT(counter.pid(), 0);
+    for (int i = 0; i < 500 && !counter.both_counting(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // The init and its child into the sandbox's own cgroup, as a launch
+    // puts them.
+    for (const auto& name : files::list_directory("/proc")) {
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      char a[64] = {0}, b[64] = {0};
+      ::readlink(("/proc/" + name + "/ns/pid").c_str(), a, sizeof a - 1);
+      ::readlink(("/proc/" + std::to_string(counter.pid()) + "/ns/pid").c_str(), b, sizeof b - 1);
+      if (std::string(a) != b) continue;
+      FILE* procs = std::fopen((own + "/cgroup.procs").c_str(), "w");
+      ASSERT_NE(procs, nullptr);
+      std::fputs(name.c_str(), procs);
+      EXPECT_EQ(std::fclose(procs), 0) << "move " << name << ": " << std::strerror(errno);
+    }
+    ASSERT_NE(cgroup_line(counter.pid(), Freezer::kV2).find(own_name), std::string::npos)
+        << cgroup_line(counter.pid(), Freezer::kV2);
+    {
+      SandboxFreeze hold(counter.pid(), "openshell-freeze-moved", Freezer::kV2, own_name);
+      EXPECT_TRUE(hold.in_place());
+      EXPECT_EQ(hold.processes(), 0u);
+      EXPECT_NE(cgroup_line(counter.pid(), Freezer::kV2).find(own_name), std::string::npos);
+      const long frozen = counter.total();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      EXPECT_EQ(counter.total(), frozen) << "a held process ran";
+    }
+    const long thawed = counter.total();
+    for (int i = 0; i < 500 && counter.total() == thawed; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_GT(counter.total(), thawed) << "the processes did not run again";
+    EXPECT_TRUE(files::exists(own)) << "the sandbox's own cgroup was removed";
+  }
+  for (int i = 0; i < 100 && ::rmdir(own.c_str()) != 0; ++i) ::usleep(10000);
+}
 
 TEST(SandboxFreeze, AnInitThatIsGoneIsAnError) {
   if (::geteuid() != 0 || !can_freeze()) GTEST_SKIP() << "needs root and a v1 freezer cgroup";
