@@ -23,6 +23,8 @@ void add_policy_commands(CLI::App& app, Action* action);
 
 // `openshell image ...`.
 void add_image_commands(CLI::App& app, Action* action);
+// `openshell image push`, below `image`.
+void add_image_push_command(CLI::App* images, Action* action);
 
 // `openshell gateway ...` (and the supervisor's hidden entry).
 void add_gateway_commands(CLI::App& app, Action* action);

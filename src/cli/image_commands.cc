@@ -1,4 +1,4 @@
-// openshell image pull|import|list|inspect|rm|prune.
+// openshell image pull|import|list|inspect|rm|prune (push: image_push.cc).
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -246,6 +246,7 @@ void ensure_image_in(const std::string& images_dir, const std::string& from, boo
 void add_image_commands(CLI::App& app, Action* action) {
   CLI::App* images = app.add_subcommand("image", "Pull, import, list and remove images");
   images->require_subcommand(1);
+  add_image_push_command(images, action);
 
   {
     auto flags = std::make_shared<PullFlags>();
