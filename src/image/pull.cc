@@ -119,8 +119,10 @@ std::string now_text() { return time::format_ns(time::now_ns()); }
 // Names the image once its manifest, config and layers are all stored.
 ImageRecord finish(const Store& store, const std::string& name, const std::string& manifest,
                    const std::string& config_json, const std::vector<std::string>& diff_ids,
-                   const ImageConfig& config, const std::string& source) {
+                   const ImageConfig& config, const std::string& source,
+                   const std::string& origin = "") {
   ImageRecord record;
+  record.origin = origin;
   record.name = name;
   record.manifest_digest = store.put_blob(manifest);
   record.config_digest = store.put_blob(config_json);
@@ -176,7 +178,8 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
   std::vector<size_t> missing;
   uint64_t missing_bytes = 0;
   for (size_t i = 0; i < diff_ids.size(); ++i) {
-    if (store.has_layer(diff_ids[i])) continue;
+    // A layer the store has unpacked still needs its blob (push sends it).
+    if (store.has_layer(diff_ids[i]) && store.has_blob(manifest.layers[i].digest)) continue;
     bool duplicate = false;  // the same layer twice in one image
     for (size_t j : missing) duplicate = duplicate || diff_ids[j] == diff_ids[i];
     if (duplicate) continue;
@@ -205,13 +208,16 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
         if (!layer_client) layer_client = std::make_unique<RegistryClient>(ref, registry_options);
         layer_client->blob_to_file(layer.digest, layer.size, blob,
                                    [&, i](uint64_t done) { progress.layer_bytes(i, done); });
-        UniqueFd fd(::open(blob.c_str(), O_RDONLY | O_CLOEXEC));
-        if (!fd) throw_errno("open " + blob);
-        uint64_t size = store_layer(store, fd.get(), layer.digest, diff_ids[i],
-                                    temp.path() + "/layer-" + std::to_string(i), nullptr, budget)
-                            .size;
-        fd.reset();
-        ::unlink(blob.c_str());
+        uint64_t size = store.layer_size(diff_ids[i]);
+        if (!store.has_layer(diff_ids[i])) {
+          UniqueFd fd(::open(blob.c_str(), O_RDONLY | O_CLOEXEC));
+          if (!fd) throw_errno("open " + blob);
+          size = store_layer(store, fd.get(), layer.digest, diff_ids[i],
+                             temp.path() + "/layer-" + std::to_string(i), nullptr, budget)
+                     .size;
+        }
+        // blob_to_file checked its digest.
+        store.keep_blob(blob, layer.digest);
         progress.layer_done(diff_ids[i], size);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> g(error_mutex);
@@ -228,7 +234,7 @@ ImageRecord pull(const Store& store, const Reference& ref, const PullOptions& op
   for (auto& t : workers) t.join();
   if (failed) throw Error(first_error);
   ImageRecord record = finish(store, ref.canonical(), manifest_json, config_json, diff_ids, config,
-                              "pull " + ref.familiar());
+                              "pull " + ref.familiar(), ref.name());
   progress.finish();
   return record;
 }
@@ -449,6 +455,39 @@ void import_layers(const Store& store, const Source& source,
   }
 }
 
+// Copies each layer file of the source the store lacks as a blob into the
+// store (push sends them), checking its digest on the way.
+void keep_layer_blobs(const Store& store, const Source& source,
+                      const std::vector<std::string>& files_in,
+                      const std::vector<std::string>& digests, const std::string& work,
+                      const std::string& what) {
+  for (size_t i = 0; i < files_in.size(); ++i) {
+    if (store.has_blob(digests[i])) continue;
+    const std::string file = source.path(files_in[i]);
+    if (file.empty()) throw Error(what + ": layer " + files_in[i] + " is missing");
+    UniqueFd in(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!in) throw_errno("open " + file);
+    const std::string copy = work + "/blob-" + std::to_string(i);
+    UniqueFd out(::open(copy.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!out) throw_errno("create " + copy);
+    Sha256 h;
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      ssize_t n = ::read(in.get(), buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw_errno("read " + file);
+      if (n == 0) break;
+      h.update(buf.data(), static_cast<size_t>(n));
+      if (!files::write_all(out.get(), std::string_view(buf.data(), static_cast<size_t>(n))))
+        throw_errno("write " + copy);
+    }
+    if (h.digest() != digests[i])
+      throw Error(what + ": layer " + files_in[i] + " does not match its digest " + digests[i]);
+    out.reset();
+    store.keep_blob(copy, digests[i]);
+  }
+}
+
 uint64_t file_size(const std::string& path) {
   struct stat st;
   return path.empty() || ::stat(path.c_str(), &st) != 0 ? 0 : static_cast<uint64_t>(st.st_size);
@@ -525,6 +564,7 @@ ImageRecord import_oci(const Store& store, const Source& source, const ImportOpt
   }
   progress.start(ref.familiar(), diff_ids.size(), missing, bytes);
   import_layers(store, source, files_in, &blob_digests, diff_ids, work, progress, what, budget);
+  keep_layer_blobs(store, source, files_in, blob_digests, work, what);
   return finish(store, ref.canonical(), manifest_json, config_json, diff_ids, config,
                 "import " + what);
 }
@@ -617,6 +657,9 @@ ImageRecord import_docker(const Store& store, const Source& source, const Import
     }
     layers.push_back(d);
   }
+  std::vector<std::string> layer_digests;
+  for (const auto& d : layers) layer_digests.push_back(d.digest);
+  keep_layer_blobs(store, source, files_in, layer_digests, work, what);
   return finish(store, ref.canonical(), make_manifest(config_desc, layers), config_json, diff_ids,
                 config, "import " + what);
 }

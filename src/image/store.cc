@@ -83,6 +83,7 @@ json record_to_json(const ImageRecord& r) {
               {"layer_sizes", r.layer_sizes},
               {"stored_at", r.stored_at},
               {"source", r.source},
+              {"origin", r.origin},
               {"config", config_to_json(r.config)}};
 }
 
@@ -95,6 +96,7 @@ ImageRecord record_from_json(const json& j) {
   r.layer_sizes = j.value("layer_sizes", std::vector<uint64_t>(r.diff_ids.size(), 0));
   r.stored_at = j.value("stored_at", "");
   r.source = j.value("source", "");
+  r.origin = j.value("origin", "");
   if (j.contains("config")) r.config = config_from_json(j["config"]);
   return r;
 }
@@ -277,6 +279,10 @@ std::string Store::blob_path(const std::string& digest) const {
   return dir_ + "/blobs/sha256/" + digest_hex(digest, "blob");
 }
 
+bool Store::has_blob(const std::string& digest) const {
+  return is_digest(digest) && files::exists(blob_path(digest));
+}
+
 namespace {
 
 // `path` (made when missing) held with flock(operation) until the fd closes.
@@ -329,6 +335,16 @@ std::string Store::put_blob(std::string_view bytes) const {
   const std::string path = blob_path(digest);
   if (!files::exists(path)) files::write_atomically(path, bytes, 0600);
   return digest;
+}
+
+void Store::keep_blob(const std::string& path, const std::string& digest) const {
+  const std::string target = blob_path(digest);
+  if (files::exists(target)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("remove " + path);
+    return;
+  }
+  if (::chmod(path.c_str(), 0600) != 0) throw_errno("chmod " + path);
+  if (::rename(path.c_str(), target.c_str()) != 0) throw_errno("store blob " + digest);
 }
 
 std::vector<ImageRecord> Store::read_records() const {
@@ -444,6 +460,14 @@ Store::PruneResult Store::prune() const {
     for (const auto& d : r.diff_ids) used_layers.insert(d.substr(7));
     used_blobs.insert(r.manifest_digest.substr(7));
     used_blobs.insert(r.config_digest.substr(7));
+    // The layer blobs its manifest names (kept for push).
+    auto manifest = files::try_read(blob_path(r.manifest_digest));
+    json m = manifest ? json::parse(*manifest, nullptr, false) : json();
+    if (m.is_object() && m.contains("layers") && m["layers"].is_array())
+      for (const auto& l : m["layers"])
+        if (l.is_object() && l.contains("digest") && l["digest"].is_string() &&
+            is_digest(l["digest"].get<std::string>()))
+          used_blobs.insert(l["digest"].get<std::string>().substr(7));
   }
   for (const auto& id : files::list_directory(dir_ + "/holds")) {
     auto text = files::try_read(dir_ + "/holds/" + id);

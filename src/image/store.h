@@ -5,7 +5,8 @@
 //     lock                   flock: writers of images.json and layers/
 //     active                 flock: shared by pulls and imports, exclusive for prune
 //     images.json            name -> image record, replaced atomically
-//     blobs/sha256/<hex>     manifests and configs, content-addressed, verified
+//     blobs/sha256/<hex>     manifests, configs and compressed layers,
+//                            content-addressed, verified
 //     layers/<hex>/root/     one unpacked layer per diff id (the sha256 of
 //                            its uncompressed tar), an overlayfs lower dir,
 //                            shared by every image and sandbox that uses it
@@ -17,7 +18,9 @@
 // unpacked in tmp/ and renamed into layers/ only when its diff id matches
 // the image config; an image's name is written last. A pull that fails or
 // is killed leaves at most a tmp/ entry, removed by the next pull or prune.
-// Layer blobs (the compressed tars) are not kept once unpacked.
+// Layer blobs (the compressed tars) are kept beside their unpacked trees, so
+// that push sends them as they came; records stored before that have none
+// (push says so: pull or import the image again).
 //
 // Short names: "base" names localhost/base:latest when the store has it
 // (images built or imported here without a registry get the "localhost"
@@ -57,6 +60,10 @@ struct ImageRecord {
   std::vector<uint64_t> layer_sizes;  // unpacked bytes of each
   std::string stored_at;              // RFC 3339 UTC
   std::string source;                 // "pull REF" or "import FILE"
+  // Where a pull found it: "registry.example/tools/busybox" (domain and
+  // repository); "" for images made or imported here. Push mounts its blobs
+  // from there when pushing to the same registry.
+  std::string origin;
   ImageConfig config;
 
   uint64_t size() const;
@@ -93,6 +100,7 @@ class Store {
   // Unpacked bytes of a stored layer (0 when unknown).
   uint64_t layer_size(const std::string& diff_id) const;
   std::string blob_path(const std::string& digest) const;
+  bool has_blob(const std::string& digest) const;
 
   // Looks an image up by name (short names as above), by id or digest, or
   // by a prefix of 4 or more hex digits of its id.
@@ -112,6 +120,10 @@ class Store {
   void commit_layer(const std::string& temp_dir, const std::string& diff_id, uint64_t size) const;
   // Writes a small blob (manifest, config); returns its digest.
   std::string put_blob(std::string_view bytes) const;
+  // Moves the file at path (on the store's file system, e.g. in tmp/) into
+  // blobs/ as `digest`, which the caller has verified; an existing blob
+  // wins and path is removed.
+  void keep_blob(const std::string& path, const std::string& digest) const;
   // Names an image; every layer and blob it names must be in the store.
   // Replaces what the name pointed at before.
   void put(const ImageRecord& record) const;
@@ -126,8 +138,9 @@ class Store {
     int blobs = 0;
     uint64_t bytes = 0;
   };
-  // Removes layers and blobs no image and no sandbox uses, and leftovers in
-  // tmp/. Waits for pulls and imports in progress.
+  // Removes layers and blobs no image and no sandbox uses (an image uses its
+  // manifest, its config and the layer blobs its manifest names), and
+  // leftovers in tmp/. Waits for pulls and imports in progress.
   PruneResult prune() const;
 
   // A sandbox's root uses these layers: prune leaves them until release().
