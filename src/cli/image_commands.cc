@@ -244,8 +244,9 @@ void ensure_image_in(const std::string& images_dir, const std::string& from, boo
 }
 
 void add_image_commands(CLI::App& app, Action* action) {
-  CLI::App* images = app.add_subcommand("image", "Pull, import, list and remove images");
+  CLI::App* images = app.add_subcommand("image", "Pull, import, build, list and remove images");
   images->require_subcommand(1);
+  add_image_build_command(images, action);
 
   {
     auto flags = std::make_shared<PullFlags>();
