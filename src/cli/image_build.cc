@@ -12,6 +12,7 @@
 #include "base/files.h"
 #include "base/paths.h"
 #include "base/text.h"
+#include "base/time.h"
 #include "cli/images.h"
 #include "image/build_cache.h"
 #include "image/reference.h"
@@ -75,15 +76,25 @@ image::LayerBlob layer_of(const json& j) {
   return l;
 }
 
-// A cached layer step: its layer, when the store still has it whole.
-std::optional<image::LayerBlob> cached_layer(const image::Store& store, const std::string& key) {
+// A cache entry, parsed; nullopt when missing or unreadable.
+std::optional<json> cache_entry(const image::Store& store, const std::string& key) {
   auto text = image::cache_lookup(store, key);
   if (!text) return std::nullopt;
   json j = json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("layer")) return std::nullopt;
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+// A cached layer step: its layer, when the store still has it whole, and
+// when it was made.
+std::optional<image::LayerBlob> cached_layer(const image::Store& store, const std::string& key,
+                                             std::string* created) {
+  auto j = cache_entry(store, key);
+  if (!j || !j->contains("layer")) return std::nullopt;
   try {
-    image::LayerBlob layer = layer_of(j["layer"]);
+    image::LayerBlob layer = layer_of((*j)["layer"]);
     if (!store.has_layer(layer.diff_id) || !store.has_blob(layer.digest)) return std::nullopt;
+    *created = j->value("created", "");
     return layer;
   } catch (const json::exception&) {
     return std::nullopt;
@@ -358,8 +369,12 @@ int build_image(const Options& o) {
     if (history.empty_layer) {
       // Config only: nothing to run, nothing to store but the key's step.
       key = image::step_key(key, in.text(), extra);
-      const bool hit = !o.no_cache && image::cache_lookup(store, key).has_value();
-      if (!hit) image::cache_store(store, key, json{{"config", true}}.dump());
+      auto entry = o.no_cache ? std::nullopt : cache_entry(store, key);
+      const bool hit = entry.has_value();
+      history.created = hit ? entry->value("created", "") : "";
+      if (history.created.empty()) history.created = time::format_ns(time::now_ns());
+      if (!hit)
+        image::cache_store(store, key, json{{"config", true}, {"created", history.created}}.dump());
       state.history.push_back(history);
       if (hit) ++cached;
       print.line(hit ? "--> cached"
@@ -377,7 +392,7 @@ int build_image(const Options& o) {
       extra +=
           text::join(env, "\n") + "\nuser=" + state.user() + "\nworkdir=" + state.working_dir();
       key = image::step_key(key, in.text(), extra);
-      auto hit = o.no_cache ? std::nullopt : cached_layer(store, key);
+      auto hit = o.no_cache ? std::nullopt : cached_layer(store, key, &history.created);
       if (hit) {
         layer = *hit;
         ++cached;
@@ -387,7 +402,9 @@ int build_image(const Options& o) {
         if (status != 0)
           throw Error(what + " (" + in.text() + ") failed: exit status " + std::to_string(status),
                       kStepFailed);
-        image::cache_store(store, key, json{{"layer", layer_json(layer)}}.dump());
+        history.created = time::format_ns(time::now_ns());
+        image::cache_store(store, key,
+                           json{{"layer", layer_json(layer)}, {"created", history.created}}.dump());
         print.line("--> done in " + format_seconds(std::chrono::steady_clock::now() - started));
       }
     } else {  // COPY, ADD
@@ -411,14 +428,16 @@ int build_image(const Options& o) {
         if (in.flags.count("chown"))
           std::tie(uid, gid) = chown_ids(store, state, in.flags.at("chown"), place);
         key = image::step_key(key, shown, staged.digest);
-        auto hit = o.no_cache ? std::nullopt : cached_layer(store, key);
+        auto hit = o.no_cache ? std::nullopt : cached_layer(store, key, &history.created);
         if (hit) {
           layer = *hit;
           ++cached;
           print.line("--> cached");
         } else {
           layer = add_staged_layer(ws, staged.dir, uid, gid, what);
-          image::cache_store(store, key, json{{"layer", layer_json(layer)}}.dump());
+          history.created = time::format_ns(time::now_ns());
+          image::cache_store(
+              store, key, json{{"layer", layer_json(layer)}, {"created", history.created}}.dump());
           print.line("--> done in " + format_seconds(std::chrono::steady_clock::now() - started));
         }
       } catch (...) {
@@ -438,6 +457,9 @@ int build_image(const Options& o) {
   made.history = state.history;
   made.edits = state.edits;
   made.source = "build " + file;
+  // The image is as old as its newest step: a build whose every step is
+  // cached makes the same image (the same id) again.
+  if (!state.history.empty()) made.created = state.history.back().created;
   if (!state.base && state.layers.empty())
     throw Error("image build: FROM scratch with no layer makes no image");
   image::ImageRecord record = image::put_image(store, made);
