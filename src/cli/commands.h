@@ -23,6 +23,8 @@ void add_policy_commands(CLI::App& app, Action* action);
 
 // `openshell image ...`.
 void add_image_commands(CLI::App& app, Action* action);
+// `openshell image push`, below `image`.
+void add_image_push_command(CLI::App* images, Action* action);
 
 // `openshell image build`, below `image`.
 void add_image_build_command(CLI::App* images, Action* action);

@@ -1,4 +1,4 @@
-// openshell image pull|import|list|inspect|rm|prune.
+// openshell image pull|import|list|inspect|rm|prune (push: image_push.cc).
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -247,9 +247,11 @@ void ensure_image_in(const std::string& images_dir, const std::string& from, boo
 }
 
 void add_image_commands(CLI::App& app, Action* action) {
-  CLI::App* images = app.add_subcommand("image", "Pull, import, build, list and remove images");
+  CLI::App* images =
+      app.add_subcommand("image", "Pull, import, build, push, list and remove images");
   images->require_subcommand(1);
   add_image_build_command(images, action);
+  add_image_push_command(images, action);
 
   {
     auto flags = std::make_shared<PullFlags>();

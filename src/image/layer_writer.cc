@@ -2,8 +2,6 @@
 // digests taken on the way.
 #include "image/layer_writer.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -16,6 +14,9 @@
 #include <map>
 #include <memory>
 #include <utility>
+
+#include <archive.h>
+#include <archive_entry.h>
 
 #include "base/directory.h"
 #include "base/error.h"
@@ -165,8 +166,8 @@ class Writer {
       fail(path, errno_message("stat", errno));
     switch (st.st_mode & S_IFMT) {
       case S_IFDIR: {
-        UniqueFd dir(::openat(parent, name.c_str(),
-                              O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        UniqueFd dir(
+            ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!dir) fail(path, errno_message("open", errno));
         write_directory_entry(dir.get(), path);
         write_tree(dir.get(), path);

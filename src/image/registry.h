@@ -8,6 +8,10 @@
 // ::1) and those marked insecure. Host names resolve through
 // net::dns::Resolver (the hosts file, then the nameservers), never glibc.
 //
+// Pushing (image/push.h) uses the same client: HEAD of a blob, a
+// cross-repository mount, an upload in chunks (POST, PATCH with
+// Content-Range, PUT ?digest=), a manifest PUT.
+//
 // Authentication: the anonymous bearer-token flow only (a 401 with a Bearer
 // challenge, a token from its realm, the request again with the token).
 // Credentials (docker login, Basic auth, credential helpers) are not
@@ -96,8 +100,28 @@ class RegistryClient {
   void blob_to_file(const std::string& digest, int64_t size, const std::string& path,
                     const std::function<void(uint64_t)>& progress);
 
- private:
+  // ---- pushing to the reference's repository (tokens ask for pull,push) ----
+
+  // Whether the repository has the blob (HEAD: 200 yes, 404 no).
+  bool has_blob(const std::string& digest);
+  enum class BlobPush { kUploaded, kMounted };
+  // Sends the file (size bytes, whose digest the caller knows) as a blob, in
+  // chunks; with mount_from (a repository of the same registry), asks the
+  // registry to mount it from there first, and uploads only when it does
+  // not. A failed try starts again from the beginning, up to `attempts`.
+  BlobPush push_blob(const std::string& path, const std::string& digest, uint64_t size,
+                     const std::string& mount_from, const std::function<void(uint64_t)>& progress);
+  // A small blob (a config) from memory.
+  void push_blob_bytes(const std::string& bytes, const std::string& digest);
+  // PUTs a manifest under tag with its media type; checks the registry's
+  // Docker-Content-Digest against the body's.
+  void push_manifest(const std::string& tag, const std::string& body,
+                     const std::string& media_type);
+
+  // The client's state; its definition is private to src/image.
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

@@ -76,6 +76,24 @@ Reply RegistryClient::Impl::open(const std::string& path, const Fields& fields) 
   }
 }
 
+Reply RegistryClient::Impl::send_to(const Url& url, const Fields& fields, const Send& send) {
+  for (int round = 0;; ++round) {
+    Fields sent = fields;
+    if (!token.empty() && url.same_origin(registry))
+      sent.emplace_back("Authorization", "Bearer " + token);
+    Reply reply = exchange(url, sent, send);
+    if (reply.status != 401 || !url.same_origin(registry)) return reply;
+    std::vector<std::string> challenges = reply.all("www-authenticate");
+    drain(reply);
+    auto challenge = bearer_challenge(challenges);
+    if (!challenge || round > 0)
+      throw Fatal{"registry " + registry.host_port() +
+                      " requires authentication; anonymous push was refused",
+                  401};
+    token = fetch_token(*challenge);
+  }
+}
+
 std::string RegistryClient::Impl::fetch_token(const Challenge& challenge) {
   std::string from = "registry " + registry.host_port();
   auto url = parse_url(challenge.realm);
@@ -83,7 +101,7 @@ std::string RegistryClient::Impl::fetch_token(const Challenge& challenge) {
   if (registry.https && !url->https && !options.insecure)
     throw Fatal{from + " named a token realm on plain HTTP (" + url->origin() + "); refused"};
   std::string scope =
-      challenge.scope.empty() ? "repository:" + ref.repository + ":pull" : challenge.scope;
+      challenge.scope.empty() ? "repository:" + ref.repository + ":" + actions : challenge.scope;
   std::string query;
   if (!challenge.service.empty())
     query = "service=" + text::percent_encode(challenge.service) + "&";

@@ -231,6 +231,13 @@ struct Object {
   bool resume = false;  // a broken transfer may go on with a Range request
 };
 
+// A request's method and body (pushes); a plain GET by default.
+struct Send {
+  bhttp::verb method = bhttp::verb::get;
+  std::string_view body;
+  std::string_view content_type;
+};
+
 struct Fetched {
   std::string media_type;       // of the Content-Type
   std::string registry_digest;  // Docker-Content-Digest
@@ -287,7 +294,7 @@ struct RegistryClient::Impl {
 
   // Sends a GET and reads the answer's header. A kept-alive connection that
   // the server had closed meanwhile is replaced once, at no cost.
-  Reply exchange(const Url& url, const Fields& fields);
+  Reply exchange(const Url& url, const Fields& fields, const Send& send = {});
   // Reads the rest of reply's body into sink, in chunks. Returns what broke
   // the transfer, if anything. Exceptions from sink leave the connection busy
   // (it is then replaced).
@@ -301,6 +308,10 @@ struct RegistryClient::Impl {
   // when the registry asks for one.
   Reply open(const std::string& path, const Fields& fields);
   std::string fetch_token(const Challenge& challenge);
+  // A push's request to url (the registry's, or an upload location it
+  // gave): the token when the url is the registry's, a new one fetched on a
+  // 401; redirects are not followed.
+  Reply send_to(const Url& url, const Fields& fields, const Send& send);
   // An answer other than the one wanted: Transient or Fatal, with the
   // server's own message when it sent one.
   [[noreturn]] void status_failure(Reply& reply, const std::string& who);
@@ -318,6 +329,8 @@ struct RegistryClient::Impl {
   RegistryOptions options;
   Url registry;  // scheme, host and port
   std::string token;
+  // What a token asks for when the registry's challenge names no scope.
+  std::string actions = "pull";
   std::vector<char> chunk;
   asio::io_context io;
   std::optional<asio::ssl::context> tls;

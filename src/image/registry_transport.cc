@@ -204,16 +204,23 @@ Connection& RegistryClient::Impl::connection_for(const Url& url) {
 
 // Sends a GET and reads the answer's header. A kept-alive connection that
 // the server had closed meanwhile is replaced once, at no cost.
-Reply RegistryClient::Impl::exchange(const Url& url, const Fields& fields) {
+Reply RegistryClient::Impl::exchange(const Url& url, const Fields& fields, const Send& send) {
   for (bool replaced = false;; replaced = true) {
     Connection& connection = connection_for(url);
     bool reused = connection.answers > 0;
-    bhttp::request<bhttp::empty_body> request{bhttp::verb::get, url.target, 11};
+    bhttp::request<bhttp::string_body> request{send.method, url.target, 11};
     request.set(bhttp::field::host, url.host_port());
     request.set(bhttp::field::user_agent, options.user_agent);
     for (const auto& [name, value] : fields) request.set(name, value);
+    if (send.method != bhttp::verb::get && send.method != bhttp::verb::head) {
+      if (!send.content_type.empty())
+        request.set(bhttp::field::content_type, std::string(send.content_type));
+      request.body().assign(send.body.data(), send.body.size());
+      request.content_length(send.body.size());
+    }
 
     auto parser = std::make_unique<Parser>();
+    if (send.method == bhttp::verb::head) parser->skip(true);  // a length, but no body
     parser->header_limit(kHeaderLimit);
     // The callers count. (Not boost::none: Boost 1.74 then refuses any
     // Content-Length.)

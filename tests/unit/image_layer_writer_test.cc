@@ -63,7 +63,8 @@ std::map<std::string, std::string> snapshot(const std::string& root) {
     if (S_ISREG(st.st_mode)) line += " '" + read_file(path) + "'";
     if (S_ISLNK(st.st_mode)) line += " -> " + std::filesystem::read_symlink(path).string();
     if (S_ISCHR(st.st_mode))  // a whiteout's mode and owner mean nothing to overlayfs
-      line = "char dev " + std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
+      line =
+          "char dev " + std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
     if (S_ISDIR(st.st_mode)) line += " opaque=" + xattr_of(path, "user.overlay.opaque");
     if (S_ISREG(st.st_mode) && ::geteuid() == 0)
       line += " caps=" + xattr_of(path, "security.capability");
@@ -90,7 +91,9 @@ class LayerWriter : public ::testing::Test {
     EXPECT_TRUE(out.valid());
     return write_layer(sources, out.get(), options, "layer test");
   }
-  LayerBlob write_src(const LayerWriteOptions& options = {}) { return write({{src_, ""}}, options); }
+  LayerBlob write_src(const LayerWriteOptions& options = {}) {
+    return write({{src_, ""}}, options);
+  }
 
   UnpackResult unpack_to(const std::string& dest) {
     ::mkdir(dest.c_str(), 0755);
@@ -191,9 +194,8 @@ TEST_F(LayerWriter, OwnersAndCapabilitiesRoundTripAsRoot) {
   caps[0] = 0x01;
   caps[3] = 0x02;
   caps[5] = 0x04;
-  ASSERT_EQ(::setxattr((src_ + "/ping").c_str(), "security.capability", caps.data(), caps.size(),
-                       0),
-            0)
+  ASSERT_EQ(
+      ::setxattr((src_ + "/ping").c_str(), "security.capability", caps.data(), caps.size(), 0), 0)
       << std::strerror(errno);
   write_src();
   unpack_to(tmp_ / "back");
