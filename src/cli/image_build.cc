@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -414,9 +415,18 @@ int build_image(const Options& o) {
       std::string dest = words.back();
       const bool dir_dest = dest.ends_with("/") || sources.size() > 1;
       dest = join_path(state.working_dir(), dest) + (dir_dest ? "/" : "");
+      std::optional<mode_t> chmod;
+      if (in.flags.count("chmod")) {
+        const std::string& m = in.flags.at("chmod");
+        char* end = nullptr;
+        unsigned long mode = std::strtoul(m.c_str(), &end, 8);
+        if (m.empty() || *end != 0 || mode > 07777)
+          throw image::ContainerfileError(place + ": --chmod=" + m + ": not an octal mode");
+        chmod = static_cast<mode_t>(mode);
+      }
       Staged staged;
       try {
-        staged = stage_copy(ws, sources, dest, place, in.name == "ADD");
+        staged = stage_copy(ws, sources, dest, place, in.name == "ADD", chmod);
       } catch (const image::ContainerfileError&) {
         throw;
       } catch (const Error& e) {

@@ -3,8 +3,11 @@
 // (docs/images.md, Building images).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,8 +79,10 @@ struct Staged {
   std::string dir;     // tmp/... holding the tree to become the layer
   std::string digest;  // names, types, modes, link targets, bytes
 };
+// chmod: --chmod's mode for everything copied.
 Staged stage_copy(const Workspace& ws, const std::vector<std::string>& sources,
-                  const std::string& dest, const std::string& what, bool add);
+                  const std::string& dest, const std::string& what, bool add,
+                  std::optional<mode_t> chmod = std::nullopt);
 
 // Writes a staged directory (owned by this process's uid and gid) as a
 // layer in the store, its files owned by uid:gid in the layer.

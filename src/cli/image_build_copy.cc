@@ -47,7 +47,8 @@ bool looks_like_archive(const std::string& name) {
 
 class Copier {
  public:
-  Copier(const Workspace& ws, const std::string& what) : ws_(ws), what_(what) {}
+  Copier(const Workspace& ws, const std::string& what, std::optional<mode_t> chmod)
+      : ws_(ws), what_(what), chmod_(chmod) {}
 
   // Copies source (an fd of the context's entry at `rel`) to `dest_fd`/name.
   void copy(int src_fd, const std::string& rel, int dest_parent, const std::string& name,
@@ -62,7 +63,7 @@ class Copier {
           ::openat(dest_parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!dir) throw_errno(what_ + ": open " + shown);
       copy_contents(src_fd, rel, dir.get(), shown);
-      ::fchmod(dir.get(), st.st_mode & 07777);
+      ::fchmod(dir.get(), mode_of(st));
       set_time(dir.get(), st);
     } else if (S_ISREG(st.st_mode)) {
       copy_file(src_fd, dest_parent, name, st, shown);
@@ -132,9 +133,11 @@ class Copier {
         throw_errno(what_ + ": write " + shown);
     }
     sha_.update(content.digest() + "\n");
-    ::fchmod(out.get(), st.st_mode & 07777);
+    ::fchmod(out.get(), mode_of(st));
     set_time(out.get(), st);
   }
+
+  mode_t mode_of(const struct stat& st) const { return chmod_ ? *chmod_ : st.st_mode & 07777; }
 
   static void set_time(int fd, const struct stat& st) {
     timespec times[2] = {st.st_atim, st.st_mtim};
@@ -149,6 +152,7 @@ class Copier {
 
   const Workspace& ws_;
   std::string what_;
+  std::optional<mode_t> chmod_;
   image::Sha256 sha_;
 };
 
@@ -193,7 +197,8 @@ std::string relative_source(const std::string& source, const std::string& what) 
 }  // namespace
 
 Staged stage_copy(const Workspace& ws, const std::vector<std::string>& sources,
-                  const std::string& dest, const std::string& what, bool add) {
+                  const std::string& dest, const std::string& what, bool add,
+                  std::optional<mode_t> chmod) {
   UniqueFd root(::open(ws.context.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) throw_errno("open the build context " + ws.context);
 
@@ -229,7 +234,7 @@ Staged stage_copy(const Workspace& ws, const std::vector<std::string>& sources,
   Staged staged;
   staged.dir = ws.store->make_temp_dir();
   try {
-    Copier copier(ws, what);
+    Copier copier(ws, what, chmod);
     for (const auto& rel : rels) {
       const std::string shown = rel.empty() ? "." : rel;
       if (!rel.empty() && ws.ignore.excluded(rel))

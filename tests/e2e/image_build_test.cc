@@ -119,6 +119,7 @@ TEST_P(ImageBuild, BuildsAnImageThatRunsWithItsFilesAndConfig) {
       "RUN touch /by-42 && (chown 42:42 /by-42 2>/dev/null || true)\n"
       "COPY notes.txt src/ /opt/app/\n"
       "COPY --chown=1000:1000 owned.txt /home/owned.txt\n"
+      "COPY --chmod=600 notes.txt /secret-notes\n"
       "WORKDIR /opt/app\n"
       "LABEL purpose=test\n"
       "EXPOSE 8080 53/udp\n"
@@ -134,9 +135,9 @@ TEST_P(ImageBuild, BuildsAnImageThatRunsWithItsFilesAndConfig) {
 
   Result b = build("tools:1", {"--build-arg", "WHO=world"});
   ASSERT_EQ(b.status, 0) << b.err << b.out;
-  EXPECT_THAT(b.out, HasSubstr("STEP 4/12: RUN echo"));
+  EXPECT_THAT(b.out, HasSubstr("STEP 4/13: RUN echo"));
   EXPECT_THAT(b.out, HasSubstr("ran-as-0"));  // RUN runs as root of its namespace
-  EXPECT_THAT(b.out, HasSubstr("STEP 6/12: COPY notes.txt src/ /opt/app/"));
+  EXPECT_THAT(b.out, HasSubstr("STEP 6/13: COPY notes.txt src/ /opt/app/"));
   EXPECT_THAT(b.out, testing::ContainsRegex("--> done in [0-9.]+ s"));
   EXPECT_THAT(b.out, testing::ContainsRegex("Built localhost/tools:1 sha256:[0-9a-f]{64}\n$"));
   EXPECT_EQ(names(), "localhost/busybox:latest\nlocalhost/tools:1\n");
@@ -155,14 +156,16 @@ TEST_P(ImageBuild, BuildsAnImageThatRunsWithItsFilesAndConfig) {
   // every mode. (A rootless store unpacks every file as the caller's, so
   // inside a rootless sandbox they show as its user; as root they keep
   // their owners.)
-  Shell owners = sh("for f in " + q(home_) +
-                    "/images/blobs/sha256/*; do tar --numeric-owner -tvzf \"$f\" 2>/dev/null; "
-                    "done | awk '{print $2, $NF}' | grep -E ' (opt/app/notes.txt|home/owned.txt|"
-                    "greeting|by-42)$' | sort -k2");
+  Shell owners =
+      sh("for f in " + q(home_) +
+         "/images/blobs/sha256/*; do tar --numeric-owner -tvzf \"$f\" 2>/dev/null; "
+         "done | awk '{print $1, $2, $NF}' | grep -E ' (opt/app/notes.txt|home/owned.txt|"
+         "greeting|by-42|secret-notes)$' | sort -k3");
   const std::string by42 = mode() == Mode::kRootlessSingle ? "0/0" : "42/42";
-  EXPECT_EQ(owners.out, by42 +
-                            " by-42\n0/0 greeting\n1000/1000 home/owned.txt\n0/0 "
-                            "opt/app/notes.txt\n");
+  EXPECT_EQ(owners.out, "-rw-r--r-- " + by42 +
+                            " by-42\n-rw-r--r-- 0/0 greeting\n-rw-r--r-- 1000/1000 "
+                            "home/owned.txt\n-rw-r--r-- 0/0 opt/app/notes.txt\n-rw------- 0/0 "
+                            "secret-notes\n");
   if (mode() == Mode::kRoot) {
     Result stat = run_image(
         "tools:1", {"stat", "-c", "%u:%g %n", "/opt/app/notes.txt", "/home/owned.txt", "/by-42"});
