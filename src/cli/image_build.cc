@@ -444,7 +444,7 @@ int build_image(const Options& o) {
           ++cached;
           print.line("--> cached");
         } else {
-          layer = add_staged_layer(ws, staged.dir, uid, gid, what);
+          layer = add_staged_layer(ws, staged.dir, uid, gid, place);
           history.created = time::format_ns(time::now_ns());
           image::cache_store(
               store, key, json{{"layer", layer_json(layer)}, {"created", history.created}}.dump());

@@ -19,6 +19,7 @@
 #include "base/unique_fd.h"
 #include "cli/image_build.h"
 #include "image/digest.h"
+#include "image/unpack.h"
 
 namespace openshell::cli::build {
 
@@ -38,9 +39,16 @@ int open_beneath(int root, const std::string& path, int flags) {
 
 bool has_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
-bool looks_like_archive(const std::string& name) {
-  for (const char* ext :
-       {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tar.lz4"})
+// ADD unpacks these (the unpacker's formats: tar, gzip, zstd).
+bool unpackable_archive(const std::string& name) {
+  for (const char* ext : {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tzst"})
+    if (name.ends_with(ext)) return true;
+  return false;
+}
+
+// Archives Docker's ADD would unpack and this one cannot.
+bool other_archive(const std::string& name) {
+  for (const char* ext : {".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.lz4"})
     if (name.ends_with(ext)) return true;
   return false;
 }
@@ -112,6 +120,17 @@ class Copier {
     }
   }
 
+  // ADD of a local archive: unpacked into dest_path (a directory of the
+  // staged tree) as a plain archive (no whiteouts, owners the caller's,
+  // nothing outside dest_path).
+  void unpack(int src_fd, const std::string& dest_path, const std::string& shown) {
+    image::UnpackOptions options;
+    options.preserve_owners = false;
+    options.whiteouts = false;
+    image::UnpackResult r = image::unpack_layer(src_fd, dest_path, options, what_ + ": " + shown);
+    sha_.update("archive\0" + shown + '\0' + r.compressed_digest + '\n');
+  }
+
   std::string digest() { return sha_.digest(); }
 
  private:
@@ -172,6 +191,22 @@ UniqueFd make_dirs(const std::string& staged, const std::string& dir, const std:
   return fd;
 }
 
+// The names in a directory (fd), "." and ".." left out.
+std::vector<std::string> names_in(int dir_fd) {
+  std::vector<std::string> names;
+  UniqueFd again(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  DIR* d = again ? ::fdopendir(again.release()) : nullptr;
+  if (!d) throw_errno("read a staged directory");
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(d);
+  return names;
+}
+
+bool is_empty_dir(int dir_fd) { return names_in(dir_fd).empty(); }
+
 // A source as written -> its path relative to the context; refuses one
 // that leads out of it.
 std::string relative_source(const std::string& source, const std::string& what) {
@@ -231,6 +266,7 @@ Staged stage_copy(const Workspace& ws, const std::vector<std::string>& sources,
   }
   const bool dir_dest = dest.ends_with("/") || rels.size() > 1;
 
+  int unpacked = 0;
   Staged staged;
   staged.dir = ws.store->make_temp_dir();
   try {
@@ -248,9 +284,31 @@ Staged stage_copy(const Workspace& ws, const std::vector<std::string>& sources,
       if (!src) throw_errno(what + ": " + shown);
       struct stat st;
       if (::fstat(src.get(), &st) != 0) throw_errno(what + ": " + shown);
-      if (add && S_ISREG(st.st_mode) && looks_like_archive(rel))
+      if (add && S_ISREG(st.st_mode) && other_archive(rel))
         throw Error(what + ": " + shown +
-                    ": ADD does not unpack archives here (COPY it and RUN tar -x)");
+                    ": ADD unpacks tar archives, gzip- or zstd-compressed, only (COPY it and RUN "
+                    "tar -x)");
+      if (add && S_ISREG(st.st_mode) && unpackable_archive(rel)) {
+        // Unpacked into the destination, a directory.
+        UniqueFd target = make_dirs(staged.dir, dest, what);
+        const std::string target_path = staged.dir + text::normalize_path("/" + dest);
+        if (is_empty_dir(target.get())) {
+          copier.unpack(src.get(), target_path, shown);
+          continue;
+        }
+        // The unpacker wants an empty directory: beside it, then moved in.
+        const std::string side = staged.dir + "/.unpack-" + std::to_string(++unpacked);
+        if (::mkdir(side.c_str(), 0755) != 0) throw_errno(what + ": create " + side);
+        copier.unpack(src.get(), side, shown);
+        UniqueFd side_fd(::open(side.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        if (!side_fd) throw_errno(what + ": open " + side);
+        for (const auto& name : names_in(side_fd.get()))
+          if (::renameat(side_fd.get(), name.c_str(), target.get(), name.c_str()) != 0)
+            throw Error(what + ": " + shown + ": '" + name + "' is in " + dest +
+                        " already (from an earlier source)");
+        ::rmdir(side.c_str());
+        continue;
+      }
       const std::string leaf =
           rel.substr(rel.rfind('/') == std::string::npos ? 0 : rel.rfind('/') + 1);
       if (S_ISDIR(st.st_mode)) {

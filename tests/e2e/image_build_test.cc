@@ -289,6 +289,48 @@ TEST_P(ImageBuild, HostileContextsAreRefused) {
   EXPECT_EQ(run_image("links", {"readlink", "/dir/link"}).out, "/etc/hostname\n");
 }
 
+TEST_P(ImageBuild, AddUnpacksALocalArchiveAndRefusesOneThatClimbsOut) {
+  Shell made = sh("cd " + q(context_) +
+                  " && python3 -c \"import io, tarfile, sys\n"
+                  "def add(t, name, data, mode=0o644):\n"
+                  "    i = tarfile.TarInfo(name); i.size = len(data); i.mode = mode\n"
+                  "    t.addfile(i, io.BytesIO(data))\n"
+                  "with tarfile.open('app.tar.gz', 'w:gz') as t:\n"
+                  "    add(t, 'app/run.sh', b'echo run\\\\n', 0o755)\n"
+                  "with tarfile.open('bad.tar', 'w') as t:\n"
+                  "    add(t, '../../escaped', b'x')\n"
+                  "with tarfile.open('other.tar.xz', 'w:xz') as t:\n"
+                  "    add(t, 'x', b'x')\n"
+                  "\" && chmod a+r *.tar*");
+  ASSERT_EQ(made.status, 0) << made.out;
+  put("plain.txt", "not an archive\n");
+  put("Containerfile", "FROM busybox\nADD app.tar.gz plain.txt /opt/\n");
+  Result ok = build("added");
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  Result look = run_image("added", {"sh", "-c", "/opt/app/run.sh; cat /opt/plain.txt; ls /opt"});
+  EXPECT_EQ(look.out, "run\nnot an archive\napp\nplain.txt\n") << look.err;
+
+  const std::string layers_before = layers();
+  put("Containerfile", "FROM busybox\nADD bad.tar /opt/\n");
+  Result bad = build("bad");
+  EXPECT_EQ(bad.status, 125);
+  EXPECT_THAT(bad.err, HasSubstr("Containerfile:2: ADD: bad.tar"));
+  EXPECT_THAT(bad.err, HasSubstr("../../escaped"));
+  EXPECT_FALSE(std::filesystem::exists(context_ + "/../escaped"));
+  put("Containerfile", "FROM busybox\nADD other.tar.xz /opt/\n");
+  Result xz = build("bad");
+  EXPECT_EQ(xz.status, 125);
+  EXPECT_THAT(xz.err, HasSubstr("ADD unpacks tar archives, gzip- or zstd-compressed, only"));
+  // A name that would read as a whiteout in the layer is refused.
+  put(".wh.passwd", "x\n");
+  put("Containerfile", "FROM busybox\nCOPY .wh.passwd /etc/\n");
+  Result wh = build("bad");
+  EXPECT_EQ(wh.status, 125);
+  EXPECT_THAT(wh.err, HasSubstr("Containerfile:2: COPY: 'etc/.wh.passwd': a name starting with "
+                                ".wh. would read as a whiteout"));
+  EXPECT_EQ(layers(), layers_before);
+}
+
 TEST_P(ImageBuild, RefusedInstructionsNameTheFileAndLine) {
   put("Containerfile", "FROM busybox\nRUN true\nHEALTHCHECK CMD true\n");
   Result r = build("refused");
