@@ -215,6 +215,12 @@ TEST_P(ImageBuild, RebuildIsCachedAndAChangedCopyRerunsFromItsStepOn) {
   EXPECT_EQ(count(again.out, "--> cached"), 4u) << again.out;
   EXPECT_EQ(count(again.out, "--> done in"), 0u) << again.out;
   const std::string id = again.out.substr(again.out.rfind("sha256:"));
+  Result json = build("cached", {"-o", "json"});
+  ASSERT_EQ(json.status, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"cached\": 4"));
+  EXPECT_THAT(json.out, HasSubstr("\"steps\": 5"));
+  EXPECT_THAT(json.out, HasSubstr("\"id\": \"" + id.substr(0, 71) + "\""));
+  EXPECT_THAT(json.err, HasSubstr("STEP 2/5"));                 // the steps go to stderr
   EXPECT_EQ(first.out.substr(first.out.rfind("sha256:")), id);  // the same image
 
   put("data.txt", "second\n");
