@@ -181,11 +181,6 @@ std::pair<uint32_t, uint32_t> chown_ids(const image::Store& store, const State& 
   return {uid, gid};
 }
 
-std::string join_path(const std::string& dir, const std::string& path) {
-  if (!path.empty() && path[0] == '/') return text::normalize_path(path);
-  return text::normalize_path((dir.empty() ? "/" : dir) + "/" + path);
-}
-
 }  // namespace
 
 int build_image(const Options& o) {
@@ -296,80 +291,19 @@ int build_image(const Options& o) {
     std::string extra;
     image::HistoryEntry history;
     history.created_by = shown;
+    const bool config_only = in.name != "RUN" && in.name != "COPY" && in.name != "ADD";
     try {
-      if (in.name == "ARG") {
-        auto [name, def] = image::parse_arg(in, state.vars(), cf.escape);
-        std::string value;
-        if (given_args.count(name))
-          value = given_args.at(name);
-        else if (def)
-          value = *def;
-        else if (global.count(name))
-          value = global.at(name);
-        state.args[name] = value;
-        extra = name + "=" + value;
-        history.empty_layer = true;
-      } else if (in.name == "ENV") {
-        for (auto& [k, v] : image::parse_pairs(in, state.vars(), cf.escape)) {
-          state.edits.env.push_back(k + "=" + v);
-          extra += k + "=" + v + "\n";
-        }
-        history.empty_layer = true;
-      } else if (in.name == "LABEL") {
-        for (auto& [k, v] : image::parse_pairs(in, state.vars(), cf.escape)) {
-          state.edits.labels[k] = v;
-          extra += k + "=" + v + "\n";
-        }
-        history.empty_layer = true;
-      } else if (in.name == "WORKDIR") {
-        if (words.size() != 1) throw Error("expected one path");
-        state.edits.working_dir = join_path(state.working_dir(), words[0]);
-        extra = *state.edits.working_dir;
-        history.empty_layer = true;
-      } else if (in.name == "USER") {
-        if (words.size() != 1) throw Error("expected USER NAME[:GROUP] or UID[:GID]");
-        state.edits.user = words[0];
-        history.empty_layer = true;
-      } else if (in.name == "EXPOSE") {
-        for (auto port : words) {
-          if (port.find('/') == std::string::npos) port += "/tcp";
-          auto slash = port.find('/');
-          auto number = text::parse_uint(port.substr(0, slash), 65535);
-          std::string proto = port.substr(slash + 1);
-          if (!number || *number == 0 || (proto != "tcp" && proto != "udp" && proto != "sctp"))
-            throw Error("'" + port + "' is not PORT[/tcp|udp|sctp]");
-          state.edits.exposed_ports.push_back(port);
-        }
-        history.empty_layer = true;
-      } else if (in.name == "CMD" || in.name == "ENTRYPOINT") {
-        std::vector<std::string> argv = in.exec_form ? in.exec_args : state.shell;
-        if (!in.exec_form) {
-          if (in.args.empty())
-            argv.clear();
-          else
-            argv.push_back(in.args);
-        }
-        if (in.name == "CMD") {
-          state.edits.cmd = argv;
-          state.cmd_set = true;
-        } else {
-          state.edits.entrypoint = argv;
-          if (!state.cmd_set) state.edits.cmd = std::vector<std::string>{};
-        }
-        history.empty_layer = true;
-      } else if (in.name == "SHELL") {
-        state.shell = in.exec_args;
-        history.empty_layer = true;
-      }
+      if (config_only) extra = apply_config(in, words, cf.escape, given_args, global, &state);
     } catch (const image::ContainerfileError&) {
       throw;
     } catch (const Error& e) {
       throw image::ContainerfileError(place + ": " + e.what());
     }
+    history.empty_layer = config_only;
 
     if (history.empty_layer) {
       // Config only: nothing to run, nothing to store but the key's step.
-      key = image::step_key(key, in.text(), extra);
+      key = image::step_key(key, shown, extra);
       auto entry = o.no_cache ? std::nullopt : cache_entry(store, key);
       const bool hit = entry.has_value();
       history.created = hit ? entry->value("created", "") : "";

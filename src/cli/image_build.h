@@ -66,6 +66,18 @@ struct Workspace {
   std::optional<namespaces::HostRange> host_range;  // as root
 };
 
+// A config instruction (any but FROM, RUN, COPY and ADD), applied to
+// *state. words: its arguments, substituted (WORKDIR, USER, EXPOSE).
+// given_args: --build-arg; global: the ARGs before FROM. Returns what
+// decides its result beyond its text (the values it sets), for its cache
+// key. Throws Error (without the place: the caller adds it).
+std::string apply_config(const image::Instruction& in, const std::vector<std::string>& words,
+                         char escape, const std::map<std::string, std::string>& given_args,
+                         const std::map<std::string, std::string>& global, State* state);
+
+// path against dir (the working directory so far), normalized.
+std::string join_path(const std::string& dir, const std::string& path);
+
 // A RUN: runs it over the state's layers and adds its layer; returns the
 // command's exit status (0: *layer is set).
 int run_step(const Workspace& ws, const State& state, const std::vector<std::string>& argv,

@@ -180,7 +180,8 @@ UniqueFd make_dirs(const std::string& staged, const std::string& dir, const std:
   UniqueFd fd(::open(staged.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) throw_errno(what + ": open " + staged);
   for (const auto& part : text::split(dir, '/')) {
-    if (part.empty()) continue;
+    if (part.empty() || part == ".") continue;
+    if (part == "..") throw Error(what + ": " + dir + ": a destination with '..'");
     if (::mkdirat(fd.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
       throw_errno(what + ": create " + dir);
     UniqueFd next(

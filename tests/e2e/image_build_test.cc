@@ -286,6 +286,17 @@ TEST_P(ImageBuild, HostileContextsAreRefused) {
   }
   EXPECT_THAT(names(), Not(HasSubstr("hostile")));
   EXPECT_EQ(layers(), layers_before);
+  // A destination's ".." stays inside the image: resolved by name, never
+  // above its root.
+  put("note", "inside\n");
+  put("Containerfile",
+      "FROM busybox\nWORKDIR /w\nCOPY note ../../../../../../../../escaped-dest\n");
+  Result dest = build("dest");
+  ASSERT_EQ(dest.status, 0) << dest.err;
+  EXPECT_EQ(run_image("dest", {"cat", "/escaped-dest"}).out, "inside\n");
+  for (std::filesystem::path p = home_ + "/images/tmp/x"; p != p.parent_path(); p = p.parent_path())
+    EXPECT_FALSE(std::filesystem::exists(p.parent_path() / "escaped-dest")) << p.parent_path();
+
   // A link inside a copied directory is copied as a link, never followed.
   ASSERT_EQ(::mkdir((context_ + "/dir").c_str(), 0755), 0);
   ASSERT_EQ(::symlink("/etc/hostname", (context_ + "/dir/link").c_str()), 0);
