@@ -77,9 +77,10 @@ class ImageBuild : public ModeTest {
     ASSERT_EQ(r.status, 0) << r.err;
   }
   void TearDown() override {
-    if (!home_.empty())
+    if (!home_.empty()) {
       EXPECT_EQ(file_contents_of_dir(home_ + "/images/tmp"), "")
           << "work in progress left in the store";
+    }
     ModeTest::TearDown();
   }
   Result os(const std::vector<std::string>& args, Options o = {}) {
