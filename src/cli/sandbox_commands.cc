@@ -20,6 +20,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
   add_sandbox_upload(sandbox, action);
   add_sandbox_download(sandbox, action);
   add_sandbox_wait(sandbox, action);
+  add_sandbox_commit(sandbox, action);
   add_logs_command(sandbox, "Print a sandbox's main process output", action);
   add_logs_command(&app, "Print a sandbox's main process output (same as 'sandbox logs')", action);
 }

@@ -81,6 +81,7 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action);
 void add_sandbox_upload(CLI::App* sandbox, Action* action);
 void add_sandbox_download(CLI::App* sandbox, Action* action);
 void add_sandbox_wait(CLI::App* sandbox, Action* action);
+void add_sandbox_commit(CLI::App* sandbox, Action* action);
 // `logs` below parent: `openshell sandbox logs` and `openshell logs`.
 void add_logs_command(CLI::App* parent, const char* help, Action* action);
 

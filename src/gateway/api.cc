@@ -79,6 +79,7 @@ const std::vector<Gateway::Route>& Gateway::routes() {
       {"GET", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::get_policy)},
       {"PUT", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::set_policy)},
       {"GET", false, "/v1/sandboxes/{name}/policies", A::kOwner, named(&Gateway::list_policies)},
+      {"POST", false, "/v1/sandboxes/{name}/commit", A::kOwner, called(&Gateway::commit_sandbox)},
   };
   return table;
 }

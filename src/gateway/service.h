@@ -155,6 +155,8 @@ class Gateway {
   void get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void list_policies(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void set_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  // A sandbox's writable layer as a new image (commit.cc).
+  void commit_sandbox(const Call& call);
 
   // Lifecycle
   void save(SandboxRecord& record);

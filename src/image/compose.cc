@@ -60,31 +60,44 @@ std::string oci_layer_type(const std::string& type) {
 
 }  // namespace
 
+LayerBlob store_layer_blob(const Store& store, const std::string& blob_path,
+                           const std::string& what) {
+  Scratch scratch(store);
+  const std::string work = scratch.path() + "/layer";
+  const std::string root = work + "/root";
+  if (::mkdir(work.c_str(), 0700) != 0) throw_errno("create " + work);
+  if (::mkdir(root.c_str(), 0755) != 0) throw_errno("create " + root);
+  UniqueFd in(::open(blob_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) throw_errno("open " + blob_path);
+  UnpackResult unpacked = unpack_layer(in.get(), root, UnpackOptions{}, what);
+  in.reset();
+  LayerBlob blob;
+  blob.diff_id = unpacked.diff_id;
+  blob.digest = unpacked.compressed_digest;
+  blob.size = unpacked.compressed_size;
+  blob.content_bytes = unpacked.content_bytes;
+  blob.entries = unpacked.entries;
+  if (!store.has_layer(blob.diff_id)) store.commit_layer(work, blob.diff_id, blob.content_bytes);
+  store.keep_blob(blob_path, blob.digest);
+  return blob;
+}
+
 LayerBlob add_layer(const Store& store, const std::vector<LayerSource>& sources,
                     const LayerWriteOptions& options, const std::string& what) {
   Scratch scratch(store);
   const std::string blob_path = scratch.path() + "/blob";
-  LayerBlob blob;
+  LayerBlob written;
   {
     UniqueFd out(::open(blob_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!out) throw_errno("create " + blob_path);
-    blob = write_layer(sources, out.get(), options, what);
+    written = write_layer(sources, out.get(), options, what);
     if (::fsync(out.get()) != 0) throw_errno("write " + blob_path);
   }
-  if (!store.has_layer(blob.diff_id)) {
-    const std::string work = scratch.path() + "/layer";
-    const std::string root = work + "/root";
-    if (::mkdir(work.c_str(), 0700) != 0) throw_errno("create " + work);
-    if (::mkdir(root.c_str(), 0755) != 0) throw_errno("create " + root);
-    UniqueFd in(::open(blob_path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!in) throw_errno("open " + blob_path);
-    UnpackResult unpacked = unpack_layer(in.get(), root, UnpackOptions{}, what);
-    if (unpacked.diff_id != blob.diff_id || unpacked.compressed_digest != blob.digest)
-      throw Error(what + ": the layer written does not read back the same");
-    store.commit_layer(work, blob.diff_id, unpacked.content_bytes);
-  }
-  store.keep_blob(blob_path, blob.digest);
-  return blob;
+  LayerBlob stored = store_layer_blob(store, blob_path, what);
+  if (stored.diff_id != written.diff_id || stored.digest != written.digest)
+    throw Error(what + ": the layer written does not read back the same");
+  stored.tar_size = written.tar_size;
+  return stored;
 }
 
 std::string compose_config(const std::string& base_config_json, const NewImage& image,

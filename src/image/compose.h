@@ -26,6 +26,13 @@ namespace openshell::image {
 LayerBlob add_layer(const Store& store, const std::vector<LayerSource>& sources,
                     const LayerWriteOptions& options, const std::string& what);
 
+// A gzip layer blob written elsewhere (a file in the store's tmp/, e.g. by
+// write_layer in a helper process) into the store: unpacked with the
+// verified unpacker, its digests taken from that pass, then kept. The file
+// is moved into blobs/. Throws Error naming `what`.
+LayerBlob store_layer_blob(const Store& store, const std::string& blob_path,
+                           const std::string& what);
+
 // One entry of the config's history (OCI image spec): a step that made a
 // layer, or only changed the config (empty_layer).
 struct HistoryEntry {

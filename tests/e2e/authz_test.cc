@@ -388,6 +388,7 @@ TEST_P(Authz, TwoUsersEachSeeAndTouchOnlyTheirOwnSandboxes) {
            {"POST", bob_box + "/stop"},
            {"POST", bob_box + "/start"},
            {"DELETE", bob_box},
+           {"POST", bob_box + "/commit"},
        }) {
     SCOPED_TRACE(method + " " + path);
     Reply r = call(alice_, method, path);
