@@ -115,6 +115,8 @@ void finish(Instruction* in, const std::string& file) {
     refuse(file, in->line, n, "expects a JSON array, like [\"/bin/sh\", \"-c\"]");
   if (text::trim(in->args).empty() && n != "CMD" && n != "ENTRYPOINT")
     refuse(file, in->line, n, "needs arguments");
+  if (n == "RUN" && in->exec_form && in->exec_args.empty())
+    refuse(file, in->line, n, "needs a command (an empty JSON array)");
   if ((n == "COPY" || n == "ADD") && in->exec_form && in->exec_args.size() < 2)
     refuse(file, in->line, n, "needs a source and a destination");
 }

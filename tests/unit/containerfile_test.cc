@@ -119,6 +119,10 @@ TEST(Containerfile, RefusalsNameFileLineAndInstruction) {
   EXPECT_EQ(refusal("FROM x\nSHELL sh -c\n"),
             "Containerfile:2: SHELL: expects a JSON array, like [\"/bin/sh\", \"-c\"]");
   EXPECT_EQ(refusal("FROM x\nWORKDIR\n"), "Containerfile:2: WORKDIR: needs arguments");
+  EXPECT_EQ(refusal("FROM x\nRUN []\n"),
+            "Containerfile:2: RUN: needs a command (an empty JSON array)");
+  EXPECT_EQ(refusal("FROM x\nCOPY [\"a\"]\n"),
+            "Containerfile:2: COPY: needs a source and a destination");
   EXPECT_EQ(refusal("# escape=x\nFROM a\n"),
             "Containerfile:1: escape must be '\\' or '`', not 'x'");
   EXPECT_EQ(refusal("# just words\n"), "Containerfile:2: no FROM instruction");
