@@ -26,6 +26,9 @@ void add_image_commands(CLI::App& app, Action* action);
 // `openshell image push`, below `image`.
 void add_image_push_command(CLI::App* images, Action* action);
 
+// `openshell image build`, below `image`.
+void add_image_build_command(CLI::App* images, Action* action);
+
 // `openshell gateway ...` (and the supervisor's hidden entry).
 void add_gateway_commands(CLI::App& app, Action* action);
 

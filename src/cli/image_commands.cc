@@ -10,7 +10,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/directory.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/paths.h"
 #include "base/text.h"
@@ -21,6 +23,7 @@
 #include "cli/gateway_registry.h"
 #include "cli/images.h"
 #include "cli/table.h"
+#include "image/build_cache.h"
 #include "image/pull.h"
 #include "image/store.h"
 
@@ -244,8 +247,10 @@ void ensure_image_in(const std::string& images_dir, const std::string& from, boo
 }
 
 void add_image_commands(CLI::App& app, Action* action) {
-  CLI::App* images = app.add_subcommand("image", "Pull, import, list and remove images");
+  CLI::App* images =
+      app.add_subcommand("image", "Pull, import, build, push, list and remove images");
   images->require_subcommand(1);
+  add_image_build_command(images, action);
   add_image_push_command(images, action);
 
   {
@@ -440,6 +445,9 @@ void add_image_commands(CLI::App& app, Action* action) {
       *action = [output] {
         image::Store store = open_store();
         auto result = store.prune();
+        // The build cache goes too: its steps are worth nothing without
+        // the layers only it kept (image build makes them again).
+        if (files::exists(image::cache_dir(store))) files::remove_tree(image::cache_dir(store));
         if (*output == "json") {
           std::printf(
               "%s\n",
