@@ -403,6 +403,13 @@ int run_as_pid1(const std::string& config_path) {
     mount_or_throw("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
     mount_or_throw("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
     mount_or_throw("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+    // Without /dev/console in the initramfs the kernel gave init no stdio.
+    if (fcntl(1, F_GETFD) < 0) {
+      int console = open("/dev/console", O_RDWR);
+      for (int fd = 0; console >= 0 && fd < 3; ++fd)
+        if (fd != console) dup2(console, fd);
+      if (console > 2) close(console);
+    }
     Config config = decode_config(files::read(config_path));
     if (!config.disk.empty()) {
       mount_or_throw(config.disk.c_str(), "/mnt/lower", "ext4", MS_RDONLY | MS_NODEV, nullptr);

@@ -37,7 +37,8 @@ void check_path(const std::string& path) {
 }
 
 void record(std::string* out, uint32_t ino, uint32_t mode, uint32_t uid, uint32_t gid,
-            uint32_t nlink, std::string_view name, std::string_view data) {
+            uint32_t nlink, std::string_view name, std::string_view data, uint32_t rdev_major = 0,
+            uint32_t rdev_minor = 0) {
   out->append("070701");
   hex8(out, ino);
   hex8(out, mode);
@@ -48,8 +49,8 @@ void record(std::string* out, uint32_t ino, uint32_t mode, uint32_t uid, uint32_
   hex8(out, data.size());
   hex8(out, 0);  // devmajor
   hex8(out, 0);  // devminor
-  hex8(out, 0);  // rdevmajor
-  hex8(out, 0);  // rdevminor
+  hex8(out, rdev_major);
+  hex8(out, rdev_minor);
   hex8(out, name.size() + 1);
   hex8(out, 0);  // check
   out->append(name);
@@ -83,8 +84,12 @@ std::string write(const std::vector<Entry>& entries) {
       case Entry::Type::kSymlink:
         mode = S_IFLNK | 0777;
         break;
+      case Entry::Type::kCharDevice:
+        mode |= S_IFCHR;
+        data = {};
+        break;
     }
-    record(&out, ino++, mode, e.uid, e.gid, nlink, e.path, data);
+    record(&out, ino++, mode, e.uid, e.gid, nlink, e.path, data, e.dev_major, e.dev_minor);
   }
   record(&out, 0, 0, 0, 0, 1, "TRAILER!!!", {});
   return out;
@@ -122,6 +127,10 @@ std::string for_guest(const std::string& init_binary, std::string_view guest_con
       {T::kFile, "init", 0755, std::move(binary)},
       {T::kFile, std::string(kConfigPath), 0600, std::string(guest_config)},
   };
+  Entry console{T::kCharDevice, "dev/console", 0600, {}};
+  console.dev_major = 5;
+  console.dev_minor = 1;
+  entries.insert(entries.begin() + 1, console);
   std::string archive = write(entries);
   return compress ? gzip(archive) : archive;
 }

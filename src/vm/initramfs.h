@@ -14,13 +14,15 @@
 namespace openshell::vm::initramfs {
 
 struct Entry {
-  enum class Type { kDirectory, kFile, kSymlink };
+  enum class Type { kDirectory, kFile, kSymlink, kCharDevice };
   Type type = Type::kFile;
   std::string path;      // relative, no leading "/", no "." or ".." parts
   uint32_t mode = 0644;  // permission bits only
   std::string data;      // a file's content, or a link's target
   uint32_t uid = 0;
   uint32_t gid = 0;
+  uint32_t dev_major = 0;  // a character device's numbers
+  uint32_t dev_minor = 0;
 };
 
 // The archive: the entries in order, then the "TRAILER!!!" record. Each
@@ -33,7 +35,8 @@ std::string write(const std::vector<Entry>& entries);
 std::string gzip(std::string_view bytes);
 
 // The micro-VM's initramfs: /init (mode 0755) holding init_binary's bytes,
-// /etc, /dev, /proc, /sys, /mnt and the guest configuration at
+// /dev/console (c 5 1: the kernel opens it as init's stdin, stdout and
+// stderr before it runs /init), /etc, /proc, /sys, /mnt and the guest configuration at
 // /etc/openshell-guest.json (mode 0600). Gzip-compressed when compress.
 // Throws Error when init_binary cannot be read.
 std::string for_guest(const std::string& init_binary, std::string_view guest_config, bool compress);

@@ -14,6 +14,7 @@
 #include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "image/flatten.h"
 #include "vm/disk.h"
 
 namespace openshell::vm {
@@ -109,6 +110,27 @@ TEST_F(Disk, AnImageDiskHoldsTheTreeAsDebugfsReadsIt) {
   EXPECT_EQ(fills, 1);
   // Nothing but the disk in the cache: the tree it came from is gone.
   EXPECT_EQ(entries_in_cache(), std::vector<std::string>{"sha256-0123abcd.ext4"});
+}
+
+TEST_F(Disk, TheBusyboxImageFlattenedIsADiskWithItsShell) {
+  const std::string rootfs = dir_ + "/busybox";
+  std::string cmd = std::string(OSH_SOURCE_ROOT) + "/rootfs-tools/build-busybox-rootfs " + rootfs +
+                    " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "needs a static busybox (busybox-static)";
+  ASSERT_EQ(mkdir((dir_ + "/cache").c_str(), 0700), 0);
+  disk::CachedDisk d = disk::image_disk(dir_ + "/cache", "sha256:b0b0", [&](const std::string& t) {
+    return image::flatten_layers({rootfs}, t);
+  });
+  ASSERT_TRUE(d.made);
+  std::string root = debugfs(d.path, "ls -l /");
+  for (const char* name : {" bin", " etc", " proc", " sandbox", " tmp", " usr"})
+    EXPECT_NE(root.find(name), std::string::npos) << name << " in " << root;
+  std::string sh = debugfs(d.path, "stat /bin/sh");
+  EXPECT_NE(sh.find("Type: symlink"), std::string::npos) << sh;
+  std::string busybox = debugfs(d.path, "stat /bin/busybox");
+  EXPECT_NE(busybox.find("Mode:  0755"), std::string::npos) << busybox;
+  // e2fsck finds nothing to repair.
+  EXPECT_EQ(std::system(("/usr/sbin/e2fsck -fn " + d.path + " >/dev/null 2>&1").c_str()), 0);
 }
 
 TEST_F(Disk, SizesGrowWithContentAndEntries) {
