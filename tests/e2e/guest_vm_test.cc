@@ -5,6 +5,7 @@
 // boots under `openshell __vmm` with that initramfs, the guest init runs
 // the main process and reports its exit on the serial console.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +48,38 @@ std::string shell(const std::string& cmd) {
 
 class GuestVm : public ModeTest {};
 
+// A loop device on a file, detached when it goes.
+struct Loop {
+  std::string device;
+  Loop(const std::string& file, bool read_only) {
+    std::string out = shell("losetup -f --show " + std::string(read_only ? "-r " : "") + file);
+    if (!out.empty() && out.back() == '\n') out.pop_back();
+    device = out;
+  }
+  ~Loop() {
+    if (!device.empty()) shell("losetup -d " + device);
+  }
+};
+
+// `__guest-init CONFIG` as PID 1 of new PID and mount namespaces, on a tmpfs
+// /mnt there: what it does in the guest, but on loop devices. Returns its
+// output; *status is unshare's (the init's power-off ends a PID namespace's
+// init by SIGINT: 130).
+std::string guest_init_in_namespaces(const std::string& config, int* status) {
+  std::string cmd =
+      "timeout 60 unshare -fpm --propagation private sh -c 'mount -t tmpfs tmpfs /mnt && exec " +
+      binary() + " __guest-init " + config + "' 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  return out;
+}
+
 TEST_P(GuestVm, TheInitramfsHoldsTheBinaryAsInitAndTheConfig) {
   const std::string dir = make_dir(mode(), "guest-initramfs");
   const std::string config = write_file(dir + "/guest.json", R"({"argv": ["/init", "--version"]})");
@@ -77,6 +110,56 @@ TEST_P(GuestVm, ABadConfigIsOneLineAndNoFile) {
   r = openshell(mode(), {"__guest-initramfs", "--config", dir + "/missing.json", "-o", out});
   EXPECT_EQ(r.status, 125);
   EXPECT_THAT(r.err, HasSubstr(dir + "/missing.json"));
+}
+
+TEST_P(GuestVm, AsPid1ItMountsTheOverlayAndTheLayerKeepsWhatTheSandboxWrote) {
+  if (mode() != Mode::kRoot) GTEST_SKIP() << "loop devices and PID 1's mounts need root";
+  if (::access("/dev/loop-control", R_OK | W_OK) != 0 ||
+      std::system("command -v losetup >/dev/null && test -x /usr/sbin/mkfs.ext4") != 0)
+    GTEST_SKIP() << "needs loop devices, losetup and mkfs.ext4";
+  const std::string dir = make_dir(mode(), "guest-pid1");
+  ASSERT_EQ(
+      std::system(
+          ("/usr/sbin/mkfs.ext4 -q -F -d " + rootfs() + " " + dir + "/image.ext4 64M").c_str()),
+      0);
+  ASSERT_EQ(std::system(("/usr/sbin/mkfs.ext4 -q -F " + dir + "/layer.ext4 64M").c_str()), 0);
+  std::string config_text;
+  int status = -1;
+  {
+    Loop image(dir + "/image.ext4", true);
+    Loop layer(dir + "/layer.ext4", false);
+    ASSERT_FALSE(image.device.empty());
+    ASSERT_FALSE(layer.device.empty());
+    auto config = [&](const std::string& script) {
+      return write_file(dir + "/guest.json",
+                        "{\"disk\": \"" + image.device + "\", \"layer\": \"" + layer.device +
+                            "\", \"env\": [\"PATH=/bin:/usr/bin\"], " +
+                            "\"argv\": [\"/bin/sh\", \"-c\", \"" + script + "\"]}");
+    };
+    std::string out = guest_init_in_namespaces(
+        config("echo kept > /sandbox/made; test -e /usr/bin/osh-probe && echo probe; exit 3"),
+        &status);
+    EXPECT_EQ(status, 130) << out;
+    EXPECT_THAT(out, HasSubstr("probe\n")) << "the image's tree is the root";
+    EXPECT_THAT(out, HasSubstr("openshell-guest: the main process exited with status 3"));
+    // Started again: what it wrote is there, from the layer.
+    out = guest_init_in_namespaces(config("cat /sandbox/made; grep -c ' / overlay ' /proc/mounts"),
+                                   &status);
+    EXPECT_THAT(out, HasSubstr("kept\n1\n")) << out;
+    EXPECT_THAT(out, HasSubstr("the main process exited with status 0"));
+    // A disk that is not there: one line, and the init ends.
+    write_file(dir + "/bad.json", R"({"disk": "/dev/osh-no-such-disk", "argv": ["/bin/true"]})");
+    out = guest_init_in_namespaces(dir + "/bad.json", &status);
+    EXPECT_THAT(out,
+                HasSubstr("openshell-guest: mount ext4 /dev/osh-no-such-disk on /mnt/lower: "));
+  }
+  // The write went to the layer, never to the image's disk.
+  EXPECT_EQ(
+      shell("/usr/sbin/debugfs -R 'cat /upper/sandbox/made' " + dir + "/layer.ext4 2>/dev/null"),
+      "kept\n");
+  EXPECT_EQ(
+      shell("/usr/sbin/debugfs -R 'ls /sandbox' " + dir + "/image.ext4 2>/dev/null").find("made"),
+      std::string::npos);
 }
 
 TEST_P(GuestVm, LinuxBootsAndTheGuestInitRunsTheMainProcess) {
