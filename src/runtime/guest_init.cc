@@ -398,6 +398,24 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
   return status;
 }
 
+void serve_forever(int listener, const Config& config, const Confinement& confinement) {
+  signal(SIGCHLD, SIG_IGN);  // the connections' processes are reaped by the kernel
+  for (;;) {
+    int conn = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+      _exit(exit_code::kFailure);
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+      signal(SIGCHLD, SIG_DFL);
+      close(listener);
+      _exit(serve_connection(conn, config, confinement) == 0 ? 0 : 1);
+    }
+    close(conn);
+  }
+}
+
 int run_as_pid1(const std::string& config_path) {
   try {
     mount_or_throw("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
@@ -458,17 +476,7 @@ int run_as_pid1(const std::string& config_path) {
           console_line(errno_message("vsock port " + std::to_string(config.port), errno));
           _exit(exit_code::kFailure);
         }
-        signal(SIGCHLD, SIG_IGN);  // the connections' processes reap themselves
-        for (;;) {
-          int conn = accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-          if (conn < 0) continue;
-          if (fork() == 0) {
-            signal(SIGCHLD, SIG_DFL);
-            listener.reset();
-            _exit(serve_connection(conn, config, confinement) == 0 ? 0 : 1);
-          }
-          close(conn);
-        }
+        serve_forever(listener.get(), config, confinement);
       }
     }
     for (;;) {

@@ -80,6 +80,11 @@ struct Confinement {
 // failed frame and the end of the connection.
 int serve_connection(int fd, const Config& config, const Confinement& confinement);
 
+// Accepts connections on listener (a listening stream socket: vsock in the
+// guest) and serves each in a process of its own, forever. For a process of
+// its own (PID 1 forks one): it ignores SIGCHLD.
+[[noreturn]] void serve_forever(int listener, const Config& config, const Confinement& confinement);
+
 // PID 1: everything above, then waits for the main process, and powers the
 // guest off when it ends. Returns only on failure (the exit code).
 int run_as_pid1(const std::string& config_path);

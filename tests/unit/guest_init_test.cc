@@ -7,9 +7,12 @@
 
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -213,6 +216,52 @@ TEST(GuestServe, CommandsRunConfinedAndCannotLiftIt) {
   none.seccomp = false;
   Result free = exchange(exec_frame({"unshare", "-U", "true"}), {}, false, none);
   EXPECT_EQ(free.end, "exited 0") << "the same command, unfiltered: " << free.err;
+}
+
+TEST(GuestServe, TheListenerServesConnectionsSideBySide) {
+  int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  // An abstract name: nothing to remove afterwards.
+  std::string name = "osh-guest-test-" + std::to_string(getpid());
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  pid_t server = fork();
+  if (server == 0) serve_forever(listener, {}, {});
+  close(listener);
+  auto connect_one = [&] {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    return fd;
+  };
+  auto read_to_end = [](int fd) {
+    std::string in, out, end;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) {
+      in.append(buf, static_cast<size_t>(n));
+      while (auto f = take_frame(&in)) {
+        if (f->type == FrameType::kStdout) out += f->bytes;
+        if (f->type == FrameType::kExited) end = f->bytes;
+      }
+    }
+    close(fd);
+    return out + "|" + end;
+  };
+  // The first waits on its stdin while the second runs to its end.
+  int first = connect_one();
+  files::write_all(first, exec_frame({"/bin/sh", "-c", "read line; echo first $line"}));
+  int second = connect_one();
+  files::write_all(second, exec_frame({"/bin/sh", "-c", "echo second; exit 4"}));
+  EXPECT_EQ(read_to_end(second), "second\n|4");
+  files::write_all(first,
+                   encode_frame(FrameType::kStdin, "go\n") + encode_frame(FrameType::kEof, ""));
+  EXPECT_EQ(read_to_end(first), "first go\n|0");
+  kill(server, SIGKILL);
+  int status = 0;
+  waitpid(server, &status, 0);
 }
 
 }  // namespace
