@@ -23,6 +23,7 @@
 #include "base/files.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
+#include "runtime/caps.h"
 #include "runtime/init_protocol.h"
 #include "runtime/seccomp.h"
 
@@ -80,14 +81,21 @@ bool send_frame(int fd, FrameType type, std::string_view bytes) {
   if (chdir(request.workdir.empty() ? "/" : request.workdir.c_str()) != 0) fail(errno);
   uint32_t uid = request.user ? request.user->uid : config.uid;
   uint32_t gid = request.user ? request.user->gid : config.gid;
+  // Root (the guest init is) drops every capability, the bounding set's
+  // too, as a container sandbox's processes do; an ordinary user has none.
+  bool drop = confinement.drop_capabilities && geteuid() == 0;
+  ChildFailure failure;
+  if (drop && !caps::drop_bounding(0, confinement.last_cap, &failure))
+    fail(failure.err ? failure.err : EPERM);
   if (gid != getgid() || uid != getuid()) {
     if (setgroups(0, nullptr) != 0 && errno != EPERM) fail(errno);
     if (setresgid(gid, gid, gid) != 0) fail(errno);
     if (setresuid(uid, uid, uid) != 0) fail(errno);
   }
+  if (drop && !caps::set_final(0, confinement.last_cap, &failure))
+    fail(failure.err ? failure.err : EPERM);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(errno);
   if (confinement.seccomp) {
-    ChildFailure failure;
     if (!seccomp::install(seccomp::default_program(), &failure))
       fail(failure.err ? failure.err : EPERM);
   }

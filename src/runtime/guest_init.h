@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/caps.h"
+
 namespace openshell::runtime::guest {
 
 inline constexpr uint32_t kMaxFrame = 1024 * 1024;
@@ -66,11 +68,13 @@ std::string encode_config(const Config& config);
 // Throws Error("guest config: ...") naming what is wrong.
 Config decode_config(std::string_view json_text);
 
-// How each command the init starts is confined (as a container sandbox's:
-// no_new_privs, the default seccomp profile, no capabilities beyond the
-// bounding set's empty one when not root in the guest).
+// How each command the init starts is confined, as a container sandbox's:
+// no capabilities (bounding set included) when the init is root,
+// no_new_privs, the default seccomp profile.
 struct Confinement {
   bool seccomp = true;
+  bool drop_capabilities = true;
+  int last_cap = caps::last_cap();  // read before fork: the child allocates nothing for it
 };
 
 // Serves one command on fd (a connected stream socket): reads its exec

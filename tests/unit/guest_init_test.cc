@@ -203,10 +203,12 @@ TEST(GuestServe, AHostThatGoesAwayTakesItsCommandWithIt) {
 }
 
 TEST(GuestServe, CommandsRunConfinedAndCannotLiftIt) {
-  Result r =
-      exchange(exec_frame({"/bin/sh", "-c", "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status"}));
+  Result r = exchange(exec_frame(
+      {"/bin/sh", "-c", "grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status"}));
   EXPECT_NE(r.out.find("NoNewPrivs:\t1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Seccomp:\t2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapEff:\t0000000000000000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CapBnd:\t0000000000000000"), std::string::npos) << r.out;
   // The default profile refuses what would let a sandbox out (a new user
   // namespace, here); without the filter the same command works.
   Result escape = exchange(exec_frame({"unshare", "-U", "true"}));
@@ -214,6 +216,7 @@ TEST(GuestServe, CommandsRunConfinedAndCannotLiftIt) {
   EXPECT_NE(escape.end, "exited 0") << escape.err;
   Confinement none;
   none.seccomp = false;
+  none.drop_capabilities = false;
   Result free = exchange(exec_frame({"unshare", "-U", "true"}), {}, false, none);
   EXPECT_EQ(free.end, "exited 0") << "the same command, unfiltered: " << free.err;
 }
