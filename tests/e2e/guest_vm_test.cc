@@ -134,16 +134,17 @@ TEST_P(GuestVm, AsPid1ItMountsTheOverlayAndTheLayerKeepsWhatTheSandboxWrote) {
       return write_file(dir + "/guest.json",
                         "{\"disk\": \"" + image.device + "\", \"layer\": \"" + layer.device +
                             "\", \"env\": [\"PATH=/bin:/usr/bin\"], " +
-                            "\"argv\": [\"/bin/sh\", \"-c\", \"" + script + "\"]}");
+                            "\"uid\": 1000, \"gid\": 1000, \"argv\": [\"/bin/sh\", \"-c\", \"" +
+                            script + "\"]}");
     };
     std::string out = guest_init_in_namespaces(
-        config("echo kept > /sandbox/made; test -e /usr/bin/osh-probe && echo probe; exit 3"),
+        config("echo kept > /tmp/made; id -u; test -e /usr/bin/osh-probe && echo probe; exit 3"),
         &status);
     EXPECT_EQ(status, 130) << out;
-    EXPECT_THAT(out, HasSubstr("probe\n")) << "the image's tree is the root";
+    EXPECT_THAT(out, HasSubstr("1000\nprobe\n")) << "the image's tree is the root, uid 1000";
     EXPECT_THAT(out, HasSubstr("openshell-guest: the main process exited with status 3"));
     // Started again: what it wrote is there, from the layer.
-    out = guest_init_in_namespaces(config("cat /sandbox/made; grep -c ' / overlay ' /proc/mounts"),
+    out = guest_init_in_namespaces(config("cat /tmp/made; grep -c ' / overlay ' /proc/mounts"),
                                    &status);
     EXPECT_THAT(out, HasSubstr("kept\n1\n")) << out;
     EXPECT_THAT(out, HasSubstr("the main process exited with status 0"));
@@ -154,12 +155,10 @@ TEST_P(GuestVm, AsPid1ItMountsTheOverlayAndTheLayerKeepsWhatTheSandboxWrote) {
                 HasSubstr("openshell-guest: mount ext4 /dev/osh-no-such-disk on /mnt/lower: "));
   }
   // The write went to the layer, never to the image's disk.
-  EXPECT_EQ(
-      shell("/usr/sbin/debugfs -R 'cat /upper/sandbox/made' " + dir + "/layer.ext4 2>/dev/null"),
-      "kept\n");
-  EXPECT_EQ(
-      shell("/usr/sbin/debugfs -R 'ls /sandbox' " + dir + "/image.ext4 2>/dev/null").find("made"),
-      std::string::npos);
+  EXPECT_EQ(shell("/usr/sbin/debugfs -R 'cat /upper/tmp/made' " + dir + "/layer.ext4 2>/dev/null"),
+            "kept\n");
+  EXPECT_EQ(shell("/usr/sbin/debugfs -R 'ls /tmp' " + dir + "/image.ext4 2>/dev/null").find("made"),
+            std::string::npos);
 }
 
 TEST_P(GuestVm, LinuxBootsAndTheGuestInitRunsTheMainProcess) {
