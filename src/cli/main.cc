@@ -18,10 +18,12 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "__init") == 0)
     return openshell::runtime::init_main(argc, argv);
   // The micro-VM's guest init: the kernel runs /init (this binary, from the
-  // initramfs) as PID 1 with no arguments; `__guest-init` names it too.
-  if ((argc == 1 && getpid() == 1) || (argc > 1 && std::strcmp(argv[1], "__guest-init") == 0)) {
+  // initramfs) as PID 1, with no arguments but the command line's words
+  // that are no kernel parameter; `__guest-init [CONFIG]` names it too.
+  const bool kernel_init = getpid() == 1 && (argc == 1 || std::strcmp(argv[0], "/init") == 0);
+  if (kernel_init || (argc > 1 && std::strcmp(argv[1], "__guest-init") == 0)) {
     std::string config = "/" + std::string(openshell::vm::initramfs::kConfigPath);
-    if (argc > 2) config = argv[2];
+    if (!kernel_init && argc > 2) config = argv[2];
     return openshell::runtime::guest::run_as_pid1(config);
   }
   std::vector<std::string> words = openshell::process_name::role_arguments(argc, argv);
