@@ -89,6 +89,21 @@ TEST(GuestKernelConfig, NoModulesAndNoOtherDrivers) {
   EXPECT_EQ(fragment.find("CONFIG_MODULES=y"), std::string::npos);
 }
 
+TEST(GuestKernelConfig, WithoutTheSourceTheScriptSaysWhatToInstall) {
+  std::string out;
+  FILE* p = popen(("OSH_LINUX_SOURCE=/nonexistent/linux.tar.xz " + kScript +
+                   " /nonexistent/out 2>&1; echo \"exit $?\"")
+                      .c_str(),
+                  "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  EXPECT_EQ(out, kScript +
+                     ": no kernel source at /nonexistent/linux.tar.xz: apt-get install "
+                     "linux-source-6.1 (or set OSH_LINUX_SOURCE)\nexit 1\n");
+}
+
 TEST(GuestKernelConfig, ABuiltKernelHasEveryCheckedOption) {
   const char* kernel = std::getenv("OSH_GUEST_KERNEL");
   if (!kernel || !*kernel) GTEST_SKIP() << "no built kernel: OSH_GUEST_KERNEL names one";
