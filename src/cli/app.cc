@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   // Last: the scripts describe the whole tree.
   add_completion_commands(app, &action);
   add_vmm_command(app, &action);
+  add_guest_commands(app, &action);
 
   if (argc == 1) {
     std::fputs(app.help().c_str(), stdout);

@@ -48,4 +48,7 @@ void add_status_command(CLI::App& app, Action* action);
 // The hidden `openshell __vmm`: one confined micro-VM.
 void add_vmm_command(CLI::App& app, Action* action);
 
+// The hidden `openshell __guest-initramfs`: a micro-VM's initramfs.
+void add_guest_commands(CLI::App& app, Action* action);
+
 }  // namespace openshell::cli

@@ -1,18 +1,31 @@
 // One binary, several roles: the command line, the gateway and supervisors
 // (started under names of their own: base/process_name.h), and the init of
 // a sandbox.
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "base/process_name.h"
 #include "cli/app.h"
+#include "runtime/guest_init.h"
 #include "runtime/init.h"
+#include "vm/initramfs.h"
 
 int main(int argc, char** argv) {
   // The init must start fast and touch nothing else of the program.
   if (argc > 1 && std::strcmp(argv[1], "__init") == 0)
     return openshell::runtime::init_main(argc, argv);
+  // The micro-VM's guest init: the kernel runs /init (this binary, from the
+  // initramfs) as PID 1, with no arguments but the command line's words
+  // that are no kernel parameter; `__guest-init [CONFIG]` names it too.
+  const bool kernel_init = getpid() == 1 && (argc == 1 || std::strcmp(argv[0], "/init") == 0);
+  if (kernel_init || (argc > 1 && std::strcmp(argv[1], "__guest-init") == 0)) {
+    std::string config = "/" + std::string(openshell::vm::initramfs::kConfigPath);
+    if (!kernel_init && argc > 2) config = argv[2];
+    return openshell::runtime::guest::run_as_pid1(config);
+  }
   std::vector<std::string> words = openshell::process_name::role_arguments(argc, argv);
   if (words.empty()) return openshell::cli::main(argc, argv);
   std::vector<char*> role_argv;

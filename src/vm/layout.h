@@ -55,6 +55,10 @@ inline constexpr uint32_t kSerialIrq = 4;
 inline constexpr uint32_t kFirstDeviceIrq = 5;
 inline constexpr uint16_t kSerialPort = 0x3f8;  // COM1
 
+// The vsock port the guest init serves (runtime/guest_init.h; the guest's
+// configuration names it), on the guest's CID (virtio_vsock::kGuestCid).
+inline constexpr uint32_t kGuestInitPort = 1024;
+
 inline constexpr uint64_t mmio_window(uint32_t index) { return kMmioStart + index * kMmioWindow; }
 inline constexpr uint32_t device_irq(uint32_t index) { return kFirstDeviceIrq + index; }
 

@@ -1,0 +1,510 @@
+#include "runtime/guest_init.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/vm_sockets.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/reboot.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "base/files.h"
+#include "base/text.h"
+#include "base/unique_fd.h"
+#include "runtime/caps.h"
+#include "runtime/init_protocol.h"
+#include "runtime/seccomp.h"
+
+namespace openshell::runtime::guest {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+bool known_type(uint8_t t) {
+  switch (static_cast<FrameType>(t)) {
+    case FrameType::kExec:
+    case FrameType::kStdin:
+    case FrameType::kEof:
+    case FrameType::kKill:
+    case FrameType::kStarted:
+    case FrameType::kStdout:
+    case FrameType::kStderr:
+    case FrameType::kExited:
+    case FrameType::kFailed:
+      return true;
+  }
+  return false;
+}
+
+// All of data to a socket (no SIGPIPE) or any other fd.
+bool send_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == ENOTSOCK) return files::write_all(fd, data);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+bool send_frame(int fd, FrameType type, std::string_view bytes) {
+  return send_all(fd, encode_frame(type, bytes));
+}
+
+// Child side, between fork and exec: async-signal-safe enough for a
+// single-threaded parent (the guest init is one).
+[[noreturn]] void exec_child(const ExecRequest& request, const Config& config,
+                             const Confinement& confinement, int status_fd) {
+  auto fail = [status_fd](int err) {
+    ssize_t ignored = write(status_fd, &err, sizeof err);
+    (void)ignored;
+    _exit(exit_code::kFailure);
+  };
+  setsid();
+  signal(SIGPIPE, SIG_DFL);
+  if (chdir(request.workdir.empty() ? "/" : request.workdir.c_str()) != 0) fail(errno);
+  uint32_t uid = request.user ? request.user->uid : config.uid;
+  uint32_t gid = request.user ? request.user->gid : config.gid;
+  // Root (the guest init is) drops every capability, the bounding set's
+  // too, as a container sandbox's processes do; an ordinary user has none.
+  bool drop = confinement.drop_capabilities && geteuid() == 0;
+  ChildFailure failure;
+  if (drop && !caps::drop_bounding(0, confinement.last_cap, &failure))
+    fail(failure.err ? failure.err : EPERM);
+  if (gid != getgid() || uid != getuid()) {
+    if (setgroups(0, nullptr) != 0 && errno != EPERM) fail(errno);
+    if (setresgid(gid, gid, gid) != 0) fail(errno);
+    if (setresuid(uid, uid, uid) != 0) fail(errno);
+  }
+  if (drop && !caps::set_final(0, confinement.last_cap, &failure))
+    fail(failure.err ? failure.err : EPERM);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(errno);
+  if (confinement.seccomp) {
+    if (!seccomp::install(seccomp::default_program(), &failure))
+      fail(failure.err ? failure.err : EPERM);
+  }
+  const std::vector<std::string>& env_list = request.env.empty() ? config.env : request.env;
+  std::vector<char*> argv;
+  for (const std::string& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> env;
+  std::string path = kDefaultPath;
+  for (const std::string& e : env_list) {
+    env.push_back(const_cast<char*>(e.c_str()));
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  }
+  env.push_back(nullptr);
+  const std::string& name = request.argv[0];
+  int err = ENOENT;
+  if (name.find('/') != std::string::npos) {
+    execve(name.c_str(), argv.data(), env.data());
+    err = errno;
+  } else {
+    size_t start = 0;
+    while (start <= path.size()) {
+      size_t end = path.find(':', start);
+      if (end == std::string::npos) end = path.size();
+      std::string full = path.substr(start, end - start) + "/" + name;
+      execve(full.c_str(), argv.data(), env.data());
+      if (errno != ENOENT && errno != ENOTDIR) err = errno;
+      start = end + 1;
+    }
+  }
+  fail(err);
+}
+
+int status_of(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return exit_code::kFailure;
+}
+
+int fail_connection(int fd, int code, const std::string& message) {
+  send_frame(fd, FrameType::kFailed, std::to_string(code) + "\n" + message);
+  return code;
+}
+
+// Starts request; returns the pid, or -errno with the reason in *what.
+pid_t start(const ExecRequest& request, const Config& config, const Confinement& confinement,
+            int in_fd, int out_fd, int err_fd, int* start_errno) {
+  int status_pipe[2];
+  if (pipe2(status_pipe, O_CLOEXEC) != 0) {
+    *start_errno = errno;
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(status_pipe[0]);
+    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
+      int err = errno;
+      ssize_t ignored = write(status_pipe[1], &err, sizeof err);
+      (void)ignored;
+      _exit(exit_code::kFailure);
+    }
+    exec_child(request, config, confinement, status_pipe[1]);
+  }
+  close(status_pipe[1]);
+  if (pid < 0) {
+    *start_errno = errno;
+    close(status_pipe[0]);
+    return -1;
+  }
+  int err = 0;
+  ssize_t n;
+  do {
+    n = read(status_pipe[0], &err, sizeof err);
+  } while (n < 0 && errno == EINTR);
+  close(status_pipe[0]);
+  if (n == sizeof err) {
+    int ignored;
+    waitpid(pid, &ignored, 0);
+    *start_errno = err;
+    return -1;
+  }
+  return pid;
+}
+
+void mount_or_throw(const char* source, const char* target, const char* type, unsigned long flags,
+                    const char* data) {
+  mkdir(target, 0755);
+  if (mount(source, target, type, flags, data) != 0 && errno != EBUSY)
+    throw_errno(std::string("mount ") + type + " " + source + " on " + target);
+}
+
+void console_line(const std::string& line) {
+  std::string text = "openshell-guest: " + line + "\n";
+  files::write_all(2, text);
+}
+
+uint32_t id_field(const std::string& key, const json& value) {
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > UINT32_MAX)
+    throw Error("guest config: \"" + key + "\" must be a whole number from 0 to 4294967295");
+  return value.get<uint32_t>();
+}
+
+}  // namespace
+
+std::string encode_frame(FrameType type, std::string_view bytes) {
+  std::string out;
+  out.reserve(5 + bytes.size());
+  out.push_back(static_cast<char>(type));
+  uint32_t n = static_cast<uint32_t>(bytes.size());
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out.push_back(static_cast<char>((n >> shift) & 0xff));
+  out.append(bytes);
+  return out;
+}
+
+std::optional<Frame> take_frame(std::string* buffer) {
+  if (buffer->empty()) return std::nullopt;
+  uint8_t type = static_cast<uint8_t>((*buffer)[0]);
+  if (!known_type(type)) throw Error("guest stream: unknown frame type " + std::to_string(type));
+  if (buffer->size() < 5) return std::nullopt;
+  uint32_t n = 0;
+  for (int i = 1; i <= 4; ++i) n = (n << 8) | static_cast<uint8_t>((*buffer)[i]);
+  if (n > kMaxFrame)
+    throw Error("guest stream: a frame of " + std::to_string(n) + " bytes (the most is " +
+                std::to_string(kMaxFrame) + ")");
+  if (buffer->size() < 5 + static_cast<size_t>(n)) return std::nullopt;
+  Frame frame{static_cast<FrameType>(type), buffer->substr(5, n)};
+  buffer->erase(0, 5 + static_cast<size_t>(n));
+  return frame;
+}
+
+std::string encode_config(const Config& c) {
+  json j = {{"disk", c.disk},       {"layer", c.layer}, {"argv", c.argv}, {"env", c.env},
+            {"workdir", c.workdir}, {"uid", c.uid},     {"gid", c.gid},   {"port", c.port}};
+  return j.dump();
+}
+
+Config decode_config(std::string_view text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(std::string("guest config: not JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw Error("guest config: not a JSON object");
+  Config c;
+  try {
+    for (auto& [key, value] : j.items()) {
+      if (key == "disk")
+        c.disk = value.get<std::string>();
+      else if (key == "layer")
+        c.layer = value.get<std::string>();
+      else if (key == "argv")
+        c.argv = value.get<std::vector<std::string>>();
+      else if (key == "env")
+        c.env = value.get<std::vector<std::string>>();
+      else if (key == "workdir")
+        c.workdir = value.get<std::string>();
+      else if (key == "uid")
+        c.uid = id_field(key, value);
+      else if (key == "gid")
+        c.gid = id_field(key, value);
+      else if (key == "port")
+        c.port = id_field(key, value);
+      else
+        throw Error("guest config: unknown key \"" + key + "\"");
+    }
+  } catch (const json::exception& e) {
+    throw Error(std::string("guest config: wrong type: ") + e.what());
+  }
+  if (c.workdir.empty() || c.workdir[0] != '/')
+    throw Error("guest config: workdir must be absolute");
+  if (c.layer.size() && c.disk.empty()) throw Error("guest config: a layer without a disk");
+  return c;
+}
+
+int serve_connection(int fd, const Config& config, const Confinement& confinement) {
+  std::string in;
+  std::optional<Frame> first;
+  char buf[65536];
+  try {
+    while (!(first = take_frame(&in))) {
+      ssize_t n = read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return exit_code::kFailure;
+      in.append(buf, static_cast<size_t>(n));
+    }
+  } catch (const Error& e) {
+    return fail_connection(fd, exit_code::kFailure, e.what());
+  }
+  if (first->type != FrameType::kExec)
+    return fail_connection(fd, exit_code::kFailure, "guest stream: the first frame is not exec");
+  std::optional<ExecRequest> request = decode_exec(parse_message(first->bytes));
+  if (!request || request->argv.empty())
+    return fail_connection(fd, exit_code::kFailure, "guest stream: a malformed exec request");
+  if (request->tty) return fail_connection(fd, exit_code::kFailure, "guest stream: no tty yet");
+
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0) return fail_connection(fd, 125, errno_message("pipe", errno));
+  UniqueFd stdin_read(in_pipe[0]), stdin_write(in_pipe[1]);
+  if (pipe2(out_pipe, O_CLOEXEC) != 0)
+    return fail_connection(fd, 125, errno_message("pipe", errno));
+  UniqueFd stdout_read(out_pipe[0]), stdout_write(out_pipe[1]);
+  if (pipe2(err_pipe, O_CLOEXEC) != 0)
+    return fail_connection(fd, 125, errno_message("pipe", errno));
+  UniqueFd stderr_read(err_pipe[0]), stderr_write(err_pipe[1]);
+
+  int start_errno = 0;
+  pid_t pid = start(*request, config, confinement, stdin_read.get(), stdout_write.get(),
+                    stderr_write.get(), &start_errno);
+  stdin_read.reset();
+  stdout_write.reset();
+  stderr_write.reset();
+  if (pid < 0) {
+    int code = start_errno == ENOENT                               ? exit_code::kNotFound
+               : (start_errno == EACCES || start_errno == ENOEXEC) ? exit_code::kCannotExecute
+                                                                   : exit_code::kFailure;
+    return fail_connection(fd, code, errno_message(request->argv[0], start_errno));
+  }
+  send_frame(fd, FrameType::kStarted, std::to_string(pid));
+  fcntl(stdin_write.get(), F_SETFL, O_NONBLOCK);
+
+  std::string pending_stdin;
+  bool stdin_eof = false;
+  bool peer_open = true;
+  auto handle = [&](Frame& frame) {
+    switch (frame.type) {
+      case FrameType::kStdin:
+        if (!stdin_eof) pending_stdin += frame.bytes;
+        break;
+      case FrameType::kEof:
+        stdin_eof = true;
+        break;
+      case FrameType::kKill: {
+        auto sig = text::parse_uint(frame.bytes);
+        if (sig && *sig >= 1 && *sig <= 64) kill(-pid, static_cast<int>(*sig));
+        break;
+      }
+      default:
+        break;
+    }
+  };
+  try {
+    while (auto frame = take_frame(&in)) handle(*frame);
+  } catch (const Error&) {
+    peer_open = false;
+  }
+  while (stdout_read || stderr_read) {
+    if (stdin_write && stdin_eof && pending_stdin.empty()) stdin_write.reset();
+    pollfd fds[4];
+    int count = 0;
+    int peer_i = -1, stdin_i = -1, out_i = -1, err_i = -1;
+    if (peer_open) fds[peer_i = count++] = {fd, POLLIN, 0};
+    if (stdin_write && !pending_stdin.empty())
+      fds[stdin_i = count++] = {stdin_write.get(), POLLOUT, 0};
+    if (stdout_read) fds[out_i = count++] = {stdout_read.get(), POLLIN, 0};
+    if (stderr_read) fds[err_i = count++] = {stderr_read.get(), POLLIN, 0};
+    if (poll(fds, static_cast<nfds_t>(count), -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (peer_i >= 0 && fds[peer_i].revents) {
+      ssize_t n = read(fd, buf, sizeof buf);
+      if (n > 0) {
+        in.append(buf, static_cast<size_t>(n));
+        try {
+          while (auto frame = take_frame(&in)) handle(*frame);
+        } catch (const Error&) {
+          peer_open = false;
+        }
+      } else if (n == 0 || errno != EINTR) {
+        peer_open = false;
+      }
+      if (!peer_open) {
+        // The host is gone: nobody reads the output any more.
+        kill(-pid, SIGKILL);
+        stdin_write.reset();
+      }
+    }
+    if (stdin_i >= 0 && fds[stdin_i].revents) {
+      ssize_t n = write(stdin_write.get(), pending_stdin.data(), pending_stdin.size());
+      if (n > 0)
+        pending_stdin.erase(0, static_cast<size_t>(n));
+      else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        pending_stdin.clear();
+        stdin_write.reset();
+      }
+    }
+    for (auto [index, pipe, type] : {std::tuple{out_i, &stdout_read, FrameType::kStdout},
+                                     std::tuple{err_i, &stderr_read, FrameType::kStderr}}) {
+      if (index < 0 || !fds[index].revents) continue;
+      ssize_t n = read(pipe->get(), buf, sizeof buf);
+      if (n > 0) {
+        if (peer_open && !send_frame(fd, type, std::string_view(buf, static_cast<size_t>(n)))) {
+          peer_open = false;
+          kill(-pid, SIGKILL);
+        }
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        pipe->reset();
+      }
+    }
+  }
+  int wait_status = 0;
+  while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+  }
+  int status = status_of(wait_status);
+  if (peer_open) send_frame(fd, FrameType::kExited, std::to_string(status));
+  return status;
+}
+
+void serve_forever(int listener, const Config& config, const Confinement& confinement) {
+  signal(SIGCHLD, SIG_IGN);  // the connections' processes are reaped by the kernel
+  for (;;) {
+    int conn = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+      _exit(exit_code::kFailure);
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+      signal(SIGCHLD, SIG_DFL);
+      close(listener);
+      _exit(serve_connection(conn, config, confinement) == 0 ? 0 : 1);
+    }
+    close(conn);
+  }
+}
+
+int run_as_pid1(const std::string& config_path) {
+  try {
+    mount_or_throw("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+    mount_or_throw("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
+    mount_or_throw("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+    // Without /dev/console in the initramfs the kernel gave init no stdio.
+    if (fcntl(1, F_GETFD) < 0) {
+      int console = open("/dev/console", O_RDWR);
+      for (int fd = 0; console >= 0 && fd < 3; ++fd)
+        if (fd != console) dup2(console, fd);
+      if (console > 2) close(console);
+    }
+    Config config = decode_config(files::read(config_path));
+    if (!config.disk.empty()) {
+      mount_or_throw(config.disk.c_str(), "/mnt/lower", "ext4", MS_RDONLY | MS_NODEV, nullptr);
+      if (config.layer.empty())
+        mount_or_throw("tmpfs", "/mnt/layer", "tmpfs", MS_NODEV, "mode=0755");
+      else
+        mount_or_throw(config.layer.c_str(), "/mnt/layer", "ext4", MS_NODEV, nullptr);
+      mkdir("/mnt/layer/upper", 0755);
+      mkdir("/mnt/layer/work", 0700);
+      mount_or_throw("overlay", "/mnt/root", "overlay", MS_NODEV,
+                     "lowerdir=/mnt/lower,upperdir=/mnt/layer/upper,workdir=/mnt/layer/work");
+      for (const char* dir : {"/proc", "/sys", "/dev"}) {
+        std::string target = std::string("/mnt/root") + dir;
+        mkdir(target.c_str(), 0755);
+        if (mount(dir, target.c_str(), nullptr, MS_MOVE, nullptr) != 0)
+          throw_errno(std::string("move ") + dir + " to " + target);
+      }
+      // The initramfs cannot be pivoted away from: move the new root over
+      // it and enter it (what switch_root does).
+      if (chdir("/mnt/root") != 0) throw_errno("chdir /mnt/root");
+      if (mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) throw_errno("move the root to /");
+      if (chroot(".") != 0 || chdir("/") != 0) throw_errno("enter the sandbox's root");
+    }
+    signal(SIGPIPE, SIG_IGN);
+    Confinement confinement;
+    pid_t main_pid = -1;
+    if (!config.argv.empty()) {
+      ExecRequest request;
+      request.argv = config.argv;
+      request.workdir = config.workdir;
+      int start_errno = 0;
+      main_pid = start(request, config, confinement, 0, 1, 2, &start_errno);
+      if (main_pid < 0) throw_errno("start " + config.argv[0], start_errno);
+    }
+    if (config.port != 0) {
+      pid_t server = fork();
+      if (server == 0) {
+        UniqueFd listener(socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        sockaddr_vm addr{};
+        addr.svm_family = AF_VSOCK;
+        addr.svm_cid = VMADDR_CID_ANY;
+        addr.svm_port = config.port;
+        if (!listener ||
+            bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+            listen(listener.get(), 16) != 0) {
+          console_line(errno_message("vsock port " + std::to_string(config.port), errno));
+          _exit(exit_code::kFailure);
+        }
+        serve_forever(listener.get(), config, confinement);
+      }
+    }
+    for (;;) {
+      int wait_status = 0;
+      pid_t pid = wait(&wait_status);
+      if (pid < 0 && errno == ECHILD && main_pid < 0) pause();
+      if (pid == main_pid && main_pid > 0) {
+        console_line("the main process exited with status " +
+                     std::to_string(status_of(wait_status)));
+        sync();
+        reboot(RB_POWER_OFF);
+        return exit_code::kFailure;
+      }
+    }
+  } catch (const Error& e) {
+    console_line(e.what());
+    sync();
+    reboot(RB_POWER_OFF);
+    return exit_code::kFailure;
+  }
+}
+
+}  // namespace openshell::runtime::guest

@@ -1,0 +1,96 @@
+// The micro-VM's guest init: `openshell __guest-init`, PID 1 in the guest.
+// It mounts /proc, /sys and /dev, the image's disk (read-only) and the
+// sandbox's writable layer, an overlay of the two, moves into it, starts the
+// main process and serves the host's requests on a vsock port.
+//
+// The channel is a byte stream (vsock carries no file descriptors), so the
+// init's exec request (runtime/init_protocol.h's encode_exec) travels in a
+// frame, and the command's stdin, stdout, stderr and exit travel beside it:
+//
+//   frame: TYPE (1 byte) LENGTH (4 bytes, big-endian, at most kMaxFrame) BYTES
+//   host -> guest   exec (first, once: encode_exec's bytes), stdin, eof, kill
+//   guest -> host   started (the pid), stdout, stderr, then exited (the status,
+//                   128+N for signal N) or failed (CODE "\n" MESSAGE) last
+//
+// One connection is one command. serve_connection() is the whole server
+// side of one, over any stream fd: the tests drive it over a socket pair.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/caps.h"
+
+namespace openshell::runtime::guest {
+
+inline constexpr uint32_t kMaxFrame = 1024 * 1024;
+
+enum class FrameType : uint8_t {
+  kExec = 1,
+  kStdin = 2,
+  kEof = 3,
+  kKill = 4,
+  kStarted = 16,
+  kStdout = 17,
+  kStderr = 18,
+  kExited = 19,
+  kFailed = 20,
+};
+
+struct Frame {
+  FrameType type = FrameType::kExec;
+  std::string bytes;
+};
+
+std::string encode_frame(FrameType type, std::string_view bytes);
+
+// Takes one whole frame off the front of *buffer. nullopt: more bytes are
+// needed. Throws Error for a frame over kMaxFrame or of an unknown type.
+std::optional<Frame> take_frame(std::string* buffer);
+
+// The guest's configuration (/etc/openshell-guest.json in the initramfs).
+struct Config {
+  std::string disk;               // the image's disk ("/dev/vda"); empty: stay in the initramfs
+  std::string layer;              // the writable layer ("/dev/vdb"); empty: a tmpfs upper layer
+  std::vector<std::string> argv;  // the main process; empty: none
+  std::vector<std::string> env;
+  std::string workdir = "/";
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t port = 0;  // the vsock port served; 0: none
+  bool operator==(const Config&) const = default;
+};
+
+std::string encode_config(const Config& config);
+// Throws Error("guest config: ...") naming what is wrong.
+Config decode_config(std::string_view json_text);
+
+// How each command the init starts is confined, as a container sandbox's:
+// no capabilities (bounding set included) when the init is root,
+// no_new_privs, the default seccomp profile.
+struct Confinement {
+  bool seccomp = true;
+  bool drop_capabilities = true;
+  int last_cap = caps::last_cap();  // read before fork: the child allocates nothing for it
+};
+
+// Serves one command on fd (a connected stream socket): reads its exec
+// frame, runs it with pipes for stdin, stdout and stderr, relays them, and
+// ends with exited or failed. Returns the command's status (or the failure's
+// code). Never throws for what the peer sends: a malformed frame is a
+// failed frame and the end of the connection.
+int serve_connection(int fd, const Config& config, const Confinement& confinement);
+
+// Accepts connections on listener (a listening stream socket: vsock in the
+// guest) and serves each in a process of its own, forever. For a process of
+// its own (PID 1 forks one): it ignores SIGCHLD.
+[[noreturn]] void serve_forever(int listener, const Config& config, const Confinement& confinement);
+
+// PID 1: everything above, then waits for the main process, and powers the
+// guest off when it ends. Returns only on failure (the exit code).
+int run_as_pid1(const std::string& config_path);
+
+}  // namespace openshell::runtime::guest
