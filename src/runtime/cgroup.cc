@@ -257,11 +257,13 @@ int CgroupSet::oom_kills() const {
 }
 
 void CgroupSet::remove() noexcept {
-  // Tasks of a sandbox that just ended may still be leaving the cgroup.
+  // Tasks of a sandbox that just ended may still be leaving the cgroup: on
+  // a loaded machine that has taken more than a second. Wait up to 10 s
+  // (as the reaper does for an owner that died), then say what is left.
   for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) {
-    for (int attempt = 0; attempt < 200; ++attempt) {
+    for (int attempt = 0;; ++attempt) {
       if (::rmdir(it->c_str()) == 0 || errno == ENOENT) break;
-      if (errno != EBUSY) {
+      if (errno != EBUSY || attempt == 2000) {
         log::warn(errno_message("remove cgroup " + *it, errno));
         break;
       }
