@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -56,26 +57,6 @@ std::map<std::string, std::string> State::vars() const {
 }
 
 namespace {
-
-json layer_json(const image::LayerBlob& l) {
-  return {{"diff_id", l.diff_id},
-          {"digest", l.digest},
-          {"size", l.size},
-          {"tar_size", l.tar_size},
-          {"content_bytes", l.content_bytes},
-          {"entries", l.entries}};
-}
-
-image::LayerBlob layer_of(const json& j) {
-  image::LayerBlob l;
-  l.diff_id = j.at("diff_id").get<std::string>();
-  l.digest = j.at("digest").get<std::string>();
-  l.size = j.at("size").get<uint64_t>();
-  l.tar_size = j.value("tar_size", uint64_t{0});
-  l.content_bytes = j.value("content_bytes", uint64_t{0});
-  l.entries = j.value("entries", uint64_t{0});
-  return l;
-}
 
 // A cache entry, parsed; nullopt when missing or unreadable.
 std::optional<json> cache_entry(const image::Store& store, const std::string& key) {
@@ -317,7 +298,20 @@ int build_image(const Options& o) {
       continue;
     }
 
-    // A layer step.
+    // A layer step: reused from the cache under `key`, or made and cached.
+    auto reuse_or_make = [&](const std::function<image::LayerBlob()>& make) {
+      if (auto hit = o.no_cache ? std::nullopt : cached_layer(store, key, &history.created)) {
+        ++cached;
+        print.line("--> cached");
+        return *hit;
+      }
+      image::LayerBlob made = make();
+      history.created = time::format_ns(time::now_ns());
+      image::cache_store(store, key,
+                         json{{"layer", layer_json(made)}, {"created", history.created}}.dump());
+      print.line("--> done in " + format_seconds(std::chrono::steady_clock::now() - started));
+      return made;
+    };
     image::LayerBlob layer;
     if (in.name == "RUN") {
       std::vector<std::string> argv = in.exec_form ? in.exec_args : state.shell;
@@ -327,21 +321,14 @@ int build_image(const Options& o) {
       extra +=
           text::join(env, "\n") + "\nuser=" + state.user() + "\nworkdir=" + state.working_dir();
       key = image::step_key(key, in.text(), extra);
-      auto hit = o.no_cache ? std::nullopt : cached_layer(store, key, &history.created);
-      if (hit) {
-        layer = *hit;
-        ++cached;
-        print.line("--> cached");
-      } else {
-        int status = run_step(ws, state, argv, what + " (" + in.text() + ")", &layer);
+      layer = reuse_or_make([&] {
+        image::LayerBlob made;
+        int status = run_step(ws, state, argv, what + " (" + in.text() + ")", &made);
         if (status != 0)
           throw Error(what + " (" + in.text() + ") failed: exit status " + std::to_string(status),
                       kStepFailed);
-        history.created = time::format_ns(time::now_ns());
-        image::cache_store(store, key,
-                           json{{"layer", layer_json(layer)}, {"created", history.created}}.dump());
-        print.line("--> done in " + format_seconds(std::chrono::steady_clock::now() - started));
-      }
+        return made;
+      });
     } else {  // COPY, ADD
       if (words.size() < 2)
         throw image::ContainerfileError(place + ": needs a source and a destination");
@@ -372,18 +359,7 @@ int build_image(const Options& o) {
         if (in.flags.count("chown"))
           std::tie(uid, gid) = chown_ids(store, state, in.flags.at("chown"), place);
         key = image::step_key(key, shown, staged.digest);
-        auto hit = o.no_cache ? std::nullopt : cached_layer(store, key, &history.created);
-        if (hit) {
-          layer = *hit;
-          ++cached;
-          print.line("--> cached");
-        } else {
-          layer = add_staged_layer(ws, staged.dir, uid, gid, place);
-          history.created = time::format_ns(time::now_ns());
-          image::cache_store(
-              store, key, json{{"layer", layer_json(layer)}, {"created", history.created}}.dump());
-          print.line("--> done in " + format_seconds(std::chrono::steady_clock::now() - started));
-        }
+        layer = reuse_or_make([&] { return add_staged_layer(ws, staged.dir, uid, gid, place); });
       } catch (...) {
         remove_staged();
         throw;

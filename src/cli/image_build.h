@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "image/compose.h"
 #include "image/containerfile.h"
 #include "image/dockerignore.h"
@@ -77,6 +79,12 @@ std::string apply_config(const image::Instruction& in, const std::vector<std::st
 
 // path against dir (the working directory so far), normalized.
 std::string join_path(const std::string& dir, const std::string& path);
+
+// A layer as the step cache's entries and the user namespace's layer
+// writer carry it. layer_of throws nlohmann::json::exception when a field
+// is missing or of the wrong type.
+nlohmann::json layer_json(const image::LayerBlob& layer);
+image::LayerBlob layer_of(const nlohmann::json& j);
 
 // A RUN: runs it over the state's layers and adds its layer; returns the
 // command's exit status (0: *layer is set).

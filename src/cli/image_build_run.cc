@@ -94,15 +94,6 @@ void store_blob(const image::Store& store, const std::string& dir, const std::st
   store.keep_blob(blob_path, blob.digest);
 }
 
-nlohmann::json blob_json(const image::LayerBlob& l) {
-  return {{"diff_id", l.diff_id},
-          {"digest", l.digest},
-          {"size", l.size},
-          {"tar_size", l.tar_size},
-          {"content_bytes", l.content_bytes},
-          {"entries", l.entries}};
-}
-
 // Writes `dir` as a layer to out_fd from a user namespace with this user's
 // id map, as root of it: there the files the sandbox made as its other ids
 // (subordinate ones on the host) are readable, and their owners read as
@@ -128,7 +119,7 @@ image::LayerBlob write_in_user_namespace(int dir_fd, int out_fd, const std::stri
       try {
         image::LayerBlob blob =
             image::write_layer({{"/proc/self/fd/" + std::to_string(dir_fd), ""}}, out_fd, {}, what);
-        answer = blob_json(blob).dump();
+        answer = layer_json(blob).dump();
         code = 0;
       } catch (const std::exception& e) {
         answer = e.what();
@@ -171,14 +162,7 @@ image::LayerBlob write_in_user_namespace(int dir_fd, int out_fd, const std::stri
     throw Error(answer.empty() ? what + ": the layer's writer failed" : answer);
   auto j = nlohmann::json::parse(answer, nullptr, false);
   if (j.is_discarded()) throw Error(what + ": the layer's writer answered nonsense");
-  image::LayerBlob blob;
-  blob.diff_id = j.at("diff_id").get<std::string>();
-  blob.digest = j.at("digest").get<std::string>();
-  blob.size = j.at("size").get<uint64_t>();
-  blob.tar_size = j.at("tar_size").get<uint64_t>();
-  blob.content_bytes = j.at("content_bytes").get<uint64_t>();
-  blob.entries = j.at("entries").get<uint64_t>();
-  return blob;
+  return layer_of(j);
 }
 
 // Writes dir (as the sandbox left it) as a layer into the store.
@@ -235,6 +219,26 @@ class OutputPump {
 };
 
 }  // namespace
+
+nlohmann::json layer_json(const image::LayerBlob& l) {
+  return {{"diff_id", l.diff_id},
+          {"digest", l.digest},
+          {"size", l.size},
+          {"tar_size", l.tar_size},
+          {"content_bytes", l.content_bytes},
+          {"entries", l.entries}};
+}
+
+image::LayerBlob layer_of(const nlohmann::json& j) {
+  image::LayerBlob l;
+  l.diff_id = j.at("diff_id").get<std::string>();
+  l.digest = j.at("digest").get<std::string>();
+  l.size = j.at("size").get<uint64_t>();
+  l.tar_size = j.at("tar_size").get<uint64_t>();
+  l.content_bytes = j.at("content_bytes").get<uint64_t>();
+  l.entries = j.at("entries").get<uint64_t>();
+  return l;
+}
 
 int run_step(const Workspace& ws, const State& state, const std::vector<std::string>& argv,
              const std::string& what, image::LayerBlob* layer) {
