@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 
 #include "harness.h"
+#include "image_helpers.h"
 
 using testing::HasSubstr;
 using testing::Not;
@@ -22,40 +23,10 @@ using testing::Not;
 namespace e2e {
 namespace {
 
-struct Shell {
-  int status;
-  std::string out;
-};
-
-Shell sh(const std::string& command) {
-  Shell r{-1, ""};
-  FILE* p = ::popen(("(" + command + ") 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
-
-std::string q(const std::string& s) { return "'" + s + "'"; }
-
-// The busybox image as an OCI layout directory, built once.
-const std::string& busybox_layout() {
-  static std::string layout = [] {
-    std::string dir = scratch() + "/build-busybox-layout";
-    const char* script = std::getenv("OSH_IMAGE_SCRIPT");
-    std::string s = script && *script ? script : "rootfs-tools/build-busybox-image";
-    Shell r = sh(q(s) + " " + q(dir) + " >/dev/null && chmod -R a+rX " + q(dir));
-    if (r.status != 0) {
-      std::fprintf(stderr, "e2e: %s failed: %s\n", s.c_str(), r.out.c_str());
-      return std::string();
-    }
-    return dir;
-  }();
-  return layout;
-}
+using image_helpers::busybox_layout;
+using image_helpers::q;
+using image_helpers::sh;
+using image_helpers::Shell;
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;

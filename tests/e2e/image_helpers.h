@@ -1,6 +1,6 @@
-// Small helpers of the image push and sandbox commit tests: shell commands
-// as root, a docker-registry on loopback that logs its requests, and the
-// busybox image as an OCI layout.
+// Small helpers of the image tests (pull, build, push, commit): shell
+// commands as root, loopback ports, a docker-registry on loopback that logs
+// its requests, and the busybox image as an OCI layout, built once a run.
 #pragma once
 
 #include <fcntl.h>
@@ -124,7 +124,7 @@ inline const std::string& busybox_layout() {
     const char* script_env = std::getenv("OSH_IMAGE_SCRIPT");
     std::string script =
         script_env && *script_env ? script_env : "rootfs-tools/build-busybox-image";
-    std::string dir = scratch() + "/push-busybox-layout";
+    std::string dir = scratch() + "/busybox-layout";
     Shell r = sh(q(script) + " " + q(dir) + " >/dev/null && chmod -R a+rX " + q(dir));
     if (r.status != 0) {
       std::fprintf(stderr, "e2e: %s failed: %s\n", script.c_str(), r.out.c_str());

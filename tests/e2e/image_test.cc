@@ -23,6 +23,7 @@
 #include <gmock/gmock.h>
 
 #include "harness.h"
+#include "image_helpers.h"
 
 using testing::ContainsRegex;
 using testing::EndsWith;
@@ -33,36 +34,17 @@ using testing::StartsWith;
 namespace e2e {
 namespace {
 
+using image_helpers::busybox_layout;
+using image_helpers::field_of;
+using image_helpers::free_port;
+using image_helpers::q;
+using image_helpers::sh;
+using image_helpers::Shell;
+using image_helpers::wait_listening;
+
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
-}
-
-// A shell command as root (the test process); its stdout, and its status.
-struct Shell {
-  int status;
-  std::string out;
-};
-Shell sh(const std::string& command) {
-  Shell r{-1, ""};
-  FILE* p = ::popen(("(" + command + ") 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
-
-std::string q(const std::string& s) { return "'" + s + "'"; }
-
-// The string value of "key" in (pretty-printed) JSON text; "" when absent.
-std::string field_of(const std::string& json, const std::string& key) {
-  auto pos = json.find("\"" + key + "\": \"");
-  if (pos == std::string::npos) return "";
-  pos += key.size() + 5;
-  return json.substr(pos, json.find('"', pos) - pos);
 }
 
 // How many names a space-separated list holds.
@@ -75,33 +57,6 @@ size_t count_words(const std::string& list) {
     in_word = !space;
   }
   return n;
-}
-
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-bool wait_listening(uint16_t port, int ms) {
-  for (int i = 0; i < ms / 20; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (ok) return true;
-    ::usleep(20000);
-  }
-  return false;
 }
 
 // A background server process, killed (and waited for) on destruction.
@@ -138,20 +93,6 @@ class Process {
 // ---- shared fixtures: built once, as root, readable by the test users --------
 
 // The busybox image as an OCI layout directory.
-const std::string& busybox_layout() {
-  static std::string layout = [] {
-    std::string dir = scratch() + "/busybox-layout";
-    std::string script = env_or("OSH_IMAGE_SCRIPT", "rootfs-tools/build-busybox-image");
-    Shell r = sh(q(script) + " " + q(dir) + " >/dev/null && chmod -R a+rX " + q(dir));
-    if (r.status != 0) {
-      std::fprintf(stderr, "e2e: %s failed: %s\n", script.c_str(), r.out.c_str());
-      return std::string();
-    }
-    return dir;
-  }();
-  return layout;
-}
-
 // A copy of the busybox layout changed by a shell snippet run in it ($L is
 // the layout; umoci and skopeo are there to use).
 // With gc, blobs nothing names any more are removed (umoci checks every
