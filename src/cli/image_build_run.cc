@@ -2,10 +2,8 @@
 // writable layer a directory of the store's tmp/ that becomes the step's
 // layer once the command has succeeded.
 #include <fcntl.h>
-#include <linux/sched.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +25,7 @@
 #include "runtime/cleanup.h"
 #include "runtime/container.h"
 #include "runtime/host_ids.h"
+#include "runtime/id_map_exec.h"
 #include "runtime/private_paths.h"
 #include "spec/container_spec.h"
 
@@ -100,66 +99,31 @@ void store_blob(const image::Store& store, const std::string& dir, const std::st
 // the sandbox saw them. For an ordinary user only (root reads everything,
 // and maps ids itself).
 image::LayerBlob write_in_user_namespace(int dir_fd, int out_fd, const std::string& what) {
-  namespaces::IdMap map = namespaces::plan_id_map_for_host(namespaces::current_identity(), 0, 0);
-  Pipe go = Pipe::create();
-  Pipe result = Pipe::create();
-  clone_args args{};
-  args.flags = CLONE_NEWUSER;
-  args.exit_signal = SIGCHLD;
-  long pid = ::syscall(SYS_clone3, &args, sizeof args);
-  if (pid < 0) throw_errno("clone a user namespace to write " + what);
-  if (pid == 0) {
-    // A fork of a process with one thread: it may allocate.
-    go.write.reset();
-    result.read.reset();
-    char byte;
-    std::string answer;
-    int code = 1;
-    if (::read(go.read.get(), &byte, 1) == 1) {
-      try {
-        image::LayerBlob blob =
-            image::write_layer({{"/proc/self/fd/" + std::to_string(dir_fd), ""}}, out_fd, {}, what);
-        answer = layer_json(blob).dump();
-        code = 0;
-      } catch (const std::exception& e) {
-        answer = e.what();
-      }
-    } else {
-      answer = what + ": no id map for the layer's writer";
-    }
-    size_t off = 0;
-    while (off < answer.size()) {
-      ssize_t n = ::write(result.write.get(), answer.data() + off, answer.size() - off);
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
-    ::_exit(code);
-  }
-  go.read.reset();
-  result.write.reset();
-  std::string failure;
-  try {
-    namespaces::apply_id_map(static_cast<pid_t>(pid), &map);
-    if (::write(go.write.get(), "g", 1) != 1)
-      failure = errno_message("start the layer's writer", errno);
-  } catch (const Error& e) {
-    failure = e.what();
-  }
-  go.write.reset();
   std::string answer;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(result.read.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    answer.append(buf, static_cast<size_t>(n));
-  }
-  int status = 0;
-  while (::waitpid(static_cast<pid_t>(pid), &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!failure.empty()) throw Error(failure);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw Error(answer.empty() ? what + ": the layer's writer failed" : answer);
+  const int status = runtime::run_in_caller_id_map(
+      0, 0, "the layer's writer for " + what,
+      [&](int result) {
+        // A fork of a process with one thread: it may allocate.
+        std::string text;
+        int code = 1;
+        try {
+          image::LayerBlob blob = image::write_layer(
+              {{"/proc/self/fd/" + std::to_string(dir_fd), ""}}, out_fd, {}, what);
+          text = layer_json(blob).dump();
+          code = 0;
+        } catch (const std::exception& e) {
+          text = e.what();
+        }
+        size_t off = 0;
+        while (off < text.size()) {
+          ssize_t n = ::write(result, text.data() + off, text.size() - off);
+          if (n <= 0) break;
+          off += static_cast<size_t>(n);
+        }
+        return code;
+      },
+      &answer, std::string::npos);
+  if (status != 0) throw Error(answer.empty() ? what + ": the layer's writer failed" : answer);
   auto j = nlohmann::json::parse(answer, nullptr, false);
   if (j.is_discarded()) throw Error(what + ": the layer's writer answered nonsense");
   return layer_of(j);
