@@ -365,17 +365,10 @@ TEST_P(ImageBuild, RunHasNoNetworkUnlessThePolicyAllowsIt) {
 }
 
 TEST_P(ImageBuild, InstallsADebianPackageFromALocalRepository) {
-  const char* base = std::getenv("OSH_BASE_LAYOUT");
-  if (!base || !*base)
+  if (image_helpers::base_layout_source().empty())
     GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds the Debian base image with "
                     "openshell image build-base --output)";
-  static const std::string readable = [&] {
-    std::string path = scratch() + "/build-base-image.tar";
-    std::error_code ec;
-    std::filesystem::copy_file(base, path, std::filesystem::copy_options::overwrite_existing, ec);
-    ::chmod(path.c_str(), 0644);
-    return ec ? std::string() : path;
-  }();
+  const std::string& readable = image_helpers::readable_base_layout();
   ASSERT_FALSE(readable.empty());
   Result imp = os({"image", "import", readable, "debian"});
   ASSERT_EQ(imp.status, 0) << imp.err;

@@ -7,12 +7,14 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -133,6 +135,30 @@ inline const std::string& busybox_layout() {
     return dir;
   }();
   return layout;
+}
+
+// The Debian base image's layout (OSH_BASE_LAYOUT), copied once a run into
+// the scratch directory: it may lie where the test users cannot read it (a
+// clone under a 0700 /root). "" when the variable is unset or the copy
+// fails; base_layout_source() says which.
+inline const std::string& base_layout_source() {
+  static const std::string source = [] {
+    const char* v = std::getenv("OSH_BASE_LAYOUT");
+    return std::string(v && *v ? v : "");
+  }();
+  return source;
+}
+inline const std::string& readable_base_layout() {
+  static const std::string readable = [] {
+    if (base_layout_source().empty()) return std::string();
+    std::string path = scratch() + "/base-image.tar";
+    std::error_code ec;
+    std::filesystem::copy_file(base_layout_source(), path,
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    ::chmod(path.c_str(), 0644);
+    return ec ? std::string() : path;
+  }();
+  return readable;
 }
 
 // The string value of "key" in pretty-printed JSON text; "" when absent.

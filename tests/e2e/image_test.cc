@@ -911,20 +911,12 @@ TEST_P(Images, AnImageLargerThanTheUnpackedBoundIsRefused) {
 }
 
 TEST_P(Images, DefaultBaseImageRunsPython) {
-  const std::string base = env_or("OSH_BASE_LAYOUT", "");
-  if (base.empty())
+  if (image_helpers::base_layout_source().empty())
     GTEST_SKIP() << "OSH_BASE_LAYOUT is not set (scripts/test builds it with openshell image "
                     "build-base --output)";
-  // The layout may lie where the test users cannot read it (a clone under a
-  // 0700 /root): one copy in the scratch directory serves every mode.
-  static const std::string readable = [&] {
-    std::string path = scratch() + "/base-image.tar";
-    std::error_code ec;
-    std::filesystem::copy_file(base, path, std::filesystem::copy_options::overwrite_existing, ec);
-    ::chmod(path.c_str(), 0644);
-    return ec ? std::string() : path;
-  }();
-  ASSERT_FALSE(readable.empty()) << "cannot copy " << base << " into " << scratch();
+  const std::string& readable = image_helpers::readable_base_layout();
+  ASSERT_FALSE(readable.empty()) << "cannot copy " << image_helpers::base_layout_source()
+                                 << " into " << scratch();
   Options slow;
   slow.timeout_s = 300;
   Result imp = os({"image", "import", readable, "base"}, slow);
