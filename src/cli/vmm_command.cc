@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -36,7 +37,8 @@ int exit_status(const vm::VmEnd& end) {
     case vm::EndReason::kHalted:
       return 0;
     case vm::EndReason::kStopped:
-      return 128 + stop_signal.load();
+      // No signal: the supervisor closed the channel, which stops the VM as SIGTERM does.
+      return 128 + (stop_signal.load() != 0 ? stop_signal.load() : SIGTERM);
     case vm::EndReason::kTripleFault:
     case vm::EndReason::kError:
     case vm::EndReason::kRunning:
@@ -64,13 +66,45 @@ void add_vmm_command(CLI::App& app, Action* action) {
       ->check(CLI::IsMember({"real", "long"}));
   c->add_option("--memory", spec->memory_mib, "Guest memory in MiB (even)")->default_val(256);
   c->add_option("--vcpus", spec->vcpus, "vCPUs")->default_val(1)->check(CLI::Range(1, 64));
+  auto disks = std::make_shared<std::vector<std::string>>();
+  auto read_only_disks = std::make_shared<std::vector<std::string>>();
+  CLI::Option* disk_option =
+      c->add_option("--disk", *disks,
+                    "A virtio-blk disk over FILE, read and written (repeatable: /dev/vda, "
+                    "/dev/vdb, ... in the order given with --disk-ro)")
+          ->type_name("FILE")
+          ->allow_extra_args(false);
+  CLI::Option* read_only_option =
+      c->add_option("--disk-ro", *read_only_disks,
+                    "A read-only virtio-blk disk over FILE (VIRTIO_BLK_F_RO; repeatable)")
+          ->type_name("FILE")
+          ->allow_extra_args(false);
+  c->add_option("--channel-fd", spec->channel_fd,
+                "The VMM's end of the supervisor's SOCK_SEQPACKET channel: adds a virtio-vsock "
+                "device (guest CID 3); the VM stops when the other end closes")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--host-port", spec->host_ports,
+                "A vsock port the host listens on: each guest connection to it is passed up the "
+                "channel (repeatable; needs --channel-fd)")
+      ->allow_extra_args(false);
   c->footer(
-      "Opens /dev/kvm, builds the VM, then confines itself for good: its own namespaces, an empty "
-      "root, no capabilities, no_new_privs, a seccomp filter per thread. Exits 0 when the guest "
-      "resets or powers off, 2 when it ends in a triple fault or an error (the reason on stderr), "
-      "128+N when stopped by signal N (SIGTERM, SIGINT), 125 when it cannot start. See "
+      "Opens /dev/kvm, the disks and builds the VM, then confines itself for good: its own "
+      "namespaces, an empty root, no capabilities, no_new_privs, a seccomp filter per thread, "
+      "SIGKILL when its parent dies. Exits 0 when the guest resets or powers off, 2 when it ends "
+      "in a triple fault or an error (the reason on stderr), 128+N when stopped by signal N "
+      "(SIGTERM, SIGINT), 143 when the channel's other end closes, 125 when it cannot start. See "
       "docs/vm.md.");
-  c->callback([spec, entry, action] {
+  c->callback([spec, entry, action, c, disk_option, read_only_option, disks, read_only_disks] {
+    // The disks in the order given, whichever of the two options named each.
+    spec->disks.clear();
+    size_t next_disk = 0;
+    size_t next_read_only = 0;
+    for (const CLI::Option* option : c->parse_order()) {
+      if (option == disk_option && next_disk < disks->size())
+        spec->disks.push_back({(*disks)[next_disk++], false});
+      else if (option == read_only_option && next_read_only < read_only_disks->size())
+        spec->disks.push_back({(*read_only_disks)[next_read_only++], true});
+    }
     *action = [spec, entry] {
       spec->flat_mode = *entry == "real" ? vm::CpuEntry::Mode::kReal : vm::CpuEntry::Mode::kLong;
       spec->serial_fd = 1;

@@ -4,6 +4,7 @@
 #include <linux/capability.h>
 #include <linux/seccomp.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -95,6 +96,7 @@ void drop_capabilities() {
 }  // namespace
 
 void confine_process() {
+  const pid_t parent = ::getppid();
   const uid_t uid = ::geteuid();
   const gid_t gid = ::getegid();
   if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0)
@@ -106,6 +108,11 @@ void confine_process() {
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) throw_errno("confining the VMM: PR_SET_DUMPABLE");
   empty_root();
   drop_capabilities();
+  // The VMM dies with its parent (the supervisor, or whoever ran __vmm):
+  // set after every change of credentials, which would clear it.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+    throw_errno("confining the VMM: PR_SET_PDEATHSIG");
+  if (::getppid() != parent) throw Error("confining the VMM: its parent is gone");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) throw_errno("confining the VMM: no_new_privs");
 }
 

@@ -4,7 +4,8 @@
 //      that needs a path, a capability or a new file descriptor);
 //   2. confine_process(): its own user (mapped to one id), mount, network, IPC
 //      and UTS namespaces, not dumpable, an empty read-only root, no capabilities,
-//      no_new_privs (the process must still be single-threaded);
+//      SIGKILL when its parent dies, no_new_privs (the process must still be
+//      single-threaded);
 //   3. Vm::start(), each vCPU thread installing the vCPU filter first
 //      (VmOptions::on_vcpu_thread = vcpu_thread_hook()), each device thread
 //      the device filter;

@@ -55,6 +55,20 @@ size_t VirtioVsock::connection_count() const {
 // and the device's own calls all pass MSG_DONTWAIT.
 UniqueFd VirtioVsock::connect(uint32_t guest_port) {
   std::lock_guard lock(mutex_);
+  return connect_locked(guest_port);
+}
+
+std::string VirtioVsock::connect_later(uint32_t guest_port, Connected done) {
+  std::lock_guard lock(mutex_);
+  if (!running()) return "virtio-vsock: the guest's driver is not running";
+  if (pending_connects_.size() >= kMaxConnections)
+    return "virtio-vsock: " + std::to_string(kMaxConnections) + " connections are waiting";
+  pending_connects_.emplace_back(guest_port, std::move(done));
+  kick();
+  return "";
+}
+
+UniqueFd VirtioVsock::connect_locked(uint32_t guest_port) {
   if (!running()) throw Error("virtio-vsock: the guest's driver is not running");
   if (connections_.size() >= kMaxConnections)
     throw Error("virtio-vsock: " + std::to_string(kMaxConnections) + " connections are open");
@@ -118,6 +132,8 @@ void VirtioVsock::close(uint32_t host_port, uint32_t guest_port) {
 }
 
 void VirtioVsock::device_reset() {
+  for (auto& [port, done] : pending_connects_) done(UniqueFd(), "the guest reset its vsock device");
+  pending_connects_.clear();
   connections_.clear();
   by_fd_.clear();
   control_.clear();
@@ -141,6 +157,18 @@ void VirtioVsock::queue_notified(uint16_t queue_index) {
 }
 
 void VirtioVsock::device_event() {
+  while (!pending_connects_.empty()) {
+    auto [port, done] = std::move(pending_connects_.front());
+    pending_connects_.pop_front();
+    UniqueFd fd;
+    std::string error;
+    try {
+      fd = connect_locked(port);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    done(std::move(fd), error);
+  }
   epoll_event events[32];
   int n = ::epoll_wait(epoll_.get(), events, 32, 0);
   for (int i = 0; i < n; ++i) {

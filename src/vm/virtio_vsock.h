@@ -79,6 +79,14 @@ class VirtioVsock : public VirtioMmio {
   // A connection to the guest's `port`. The fd reads end of file if the
   // guest refuses it. Throws Error when the guest's driver is not running.
   UniqueFd connect(uint32_t guest_port);
+  // connect() done on the device's own thread, for a caller whose seccomp
+  // filter lets it make no socket (the VMM's main thread serving its
+  // channel). Returns "" once queued, or why not (the guest's driver is not
+  // running). `done` is called later with the device locked, as Accept is:
+  // on the device's thread with the fd, or with no fd and why not (there, or
+  // on a vCPU thread when the guest resets the device meanwhile).
+  using Connected = std::function<void(UniqueFd host_end, const std::string& error)>;
+  std::string connect_later(uint32_t guest_port, Connected done);
   size_t connection_count() const;
 
  protected:
@@ -109,6 +117,7 @@ class VirtioVsock : public VirtioMmio {
   };
   using Key = std::pair<uint32_t, uint32_t>;  // host port, guest port
 
+  UniqueFd connect_locked(uint32_t guest_port);
   void process_tx();
   void process_rx();
   void handle_packet(const virtio_vsock::Header& header, const Chain& chain);
@@ -130,6 +139,7 @@ class VirtioVsock : public VirtioMmio {
   std::map<Key, Connection> connections_;
   std::map<int, Key> by_fd_;
   std::deque<virtio_vsock::Header> control_;  // waiting for rx buffers
+  std::deque<std::pair<uint32_t, Connected>> pending_connects_;
   uint32_t next_port_ = 49152;
 };
 
