@@ -6,10 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -219,6 +223,48 @@ TEST_F(VirtioVsockTest, TheHostConnectsToAGuestPort) {
   while (data.size() < 3 && receive(packet))
     if (packet.header.op == kOpRw) data += packet.payload;
   EXPECT_EQ(data, "xyz");
+}
+
+// connect_later: the socket is made on the device's thread (the VMM's main
+// thread may make none), and the fd handed to the callback.
+TEST_F(VirtioVsockTest, AConnectLaterIsMadeOnTheDevicesThread) {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  UniqueFd host;
+  std::string error = "not called";
+  std::thread::id caller;
+  ASSERT_EQ(device_->connect_later(7003,
+                                   [&](UniqueFd fd, const std::string& why) {
+                                     std::lock_guard lock(mutex);
+                                     host = std::move(fd);
+                                     error = why;
+                                     caller = std::this_thread::get_id();
+                                     done_cv.notify_all();
+                                   }),
+            "");
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(
+        done_cv.wait_for(lock, std::chrono::seconds(30), [&] { return error != "not called"; }));
+  }
+  EXPECT_EQ(error, "");
+  ASSERT_TRUE(host);
+  EXPECT_NE(caller, std::this_thread::get_id());
+  Packet request;
+  ASSERT_TRUE(receive(request));
+  EXPECT_EQ(request.header.op, kOpRequest);
+  EXPECT_EQ(request.header.dst_port, 7003u);
+  send(header(kOpResponse, 7003, request.header.src_port));
+  send(header(kOpRw, 7003, request.header.src_port, 2), "hi");
+  EXPECT_EQ(read_host(host.get(), 2), "hi");
+}
+
+TEST_F(VirtioVsockTest, AConnectLaterBeforeTheDriverIsReadyIsRefusedAtOnce) {
+  driver_->set(virtio_mmio::kStatus, 0);
+  bool called = false;
+  EXPECT_EQ(device_->connect_later(1, [&](UniqueFd, const std::string&) { called = true; }),
+            "virtio-vsock: the guest's driver is not running");
+  EXPECT_FALSE(called);
 }
 
 TEST_F(VirtioVsockTest, AGuestThatRefusesTheHostsConnectionGivesTheHostEndOfFile) {
