@@ -48,7 +48,10 @@ const ThreadRules& rules(Thread thread) {
   // is opened or closed, no socket touched, no other KVM ioctl.
   static const ThreadRules vcpu{"vcpu", common(), {"mmap", "mprotect"}, {KVM_RUN}};
   // The main thread waits for the VM's end and joins the vCPU threads;
-  // it polls the descriptors it already holds.
+  // it polls the descriptors it already holds, and serves the channel to
+  // the supervisor (runner.cc): recvmsg and sendmsg on it, the fds passed
+  // up then closed, an eventfd read. It makes no socket: a connect's pair
+  // is made on the vsock device's thread (VirtioVsock::connect_later).
   static const ThreadRules main{"main",
                                 with(common(), {"close", "ppoll", "poll", "epoll_wait",
                                                 "epoll_pwait", "epoll_ctl", "recvmsg", "sendmsg"}),
