@@ -119,7 +119,8 @@ std::optional<Message> decode(std::string_view text, std::string* why) {
   return bad(why, "unknown verb " + quoted(verb));
 }
 
-std::string send(int channel, std::string_view text, int fd_to_pass) {
+std::string send(int channel, std::string_view text, int fd_to_pass, bool* would_block) {
+  if (would_block) *would_block = false;
   if (text.size() > kMaxMessage) return "a message of " + std::to_string(text.size()) + " bytes";
   iovec iov{const_cast<char*>(text.data()), text.size()};
   msghdr msg{};
@@ -136,8 +137,12 @@ std::string send(int channel, std::string_view text, int fd_to_pass) {
     std::memcpy(CMSG_DATA(cmsg), &fd_to_pass, sizeof(int));
   }
   for (;;) {
-    const ssize_t n = ::sendmsg(channel, &msg, MSG_NOSIGNAL);
+    const ssize_t n = ::sendmsg(channel, &msg, MSG_NOSIGNAL | (would_block ? MSG_DONTWAIT : 0));
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      *would_block = true;
+      return "";
+    }
     if (n < 0) return errno_message("sendmsg", errno);
     if (static_cast<size_t>(n) != text.size()) return "sendmsg: a short datagram";
     return "";

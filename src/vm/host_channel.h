@@ -58,8 +58,10 @@ std::optional<Message> decode(std::string_view text, std::string* why);
 
 // Sends one datagram: `text` with `fd_to_pass` attached when it is >= 0.
 // Returns "" or why not ("sendmsg: Broken pipe"); EPIPE and ECONNRESET mean
-// the peer is gone.
-std::string send(int channel, std::string_view text, int fd_to_pass = -1);
+// the peer is gone. With `would_block`, the send does not wait: a full
+// channel sets *would_block and returns "" with nothing sent.
+std::string send(int channel, std::string_view text, int fd_to_pass = -1,
+                 bool* would_block = nullptr);
 
 struct Datagram {
   std::string text;

@@ -80,23 +80,29 @@ class Outbox {
     ssize_t ignored = ::write(wake_.get(), &one, sizeof one);
     (void)ignored;
   }
-  // Sends what is queued; returns "" or why the channel failed.
+  // Sends what is queued until the channel is full (pending() then says
+  // so); returns "" or why the channel failed.
   std::string flush(int channel) {
     uint64_t count = 0;
     ssize_t ignored = ::read(wake_.get(), &count, sizeof count);
     (void)ignored;
-    for (;;) {
-      Item item;
-      {
-        std::lock_guard lock(mutex_);
-        if (queue_.empty()) return "";
-        item = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      // The fd passed is the supervisor's now; this copy closes with item.
-      if (std::string why = host_channel::send(channel, item.text, item.fd.get()); !why.empty())
+    std::lock_guard lock(mutex_);
+    while (!queue_.empty()) {
+      // A supervisor that does not read must not wedge the main thread (a
+      // stop must still be seen): the send does not wait.
+      bool full = false;
+      const Item& item = queue_.front();
+      if (std::string why = host_channel::send(channel, item.text, item.fd.get(), &full);
+          !why.empty())
         return why;
+      if (full) return "";
+      queue_.pop_front();  // the fd passed is the supervisor's now; this copy closes
     }
+    return "";
+  }
+  bool pending() const {
+    std::lock_guard lock(mutex_);
+    return !queue_.empty();
   }
 
  private:
@@ -105,7 +111,7 @@ class Outbox {
     UniqueFd fd;
   };
   UniqueFd wake_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::deque<Item> queue_;
 };
 
@@ -252,13 +258,15 @@ VmEnd run_confined(const RunSpec& spec) {
       VmEnd end = vm->wait(20);
       if (end.reason != EndReason::kRunning) return end;
     } else {
-      pollfd fds[2] = {{spec.channel_fd, POLLIN, 0}, {outbox->wake_fd(), POLLIN, 0}};
+      const bool pending = outbox->pending();
+      pollfd fds[2] = {{spec.channel_fd, static_cast<short>(POLLIN | (pending ? POLLOUT : 0)), 0},
+                       {outbox->wake_fd(), POLLIN, 0}};
       if (::poll(fds, 2, 20) < 0 && errno != EINTR) {
         log::warn(errno_message("the VMM's channel: poll", errno));
         vm->stop();
         return vm->end();
       }
-      if (fds[1].revents & POLLIN) {
+      if ((fds[1].revents & POLLIN) || (fds[0].revents & POLLOUT)) {
         if (const std::string why = outbox->flush(spec.channel_fd); !why.empty()) {
           // The supervisor is gone: no VMM is left running without it.
           vm->stop();

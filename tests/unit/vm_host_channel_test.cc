@@ -218,5 +218,22 @@ TEST(VmHostChannel, ThePeersCloseIsSeenAndSendingThenFails) {
   EXPECT_EQ(send(pair.vmm.get(), std::string(300, 'x')), "a message of 300 bytes");
 }
 
+TEST(VmHostChannel, ASendThatMustNotWaitSaysTheChannelIsFull) {
+  Pair pair = seqpacket_pair();
+  ASSERT_TRUE(pair.vmm && pair.supervisor);
+  bool full = false;
+  int sent = 0;
+  while (sent < 100000) {
+    ASSERT_EQ(send(pair.vmm.get(), "connected 1", -1, &full), "");
+    if (full) break;
+    ++sent;
+  }
+  EXPECT_TRUE(full);
+  EXPECT_GT(sent, 0);
+  // What was sent is all there, whole datagrams.
+  Datagram got = receive(pair.supervisor.get());
+  EXPECT_EQ(got.text, "connected 1");
+}
+
 }  // namespace
 }  // namespace openshell::vm::host_channel
