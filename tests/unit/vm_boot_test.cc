@@ -2,6 +2,9 @@
 // and hostile files, and what lands in guest memory.
 #include <asm/bootparam.h>
 #include <elf.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,6 +21,7 @@
 #include "vm/boot.h"
 #include "vm/guest_memory.h"
 #include "vm/layout.h"
+#include "vm/runner.h"
 #include "vm_guest.h"
 
 namespace openshell::vm::boot {
@@ -322,6 +326,54 @@ TEST(VmBoot, ACraftedPvhVmlinuxRunsFromItsProtectedModeEntryWithStartInfo) {
   const auto result = testing::run_prepared(*kvm, std::move(memory), entry, {}, "pvh_entry");
   EXPECT_EQ(result.serial, "console=hvc0 loader=pvh\n");
   EXPECT_EQ(result.end.reason, EndReason::kGuestReset) << result.end.detail;
+}
+
+// run_confined (in a child: it confines itself) gives a Linux guest each
+// device's window on its command line: the disks in order, then vsock.
+TEST(VmBoot, TheRunnerPutsEveryDevicesWindowOnTheKernelsCommandLine) {
+  OSH_REQUIRE_KVM(kvm);
+  const Bytes code = testing::read_guest("bzimage_entry");
+  Bytes file = crafted_bzimage();
+  file.resize(1024);
+  file.insert(file.end(), code.begin(), code.end());
+  ::openshell::testing::TempDir dir;
+  auto write = [](const std::string& path, const Bytes& bytes) {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+  };
+  write(dir / "bzImage", file);
+  write(dir / "a.img", Bytes(4096));
+  write(dir / "b.img", Bytes(4096));
+  int channel[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel), 0);
+  int serial[2];
+  ASSERT_EQ(::pipe2(serial, O_CLOEXEC), 0);
+  auto report = ::openshell::testing::run_in_child([&](::openshell::testing::ChildWriter& out) {
+    RunSpec spec;
+    spec.kernel = dir / "bzImage";
+    spec.cmdline = "console=ttyS0";
+    spec.memory_mib = 16;
+    spec.disks = {{dir / "a.img", false}, {dir / "b.img", true}};
+    spec.channel_fd = channel[1];
+    spec.serial_fd = serial[1];
+    try {
+      out.say(std::string("end ") + end_reason_name(run_confined(spec).reason));
+    } catch (const Error& e) {
+      out.say(std::string("error ") + e.what());
+    }
+  });
+  ::close(serial[1]);
+  ::close(channel[1]);
+  std::string printed;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(serial[0], buffer, sizeof buffer)) > 0;) printed.append(buffer, n);
+  ::close(serial[0]);
+  ::close(channel[0]);
+  EXPECT_EQ(report.text, "end guest reset\n");
+  EXPECT_EQ(printed,
+            "console=ttyS0 virtio_mmio.device=4K@0xd0000000:5 virtio_mmio.device=4K@0xd0001000:6 "
+            "virtio_mmio.device=4K@0xd0002000:7\n");
 }
 
 // The fuzzer's corpus, replayed on every build: its two seeds load, and
