@@ -88,7 +88,7 @@ void add_vmm_command(CLI::App& app, Action* action) {
                 "channel (repeatable; needs --channel-fd)")
       ->allow_extra_args(false);
   c->footer(
-      "Opens /dev/kvm, the disks and builds the VM, then confines itself for good: its own "
+      "Opens the disks and /dev/kvm, builds the VM, then confines itself for good: its own "
       "namespaces, an empty root, no capabilities, no_new_privs, a seccomp filter per thread, "
       "SIGKILL when its parent dies. Exits 0 when the guest resets or powers off, 2 when it ends "
       "in a triple fault or an error (the reason on stderr), 128+N when stopped by signal N "
