@@ -45,6 +45,15 @@ std::vector<uint8_t> read_whole(const std::string& path, const char* what) {
   return bytes;
 }
 
+// Linux's name for the i-th virtio disk, "vda" to "vdz", then "vdaa": the
+// disk's GET_ID answer.
+std::string disk_name(size_t index) {
+  std::string letters;
+  for (size_t i = index + 1; i > 0; i = (i - 1) / 26)
+    letters.insert(letters.begin(), static_cast<char>('a' + (i - 1) % 26));
+  return "vd" + letters;
+}
+
 UniqueFd open_disk(const RunSpec::Disk& disk) {
   const int fd = ::open(disk.path.c_str(), (disk.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
   if (fd < 0) throw_errno("disk " + disk.path);
@@ -225,8 +234,7 @@ VmEnd run_confined(const RunSpec& spec) {
   std::vector<std::unique_ptr<VirtioMmio>> devices;
   for (size_t i = 0; i < disk_fds.size(); ++i)
     devices.push_back(std::make_unique<VirtioBlk>(vm->memory(), std::move(disk_fds[i]),
-                                                  spec.disks[i].read_only,
-                                                  std::string("vd") + static_cast<char>('a' + i)));
+                                                  spec.disks[i].read_only, disk_name(i)));
   VirtioVsock* vsock = nullptr;
   if (spec.channel_fd >= 0) {
     outbox = std::make_unique<Outbox>();
@@ -280,7 +288,7 @@ VmEnd run_confined(const RunSpec& spec) {
           vm->stop();
           return vm->end();
         }
-        if (!datagram.text.empty() || !datagram.problem.empty())
+        if (!datagram.text.empty() || datagram.fd || !datagram.problem.empty())
           serve(std::move(datagram), *vsock, *outbox);
       }
       VmEnd end = vm->wait(0);
