@@ -29,10 +29,11 @@ std::vector<std::string_view> split(std::string_view text, size_t at_most) {
   return words;
 }
 
-// Decimal digits only: no sign, no spaces, nothing past the type's range.
+// Decimal digits only, as encode() writes them: no sign, no spaces, no
+// leading zero, nothing past the type's range.
 template <typename T>
 bool number(std::string_view word, T& out) {
-  if (word.empty() || word.size() > 20) return false;
+  if (word.empty() || word.size() > 20 || (word.size() > 1 && word[0] == '0')) return false;
   for (char c : word)
     if (c < '0' || c > '9') return false;
   const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), out);
