@@ -525,15 +525,11 @@ int supervise_main(pid_t main_pid, int status_fd, bool reap_all) {
       timeout = timeout < 0 ? left_ms : std::min(timeout, left_ms);
     }
     int ready = poll(fds, count, timeout);
-    if (ready < 0 && errno != EINTR) {
-      if (count == 0) pause();
-      continue;
-    }
     if (kill_at != Clock::time_point::max() && Clock::now() >= kill_at) {
       kill(-main_pid, SIGKILL);
       kill_at = Clock::time_point::max();
     }
-    if (ready <= 0 || !peer_open || !(fds[0].revents)) continue;
+    if (ready <= 0 || !peer_open || !(fds[0].revents)) continue;  // EINTR included
     char buf[512];
     ssize_t n = read(status_fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
