@@ -32,6 +32,8 @@ bool write_all(int fd, std::string_view data);
 void write_atomically(const std::string& path, std::string_view bytes, unsigned mode = 0600);
 
 bool exists(const std::string& path);
+// A symlink's target; "" when path is none or cannot be read.
+std::string read_link(const std::string& path);
 bool is_directory(const std::string& path);
 
 // Canonical absolute path; throws Error("WHAT PATH: reason").

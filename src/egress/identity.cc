@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/directory.h"
+#include "base/exe_credit.h"
 #include "base/files.h"
 #include "base/log.h"
 #include "base/text.h"
@@ -156,52 +157,6 @@ Reply parse_reply(std::string_view bytes, uint32_t sequence, const TcpEnd& local
 
 namespace {
 
-std::string readlink_string(const std::string& path) {
-  char buf[4096];
-  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
-  if (n <= 0) return {};
-  return std::string(buf, static_cast<size_t>(n));
-}
-
-// The socket inode of 127.0.0.1:client -> 127.0.0.1:server in /proc/PID/net/tcp.
-uint64_t proc_socket_inode(pid_t pid, uint16_t client_port, uint16_t server_port) {
-  auto table = files::try_read("/proc/" + std::to_string(pid) + "/net/tcp");
-  if (!table) return 0;
-  char local[32], remote[32];
-  std::snprintf(local, sizeof local, "0100007F:%04X", client_port);
-  std::snprintf(remote, sizeof remote, "0100007F:%04X", server_port);
-  for (const auto& line : text::split(*table, '\n')) {
-    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-    std::vector<std::string> fields;
-    for (const auto& f : text::split(text::trim(line), ' '))
-      if (!f.empty()) fields.push_back(f);
-    if (fields.size() < 10 || fields[1] != local || fields[2] != remote) continue;
-    return text::parse_uint(fields[9]).value_or(0);
-  }
-  return 0;
-}
-
-// Whether one of the process's fds is `wanted` ("socket:[INODE]"). The
-// links are read relative to the fd directory: a lookup of one name, not of
-// a whole /proc path, for each. Each entry read counts against *budget;
-// false with *budget 0 when it ran out before the last.
-bool holds_socket(pid_t pid, std::string_view wanted, size_t* budget) {
-  UniqueFd dir(
-      ::open(("/proc/" + std::to_string(pid) + "/fd").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir) return false;
-  bool found = false;
-  files::for_each_entry(dir.get(), [&](const char* name, unsigned char) {
-    if (*budget == 0) return false;
-    --*budget;
-    char link[64];
-    ssize_t n = ::readlinkat(dir.get(), name, link, sizeof link);
-    found = n == static_cast<ssize_t>(wanted.size()) &&
-            std::memcmp(link, wanted.data(), wanted.size()) == 0;
-    return !found;
-  });
-  return found;
-}
-
 // init and its descendants, through /proc/PID/task/TID/children; each
 // thread read counts against *budget.
 std::vector<pid_t> sandbox_processes(pid_t init_pid, size_t* budget) {
@@ -221,102 +176,9 @@ std::vector<pid_t> sandbox_processes(pid_t init_pid, size_t* budget) {
   return out;
 }
 
-std::string without_deleted(std::string path) {
-  const std::string deleted = " (deleted)";
-  if (path.size() > deleted.size() &&
-      path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
-    path.resize(path.size() - deleted.size());
-  return path;
-}
-
-// The process's real and effective uid, as the host numbers them.
-std::vector<uid_t> uids_of(pid_t pid) {
-  auto status = files::try_read("/proc/" + std::to_string(pid) + "/status");
-  std::vector<uid_t> out;
-  if (!status) return out;
-  for (const auto& line : text::split(*status, '\n')) {
-    if (line.rfind("Uid:", 0) != 0) continue;
-    for (const auto& word : text::split(line.substr(4), '\t'))
-      if (auto uid = text::parse_uint(text::trim(word))) out.push_back(static_cast<uid_t>(*uid));
-  }
-  return out;
-}
-
-// Why the file at `path` in the process's root (or its directory) is one
-// the process could have written; "" when it could not.
-std::string writable_by(pid_t pid, const std::string& path, const std::vector<uid_t>& uids) {
-  UniqueFd root(
-      ::open(("/proc/" + std::to_string(pid) + "/root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!root) return "its root cannot be opened";
-  for (std::string p = path; p.size() > 1; p = p.substr(0, std::max<size_t>(p.rfind('/'), 1))) {
-    open_how how{};
-    how.flags = O_PATH | O_CLOEXEC;
-    how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS;
-    UniqueFd fd(
-        static_cast<int>(::syscall(SYS_openat2, root.get(), p.c_str() + 1, &how, sizeof how)));
-    struct stat st {};
-    if (!fd || ::fstat(fd.get(), &st) != 0) return p + " cannot be examined";
-    if (st.st_mode & (S_IWGRP | S_IWOTH)) return p + " is group- or world-writable";
-    if (std::find(uids.begin(), uids.end(), st.st_uid) != uids.end())
-      return p + " belongs to the process's user";
-    if (p == path && !S_ISREG(st.st_mode)) return p + " is not a regular file";
-    if (p != path) break;  // the file and the directory holding it
-  }
-  return {};
-}
-
-// When the process started (clock ticks since boot, /proc/PID/stat's 22nd
-// field): with the pid, it names one process, not a later one with the same
-// number.
-uint64_t start_time(pid_t pid) {
-  auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return 0;
-  size_t paren = stat->rfind(')');  // the name may hold spaces and parentheses
-  if (paren == std::string::npos) return 0;
-  auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
-  return fields.size() > 19 ? text::parse_uint(fields[19]).value_or(0) : 0;
-}
-
 Caller caller_of(pid_t pid, bool examine) {
-  Caller caller;
-  caller.pid = pid;
-  const std::string base = "/proc/" + std::to_string(pid);
-  // A deleted or replaced binary reads "PATH (deleted)".
-  caller.exe = without_deleted(readlink_string(base + "/exe"));
-  if (caller.exe.empty()) return caller;
-  if (!examine) {
-    caller.untrusted = "it was not examined (no rule named binaries when it connected)";
-    return caller;
-  }
-  auto environ = files::try_read(base + "/environ");
-  if (!environ) {
-    caller.untrusted = "its environment cannot be read";
-    return caller;
-  }
-  caller.untrusted = credit::environment_problem(*environ);
-  if (!caller.untrusted.empty()) return caller;
-  auto maps = files::try_read(base + "/maps");
-  if (!maps) {
-    caller.untrusted = "its memory map cannot be read";
-    return caller;
-  }
-  std::optional<std::vector<uid_t>> uids;  // read when a library needs them
-  std::vector<std::string> checked;
-  for (const auto& path : credit::executable_files(*maps)) {
-    if (path == caller.exe || std::find(checked.begin(), checked.end(), path) != checked.end())
-      continue;
-    if (!credit::library_path_allowed(path, caller.exe)) {
-      caller.untrusted = "code mapped from " + path;
-      return caller;
-    }
-    if (!uids) uids = uids_of(pid);
-    if (auto why = writable_by(pid, path, *uids); !why.empty()) {
-      caller.untrusted = "code mapped from " + path + ", and " + why;
-      return caller;
-    }
-    checked.push_back(path);
-  }
-  return caller;
+  credit::Judgement judged = credit::judge(pid, examine);
+  return Caller{pid, std::move(judged.exe), std::move(judged.untrusted)};
 }
 
 }  // namespace
@@ -419,7 +281,8 @@ uint64_t CallerFinder::inode_of(const TcpEnd& client, const TcpEnd& proxy) {
     give_up_sock_diag(why);
   }
   if (!warned_) give_up_sock_diag("no NETLINK_SOCK_DIAG socket in the sandbox's network namespace");
-  return proc_socket_inode(init_pid_, client.port, proxy.port);
+  auto table = files::try_read("/proc/" + std::to_string(init_pid_) + "/net/tcp");
+  return table ? credit::loopback_socket_inode(*table, client.port, proxy.port) : 0;
 }
 
 void CallerFinder::give_up_sock_diag(const std::string& why) {
@@ -449,14 +312,15 @@ Holders CallerFinder::holders(const TcpEnd& client, const TcpEnd& proxy, size_t 
   for (pid_t pid : pids) {
     if (budget == 0) break;
     --budget;
-    const std::pair<pid_t, uint64_t> process{pid, start_time(pid)};
+    const std::pair<pid_t, uint64_t> process{pid, credit::start_time(pid)};
     out.seen.push_back(process);
     if (incremental && std::binary_search(since->seen.begin(), since->seen.end(), process)) {
       bool held = false;
       for (const auto& c : since->processes) held = held || c.pid == pid;
       if (!held) continue;
     }
-    if (holds_socket(pid, wanted, &budget)) out.processes.push_back(caller_of(pid, examine));
+    if (credit::holds_socket(pid, wanted, &budget))
+      out.processes.push_back(caller_of(pid, examine));
   }
   out.budget_exceeded = budget == 0;
   if (out.budget_exceeded) out.seen.clear();
@@ -469,65 +333,6 @@ Caller CallerFinder::find(const TcpEnd& client, const TcpEnd& proxy) {
   Holders found = holders(client, proxy);
   return found.processes.empty() ? Caller{} : found.processes.back();
 }
-
-namespace credit {
-
-std::string environment_problem(std::string_view environ_bytes) {
-  for (const auto& entry : text::split(environ_bytes, '\0')) {
-    for (const char* name : {"LD_PRELOAD=", "LD_AUDIT="}) {
-      const size_t n = std::strlen(name);
-      if (entry.size() > n && entry.compare(0, n, name) == 0)
-        return std::string(name, n - 1) + " in its environment";
-    }
-  }
-  return {};
-}
-
-std::vector<std::string> executable_files(std::string_view maps) {
-  std::vector<std::string> out;
-  for (const auto& line : text::split(maps, '\n')) {
-    // address perms offset dev inode pathname
-    std::vector<std::string> fields;
-    size_t at = 0;
-    for (int i = 0; i < 5 && at < line.size(); ++i) {
-      size_t start = line.find_first_not_of(' ', at);
-      if (start == std::string::npos) break;
-      size_t end = line.find(' ', start);
-      fields.push_back(
-          line.substr(start, end == std::string::npos ? std::string::npos : end - start));
-      at = end == std::string::npos ? line.size() : end;
-    }
-    if (fields.size() < 5 || fields[1].size() < 3 || fields[1][2] != 'x' || fields[4] == "0")
-      continue;
-    size_t path = line.find_first_not_of(' ', at);
-    out.push_back(path == std::string::npos ? std::string() : line.substr(path));
-  }
-  return out;
-}
-
-bool library_path_allowed(const std::string& path, const std::string& exe) {
-  if (path.empty() || path[0] != '/' || path.find("/../") != std::string::npos ||
-      path.find("/./") != std::string::npos)
-    return false;
-  const std::string deleted = " (deleted)";
-  if (path.size() > deleted.size() &&
-      path.compare(path.size() - deleted.size(), deleted.size(), deleted) == 0)
-    return false;
-  std::vector<std::string> dirs = {"/lib/",       "/lib32/",     "/lib64/",        "/usr/lib/",
-                                   "/usr/lib32/", "/usr/lib64/", "/usr/local/lib/"};
-  // PREFIX/bin/NAME: PREFIX/lib and PREFIX/lib64 are its own.
-  size_t name = exe.rfind('/');
-  if (name != std::string::npos && name >= 4 && exe.compare(name - 4, 4, "/bin") == 0 && name > 4) {
-    std::string prefix = exe.substr(0, name - 4);
-    dirs.push_back(prefix + "/lib/");
-    dirs.push_back(prefix + "/lib64/");
-  }
-  for (const auto& dir : dirs)
-    if (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0) return true;
-  return false;
-}
-
-}  // namespace credit
 
 Caller examine_process(pid_t pid, bool examine) { return caller_of(pid, examine); }
 
@@ -543,7 +348,7 @@ std::string resolve_in_sandbox(pid_t init_pid, const std::string& path) {
       static_cast<int>(::syscall(SYS_openat2, root_fd.get(), relative.c_str(), &how, sizeof how)));
   if (!fd) return path;
   // The kernel names it as the sandbox sees it (its root is the mount's).
-  std::string resolved = readlink_string("/proc/self/fd/" + std::to_string(fd.get()));
+  std::string resolved = files::read_link("/proc/self/fd/" + std::to_string(fd.get()));
   return resolved.empty() ? path : resolved;
 }
 

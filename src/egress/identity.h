@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/exe_credit.h"
 #include "base/unique_fd.h"
 #include "egress/rules.h"
 
@@ -54,32 +55,8 @@ struct Holders {
 // milliseconds of a core at most (see docs/policy.md).
 inline constexpr size_t kIdentityBudget = 100000;
 
-// The rules for crediting a process as its executable (pure functions of
-// what /proc shows, so that they can be tested without processes):
-//
-//  - its environment asks the dynamic loader for other code: LD_PRELOAD or
-//    LD_AUDIT set (to anything but the empty string);
-//  - every file it has mapped executable is its executable itself, or a
-//    file under a library directory: /lib, /lib32, /lib64, /usr/lib,
-//    /usr/lib32, /usr/lib64, /usr/local/lib, and PREFIX/lib and PREFIX/lib64
-//    for an executable PREFIX/bin/NAME (the dynamic loader is among them);
-//    a mapping of a deleted file or a memfd is never one;
-//  - such a library, and the directory holding it, is not writable by the
-//    process: not group- or world-writable, not owned by its uid
-//    (checked by the caller, with the file in hand).
-// Anonymous executable memory (JIT compilers) is allowed: it is made by code
-// that is itself one of the above.
-namespace credit {
-// "LD_PRELOAD in its environment", or "" when neither is set.
-std::string environment_problem(
-    std::string_view environ_bytes);  // NUL-separated, as /proc shows it
-// The paths of file-backed executable mappings in a /proc/PID/maps text
-// (" (deleted)" kept as the kernel writes it).
-std::vector<std::string> executable_files(std::string_view maps);
-// Whether a mapped path is one a process of `exe` may run code from
-// (before the writability check).
-bool library_path_allowed(const std::string& path, const std::string& exe);
-}  // namespace credit
+// The rules for crediting a process as its executable: base/exe_credit.h
+// (credit::), shared with the micro-VM's guest init.
 
 // One end of a TCP connection.
 struct TcpEnd {

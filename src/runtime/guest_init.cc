@@ -10,12 +10,16 @@
 #include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +28,7 @@
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "runtime/caps.h"
+#include "runtime/guest_relay.h"
 #include "runtime/init_protocol.h"
 #include "runtime/seccomp.h"
 
@@ -127,12 +132,20 @@ bool send_frame(int fd, FrameType type, std::string_view bytes) {
     }
   }
   fail(err);
+  _exit(exit_code::kFailure);  // not reached: fail() exits
 }
 
 int status_of(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
   return exit_code::kFailure;
+}
+
+// The CLI's code for a command that could not start.
+int failure_code(int start_errno) {
+  return start_errno == ENOENT                               ? exit_code::kNotFound
+         : (start_errno == EACCES || start_errno == ENOEXEC) ? exit_code::kCannotExecute
+                                                             : exit_code::kFailure;
 }
 
 int fail_connection(int fd, int code, const std::string& message) {
@@ -228,8 +241,18 @@ std::optional<Frame> take_frame(std::string* buffer) {
 }
 
 std::string encode_config(const Config& c) {
-  json j = {{"disk", c.disk},       {"layer", c.layer}, {"argv", c.argv}, {"env", c.env},
-            {"workdir", c.workdir}, {"uid", c.uid},     {"gid", c.gid},   {"port", c.port}};
+  json j = {{"disk", c.disk},
+            {"layer", c.layer},
+            {"argv", c.argv},
+            {"env", c.env},
+            {"workdir", c.workdir},
+            {"uid", c.uid},
+            {"gid", c.gid},
+            {"port", c.port},
+            {"status_port", c.status_port},
+            {"egress_port", c.egress_port},
+            {"dns_port", c.dns_port},
+            {"hostname", c.hostname}};
   return j.dump();
 }
 
@@ -260,6 +283,14 @@ Config decode_config(std::string_view text) {
         c.gid = id_field(key, value);
       else if (key == "port")
         c.port = id_field(key, value);
+      else if (key == "status_port")
+        c.status_port = id_field(key, value);
+      else if (key == "egress_port")
+        c.egress_port = id_field(key, value);
+      else if (key == "dns_port")
+        c.dns_port = id_field(key, value);
+      else if (key == "hostname")
+        c.hostname = value.get<std::string>();
       else
         throw Error("guest config: unknown key \"" + key + "\"");
     }
@@ -269,6 +300,11 @@ Config decode_config(std::string_view text) {
   if (c.workdir.empty() || c.workdir[0] != '/')
     throw Error("guest config: workdir must be absolute");
   if (c.layer.size() && c.disk.empty()) throw Error("guest config: a layer without a disk");
+  // It goes into /etc/hosts and sethostname(2): a host name's letters only.
+  if (c.hostname.size() > 64 ||
+      c.hostname.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != std::string::npos)
+    throw Error("guest config: hostname must be at most 64 letters, digits, '-' and '.'");
   return c;
 }
 
@@ -310,10 +346,8 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
   stdout_write.reset();
   stderr_write.reset();
   if (pid < 0) {
-    int code = start_errno == ENOENT                               ? exit_code::kNotFound
-               : (start_errno == EACCES || start_errno == ENOEXEC) ? exit_code::kCannotExecute
-                                                                   : exit_code::kFailure;
-    return fail_connection(fd, code, errno_message(request->argv[0], start_errno));
+    return fail_connection(fd, failure_code(start_errno),
+                           errno_message(request->argv[0], start_errno));
   }
   send_frame(fd, FrameType::kStarted, std::to_string(pid));
   fcntl(stdin_write.get(), F_SETFL, O_NONBLOCK);
@@ -424,7 +458,140 @@ void serve_forever(int listener, const Config& config, const Confinement& confin
   }
 }
 
+std::string status_ready(pid_t pid) { return "ready " + std::to_string(pid) + "\n"; }
+
+std::string status_exit(int status) { return "exit " + std::to_string(status) + "\n"; }
+
+std::string status_failed(int code, std::string_view reason) {
+  std::string line = "failed " + std::to_string(code) + " ";
+  for (char c : reason) line.push_back(c == '\n' || c == '\r' ? ' ' : c);
+  return line + "\n";
+}
+
+pid_t start_main(const Config& config, const Confinement& confinement, int status_fd) {
+  if (config.argv.empty()) {
+    if (status_fd >= 0) send_all(status_fd, status_ready(0));
+    return 0;
+  }
+  ExecRequest request;
+  request.argv = config.argv;
+  request.workdir = config.workdir;
+  int start_errno = 0;
+  pid_t pid = start(request, config, confinement, 0, 1, 2, &start_errno);
+  if (pid < 0) {
+    std::string reason = errno_message("start " + config.argv[0], start_errno);
+    console_line(reason);
+    if (status_fd >= 0) send_all(status_fd, status_failed(failure_code(start_errno), reason));
+    return -1;
+  }
+  if (status_fd >= 0) send_all(status_fd, status_ready(pid));
+  return pid;
+}
+
+int supervise_main(pid_t main_pid, int status_fd, bool reap_all) {
+  using Clock = std::chrono::steady_clock;
+  // Readable when the main process has ended: no signal handler, no race
+  // with a SIGCHLD that came before the wait. Without pidfds (before 5.3),
+  // it is looked at once a second.
+  UniqueFd ended(main_pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, main_pid, 0)) : -1);
+  bool peer_open = status_fd >= 0;
+  bool stopping = false;
+  Clock::time_point kill_at = Clock::time_point::max();  // max: no SIGKILL due
+  std::string in;
+  int status = 0;
+  for (;;) {
+    int wait_status = 0;
+    bool main_ended = false;
+    if (main_pid > 0 && waitpid(main_pid, &wait_status, WNOHANG) == main_pid) main_ended = true;
+    while (reap_all && !main_ended) {
+      pid_t pid = waitpid(-1, &wait_status, WNOHANG);
+      if (pid <= 0) break;
+      main_ended = pid == main_pid;
+    }
+    if (main_ended) {
+      status = status_of(wait_status);
+      break;
+    }
+    if (main_pid <= 0 && stopping) break;  // no main process: a stop ends the guest
+
+    pollfd fds[2];
+    nfds_t count = 0;
+    if (peer_open) fds[count++] = {status_fd, POLLIN, 0};
+    if (ended) fds[count++] = {ended.get(), POLLIN, 0};
+    int timeout = ended && !reap_all ? -1 : 1000;
+    if (kill_at != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now());
+      int left_ms = static_cast<int>(std::max<int64_t>(left.count(), 0));
+      timeout = timeout < 0 ? left_ms : std::min(timeout, left_ms);
+    }
+    int ready = poll(fds, count, timeout);
+    if (kill_at != Clock::time_point::max() && Clock::now() >= kill_at) {
+      kill(-main_pid, SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+    if (ready <= 0 || !peer_open || !(fds[0].revents)) continue;  // EINTR included
+    char buf[512];
+    ssize_t n = read(status_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // The host is gone: the guest goes on as with no stream.
+      peer_open = false;
+      continue;
+    }
+    in.append(buf, static_cast<size_t>(n));
+    for (size_t eol; (eol = in.find('\n')) != std::string::npos;) {
+      std::string line = in.substr(0, eol);
+      in.erase(0, eol + 1);
+      std::optional<uint64_t> grace;
+      if (line.rfind("stop ", 0) == 0) grace = text::parse_uint(line.substr(5));
+      if (!grace) {
+        console_line("status stream: an unknown request \"" + line.substr(0, 80) + "\"");
+        continue;
+      }
+      if (stopping) continue;
+      stopping = true;
+      if (main_pid > 0) {
+        kill(-main_pid, SIGTERM);
+        kill_at = Clock::now() + std::chrono::milliseconds(std::min<uint64_t>(*grace, 86400000));
+      }
+    }
+    if (in.size() > 4096) in.clear();  // no request is that long
+  }
+  if (status_fd >= 0) send_all(status_fd, status_exit(status));
+  return status;
+}
+
+namespace {
+
+// The guest's own names: its hostname, /etc/hosts, and /etc/resolv.conf
+// naming the DNS relay, written into the root the sandbox sees (they land
+// in the overlay's upper layer) over whatever the image holds there.
+void write_names(const Config& config) {
+  if (!config.hostname.empty() && sethostname(config.hostname.c_str(), config.hostname.size()) != 0)
+    throw_errno("set the hostname " + config.hostname);
+  mkdir("/etc", 0755);
+  std::string hosts = "127.0.0.1\tlocalhost\n";
+  if (!config.hostname.empty()) hosts += "127.0.1.1\t" + config.hostname + "\n";
+  files::write_atomically("/etc/hosts", hosts, 0644);
+  if (config.dns_port != 0)
+    files::write_atomically("/etc/resolv.conf", "nameserver 127.0.0.1\n", 0644);
+}
+
+// A relay in a process of its own; the init keeps none of its fds.
+void fork_relay(const std::function<void()>& serve, int status_fd) {
+  pid_t pid = fork();
+  if (pid < 0) throw_errno("fork a relay");
+  if (pid == 0) {
+    if (status_fd >= 0) close(status_fd);
+    serve();
+    _exit(exit_code::kFailure);
+  }
+}
+
+}  // namespace
+
 int run_as_pid1(const std::string& config_path) {
+  UniqueFd status;
   try {
     mount_or_throw("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
     mount_or_throw("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
@@ -437,6 +604,16 @@ int run_as_pid1(const std::string& config_path) {
       if (console > 2) close(console);
     }
     Config config = decode_config(files::read(config_path));
+    signal(SIGPIPE, SIG_IGN);
+    // First, so that the host hears of every failure after this one.
+    if (config.status_port != 0) {
+      status = connect_to_host(config.status_port);
+      if (!status)
+        console_line(errno_message("the status stream to the host's vsock port " +
+                                       std::to_string(config.status_port) +
+                                       " (going on without it)",
+                                   errno));
+    }
     if (!config.disk.empty()) {
       mount_or_throw(config.disk.c_str(), "/mnt/lower", "ext4", MS_RDONLY | MS_NODEV, nullptr);
       if (config.layer.empty())
@@ -458,21 +635,42 @@ int run_as_pid1(const std::string& config_path) {
       if (chdir("/mnt/root") != 0) throw_errno("chdir /mnt/root");
       if (mount(".", "/", nullptr, MS_MOVE, nullptr) != 0) throw_errno("move the root to /");
       if (chroot(".") != 0 || chdir("/") != 0) throw_errno("enter the sandbox's root");
+      // Into the sandbox's root only: without a disk, / may be a test's
+      // host root rather than the initramfs.
+      write_names(config);
     }
-    signal(SIGPIPE, SIG_IGN);
+    // The relays listen before the main process starts: its first
+    // connection finds them.
+    if (config.egress_port != 0 || config.dns_port != 0) bring_up_loopback();
+    if (config.egress_port != 0) {
+      UniqueFd listener = listen_loopback_tcp(kProxyPort);
+      fork_relay(
+          [&] {
+            serve_egress(listener.get(), config.egress_port,
+                         [](uint32_t port) { return connect_to_host(port); });
+          },
+          status.get());
+    }
+    if (config.dns_port != 0) {
+      UniqueFd udp = bind_loopback_udp(kDnsPort);
+      fork_relay(
+          [&] {
+            serve_dns(udp.get(), config.dns_port,
+                      [](uint32_t port) { return connect_to_host(port); });
+          },
+          status.get());
+    }
     Confinement confinement;
-    pid_t main_pid = -1;
-    if (!config.argv.empty()) {
-      ExecRequest request;
-      request.argv = config.argv;
-      request.workdir = config.workdir;
-      int start_errno = 0;
-      main_pid = start(request, config, confinement, 0, 1, 2, &start_errno);
-      if (main_pid < 0) throw_errno("start " + config.argv[0], start_errno);
+    pid_t main_pid = start_main(config, confinement, status.get());
+    if (main_pid < 0) {
+      sync();
+      reboot(RB_POWER_OFF);
+      return exit_code::kFailure;
     }
     if (config.port != 0) {
       pid_t server = fork();
       if (server == 0) {
+        status.reset();
         UniqueFd listener(socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
         sockaddr_vm addr{};
         addr.svm_family = AF_VSOCK;
@@ -487,20 +685,14 @@ int run_as_pid1(const std::string& config_path) {
         serve_forever(listener.get(), config, confinement);
       }
     }
-    for (;;) {
-      int wait_status = 0;
-      pid_t pid = wait(&wait_status);
-      if (pid < 0 && errno == ECHILD && main_pid < 0) pause();
-      if (pid == main_pid && main_pid > 0) {
-        console_line("the main process exited with status " +
-                     std::to_string(status_of(wait_status)));
-        sync();
-        reboot(RB_POWER_OFF);
-        return exit_code::kFailure;
-      }
-    }
+    int exit_status = supervise_main(main_pid, status.get(), true);
+    console_line("the main process exited with status " + std::to_string(exit_status));
+    sync();
+    reboot(RB_POWER_OFF);
+    return exit_code::kFailure;
   } catch (const Error& e) {
     console_line(e.what());
+    if (status) send_all(status.get(), status_failed(exit_code::kFailure, e.what()));
     sync();
     reboot(RB_POWER_OFF);
     return exit_code::kFailure;

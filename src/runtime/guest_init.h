@@ -14,7 +14,21 @@
 //
 // One connection is one command. serve_connection() is the whole server
 // side of one, over any stream fd: the tests drive it over a socket pair.
+//
+// The init also keeps one connection to the host of its own, the status
+// stream (to the host's status_port, text lines):
+//
+//   guest -> host   ready PID (the main process started; 0: there is none),
+//                   exit STATUS (it ended: 128+N for signal N), or
+//                   failed CODE REASON (it, or the guest, could not start)
+//   host -> guest   stop GRACE_MS (SIGTERM to the main process's group,
+//                   SIGKILL after GRACE_MS; then exit as above)
+//
+// and relays the sandbox's proxy connections and DNS queries to the host
+// (runtime/guest_relay.h).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <optional>
@@ -61,6 +75,11 @@ struct Config {
   uint32_t uid = 0;
   uint32_t gid = 0;
   uint32_t port = 0;  // the vsock port served; 0: none
+  // The host's vsock ports the init connects to; 0: none.
+  uint32_t status_port = 0;  // the status stream
+  uint32_t egress_port = 0;  // relayed from TCP 127.0.0.1:3128
+  uint32_t dns_port = 0;     // relayed from UDP 127.0.0.1:53
+  std::string hostname;      // the guest's, also in its /etc/hosts; empty: the kernel's
   bool operator==(const Config&) const = default;
 };
 
@@ -88,6 +107,23 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
 // guest) and serves each in a process of its own, forever. For a process of
 // its own (PID 1 forks one): it ignores SIGCHLD.
 [[noreturn]] void serve_forever(int listener, const Config& config, const Confinement& confinement);
+
+// The status stream's lines.
+std::string status_ready(pid_t pid);
+std::string status_exit(int status);
+std::string status_failed(int code, std::string_view reason);  // the reason on one line
+
+// Starts the configured main process (stdio: the init's own) and says so on
+// status_fd (-1: no stream): `ready PID`, or `failed CODE REASON` (the CLI's
+// codes: 127 not found, 126 not executable, 125 otherwise). Without argv,
+// `ready 0` and 0. Returns the pid, or -1 after `failed`.
+pid_t start_main(const Config& config, const Confinement& confinement, int status_fd);
+
+// Until the main process ends (main_pid; 0: none, then until a stop):
+// serves `stop GRACE_MS` from status_fd (-1: no stream), then sends
+// `exit STATUS` there and returns the status. With reap_all (PID 1), every
+// child that ends is reaped on the way (within a second).
+int supervise_main(pid_t main_pid, int status_fd, bool reap_all);
 
 // PID 1: everything above, then waits for the main process, and powers the
 // guest off when it ends. Returns only on failure (the exit code).

@@ -65,10 +65,13 @@ struct Loop {
 // /mnt there: what it does in the guest, but on loop devices. Returns its
 // output; *status is unshare's (the init's power-off ends a PID namespace's
 // init by SIGINT: 130).
-std::string guest_init_in_namespaces(const std::string& config, int* status) {
-  std::string cmd =
-      "timeout 60 unshare -fpm --propagation private sh -c 'mount -t tmpfs tmpfs /mnt && exec " +
-      binary() + " __guest-init " + config + "' 2>&1";
+// `namespaces`: more of unshare's options (-n, -u: the relays' loopback
+// listeners and the hostname, kept off the host's).
+std::string guest_init_in_namespaces(const std::string& config, int* status,
+                                     const std::string& namespaces = "") {
+  std::string cmd = "timeout 60 unshare -fpm" + namespaces +
+                    " --propagation private sh -c 'mount -t tmpfs tmpfs /mnt && exec " + binary() +
+                    " __guest-init " + config + "' 2>&1";
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
@@ -147,6 +150,22 @@ TEST_P(GuestVm, AsPid1ItMountsTheOverlayAndTheLayerKeepsWhatTheSandboxWrote) {
     out = guest_init_in_namespaces(config("cat /tmp/made; grep -c ' / overlay ' /proc/mounts"),
                                    &status);
     EXPECT_THAT(out, HasSubstr("kept\n1\n")) << out;
+    EXPECT_THAT(out, HasSubstr("the main process exited with status 0"));
+    // With the relays and a hostname (in network and UTS namespaces of its
+    // own): the names are written into the root, and the relays listen on
+    // loopback before the main process starts. No status port: where this
+    // machine is itself a VM, vsock to CID 2 would reach its real host.
+    write_file(dir + "/relays.json",
+               "{\"disk\": \"" + image.device + "\", \"layer\": \"" + layer.device +
+                   "\", \"env\": [\"PATH=/bin:/usr/bin\"], \"hostname\": \"box-1\", " +
+                   "\"egress_port\": 3128, \"dns_port\": 53, " +
+                   "\"argv\": [\"/bin/sh\", \"-c\", \"cat /etc/resolv.conf /etc/hosts "
+                   "/proc/sys/kernel/hostname; grep -c ' 0100007F:0C38 00000000:0000 0A ' "
+                   "/proc/net/tcp; grep -c ' 0100007F:0035 00000000:0000 07 ' /proc/net/udp\"]}");
+    out = guest_init_in_namespaces(dir + "/relays.json", &status, "nu");
+    EXPECT_THAT(out, HasSubstr("nameserver 127.0.0.1\n127.0.0.1\tlocalhost\n127.0.1.1\tbox-1\n"
+                               "box-1\n1\n1\n"))
+        << out;
     EXPECT_THAT(out, HasSubstr("the main process exited with status 0"));
     // A disk that is not there: one line, and the init ends.
     write_file(dir + "/bad.json", R"({"disk": "/dev/osh-no-such-disk", "argv": ["/bin/true"]})");

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -127,7 +129,12 @@ TEST(GuestConfig, RoundTripsAndNamesWhatIsWrong) {
   c.uid = 1000;
   c.gid = 1000;
   c.port = 1024;
+  c.status_port = 1025;
+  c.egress_port = 3128;
+  c.dns_port = 53;
+  c.hostname = "sandbox-1.example";
   EXPECT_EQ(decode_config(encode_config(c)), c);
+  EXPECT_EQ(decode_config("{}"), Config{}) << "every key may be left out";
   auto message = [](const char* text) {
     try {
       decode_config(text);
@@ -141,6 +148,18 @@ TEST(GuestConfig, RoundTripsAndNamesWhatIsWrong) {
   EXPECT_NE(message("{\"argv\": \"sh\"}").find("wrong type"), std::string::npos);
   EXPECT_NE(message("{\"uid\": -1}").find("\"uid\" must be a whole number"), std::string::npos);
   EXPECT_NE(message("{\"port\": 4294967296}").find("\"port\" must be"), std::string::npos);
+  for (const char* key : {"status_port", "egress_port", "dns_port"}) {
+    std::string k = key;
+    EXPECT_NE(message(("{\"" + k + "\": 4294967296}").c_str()).find("\"" + k + "\" must be"),
+              std::string::npos)
+        << key;
+    EXPECT_NE(message(("{\"" + k + "\": \"53\"}").c_str()).find("\"" + k + "\" must be"),
+              std::string::npos)
+        << key;
+  }
+  EXPECT_NE(message("{\"hostname\": 1}").find("wrong type"), std::string::npos);
+  EXPECT_NE(message("{\"hostname\": \"a b\"}").find("hostname must be"), std::string::npos);
+  EXPECT_NE(message("{\"hostname\": \"x\\nhost\"}").find("hostname must be"), std::string::npos);
   EXPECT_NE(message("{\"shell\": 1}").find("unknown key \"shell\""), std::string::npos);
   EXPECT_NE(message("{\"workdir\": \"rel\"}").find("absolute"), std::string::npos);
   EXPECT_NE(message("{\"layer\": \"/dev/vdb\"}").find("layer without a disk"), std::string::npos);
@@ -265,6 +284,99 @@ TEST(GuestServe, TheListenerServesConnectionsSideBySide) {
   kill(server, SIGKILL);
   int status = 0;
   waitpid(server, &status, 0);
+}
+
+// The status stream, the init's end on one end of a socket pair and the
+// host's on the other: what the host reads, after the exchange.
+struct StatusRun {
+  pid_t pid = -1;
+  int status = -1;
+  std::string lines;
+  std::chrono::steady_clock::duration took{};
+};
+
+StatusRun run_status(const Config& config, const std::string& host_sends = "") {
+  int sv[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  StatusRun r;
+  auto begin = std::chrono::steady_clock::now();
+  r.pid = start_main(config, {}, sv[1]);
+  if (!host_sends.empty()) files::write_all(sv[0], host_sends);
+  if (r.pid >= 0) r.status = supervise_main(r.pid, sv[1], /*reap_all=*/false);
+  r.took = std::chrono::steady_clock::now() - begin;
+  close(sv[1]);
+  char buf[4096];
+  for (ssize_t n; (n = read(sv[0], buf, sizeof buf)) > 0;)
+    r.lines.append(buf, static_cast<size_t>(n));
+  close(sv[0]);
+  return r;
+}
+
+TEST(GuestStatus, ReadyWithThePidThenTheExitStatus) {
+  Config config;
+  config.argv = {"/bin/sh", "-c", "exit 3"};
+  StatusRun r = run_status(config);
+  ASSERT_GT(r.pid, 0);
+  EXPECT_EQ(r.status, 3);
+  EXPECT_EQ(r.lines, "ready " + std::to_string(r.pid) + "\nexit 3\n");
+}
+
+TEST(GuestStatus, AMainProcessThatCannotStartIsFailedWithItsCode) {
+  Config config;
+  config.argv = {"/nonexistent/program"};
+  StatusRun r = run_status(config);
+  EXPECT_EQ(r.pid, -1);
+  EXPECT_EQ(r.lines, "failed 127 start /nonexistent/program: No such file or directory\n");
+  EXPECT_EQ(status_failed(126, "two\nlines"), "failed 126 two lines\n");
+}
+
+TEST(GuestStatus, StopSendsSigtermToTheGroupAndTheExitFollows) {
+  Config config;
+  config.argv = {"sleep", "60"};
+  StatusRun r = run_status(config, "stop 20000\n");
+  ASSERT_GT(r.pid, 0);
+  EXPECT_EQ(r.status, 128 + SIGTERM);
+  EXPECT_EQ(r.lines, "ready " + std::to_string(r.pid) + "\nexit 143\n");
+  EXPECT_LT(r.took, std::chrono::seconds(10)) << "SIGTERM ended it, not the grace's SIGKILL";
+}
+
+TEST(GuestStatus, AfterTheGraceItIsKilled) {
+  Config config;
+  // It ignores SIGTERM from the start (an ignored signal stays ignored
+  // across fork and exec): a trap in the script would race the stop.
+  config.argv = {"sleep", "60"};
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGTERM, &ignore, &old);
+  StatusRun r = run_status(config, "stop 300\n");
+  sigaction(SIGTERM, &old, nullptr);
+  ASSERT_GT(r.pid, 0);
+  EXPECT_EQ(r.status, 128 + SIGKILL);
+  EXPECT_EQ(r.lines, "ready " + std::to_string(r.pid) + "\nexit 137\n");
+  EXPECT_GE(r.took, std::chrono::milliseconds(300));
+  EXPECT_LT(r.took, std::chrono::seconds(20));
+}
+
+TEST(GuestStatus, WithoutAMainProcessAStopEndsTheGuest) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  EXPECT_EQ(start_main({}, {}, sv[1]), 0);
+  files::write_all(sv[0], "what is this\nstop 0\n");
+  EXPECT_EQ(supervise_main(0, sv[1], false), 0);
+  close(sv[1]);
+  char buf[256];
+  ssize_t n = read(sv[0], buf, sizeof buf);
+  close(sv[0]);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(std::max<ssize_t>(n, 0))), "ready 0\nexit 0\n");
+}
+
+TEST(GuestStatus, WithoutAStreamTheMainProcessStillRunsToItsEnd) {
+  Config config;
+  config.argv = {"/bin/sh", "-c", "exit 5"};
+  pid_t pid = start_main(config, {}, -1);
+  ASSERT_GT(pid, 0);
+  EXPECT_EQ(supervise_main(pid, -1, false), 5);
 }
 
 }  // namespace

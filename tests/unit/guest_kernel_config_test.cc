@@ -31,6 +31,7 @@ const char* const kNeeded[] = {
     "CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES",
     "CONFIG_VIRTIO_BLK",
     "CONFIG_VSOCKETS",
+    "CONFIG_INET",  // TCP and UDP on loopback: the guest init's proxy and DNS relays
     "CONFIG_VIRTIO_VSOCKETS",
     "CONFIG_EXT4_FS",
     "CONFIG_OVERLAY_FS",
@@ -84,9 +85,12 @@ TEST(GuestKernelConfig, TheScriptChecksEveryOptionTheGuestNeeds) {
 TEST(GuestKernelConfig, NoModulesAndNoOtherDrivers) {
   std::string fragment = files::read(kFragment);
   for (const char* off : {"# CONFIG_MODULES is not set", "# CONFIG_PCI is not set",
-                          "# CONFIG_INET is not set", "# CONFIG_ETHERNET is not set"})
+                          "# CONFIG_IPV6 is not set", "# CONFIG_ETHERNET is not set"})
     EXPECT_NE(fragment.find(off), std::string::npos) << off;
   EXPECT_EQ(fragment.find("CONFIG_MODULES=y"), std::string::npos);
+  // INET is for loopback alone: no network device driver beside it.
+  EXPECT_EQ(fragment.find("CONFIG_NETDEVICES=y"), std::string::npos);
+  EXPECT_EQ(fragment.find("CONFIG_VIRTIO_NET=y"), std::string::npos);
 }
 
 TEST(GuestKernelConfig, WithoutTheSourceTheScriptSaysWhatToInstall) {
