@@ -39,15 +39,15 @@ std::string resolve_kernel(const std::string& flag, const char* env) {
   return files::canonical(choice.path, shown);
 }
 
-std::string kvm_problem() {
-  UniqueFd fd(::open("/dev/kvm", O_RDWR | O_CLOEXEC));
+std::string kvm_problem(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (fd) return "";
   const int err = errno;
-  std::string line = std::string("/dev/kvm: ") + std::strerror(err);
+  std::string line = path + ": " + std::strerror(err);
   if (err == ENOENT) return line + " (no KVM on this host: the kernel lacks it, or it is a guest)";
   if (err == EACCES || err == EPERM)
-    return line + " (user " + std::to_string(::geteuid()) +
-           " must be able to open /dev/kvm read-write: root, or a member of its group)";
+    return line + " (user " + std::to_string(::geteuid()) + " must be able to open " + path +
+           " read-write: root, or a member of its group)";
   return line;
 }
 

@@ -34,8 +34,8 @@ std::string resolve_kernel(const std::string& flag, const char* env);
 // else why not ("No such file or directory", "not a regular file").
 std::string kernel_problem(const std::string& path);
 
-// "" when this process can open /dev/kvm read-write, as the VMM does; else
-// one line saying what is wrong, with the errno text.
-std::string kvm_problem();
+// "" when this process can open /dev/kvm (or `path`) read-write, as the
+// VMM does; else one line saying what is wrong, with the errno text.
+std::string kvm_problem(const std::string& path = "/dev/kvm");
 
 }  // namespace openshell::vm_host

@@ -173,6 +173,10 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
     if (j.contains("vm") && !j["vm"].is_null()) {
       const json& v = j["vm"];
       if (!v.is_object()) throw Error("sandbox spec: vm: not a JSON object");
+      // json's get<> wraps a negative number into an unsigned one: checked first.
+      for (const char* key : {"vcpus", "memory_mib"})
+        if (v.contains(key) && !v[key].is_number_unsigned())
+          throw Error(std::string("sandbox spec: vm.") + key + ": not a whole number");
       SandboxVm vm;
       vm.vcpus = v.value("vcpus", vm.vcpus);
       vm.memory_mib = v.value("memory_mib", vm.memory_mib);
