@@ -1,5 +1,6 @@
 #include "spec/sandbox_spec.h"
 
+#include <cstdint>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -177,6 +178,8 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
       for (const char* key : {"vcpus", "memory_mib"})
         if (v.contains(key) && !v[key].is_number_unsigned())
           throw Error(std::string("sandbox spec: vm.") + key + ": not a whole number");
+      if (v.contains("vcpus") && v["vcpus"].get<uint64_t>() > UINT32_MAX)
+        throw Error("sandbox spec: vm.vcpus: too large");
       SandboxVm vm;
       vm.vcpus = v.value("vcpus", vm.vcpus);
       vm.memory_mib = v.value("memory_mib", vm.memory_mib);

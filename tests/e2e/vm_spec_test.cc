@@ -90,6 +90,31 @@ TEST_P(VmSpec, TheHostsRootIsNoGuestsDisk) {
   EXPECT_THAT(sandboxes(), Not(HasSubstr("\"name\"")));
 }
 
+TEST_P(VmSpec, HelpAndCompletionsKnowTheOptions) {
+  if (mode() != Mode::kRoot) GTEST_SKIP() << "the command line's text: one mode shows it";
+  for (const char* shell : {"bash", "fish"}) {
+    Result r = os({"completions", shell});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("vm-kernel")) << shell;
+  }
+  Result bash = os({"completions", "bash"});
+  for (const std::string command : {"\" sandbox create\") list=\"", "\" run\") list=\""}) {
+    const size_t at = bash.out.find(command);
+    ASSERT_NE(at, std::string::npos) << command;
+    const std::string line = bash.out.substr(at, bash.out.find('\n', at) - at);
+    EXPECT_THAT(line, HasSubstr(" --vm ")) << line;
+    EXPECT_THAT(line, HasSubstr("--vm-kernel")) << line;
+  }
+  for (const std::vector<std::string> help :
+       {std::vector<std::string>{"sandbox", "create", "--help"},
+        std::vector<std::string>{"run", "--help"}}) {
+    Result r = os(help);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("--vm-kernel"));
+    EXPECT_THAT(r.out, HasSubstr("OPENSHELL_VM_KERNEL"));
+  }
+}
+
 TEST_P(VmSpec, ARootlessGatewayWithoutKvmRefusesAtCreate) {
   if (!is_rootless(mode())) GTEST_SKIP() << "root opens /dev/kvm";
   struct stat st;

@@ -9,6 +9,7 @@
 #include "auth/launch.h"
 #include "base/error.h"
 #include "cli/sandbox_common.h"
+#include "gateway/store.h"
 #include "test_util.h"
 
 namespace openshell {
@@ -46,6 +47,10 @@ TEST(SandboxSpecVm, JsonRoundTrip) {
   EXPECT_EQ(bare.vm->vcpus, 1u);
   EXPECT_EQ(bare.vm->memory_mib, 512u);
   EXPECT_THAT(error_of([] { SandboxSpec::from_json(R"({"vm":3})"); }), HasSubstr("vm"));
+  EXPECT_THAT(error_of([] { SandboxSpec::from_json(R"({"vm":{"vcpus":4294967297}})"); }),
+              HasSubstr("vm.vcpus: too large"));
+  EXPECT_THAT(error_of([] { SandboxSpec::from_json(R"({"vm":{"memory_mib":"1G"}})"); }),
+              HasSubstr("vm.memory_mib: not a whole number"));
   EXPECT_THAT(error_of([] { SandboxSpec::from_json(R"({"vm":{"vcpus":-1}})"); }),
               HasSubstr("sandbox spec"));
 }
@@ -83,15 +88,30 @@ TEST(SandboxSpecVm, ValidateNamesTheField) {
 
 // What the gateway stores is what it signs into the launch file, and what
 // the supervisor reads back from it.
-TEST(SandboxSpecVm, ThroughTheLaunchFile) {
+TEST(SandboxSpecVm, ThroughTheStoreAndTheLaunchFile) {
   TempDir dir;
+  {
+    auto store = gateway::Store::open(dir / "gateway.db");
+    gateway::SandboxRecord record;
+    record.id = "0123456789ab";
+    record.name = "vm";
+    record.generation = 1;
+    record.spec = vm_spec().to_json();
+    store->insert(record);
+  }
+  auto reopened = gateway::Store::open(dir / "gateway.db");
+  auto stored = reopened->find_by_name("vm");
+  ASSERT_TRUE(stored);
+  ASSERT_TRUE(SandboxSpec::from_json(stored->spec).vm);
+  EXPECT_EQ(*SandboxSpec::from_json(stored->spec).vm, *vm_spec().vm);
+
   const auth::SigningKey key = auth::SigningKey::load_or_create(dir / "gateway.key");
   auth::LaunchSpec launch;
   launch.sandbox_id = "abc123";
   launch.sandbox_name = "vm";
   launch.generation = 1;
   launch.nonce = std::string(64, 'a');
-  launch.spec = vm_spec().to_json();
+  launch.spec = stored->spec;
   const auth::LaunchSpec back = auth::decode_verified(auth::encode(launch, key), key);
   const SandboxSpec spec = SandboxSpec::from_json(back.spec);
   ASSERT_TRUE(spec.vm);
