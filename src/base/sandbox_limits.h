@@ -25,6 +25,10 @@ inline constexpr uint64_t kMinTmpfsSize = 1u << 20;  // 1 MiB
 inline constexpr uint64_t kInodeBytes = 16u << 10;
 inline constexpr uint64_t kMinInodes = 4096;
 
+// A micro-VM's guest (`--vm`, a policy's [vm]): its vCPUs and its RAM in MiB.
+inline constexpr uint32_t kMinVcpus = 1, kMaxVcpus = 64;
+inline constexpr uint64_t kMinGuestMib = 64, kMaxGuestMib = 65536;
+
 // MemTotal of /proc/meminfo in bytes; 0 when it cannot be read.
 uint64_t memory_total();
 

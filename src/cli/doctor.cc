@@ -247,16 +247,43 @@ Check overlay_check(const std::string& problem) {
   return c;
 }
 
-Check kvm_check(const std::string& dev_kvm) {
-  Check c = make("/dev/kvm", false);
-  if (!files::exists(dev_kvm)) {
-    c.detail = dev_kvm + " does not exist";
-    c.fix = "only the VM path needs it: enable virtualization, modprobe kvm";
-    return c;
+Check micro_vm_check(const std::string& kvm_problem, const vm_host::KernelChoice& kernel,
+                     const std::string& kernel_problem, std::optional<std::string> cpuinfo) {
+  Check c = make("micro-VMs", false);
+  std::vector<std::string> problems, found;
+  if (!kvm_problem.empty()) {
+    problems.push_back(kvm_problem);
+    c.fix = kvm_problem.find("No such file") != std::string::npos
+                ? "enable virtualization, modprobe kvm"
+                : "usermod -aG kvm $USER (or run the gateway as root)";
+  } else {
+    found.push_back("/dev/kvm read and write");
   }
-  c.ok = ::access(dev_kvm.c_str(), R_OK | W_OK) == 0;
-  c.detail = c.ok ? "read and write" : "no access to " + dev_kvm;
-  if (!c.ok) c.fix = "only the VM path needs it: usermod -aG kvm $USER";
+  if (!kernel_problem.empty()) {
+    problems.push_back("no guest kernel at " + kernel.path + " (" + kernel.source + ": " +
+                       kernel_problem + ")");
+    if (c.fix.empty())
+      c.fix = "rootfs-tools/build-guest-kernel, then --vm-kernel PATH or OPENSHELL_VM_KERNEL";
+  } else {
+    found.push_back("guest kernel " + kernel.path + " (" + kernel.source + ")");
+  }
+  // KVM without the hardware's virtualisation is PVM's: it runs its own
+  // guests, not a stock Linux one (docs/vm.md).
+  bool hardware = false;
+  for (const auto& line : text::split(cpuinfo.value_or(""), '\n')) {
+    if (!line.starts_with("flags")) continue;
+    for (const auto& flag : text::split(line, ' '))
+      hardware = hardware || flag == "vmx" || flag == "svm";
+  }
+  if (cpuinfo && !hardware) {
+    problems.push_back(
+        "no vmx or svm in /proc/cpuinfo: KVM here is paravirtualised (PVM), and Linux guests "
+        "do not boot on paravirtualised KVM");
+    if (c.fix.empty()) c.fix = "run --vm sandboxes on hardware with VT-x or AMD-V";
+  }
+  c.ok = problems.empty();
+  c.detail = text::join(c.ok ? found : problems, "; ");
+  if (!c.ok) c.fix = "only --vm sandboxes need it: " + c.fix;
   return c;
 }
 
@@ -381,7 +408,11 @@ std::vector<Check> run_all(const Roots& r) {
   checks.push_back(seccomp_check(files::try_read(r.proc + "/self/status")));
   Paths paths = Paths::resolve();
   checks.push_back(overlay_here(paths));
-  checks.push_back(kvm_check(r.dev + "/kvm"));
+  // The kernel `sandbox create --vm` would pick without --vm-kernel.
+  const auto kernel = vm_host::choose_kernel("", std::getenv(vm_host::kKernelVariable));
+  checks.push_back(micro_vm_check(vm_host::kvm_problem(r.dev + "/kvm"), kernel,
+                                  vm_host::kernel_problem(kernel.path),
+                                  files::try_read(r.proc + "/cpuinfo")));
   checks.push_back(directory_check("state directory", paths.state_dir));
   checks.push_back(directory_check("runtime directory", paths.run_dir));
   checks.push_back(gateway_here());

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/vm_host.h"
+
 namespace openshell::cli::doctor {
 
 struct Check {
@@ -52,7 +54,13 @@ Check cgroup_check(const std::string& sys_fs_cgroup, std::string_view proc_self_
 Check landlock_check(int abi);
 Check seccomp_check(std::optional<std::string> proc_self_status);
 Check overlay_check(const std::string& problem);
-Check kvm_check(const std::string& dev_kvm);
+// Whether `--vm` sandboxes can run: kvm_problem is vm_host::kvm_problem()
+// of the device ("" when it opens read-write), kernel the guest kernel
+// chosen as `sandbox create --vm` chooses it and kernel_problem why it
+// cannot be read ("" when it can), cpuinfo /proc/cpuinfo's text: without
+// vmx or svm, KVM is paravirtualised (PVM), where Linux guests do not boot.
+Check micro_vm_check(const std::string& kvm_problem, const vm_host::KernelChoice& kernel,
+                     const std::string& kernel_problem, std::optional<std::string> cpuinfo);
 Check directory_check(const std::string& what, const std::string& dir);
 
 // Every check on this host, in order (gateway and image last).

@@ -16,7 +16,7 @@ void add_doctor_command(CLI::App& app, Action* action) {
   CLI::App* c = doctor->add_subcommand(
       "check",
       "One line per check, ✓ or ✗ with its fix: kernel, namespaces, ids, cgroups, "
-      "Landlock, seccomp, overlayfs, /dev/kvm, directories, gateway, default image");
+      "Landlock, seccomp, overlayfs, micro-VMs, directories, gateway, default image");
   c->add_option("-o,--output", *output, "Output format: table or json")
       ->check(CLI::IsMember({"table", "json"}));
   c->footer(

@@ -37,6 +37,8 @@ struct RunOptions {
   std::string policy;               // TOML file
   std::string network_log;          // where the egress decisions go (JSON lines)
   std::string network_log_max;      // "16M": its size before it rotates into FILE.1
+  bool vm = false;                  // a micro-VM: --memory and --cpus size the guest
+  std::string vm_kernel;            // --vm-kernel
   std::vector<std::string> command;
 };
 
@@ -63,5 +65,15 @@ runtime::Rlimit parse_rlimit(const std::string& text);
 // --env entries as KEY=VALUE: "K" alone takes the caller's value (and is
 // dropped when the caller has none). Throws Error on a bad key.
 std::vector<std::string> env_entries(const std::vector<std::string>& entries);
+
+// --vm (run and sandbox create): the guest's vCPUs from `cpu` (the value
+// of `cpu_option`, rounded up) and its RAM from --memory (rounded up to
+// whole MiB), each else the policy's [vm] (policy_text, the file's text),
+// else 1 vCPU and 512 MiB. The kernel: vm_host::resolve_kernel(kernel_flag,
+// $OPENSHELL_VM_KERNEL) when `resolve_kernel`, else kernel_flag as given
+// (a remote gateway's host has its own kernel). Throws Error, one line.
+SandboxVm plan_vm(const std::string& cpu_option, const std::string& cpu, const std::string& memory,
+                  const std::string& policy_text, const std::string& policy_source,
+                  const std::string& kernel_flag, bool resolve_kernel);
 
 }  // namespace openshell::cli

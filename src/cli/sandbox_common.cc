@@ -210,6 +210,13 @@ void print_sandbox(const json& s, const std::string& output) {
   for (const auto& b : s.value("binds", json::array()))
     rows.push_back({"Bind:", b.value("source", "") + ":" + b.value("target", "") +
                                  (b.value("read_only", false) ? ":ro" : "")});
+  if (s.contains("vm") && s["vm"].is_object()) {
+    const json& vm = s["vm"];
+    const uint64_t vcpus = vm.value("vcpus", uint64_t{0});
+    rows.push_back({"VM:", std::to_string(vcpus) + (vcpus == 1 ? " vCPU, " : " vCPUs, ") +
+                               std::to_string(vm.value("memory_mib", uint64_t{0})) +
+                               " MiB, kernel " + vm.value("kernel", "")});
+  }
   if (s.contains("ca_certs"))
     rows.push_back({"CA certificates:", std::to_string(s.value("ca_certs", 0)) + " added"});
   print_table(rows);

@@ -62,9 +62,9 @@ void hint_on_interrupt(const std::string& name) {
 
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
-                    output = "table", restart;
+                    output = "table", restart, vm_kernel;
   std::vector<std::string> env, env_files, binds, labels, command, ca_certs;
-  bool no_keep = false, detach = false, insecure = false;
+  bool no_keep = false, detach = false, insecure = false, vm = false;
   bool name_given = false;  // --name, even an empty one
 };
 
@@ -105,8 +105,10 @@ int create(const CreateOptions& o) {
       throw Error("--bind " + text + ": " + b.source + ": no such file or directory");
     spec.binds.push_back({files::canonical(b.source, "--bind " + text), b.target, b.read_only});
   }
-  if (!o.cpu.empty()) spec.cpus = limits::parse_cpus("--cpu", o.cpu);
-  if (!o.memory.empty()) spec.memory_bytes = limits::parse_memory("--memory", o.memory);
+  if (!o.vm) {
+    if (!o.cpu.empty()) spec.cpus = limits::parse_cpus("--cpu", o.cpu);
+    if (!o.memory.empty()) spec.memory_bytes = limits::parse_memory("--memory", o.memory);
+  }
   spec.pids = parse_pids(o.pids);
   spec.tmp_size_bytes = parse_tmpfs_size("--tmp-size", o.tmp_size);
   spec.shm_size_bytes = parse_tmpfs_size("--shm-size", o.shm_size);
@@ -121,6 +123,12 @@ int create(const CreateOptions& o) {
     spec.policy_source = o.policy;
   }
   for (const auto& file : o.ca_certs) spec.ca_certs.push_back(spec::read_ca_cert(file));
+  // A VM's --cpu and --memory are its guest's; its kernel is a file of the
+  // gateway's host: found here when that is this one, else by the gateway.
+  if (!o.vm_kernel.empty() && !o.vm) throw Error("--vm-kernel: only with --vm");
+  if (o.vm)
+    spec.vm =
+        plan_vm("--cpu", o.cpu, o.memory, spec.policy, spec.policy_source, o.vm_kernel, !remote);
   spec.no_keep = o.no_keep;
   spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
@@ -209,6 +217,13 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
                 "Start it again when the gateway starts and finds it gone (the host came back): "
                 "no, on-failure or unless-stopped (default)")
       ->check(CLI::IsMember({"no", "on-failure", "unless-stopped"}));
+  c->add_flag("--vm", o->vm,
+              "Run it in a micro-VM booting its image's root (needs /dev/kvm and a guest "
+              "kernel): --memory is the guest's RAM, --cpu its vCPUs (rounded up; default: the "
+              "policy's [vm], else 1 vCPU and 512M)");
+  c->add_option("--vm-kernel", o->vm_kernel,
+                "The guest kernel for --vm (default: $OPENSHELL_VM_KERNEL, else "
+                "/usr/lib/openshell/vmlinux)");
   c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
   add_output(c, &o->output);
   c->add_option(

@@ -8,6 +8,7 @@
 #include "base/random.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
+#include "base/vm_host.h"
 #include "gateway/host_paths.h"
 #include "gateway/selector.h"
 #include "gateway/service.h"
@@ -51,6 +52,10 @@ json Gateway::view(const SandboxRecord& r) const {
   j["binds"] = binds;
   if (!spec.user.empty()) j["user"] = spec.user;
   if (!spec.ca_certs.empty()) j["ca_certs"] = spec.ca_certs.size();
+  if (spec.vm)
+    j["vm"] = {{"vcpus", spec.vm->vcpus},
+               {"memory_mib", spec.vm->memory_mib},
+               {"kernel", spec.vm->kernel}};
   if (r.exit_code) j["exit_code"] = *r.exit_code;
   return j;
 }
@@ -102,8 +107,10 @@ void Gateway::events(const std::shared_ptr<net::Exchange>& exchange, const std::
   exchange->respond(json_response(200, {{"sandbox", record.name}, {"events", events}}));
 }
 
-void Gateway::check_host_paths(const Call& call, const SandboxSpec& spec) {
+void Gateway::check_host_paths(const Call& call, const SandboxSpec& spec,
+                               const std::string& given_kernel) {
   std::vector<HostPath> paths;
+  if (!given_kernel.empty()) paths.push_back({given_kernel, "--vm-kernel " + given_kernel});
   for (const auto& b : spec.binds)
     paths.push_back({b.source, "--bind " + b.source + ":" + b.target, !b.read_only, true, false});
   if (!spec.from.empty() && spec.from[0] == '/')
@@ -205,6 +212,20 @@ void Gateway::choose_storage(SandboxSpec* spec, const std::string& id) {
   log::warn("sandbox " + id + ": " + spec->storage_note);
 }
 
+// A micro-VM's VMM runs as the gateway's user and opens /dev/kvm and the
+// guest kernel with its rights: what it could not open is refused at
+// create, not at each launch.
+static void check_vm_host(const SandboxVm& vm, bool gateway_kernel) {
+  if (auto why = vm_host::kvm_problem(); !why.empty())
+    throw ApiError(400, "vm_unavailable", "--vm: this gateway cannot run micro-VMs: " + why);
+  if (auto why = vm_host::kernel_problem(vm.kernel); !why.empty())
+    throw ApiError(400, "vm_unavailable",
+                   gateway_kernel ? "--vm: the gateway has no usable guest kernel at " + vm.kernel +
+                                        " (" + why + "; give --vm-kernel PATH, or set " +
+                                        vm_host::kKernelVariable + " for the gateway)"
+                                  : "--vm-kernel " + vm.kernel + ": " + why);
+}
+
 void Gateway::create(const Call& call) {
   const std::shared_ptr<net::Exchange>& exchange = call.exchange;
   const net::Request& req = exchange->request();
@@ -213,8 +234,15 @@ void Gateway::create(const Call& call) {
   std::string name = body.value("name", "");
   SandboxSpec spec;
   const std::string storage_mode = config().storage.value;
+  std::string given_kernel;
   try {
     spec = SandboxSpec::from_json(body.contains("spec") ? body["spec"].dump() : "{}");
+    // A VM whose client named no kernel (a remote one's) boots the
+    // gateway's: $OPENSHELL_VM_KERNEL of its environment, else the packaged one.
+    if (spec.vm && spec.vm->kernel.empty())
+      spec.vm->kernel = vm_host::choose_kernel("", std::getenv(vm_host::kKernelVariable)).path;
+    else if (spec.vm)
+      given_kernel = spec.vm->kernel;
     spec.validate();
     check_client_storage(spec, storage_mode);
   } catch (const Error& e) {
@@ -241,7 +269,8 @@ void Gateway::create(const Call& call) {
     throw ApiError(500, "bad_config", e.what());
   }
   // Before the gateway looks at any of them with its own rights.
-  check_host_paths(call, spec);
+  check_host_paths(call, spec, given_kernel);
+  if (spec.vm) check_vm_host(*spec.vm, given_kernel.empty());
   const bool directory = spec.from[0] == '/' && files::is_directory(spec.from);
   if (spec.from != "host" && !directory) resolve_image(&spec);
   if (spec.from != "host") choose_storage(&spec, id);

@@ -125,8 +125,11 @@ class Gateway {
   // Whose the record is (its stored owner, or the gateway owner's).
   std::string owner_of(const SandboxRecord& record) const;
   // The host paths in the spec, checked with the caller's rights, not the
-  // gateway's (sandboxes.cc). Refuses through refuse().
-  void check_host_paths(const Call& call, const SandboxSpec& spec);
+  // gateway's (sandboxes.cc). Refuses through refuse(). `given_kernel`: a
+  // VM's kernel that the client named (at create; the gateway's own default
+  // is not the caller's to check).
+  void check_host_paths(const Call& call, const SandboxSpec& spec,
+                        const std::string& given_kernel = "");
   void authorize(const Route& route, const Call& call);
 
   // API

@@ -13,6 +13,7 @@
 #include "base/address.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "base/toml_file.h"
 #include "policy/edit.h"
@@ -157,6 +158,38 @@ class Parser {
     }
   }
 
+  // vcpus = 2; memory = "512M" (a size as --memory takes it, rounded up
+  // to whole MiB) or an integer of MiB.
+  void vm(const toml::table& table, Policy* policy) const {
+    check_keys(table, "vm", {"vcpus", "memory"});
+    if (const toml::node* node = table.get("vcpus")) {
+      if (!node->is_integer()) fail(node, "vm.vcpus", "must be a number of vCPUs");
+      int64_t value = node->as_integer()->get();
+      if (value < limits::kMinVcpus || value > limits::kMaxVcpus)
+        fail(node, "vm.vcpus",
+             "must be between " + std::to_string(limits::kMinVcpus) + " and " +
+                 std::to_string(limits::kMaxVcpus));
+      policy->vm.vcpus = static_cast<uint32_t>(value);
+    }
+    if (const toml::node* node = table.get("memory")) {
+      std::optional<uint64_t> mib;
+      if (node->is_integer()) {
+        if (node->as_integer()->get() > 0) mib = static_cast<uint64_t>(node->as_integer()->get());
+      } else if (node->is_string()) {
+        if (auto bytes = text::parse_size(node->as_string()->get()))
+          mib = (*bytes + (1u << 20) - 1) >> 20;
+      } else {
+        fail(node, "vm.memory", "must be a size like \"512M\" or \"2G\", or an integer of MiB");
+      }
+      if (!mib) fail(node, "vm.memory", "not a size (like \"512M\", \"2G\", or an integer of MiB)");
+      if (*mib < limits::kMinGuestMib || *mib > limits::kMaxGuestMib)
+        fail(node, "vm.memory",
+             "must be between " + std::to_string(limits::kMinGuestMib) + " and " +
+                 std::to_string(limits::kMaxGuestMib) + " MiB");
+      policy->vm.memory_mib = *mib;
+    }
+  }
+
   void network(const toml::table& table, Policy* policy) const {
     for (const auto& [key, value] : table) {
       std::string name(key.str());
@@ -244,7 +277,7 @@ class Parser {
 
   Policy parse_root(const toml::table& root) const {
     check_keys(root, "",
-               {"version", "filesystem_policy", "landlock", "process", "network_policies"});
+               {"version", "filesystem_policy", "landlock", "process", "network_policies", "vm"});
     Policy policy;
     const toml::node* version = root.get("version");
     if (!version) throw Error(source_ + ": version: missing (write version = 1 at the top)");
@@ -256,6 +289,7 @@ class Parser {
     if (root.contains("process")) process(table_at(root, "process", "process"), &policy);
     if (root.contains("network_policies"))
       network(table_at(root, "network_policies", "network_policies"), &policy);
+    if (root.contains("vm")) vm(table_at(root, "vm", "vm"), &policy);
     return policy;
   }
 
@@ -397,6 +431,12 @@ std::string to_toml(const Policy& policy) {
       out += "run_as_user = " + toml_string(*policy.process.run_as_user) + "\n";
     if (policy.process.run_as_group)
       out += "run_as_group = " + toml_string(*policy.process.run_as_group) + "\n";
+  }
+  if (policy.vm.vcpus || policy.vm.memory_mib) {
+    out += "\n[vm]\n";
+    if (policy.vm.vcpus) out += "vcpus = " + std::to_string(*policy.vm.vcpus) + "\n";
+    if (policy.vm.memory_mib)
+      out += "memory = \"" + std::to_string(*policy.vm.memory_mib) + "M\"\n";
   }
   std::set<std::string> names;
   for (const NetworkPolicy& rule : policy.network) {

@@ -56,6 +56,15 @@ struct NetworkPolicy {
   bool operator==(const NetworkPolicy&) const = default;
 };
 
+// [vm]: the guest's resources for a sandbox created with --vm, where the
+// command line gives none (--cpu, --memory). A policy with [vm] does not
+// make a sandbox a VM. Read at create only: the guest keeps what it got.
+struct VmPolicy {
+  std::optional<uint32_t> vcpus;       // 1..64
+  std::optional<uint64_t> memory_mib;  // 64..65536
+  bool operator==(const VmPolicy&) const = default;
+};
+
 struct Policy {
   int version = 1;
   bool has_filesystem_policy = false;  // false: the caller's defaults apply
@@ -63,6 +72,7 @@ struct Policy {
   LandlockCompatibility landlock = LandlockCompatibility::kBestEffort;
   ProcessPolicy process;
   std::vector<NetworkPolicy> network;
+  VmPolicy vm;
   bool operator==(const Policy&) const = default;
 };
 

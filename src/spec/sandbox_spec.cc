@@ -1,5 +1,6 @@
 #include "spec/sandbox_spec.h"
 
+#include <cstdint>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +59,20 @@ void SandboxSpec::validate() const {
   if (!policy.empty()) policy::parse(policy, policy_source.empty() ? "policy" : policy_source);
   for (size_t i = 0; i < ca_certs.size(); ++i)
     spec::pem_certificates(ca_certs[i], "certificate " + std::to_string(i + 1));
+  if (vm) {
+    using namespace limits;
+    if (vm->vcpus < kMinVcpus || vm->vcpus > kMaxVcpus)
+      throw Error("vm.vcpus " + std::to_string(vm->vcpus) + ": must be between " +
+                  std::to_string(kMinVcpus) + " and " + std::to_string(kMaxVcpus));
+    if (vm->memory_mib < kMinGuestMib || vm->memory_mib > kMaxGuestMib)
+      throw Error("vm.memory_mib " + std::to_string(vm->memory_mib) + ": must be between " +
+                  std::to_string(kMinGuestMib) + " and " + std::to_string(kMaxGuestMib) + " (MiB)");
+    if (vm->kernel.empty() || vm->kernel[0] != '/')
+      throw Error("vm.kernel '" + vm->kernel + "': must be an absolute path");
+    // The guest's disk is the image's root as an ext4 file (supervisor/vm_disks.h).
+    if (from == "host")
+      throw Error("--vm needs an image: the host's root cannot be a guest's disk");
+  }
 }
 
 void SandboxSpec::apply_limit_defaults(const limits::Defaults& defaults, uint64_t total) {
@@ -108,6 +123,7 @@ std::string SandboxSpec::to_json() const {
   if (!restart.empty()) j["restart"] = restart;
   if (!storage_note.empty()) j["storage_note"] = storage_note;
   if (!user.empty()) j["user"] = user;
+  if (vm) j["vm"] = {{"vcpus", vm->vcpus}, {"memory_mib", vm->memory_mib}, {"kernel", vm->kernel}};
   return j.dump();
 }
 
@@ -155,6 +171,21 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
     s.restart = j.value("restart", std::string());
     s.storage_note = j.value("storage_note", std::string());
     s.user = j.value("user", std::string());
+    if (j.contains("vm") && !j["vm"].is_null()) {
+      const json& v = j["vm"];
+      if (!v.is_object()) throw Error("sandbox spec: vm: not a JSON object");
+      // json's get<> wraps a negative number into an unsigned one: checked first.
+      for (const char* key : {"vcpus", "memory_mib"})
+        if (v.contains(key) && !v[key].is_number_unsigned())
+          throw Error(std::string("sandbox spec: vm.") + key + ": not a whole number");
+      if (v.contains("vcpus") && v["vcpus"].get<uint64_t>() > UINT32_MAX)
+        throw Error("sandbox spec: vm.vcpus: too large");
+      SandboxVm vm;
+      vm.vcpus = v.value("vcpus", vm.vcpus);
+      vm.memory_mib = v.value("memory_mib", vm.memory_mib);
+      vm.kernel = v.value("kernel", std::string());
+      s.vm = std::move(vm);
+    }
   } catch (const json::exception& e) {
     throw Error(std::string("sandbox spec: ") + e.what());
   }

@@ -34,6 +34,15 @@ struct SandboxBind {
   bool operator==(const SandboxBind&) const = default;
 };
 
+// A sandbox that runs as a micro-VM (`--vm`; docs/vm.md): the guest's
+// resources, and the kernel it boots, fixed at create.
+struct SandboxVm {
+  uint32_t vcpus = 1;
+  uint64_t memory_mib = 512;
+  std::string kernel;  // absolute path of the guest kernel, resolved at create
+  bool operator==(const SandboxVm&) const = default;
+};
+
 struct SandboxSpec {
   // "host"; an absolute directory (the root's lower layer); or an image
   // reference, resolved by the gateway into `image`.
@@ -66,6 +75,9 @@ struct SandboxSpec {
   // PEM certificates (--ca-cert) added to the sandbox's system CA bundle
   // (spec/ca_certs.h), one entry a file given.
   std::vector<std::string> ca_certs;
+  // Set: the sandbox is a micro-VM booting its image's root as the guest's
+  // disk; cpus and memory_bytes then bound the VMM process, not the guest.
+  std::optional<SandboxVm> vm;
 
   // Throws Error naming the field at fault.
   void validate() const;

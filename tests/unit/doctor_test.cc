@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/error.h"
+#include "base/vm_host.h"
 #include "test_util.h"
 
 namespace openshell::cli::doctor {
@@ -132,13 +134,62 @@ TEST(Doctor, LandlockSeccompOverlayKvm) {
   EXPECT_TRUE(sec.required);
   EXPECT_TRUE(overlay_check("").ok);
   EXPECT_THAT(overlay_check("mount overlay: Invalid argument").detail, HasSubstr("Invalid"));
-  TempDir dev;
-  Check kvm = kvm_check(dev / "kvm");
-  EXPECT_FALSE(kvm.ok);
-  EXPECT_FALSE(kvm.required);
-  EXPECT_THAT(kvm.detail, HasSubstr("does not exist"));
-  write_file(dev / "kvm", "");
-  EXPECT_TRUE(kvm_check(dev / "kvm").ok);
+}
+
+TEST(Doctor, MicroVmsNeedKvmAKernelAndHardwareVirtualisation) {
+  const std::string vmx = "processor\t: 0\nflags\t\t: fpu vme vmx sse\n";
+  const vm_host::KernelChoice kernel{"/k/vmlinux", "OPENSHELL_VM_KERNEL"};
+  Check ok = micro_vm_check("", kernel, "", vmx);
+  EXPECT_TRUE(ok.ok);
+  EXPECT_FALSE(ok.required);  // a warning: containers do not need it
+  EXPECT_THAT(ok.detail, HasSubstr("guest kernel /k/vmlinux (OPENSHELL_VM_KERNEL)"));
+  EXPECT_TRUE(micro_vm_check("", kernel, "", "flags\t\t: fpu svm\n").ok);
+
+  Check pvm = micro_vm_check("", kernel, "", "processor\t: 0\nflags\t\t: fpu vme sse\n");
+  EXPECT_FALSE(pvm.ok);
+  EXPECT_FALSE(pvm.required);
+  EXPECT_THAT(pvm.detail, HasSubstr("PVM"));
+  EXPECT_THAT(pvm.detail, HasSubstr("Linux guests do not boot on paravirtualised KVM"));
+
+  Check no_kvm = micro_vm_check("/dev/kvm: Permission denied", kernel, "", vmx);
+  EXPECT_FALSE(no_kvm.ok);
+  EXPECT_THAT(no_kvm.detail, HasSubstr("/dev/kvm: Permission denied"));
+  EXPECT_THAT(no_kvm.fix, HasSubstr("kvm"));
+
+  Check no_kernel = micro_vm_check("", {"/usr/lib/openshell/vmlinux", "the default"},
+                                   "No such file or directory", vmx);
+  EXPECT_FALSE(no_kernel.ok);
+  EXPECT_THAT(no_kernel.detail, HasSubstr("no guest kernel at /usr/lib/openshell/vmlinux"));
+  EXPECT_THAT(no_kernel.fix, HasSubstr("build-guest-kernel"));
+}
+
+TEST(VmHost, KernelChoiceAndKvm) {
+  EXPECT_EQ(vm_host::choose_kernel("./k", "/env/k").source, "--vm-kernel");
+  EXPECT_EQ(vm_host::choose_kernel("", "/env/k").path, "/env/k");
+  EXPECT_EQ(vm_host::choose_kernel("", "").path, vm_host::kPackagedKernel);
+  EXPECT_EQ(vm_host::choose_kernel("", nullptr).source, "the default");
+  TempDir dir;
+  write_file(dir / "vmlinux", "not really");
+  EXPECT_EQ(vm_host::kernel_problem(dir / "vmlinux"), "");
+  EXPECT_EQ(vm_host::kernel_problem(dir.path()), "not a regular file");
+  EXPECT_EQ(vm_host::resolve_kernel(dir / "vmlinux", nullptr), dir / "vmlinux");
+  EXPECT_THAT(vm_host::kernel_problem(dir / "none"), HasSubstr("No such file"));
+  try {
+    vm_host::resolve_kernel(dir / "none", nullptr);
+    ADD_FAILURE() << "a missing --vm-kernel resolved";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--vm-kernel " + (dir / "none") + ": No such file"));
+  }
+  try {
+    vm_host::resolve_kernel("", (dir / "none").c_str());
+    ADD_FAILURE() << "a missing OPENSHELL_VM_KERNEL resolved";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("OPENSHELL_VM_KERNEL=" + (dir / "none")));
+  }
+  // /dev/kvm's stand-in: a file opens read-write; a missing one says so.
+  write_file(dir / "kvm", "");
+  EXPECT_EQ(vm_host::kvm_problem(dir / "kvm"), "");
+  EXPECT_THAT(vm_host::kvm_problem(dir / "nokvm"), HasSubstr("No such file"));
 }
 
 TEST(Doctor, DirectoriesExistingOrCreatable) {
@@ -155,7 +206,9 @@ TEST(Doctor, DirectoriesExistingOrCreatable) {
 }
 
 TEST(Doctor, ExitsNonZeroOnlyForRequiredChecks) {
-  Check optional_bad = kvm_check("/nonexistent/kvm");
+  Check optional_bad = micro_vm_check("/nonexistent/kvm: No such file or directory",
+                                      {"/k", "the default"}, "", std::nullopt);
+  ASSERT_FALSE(optional_bad.ok);
   Check fine = landlock_check(3);
   EXPECT_TRUE(all_required_ok({optional_bad, fine}));
   EXPECT_FALSE(all_required_ok({fine, seccomp_check(std::nullopt)}));

@@ -14,6 +14,7 @@
 namespace openshell::policy {
 namespace {
 
+using openshell::testing::error_of;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -676,6 +677,61 @@ TEST(PolicyToToml, DuplicateNameIsAnError) {
   Policy p;
   p.network = {{"web", {}, {}}, {"web", {}, {}}};
   EXPECT_THROW(to_toml(p), Error);
+}
+
+// --- [vm] ---------------------------------------------------------------------------
+
+TEST(PolicyVm, VcpusAndMemoryAsSizesOrMib) {
+  Policy p = parse("version = 1\n[vm]\nvcpus = 2\nmemory = \"512M\"\n", "p.toml");
+  EXPECT_EQ(p.vm.vcpus, 2u);
+  EXPECT_EQ(p.vm.memory_mib, 512u);
+  EXPECT_EQ(parse("version = 1\n[vm]\nmemory = 2048\n", "p.toml").vm.memory_mib, 2048u);
+  EXPECT_EQ(parse("version = 1\n[vm]\nmemory = \"1G\"\n", "p.toml").vm.memory_mib, 1024u);
+  EXPECT_EQ(parse("version = 1\n[vm]\nmemory = \"2Gi\"\n", "p.toml").vm.memory_mib, 2048u);
+  // Rounded up to whole MiB, as --memory is for a guest.
+  EXPECT_EQ(parse("version = 1\n[vm]\nmemory = \"67108865\"\n", "p.toml").vm.memory_mib, 65u);
+  // Without [vm], nothing is set: the command line's defaults hold.
+  EXPECT_EQ(parse("version = 1\n", "p.toml").vm, VmPolicy{});
+  EXPECT_EQ(default_policy().vm, VmPolicy{});
+}
+
+TEST(PolicyVm, RefusedWithTheLineAndTheField) {
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nvcpu = 2\n", "policy.toml"); }),
+              StartsWith("policy.toml:3: vm.vcpu: unknown field (expected one of: vcpus, memory)"));
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nvcpus = 0\n", "policy.toml"); }),
+              StartsWith("policy.toml:3: vm.vcpus: must be between 1 and 64"));
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nvcpus = 65\n", "p.toml"); }),
+              HasSubstr("vm.vcpus"));
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nvcpus = \"2\"\n", "p.toml"); }),
+              HasSubstr("vm.vcpus: must be a number of vCPUs"));
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nmemory = \"lots\"\n", "p.toml"); }),
+              HasSubstr("p.toml:3: vm.memory: not a size"));
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nmemory = \"32M\"\n", "p.toml"); }),
+              HasSubstr("vm.memory: must be between 64 and 65536 MiB"));
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nmemory = 0\n", "p.toml"); }),
+              HasSubstr("vm.memory: not a size"));
+  EXPECT_THAT(error_of([] { parse("version = 1\n[vm]\nmemory = true\n", "p.toml"); }),
+              HasSubstr("vm.memory: must be a size"));
+  EXPECT_THAT(error_of([] { parse("version = 1\nvm = 2\n", "p.toml"); }),
+              HasSubstr("vm: must be a table"));
+}
+
+TEST(PolicyVm, RoundTripsThroughTomlAndReadsFromYaml) {
+  Policy p = default_policy();
+  p.vm.vcpus = 4;
+  p.vm.memory_mib = 1536;
+  EXPECT_THAT(to_toml(p), HasSubstr("\n[vm]\nvcpus = 4\nmemory = \"1536M\"\n"));
+  EXPECT_EQ(round_trip(p), p);
+  Policy only_memory;
+  only_memory.vm.memory_mib = 256;
+  EXPECT_EQ(round_trip(only_memory), only_memory);
+  EXPECT_THAT(to_toml(Policy{}), Not(HasSubstr("[vm]")));
+
+  Policy yaml = parse("version: 1\nvm:\n  vcpus: 2\n  memory: 512M\n", "p.yaml");
+  EXPECT_EQ(yaml.vm.vcpus, 2u);
+  EXPECT_EQ(yaml.vm.memory_mib, 512u);
+  EXPECT_THAT(error_of([] { parse("version: 1\nvm:\n  cpus: 2\n", "p.yaml"); }),
+              StartsWith("p.yaml:3: vm.cpus: unknown field"));
 }
 
 }  // namespace

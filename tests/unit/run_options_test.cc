@@ -13,6 +13,7 @@
 #include "base/files.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
+#include "base/vm_host.h"
 #include "runtime/landlock.h"
 #include "test_util.h"
 
@@ -450,6 +451,103 @@ TEST(BuildSpec, CapAddAndBinds) {
   o.cap_add = {};
   o.binds = {"nodest"};
   EXPECT_THAT(error_of([&] { build_spec(o); }), StartsWith("--bind nodest"));
+}
+
+// --- --vm ---------------------------------------------------------------------------
+
+TEST(PlanVm, FlagsThenThePolicysVmThenTheDefaults) {
+  TempDir dir;
+  write_file(dir / "vmlinux", "a kernel");
+  const std::string kernel = dir / "vmlinux";
+  ScopedEnv no_variable("OPENSHELL_VM_KERNEL", nullptr);
+  SandboxVm vm = plan_vm("--cpu", "", "", "", "", kernel, true);
+  EXPECT_EQ(vm.vcpus, 1u);
+  EXPECT_EQ(vm.memory_mib, 512u);
+  EXPECT_EQ(vm.kernel, kernel);
+  const std::string policy = "version = 1\n[vm]\nvcpus = 3\nmemory = \"2G\"\n";
+  vm = plan_vm("--cpu", "", "", policy, "p.toml", kernel, true);
+  EXPECT_EQ(vm.vcpus, 3u);
+  EXPECT_EQ(vm.memory_mib, 2048u);
+  // --cpu and --memory win over the policy, rounded up.
+  vm = plan_vm("--cpu", "1.5", "100000000", policy, "p.toml", kernel, true);
+  EXPECT_EQ(vm.vcpus, 2u);
+  EXPECT_EQ(vm.memory_mib, 96u);  // 95.4 MiB
+  EXPECT_EQ(plan_vm("--cpu", "500m", "1G", "", "", kernel, true).vcpus, 1u);
+  EXPECT_EQ(plan_vm("--cpu", "500m", "1G", "", "", kernel, true).memory_mib, 1024u);
+}
+
+TEST(PlanVm, RefusalsNameTheOption) {
+  TempDir dir;
+  write_file(dir / "vmlinux", "a kernel");
+  const std::string kernel = dir / "vmlinux";
+  EXPECT_THAT(error_of([&] { plan_vm("--cpu", "65", "", "", "", kernel, true); }),
+              StartsWith("--cpu 65: a VM has at most 64 vCPUs"));
+  EXPECT_THAT(error_of([&] { plan_vm("--cpus", "x", "", "", "", kernel, true); }),
+              StartsWith("--cpus x: not a number of CPUs"));
+  EXPECT_THAT(error_of([&] { plan_vm("--cpu", "", "32M", "", "", kernel, true); }),
+              StartsWith("--memory 32M: a VM's memory is between 64M and 64G"));
+  EXPECT_THAT(error_of([&] { plan_vm("--cpu", "", "65G", "", "", kernel, true); }),
+              StartsWith("--memory 65G"));
+  EXPECT_THAT(error_of([&] {
+                plan_vm("--cpu", "", "", "version = 1\n[vm]\nx = 1\n", "p.toml", kernel, true);
+              }),
+              StartsWith("p.toml:3: vm.x: unknown field"));
+}
+
+TEST(PlanVm, TheKernelFromTheFlagTheVariableOrTheDefault) {
+  TempDir dir;
+  write_file(dir / "vmlinux", "a kernel");
+  write_file(dir / "other", "another");
+  {
+    ScopedEnv variable("OPENSHELL_VM_KERNEL", (dir / "other").c_str());
+    EXPECT_EQ(plan_vm("--cpu", "", "", "", "", "", true).kernel, dir / "other");
+    EXPECT_EQ(plan_vm("--cpu", "", "", "", "", dir / "vmlinux", true).kernel, dir / "vmlinux");
+  }
+  {
+    // Relative to the working directory, made absolute.
+    ScopedEnv no_variable("OPENSHELL_VM_KERNEL", nullptr);
+    const std::string cwd = files::canonical(".", "cwd");
+    ASSERT_EQ(::chdir(dir.path().c_str()), 0);
+    const std::string resolved = plan_vm("--cpu", "", "", "", "", "vmlinux", true).kernel;
+    ASSERT_EQ(::chdir(cwd.c_str()), 0);
+    EXPECT_EQ(resolved, files::canonical(dir / "vmlinux", "kernel"));
+    EXPECT_THAT(error_of([&] { plan_vm("--cpu", "", "", "", "", dir / "none", true); }),
+                StartsWith("--vm-kernel " + (dir / "none") + ": No such file or directory"));
+    if (!files::exists(vm_host::kPackagedKernel)) {
+      EXPECT_EQ(error_of([] { plan_vm("--cpu", "", "", "", "", "", true); }),
+                "--vm: no guest kernel (give --vm-kernel PATH or set OPENSHELL_VM_KERNEL; "
+                "rootfs-tools/build-guest-kernel builds one)");
+    }
+    // For a remote gateway the path is its host's: kept as given, or left to it.
+    EXPECT_EQ(plan_vm("--cpu", "", "", "", "", "/there/vmlinux", false).kernel, "/there/vmlinux");
+    EXPECT_EQ(plan_vm("--cpu", "", "", "", "", "", false).kernel, "");
+    EXPECT_THAT(error_of([] { plan_vm("--cpu", "", "", "", "", "vmlinux", false); }),
+                HasSubstr("absolute path there"));
+  }
+}
+
+TEST(PlanRun, VmFillsTheSpecsVmNotItsLimits) {
+  TempDir dir;
+  write_file(dir / "vmlinux", "a kernel");
+  RunOptions o = with_command();
+  o.vm = true;
+  o.vm_kernel = dir / "vmlinux";
+  o.memory = "256M";
+  o.cpus = "2";
+  RunPlan plan = plan_run(o);
+  ASSERT_TRUE(plan.sandbox.vm);
+  EXPECT_EQ(plan.sandbox.vm->vcpus, 2u);
+  EXPECT_EQ(plan.sandbox.vm->memory_mib, 256u);
+  EXPECT_FALSE(plan.sandbox.memory_bytes);
+  EXPECT_FALSE(plan.sandbox.cpus);
+  // The host's root is no guest's disk.
+  EXPECT_EQ(error_of([&] { plan.sandbox.validate(); }),
+            "--vm needs an image: the host's root cannot be a guest's disk");
+  o.vm = false;
+  EXPECT_EQ(error_of([&] { plan_run(o); }), "--vm-kernel: only with --vm");
+  o.vm_kernel.clear();
+  EXPECT_FALSE(plan_run(o).sandbox.vm);
+  EXPECT_TRUE(plan_run(o).sandbox.memory_bytes);
 }
 
 }  // namespace
