@@ -40,6 +40,9 @@ namespace dns = net::dns;
 using asio::ip::tcp;
 using asio::ip::udp;
 using nlohmann::json;
+
+namespace {
+
 // A client's end of a connection to the proxy: TCP when accepted on the
 // listener, a Unix stream socket when a micro-VM's vsock brought it.
 using ClientSocket = asio::generic::stream_protocol::socket;
@@ -48,8 +51,6 @@ using ClientSocket = asio::generic::stream_protocol::socket;
 // TCP connection), known already (kGiven), or named by the connection's
 // first line (kLine: a guest's, identity_line.h).
 enum class Identity { kSearch, kGiven, kLine };
-
-namespace {
 
 // What one connection may cost the proxy (see docs/policy.md for the
 // budget): a request head of at most kMaxHead, a response head of at most
@@ -657,10 +658,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Asks the worker who holds the client's socket; false when it cannot.
   bool identify(bool at_accept) {
     boost::system::error_code ec, ec2;
-    TcpEnd peer, local;
-    if (!tcp_end(client_.remote_endpoint(ec), &peer) ||
-        !tcp_end(client_.local_endpoint(ec2), &local) || ec || ec2 || !proxy_->worker)
-      return false;
+    auto peer = client_.remote_endpoint(ec);
+    auto local = client_.local_endpoint(ec2);
+    if (ec || ec2 || !proxy_->worker || !is_ip(peer) || !is_ip(local)) return false;
     auto self = shared_from_this();
     asio::io_context* io = &proxy_->io;
     // The search at the request builds on the one at accept: the worker
@@ -669,23 +669,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (at_accept) accept_search_ = std::make_shared<Holders>();
     std::shared_ptr<Holders> earlier = accept_search_;
     const bool examine = proxy_->rules->names_binaries();
-    bool submitted =
-        proxy_->worker->submit([self, io, at_accept, earlier, examine, connects = proxy_->connects,
-                                client = peer, own = local](CallerFinder& finder) mutable {
-          Holders found;
-          if (!at_accept && earlier && earlier->budget_exceeded)
-            found.budget_exceeded = true;  // refused where it matters: no second search
-          else
-            found = finder.holders(client, own, kIdentityBudget,
-                                   at_accept ? nullptr : earlier.get(), examine);
-          // Its record is taken by the first search that finds the socket.
-          if (connects && found.inode) found.connectors = connects->take(found.inode);
-          if (at_accept) *earlier = found;
-          // The connection goes back to the proxy's thread, and ends there.
-          asio::post(*io, [self = std::move(self), found = std::move(found), at_accept]() mutable {
-            self->identified(std::move(found), at_accept);
-          });
-        });
+    bool submitted = proxy_->worker->submit([self, io, at_accept, earlier, examine,
+                                             connects = proxy_->connects, client = end_of(peer),
+                                             own = end_of(local)](CallerFinder& finder) mutable {
+      Holders found;
+      if (!at_accept && earlier && earlier->budget_exceeded)
+        found.budget_exceeded = true;  // refused where it matters: no second search
+      else
+        found = finder.holders(client, own, kIdentityBudget, at_accept ? nullptr : earlier.get(),
+                               examine);
+      // Its record is taken by the first search that finds the socket.
+      if (connects && found.inode) found.connectors = connects->take(found.inode);
+      if (at_accept) *earlier = found;
+      // The connection goes back to the proxy's thread, and ends there.
+      asio::post(*io, [self = std::move(self), found = std::move(found), at_accept]() mutable {
+        self->identified(std::move(found), at_accept);
+      });
+    });
     if (!submitted) return false;
     (at_accept ? accept_pending_ : request_pending_) = true;
     return true;
@@ -828,23 +828,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
     abort();
   }
 
-  // An IPv4 or IPv6 socket address as a TcpEnd; false for another family.
-  static bool tcp_end(const asio::generic::stream_protocol::endpoint& endpoint, TcpEnd* end) {
-    const sockaddr* address = endpoint.data();
-    if (address->sa_family == AF_INET && endpoint.size() >= sizeof(sockaddr_in)) {
-      const auto* v4 = reinterpret_cast<const sockaddr_in*>(address);
-      end->port = ntohs(v4->sin_port);
-      std::memcpy(end->address.bytes, &v4->sin_addr, 4);
-      return true;
+  // Whether a client socket's address is TCP's (IPv4 or IPv6, whole).
+  static bool is_ip(const asio::generic::stream_protocol::endpoint& endpoint) {
+    const int family = endpoint.data()->sa_family;
+    return (family == AF_INET && endpoint.size() >= sizeof(sockaddr_in)) ||
+           (family == AF_INET6 && endpoint.size() >= sizeof(sockaddr_in6));
+  }
+
+  // An address is_ip() holds as a TcpEnd.
+  static TcpEnd end_of(const asio::generic::stream_protocol::endpoint& endpoint) {
+    TcpEnd end;
+    if (endpoint.data()->sa_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(endpoint.data());
+      end.port = ntohs(v4->sin_port);
+      std::memcpy(end.address.bytes, &v4->sin_addr, 4);
+    } else {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(endpoint.data());
+      end.port = ntohs(v6->sin6_port);
+      end.address.family = AF_INET6;
+      std::memcpy(end.address.bytes, &v6->sin6_addr, 16);
     }
-    if (address->sa_family == AF_INET6 && endpoint.size() >= sizeof(sockaddr_in6)) {
-      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(address);
-      end->port = ntohs(v6->sin6_port);
-      end->address.family = AF_INET6;
-      std::memcpy(end->address.bytes, &v6->sin6_addr, 16);
-      return true;
-    }
-    return false;
+    return end;
   }
 
   void resolve() {

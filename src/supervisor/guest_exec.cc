@@ -1,7 +1,7 @@
 #include "supervisor/guest_exec.h"
 
-#include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <utility>
 
@@ -120,7 +120,12 @@ ToClient to_client(const frames::Frame& frame) {
 GuestExec::GuestExec(asio::io_context& io, std::shared_ptr<net::WebSocket> ws, UniqueFd guest,
                      ExecDefaults sandbox, uint64_t id)
     : io_(io), ws_(std::move(ws)), guest_(io), sandbox_(std::move(sandbox)), id_(id) {
-  guest_.assign(guest.release());
+  int domain = AF_UNIX;  // the vsock device's host ends are Unix socket pairs
+  socklen_t size = sizeof domain;
+  (void)::getsockopt(guest.get(), SOL_SOCKET, SO_DOMAIN, &domain, &size);
+  boost::system::error_code ec;
+  guest_.assign(asio::generic::stream_protocol(domain, 0), guest.get(), ec);
+  if (!ec) (void)guest.release();  // else closed here; the first read fails, and says so
 }
 
 GuestExec::~GuestExec() = default;

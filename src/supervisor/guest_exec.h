@@ -95,7 +95,8 @@ class GuestExec : public std::enable_shared_from_this<GuestExec> {
 
   boost::asio::io_context& io_;
   std::shared_ptr<net::WebSocket> ws_;
-  boost::asio::posix::stream_descriptor guest_;
+  // A socket, not a plain descriptor: its writes never raise SIGPIPE.
+  boost::asio::generic::stream_protocol::socket guest_;
   ExecDefaults sandbox_;
   const uint64_t id_;
   std::function<void(uint64_t)> on_end_;
