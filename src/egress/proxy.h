@@ -131,7 +131,9 @@ class Proxy {
   // DNS queries arrive as fds (the host ends of vsock connections, Unix
   // stream sockets), one at a time, each served here like one the listener
   // accepted. None of these needs serve(): a proxy made with init_pid 0 for
-  // them alone has no listener, no UDP socket, no identity search.
+  // them alone has no listener, no UDP socket, no identity search. Called
+  // on the loop's thread, as set_rules() is; after close(), the fd is
+  // closed unserved.
   //
   // One client connection whose caller is known: no identity search; the
   // rules that name binaries judge `caller` (credited as its exe only when

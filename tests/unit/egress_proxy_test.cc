@@ -452,6 +452,18 @@ TEST(ProxyGuest, AnIdentifiedCallerIsJudgedAsGivenAndHeldToTheLimit) {
   EXPECT_THAT(h.audit(), HasSubstr("\"decision\":\"closed\""));
 }
 
+TEST(ProxyGuest, AfterCloseAConnectionHandedOverIsClosedUnserved) {
+  ProxyHarness h(8, std::chrono::seconds(30), /*guest=*/true);
+  h.on_thread([&] { h.proxy().close(); });
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  h.on_thread([&] { h.proxy().serve_guest_connection(std::move(theirs)); });
+  bool eof = false;
+  EXPECT_EQ(read_for(ours.get(), 5000, &eof), "");
+  EXPECT_TRUE(eof) << "the proxy kept the fd";
+}
+
 TEST(ProxyGuest, AnFdThatIsNotAStreamSocketIsClosedNotServed) {
   ProxyHarness h(8, std::chrono::seconds(30), /*guest=*/true);
   int pair[2];
