@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "base/time.h"
 #include "egress/connect_watch.h"
 #include "egress/identity.h"
+#include "egress/identity_line.h"
 #include "egress/local_names.h"
 
 namespace openshell::egress {
@@ -40,6 +42,15 @@ using asio::ip::udp;
 using nlohmann::json;
 
 namespace {
+
+// A client's end of a connection to the proxy: TCP when accepted on the
+// listener, a Unix stream socket when a micro-VM's vsock brought it.
+using ClientSocket = asio::generic::stream_protocol::socket;
+
+// Who a connection's caller is: found by the identity search (an accepted
+// TCP connection), known already (kGiven), or named by the connection's
+// first line (kLine: a guest's, identity_line.h).
+enum class Identity { kSearch, kGiven, kLine };
 
 // What one connection may cost the proxy (see docs/policy.md for the
 // budget): a request head of at most kMaxHead, a response head of at most
@@ -63,6 +74,11 @@ struct SplicePipe {
 };
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr uint32_t kDnsTtl = 30;
+// A guest's DNS streams: how many at once, the longest query (as a datagram
+// the UDP stub reads), and the queries one stream may have in hand.
+constexpr size_t kMaxDnsStreams = 16;
+constexpr size_t kMaxDnsQuery = 1500;
+constexpr size_t kMaxDnsPending = 64;
 // Longest fields of an audit line: a DNS name has at most 253 characters, a
 // path PATH_MAX bytes; a reason quotes a host.
 constexpr size_t kMaxAuditHost = 256;
@@ -397,7 +413,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // Accepted beyond the limit: told so, and closed.
-  void refuse_over_limit(tcp::socket client) {
+  void refuse_over_limit(ClientSocket client) {
     if (options.audit) {
       json line = {{"time", time::format_ns(time::now_ns())},
                    {"sandbox", options.sandbox},
@@ -412,7 +428,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
                                   std::to_string(options.max_connections) + ")"}};
       write_audit(line);
     }
-    auto socket = std::make_shared<tcp::socket>(std::move(client));
+    auto socket = std::make_shared<ClientSocket>(std::move(client));
     const std::string body = "openshell: too many connections to the proxy (the limit is " +
                              std::to_string(options.max_connections) + ")\n";
     auto data = std::make_shared<std::string>(
@@ -421,7 +437,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
     asio::async_write(*socket, asio::buffer(*data),
                       [socket, data](const boost::system::error_code&, size_t) {
                         boost::system::error_code ignored;
-                        socket->shutdown(tcp::socket::shutdown_send, ignored);
+                        socket->shutdown(asio::socket_base::shutdown_send, ignored);
                         socket->close(ignored);
                       });
   }
@@ -504,6 +520,16 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
 
   void accept();
   void serve_dns();
+  // Answers one DNS message as the stub does (policy, audit): reply gets
+  // the answer once, now or later; false, and never called, when the
+  // message is not a query the stub answers (it is dropped).
+  bool answer_dns(std::string_view message, std::function<void(std::string)> reply);
+  // A connection whose caller is known or comes in its first line.
+  void serve_client(ClientSocket client, Identity identity, Caller caller);
+
+  // The DNS streams open (a guest's), each closed when the proxy closes.
+  std::map<uint64_t, std::function<void()>> dns_streams;
+  uint64_t next_dns_stream = 0;
 };
 
 namespace {
@@ -511,13 +537,16 @@ namespace {
 // One connection to the proxy: a CONNECT tunnel, or one plain-HTTP request.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<Proxy::Impl> proxy, tcp::socket client)
+  Connection(std::shared_ptr<Proxy::Impl> proxy, ClientSocket client,
+             Identity identity = Identity::kSearch, Caller caller = {})
       : proxy_(std::move(proxy)),
         client_(std::move(client)),
         upstream_(proxy_->io),
         timer_(proxy_->io),
-        id_(++proxy_->next_id) {
+        id_(++proxy_->next_id),
+        identity_(identity) {
     ++proxy_->open_connections;
+    if (identity_ == Identity::kGiven) given(std::move(caller));
   }
   ~Connection() {
     proxy_->established.erase(id_);
@@ -530,10 +559,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     timer_.async_wait([self](const boost::system::error_code& ec) {
       if (!ec) self->abort();
     });
+    if (identity_ == Identity::kLine) return read_identity_line();
     // Who holds the socket now, at once, where a rule names binaries: a
     // process that connects and then hands the socket to another (or execs
     // one) has held it.
-    if (proxy_->worker && proxy_->rules->names_binaries()) identify(true);
+    if (searches() && proxy_->worker && proxy_->rules->names_binaries()) identify(true);
     read_head();
   }
 
@@ -545,23 +575,59 @@ class Connection : public std::enable_shared_from_this<Connection> {
     upstream_.close(ignored);
   }
 
-  void read_head() {
+  bool searches() const { return identity_ == Identity::kSearch; }
+
+  // The caller as the guest (or whoever made the connection) named it: the
+  // one holder there is, credited as the crediting rules of its line say.
+  void given(Caller caller) { at_request_.processes.push_back(std::move(caller)); }
+
+  // A guest's connection: its identity line, then the request, whose first
+  // bytes may have come in the same read as the line.
+  void read_identity_line() {
     auto self = shared_from_this();
     client_.async_read_some(asio::buffer(buffer_), [self](const boost::system::error_code& ec,
                                                           size_t n) {
       if (ec) return self->abort();
       self->head_.append(self->buffer_.data(), n);
-      size_t end = self->head_.find("\r\n\r\n");
-      // The limit holds however the head arrived: also one whose end came
-      // in the same read as its 16 KiB and first byte more.
-      if ((end == std::string::npos ? self->head_.size() : end + 4) > kMaxHead)
-        return self->refuse(431, "Request Header Fields Too Large",
-                            "a request head longer than " + std::to_string(kMaxHead) + " bytes");
-      if (end == std::string::npos) return self->read_head();
-      self->rest_ = self->head_.substr(end + 4);
-      self->head_.resize(end + 4);
-      self->handle_head();
+      size_t end = self->head_.find('\n');
+      if (end == std::string::npos && self->head_.size() < kMaxIdentityLine)
+        return self->read_identity_line();
+      std::string why = "no newline in its first " + std::to_string(kMaxIdentityLine) + " bytes";
+      std::optional<Caller> caller;
+      if (end != std::string::npos && end < kMaxIdentityLine)
+        caller = parse_identity_line(std::string_view(self->head_).substr(0, end), &why);
+      if (!caller) {
+        // Fail closed: no one is credited with what follows, and it goes nowhere.
+        self->proxy_->audit("connect", Caller{}, "", 0, false, "",
+                            "the guest's identity line is malformed: " + why);
+        return self->refuse(400, "Bad Request", "a malformed identity line: " + why);
+      }
+      self->head_.erase(0, end + 1);
+      self->given(std::move(*caller));
+      self->read_head();
     });
+  }
+
+  // The request head: from what was read already, else read on.
+  void read_head() {
+    size_t end = head_.find("\r\n\r\n");
+    // The limit holds however the head arrived: also one whose end came
+    // in the same read as its 16 KiB and first byte more.
+    if ((end == std::string::npos ? head_.size() : end + 4) > kMaxHead)
+      return refuse(431, "Request Header Fields Too Large",
+                    "a request head longer than " + std::to_string(kMaxHead) + " bytes");
+    if (end != std::string::npos) {
+      rest_ = head_.substr(end + 4);
+      head_.resize(end + 4);
+      return handle_head();
+    }
+    auto self = shared_from_this();
+    client_.async_read_some(asio::buffer(buffer_),
+                            [self](const boost::system::error_code& ec, size_t n) {
+                              if (ec) return self->abort();
+                              self->head_.append(self->buffer_.data(), n);
+                              self->read_head();
+                            });
   }
 
   void handle_head() {
@@ -585,7 +651,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Without sock_diag it costs milliseconds, so it is then asked only
     // when a rule names binaries (the audit then has no binary).
     request_done_ = true;
-    if (proxy_->identifies()) identify(false);
+    if (searches() && proxy_->identifies()) identify(false);
     decide();  // or, when the worker answers, then
   }
 
@@ -594,7 +660,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     boost::system::error_code ec, ec2;
     auto peer = client_.remote_endpoint(ec);
     auto local = client_.local_endpoint(ec2);
-    if (ec || ec2 || !proxy_->worker) return false;
+    if (ec || ec2 || !proxy_->worker || !is_ip(peer) || !is_ip(local)) return false;
     auto self = shared_from_this();
     asio::io_context* io = &proxy_->io;
     // The search at the request builds on the one at accept: the worker
@@ -649,7 +715,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     else if (!at_accept_.processes.empty())
       caller_ = at_accept_.processes.back();
     budget_exceeded_ = at_accept_.budget_exceeded || at_request_.budget_exceeded;
-    connects_seen_ = proxy_->connects != nullptr;
+    // The connect watcher sees this host's processes, not a guest's.
+    connects_seen_ = searches() && proxy_->connects != nullptr;
     connectors_ = at_accept_.connectors;
     connectors_.insert(connectors_.end(), at_request_.connectors.begin(),
                        at_request_.connectors.end());
@@ -761,16 +828,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
     abort();
   }
 
-  static TcpEnd end_of(const tcp::endpoint& endpoint) {
+  // Whether a client socket's address is TCP's (IPv4 or IPv6, whole).
+  static bool is_ip(const asio::generic::stream_protocol::endpoint& endpoint) {
+    const int family = endpoint.data()->sa_family;
+    return (family == AF_INET && endpoint.size() >= sizeof(sockaddr_in)) ||
+           (family == AF_INET6 && endpoint.size() >= sizeof(sockaddr_in6));
+  }
+
+  // An address is_ip() holds as a TcpEnd.
+  static TcpEnd end_of(const asio::generic::stream_protocol::endpoint& endpoint) {
     TcpEnd end;
-    end.port = endpoint.port();
-    if (endpoint.address().is_v4()) {
-      auto bytes = endpoint.address().to_v4().to_bytes();
-      std::copy(bytes.begin(), bytes.end(), end.address.bytes);
+    if (endpoint.data()->sa_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(endpoint.data());
+      end.port = ntohs(v4->sin_port);
+      std::memcpy(end.address.bytes, &v4->sin_addr, 4);
     } else {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(endpoint.data());
+      end.port = ntohs(v6->sin6_port);
       end.address.family = AF_INET6;
-      auto bytes = endpoint.address().to_v6().to_bytes();
-      std::copy(bytes.begin(), bytes.end(), end.address.bytes);
+      std::memcpy(end.address.bytes, &v6->sin6_addr, 16);
     }
     return end;
   }
@@ -1001,7 +1077,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // from -> to until from ends; then half-close `to`. No idle timeout: a
   // long-lived connection (a WebSocket, a stream) is never cut. Through a
   // pipe with splice() where the kernel allows it, else through `buf`.
-  void relay(tcp::socket& from, tcp::socket& to, std::shared_ptr<std::vector<char>> buf) {
+  template <typename From, typename To>
+  void relay(From& from, To& to, std::shared_ptr<std::vector<char>> buf) {
     int ends[2];
     boost::system::error_code ec, ec2;
     from.native_non_blocking(true, ec);
@@ -1016,7 +1093,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     splice_step(from, to, std::move(pipe), std::move(buf));
   }
 
-  void splice_step(tcp::socket& from, tcp::socket& to, std::shared_ptr<SplicePipe> pipe,
+  template <typename From, typename To>
+  void splice_step(From& from, To& to, std::shared_ptr<SplicePipe> pipe,
                    std::shared_ptr<std::vector<char>> buf) {
     auto self = shared_from_this();
     for (int round = 0; round < kSpliceRounds; ++round) {
@@ -1029,7 +1107,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) {
-          to.async_wait(tcp::socket::wait_write,
+          to.async_wait(asio::socket_base::wait_write,
                         [self, &from, &to, pipe, buf](const boost::system::error_code& ec) {
                           if (ec) return self->abort();
                           self->splice_step(from, to, pipe, buf);
@@ -1048,7 +1126,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (n == 0) return shutdown(to);
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
-        from.async_wait(tcp::socket::wait_read,
+        from.async_wait(asio::socket_base::wait_read,
                         [self, &from, &to, pipe, buf](const boost::system::error_code& ec) {
                           if (ec) return self->abort();
                           self->splice_step(from, to, pipe, buf);
@@ -1064,7 +1142,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                [self, &from, &to, pipe, buf] { self->splice_step(from, to, pipe, buf); });
   }
 
-  void pump(tcp::socket& from, tcp::socket& to, std::shared_ptr<std::vector<char>> buf) {
+  template <typename From, typename To>
+  void pump(From& from, To& to, std::shared_ptr<std::vector<char>> buf) {
     if (!buf) buf = std::make_shared<std::vector<char>>(kRelayBuffer);
     auto self = shared_from_this();
     from.async_read_some(
@@ -1081,9 +1160,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
         });
   }
 
-  void shutdown(tcp::socket& socket) {
+  template <typename Socket>
+  void shutdown(Socket& socket) {
     boost::system::error_code ignored;
-    socket.shutdown(tcp::socket::shutdown_send, ignored);
+    socket.shutdown(asio::socket_base::shutdown_send, ignored);
   }
 
   void deny(const std::string& reason, const std::string& rule) {
@@ -1114,7 +1194,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   std::shared_ptr<Proxy::Impl> proxy_;
-  tcp::socket client_;
+  ClientSocket client_;
   tcp::socket upstream_;
   asio::steady_timer timer_;
   std::array<char, 8192> buffer_{};  // reads from the client
@@ -1128,6 +1208,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   OriginRequest request_;  // plain HTTP
   bool request_forwarded_ = false, response_started_ = false, tunnel_ = false;
   const uint64_t id_;
+  const Identity identity_;
   Caller caller_;                // the process named in the audit
   std::vector<Caller> holders_;  // every process that held the socket
   Holders at_accept_, at_request_;
@@ -1142,7 +1223,153 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Address address_;  // the server's, once connected
 };
 
+// A guest's DNS over a stream (DNS-over-TCP framing, RFC 1035 section
+// 4.2.2: each message after its length, 2 bytes big-endian): many queries,
+// each answered as the UDP stub answers it, the answers in the order they
+// are ready. What it holds is bounded: kMaxDnsPending queries in hand, each
+// at most kMaxDnsQuery bytes; it reads no more until one is answered.
+class DnsStream : public std::enable_shared_from_this<DnsStream> {
+ public:
+  DnsStream(std::shared_ptr<Proxy::Impl> proxy, ClientSocket socket)
+      : proxy_(std::move(proxy)), socket_(std::move(socket)), id_(++proxy_->next_dns_stream) {}
+  ~DnsStream() { proxy_->dns_streams.erase(id_); }
+
+  void start() {
+    std::weak_ptr<DnsStream> weak = shared_from_this();
+    proxy_->dns_streams[id_] = [weak] {
+      if (auto self = weak.lock()) self->close();
+    };
+    take_queries();
+  }
+
+  void close() {
+    closed_ = true;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  }
+
+ private:
+  // The whole queries read so far, each handed to the stub; then more.
+  void take_queries() {
+    if (taking_ || closed_) return;  // an answer that came at once, within the loop below
+    taking_ = true;
+    while (!closed_ && pending_ < kMaxDnsPending && in_.size() >= 2) {
+      const size_t length =
+          static_cast<size_t>(static_cast<uint8_t>(in_[0])) << 8 | static_cast<uint8_t>(in_[1]);
+      if (length == 0 || length > kMaxDnsQuery) {
+        taking_ = false;
+        return refuse("a DNS message of " + std::to_string(length) +
+                      " bytes on the guest's DNS stream (the most is " +
+                      std::to_string(kMaxDnsQuery) + "): the stream is closed");
+      }
+      if (in_.size() < 2 + length) break;
+      std::string query = in_.substr(2, length);
+      in_.erase(0, 2 + length);
+      ++pending_;
+      auto self = shared_from_this();
+      if (!proxy_->answer_dns(query, [self](std::string answer) { self->answered(answer); }))
+        --pending_;  // dropped, as the UDP stub drops it
+    }
+    taking_ = false;
+    if (!closed_ && !reading_ && !eof_ && pending_ < kMaxDnsPending) read_more();
+    finish_when_done();
+  }
+
+  void read_more() {
+    reading_ = true;
+    auto self = shared_from_this();
+    socket_.async_read_some(asio::buffer(buffer_),
+                            [self](const boost::system::error_code& ec, size_t n) {
+                              self->reading_ = false;
+                              if (ec == asio::error::eof) {
+                                self->eof_ = true;
+                                return self->finish_when_done();
+                              }
+                              if (ec) return self->close();
+                              self->in_.append(self->buffer_.data(), n);
+                              self->take_queries();
+                            });
+  }
+
+  void answered(const std::string& answer) {
+    --pending_;
+    if (closed_) return;
+    if (answer.size() > 0xFFFF) return close();  // cannot be framed (the stub's never are)
+    std::string framed;
+    framed.push_back(static_cast<char>(answer.size() >> 8));
+    framed.push_back(static_cast<char>(answer.size() & 0xFF));
+    out_.push_back(framed + answer);
+    write();
+    take_queries();  // reading may have stopped at the limit
+  }
+
+  void write() {
+    if (writing_ || out_.empty() || closed_) return;
+    writing_ = true;
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(out_.front()),
+                      [self](const boost::system::error_code& ec, size_t) {
+                        self->writing_ = false;
+                        self->out_.pop_front();
+                        if (ec) return self->close();
+                        self->write();
+                        self->finish_when_done();
+                      });
+  }
+
+  // The guest sent its last query and has every answer: the stream ends.
+  void finish_when_done() {
+    if (closed_ || !eof_ || pending_ > 0 || writing_ || !out_.empty()) return;
+    boost::system::error_code ignored;
+    socket_.shutdown(asio::socket_base::shutdown_send, ignored);
+    close();
+  }
+
+  void refuse(const std::string& reason) {
+    proxy_->audit("dns", Caller{}, "", 0, false, "", reason);
+    close();
+  }
+
+  std::shared_ptr<Proxy::Impl> proxy_;
+  ClientSocket socket_;
+  const uint64_t id_;
+  std::array<char, 4096> buffer_{};
+  std::string in_;               // bytes read, not yet whole queries
+  std::deque<std::string> out_;  // framed answers, the first being written
+  size_t pending_ = 0;           // queries handed to the stub, not yet answered
+  bool taking_ = false, reading_ = false, writing_ = false, eof_ = false, closed_ = false;
+};
+
+// A stream socket's fd as a client socket of the proxy's loop; nullopt
+// (the fd closed, the reason logged) when it is not one.
+std::optional<ClientSocket> client_socket(asio::io_context& io, UniqueFd fd, const char* what) {
+  int domain = 0, type = 0;
+  socklen_t size = sizeof domain;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_DOMAIN, &domain, &size) != 0 ||
+      (size = sizeof type, ::getsockopt(fd.get(), SOL_SOCKET, SO_TYPE, &type, &size)) != 0 ||
+      type != SOCK_STREAM) {
+    log::error(std::string("egress proxy: ") + what + ": not a stream socket");
+    return std::nullopt;
+  }
+  ClientSocket socket(io);
+  boost::system::error_code ec;
+  socket.assign(asio::generic::stream_protocol(domain, 0), fd.get(), ec);
+  if (ec) {
+    log::error(std::string("egress proxy: ") + what + ": " + ec.message());
+    return std::nullopt;
+  }
+  (void)fd.release();  // the socket's now
+  return socket;
+}
+
 }  // namespace
+
+void Proxy::Impl::serve_client(ClientSocket client, Identity identity, Caller caller) {
+  if (closed) return;
+  if (open_connections >= options.max_connections) return refuse_over_limit(std::move(client));
+  std::make_shared<Connection>(shared_from_this(), std::move(client), identity, std::move(caller))
+      ->start();
+}
 
 void Proxy::Impl::accept() {
   auto self = shared_from_this();
@@ -1151,7 +1378,7 @@ void Proxy::Impl::accept() {
     if (!ec && self->open_connections >= self->options.max_connections)
       self->refuse_over_limit(std::move(client));
     else if (!ec)
-      std::make_shared<Connection>(self, std::move(client))->start();
+      std::make_shared<Connection>(self, ClientSocket(std::move(client)))->start();
     if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) return;
     self->accept();
   });
@@ -1168,53 +1395,63 @@ void Proxy::Impl::serve_dns() {
           return;
         }
         self->serve_dns();
-        auto query = dns::parse_query(std::string_view(buf->data(), n));
-        if (!query) return;  // not a query we answer: drop it
-        auto reply = [self, from](std::string message) {
+        self->answer_dns(std::string_view(buf->data(), n), [self, from](std::string message) {
           auto data = std::make_shared<std::string>(std::move(message));
           self->dns.async_send_to(asio::buffer(*data), *from,
                                   [data](const boost::system::error_code&, size_t) {});
-        };
-        auto rules = self->rules;
-        const std::string name = query->question.name;
-        Caller nobody;
-        // localhost and the sandbox's own name stay inside: no rule, no denial.
-        if (auto local = local_name_addresses(name, self->options.sandbox))
-          return reply(dns::build_response(*query, dns::kRcodeNoError, *local, kDnsTtl));
-        if (!rules->knows_host(name)) {
-          // Never asked upstream: the name stays on this host.
-          self->audit("dns", nobody, name, 0, false, "", "no rule names this host");
-          return reply(dns::build_response(*query, dns::kRcodeNxDomain, {}, kDnsTtl));
-        }
-        if (query->question.type != dns::kTypeA && query->question.type != dns::kTypeAAAA)
-          return reply(dns::build_response(*query, dns::kRcodeNoError, {}, kDnsTtl));
-        dns::Query q = *query;
-        self->resolver.lookup(name, [self, q, reply, rules, name](dns::Resolution result) {
-          if (result.source == dns::Source::kRateLimited) {
-            self->audit_rate_limited(name, q.question.type, result.error);
-            return reply(dns::build_response(q, dns::kRcodeRefused, {}, kDnsTtl));
-          }
-          if (!result.error.empty()) {
-            const std::string& error = result.error;
-            bool missing =
-                error.size() >= 14 && error.compare(error.size() - 14, 14, ": no such host") == 0;
-            self->audit_dns(name, q.question.type, dns::source_name(result.source), 0, error);
-            return reply(dns::build_response(q, missing ? dns::kRcodeNxDomain : dns::kRcodeServFail,
-                                             {}, kDnsTtl));
-          }
-          // Only addresses a connection could use (the SSRF guard holds here too).
-          std::vector<Address> usable;
-          size_t answers = 0;
-          int family = q.question.type == dns::kTypeA ? AF_INET : AF_INET6;
-          for (const auto& a : result.addresses) {
-            if (!rules->address_allowed_for_host(name, a)) continue;
-            usable.push_back(a);
-            if (a.family == family) ++answers;
-          }
-          self->audit_dns(name, q.question.type, dns::source_name(result.source), answers, "");
-          reply(dns::build_response(q, dns::kRcodeNoError, usable, kDnsTtl));
         });
       });
+}
+
+bool Proxy::Impl::answer_dns(std::string_view message, std::function<void(std::string)> reply) {
+  auto query = dns::parse_query(message);
+  if (!query) return false;  // not a query we answer: drop it
+  auto self = shared_from_this();
+  auto rules = this->rules;
+  const std::string name = query->question.name;
+  Caller nobody;
+  // localhost and the sandbox's own name stay inside: no rule, no denial.
+  if (auto local = local_name_addresses(name, options.sandbox)) {
+    reply(dns::build_response(*query, dns::kRcodeNoError, *local, kDnsTtl));
+    return true;
+  }
+  if (!rules->knows_host(name)) {
+    // Never asked upstream: the name stays on this host.
+    audit("dns", nobody, name, 0, false, "", "no rule names this host");
+    reply(dns::build_response(*query, dns::kRcodeNxDomain, {}, kDnsTtl));
+    return true;
+  }
+  if (query->question.type != dns::kTypeA && query->question.type != dns::kTypeAAAA) {
+    reply(dns::build_response(*query, dns::kRcodeNoError, {}, kDnsTtl));
+    return true;
+  }
+  dns::Query q = *query;
+  resolver.lookup(name, [self, q, reply, rules, name](dns::Resolution result) {
+    if (result.source == dns::Source::kRateLimited) {
+      self->audit_rate_limited(name, q.question.type, result.error);
+      return reply(dns::build_response(q, dns::kRcodeRefused, {}, kDnsTtl));
+    }
+    if (!result.error.empty()) {
+      const std::string& error = result.error;
+      bool missing =
+          error.size() >= 14 && error.compare(error.size() - 14, 14, ": no such host") == 0;
+      self->audit_dns(name, q.question.type, dns::source_name(result.source), 0, error);
+      return reply(
+          dns::build_response(q, missing ? dns::kRcodeNxDomain : dns::kRcodeServFail, {}, kDnsTtl));
+    }
+    // Only addresses a connection could use (the SSRF guard holds here too).
+    std::vector<Address> usable;
+    size_t answers = 0;
+    int family = q.question.type == dns::kTypeA ? AF_INET : AF_INET6;
+    for (const auto& a : result.addresses) {
+      if (!rules->address_allowed_for_host(name, a)) continue;
+      usable.push_back(a);
+      if (a.family == family) ++answers;
+    }
+    self->audit_dns(name, q.question.type, dns::source_name(result.source), answers, "");
+    reply(dns::build_response(q, dns::kRcodeNoError, usable, kDnsTtl));
+  });
+  return true;
 }
 
 namespace {
@@ -1283,11 +1520,35 @@ void Proxy::serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket,
   }
 }
 
+void Proxy::serve_identified(UniqueFd client, Caller caller) {
+  if (auto socket = client_socket(impl_->io, std::move(client), "an identified connection"))
+    impl_->serve_client(std::move(*socket), Identity::kGiven, std::move(caller));
+}
+
+void Proxy::serve_guest_connection(UniqueFd client) {
+  if (auto socket = client_socket(impl_->io, std::move(client), "a guest's connection"))
+    impl_->serve_client(std::move(*socket), Identity::kLine, Caller{});
+}
+
+void Proxy::serve_dns_stream(UniqueFd stream) {
+  auto socket = client_socket(impl_->io, std::move(stream), "a guest's DNS stream");
+  if (!socket || impl_->closed) return;
+  if (impl_->dns_streams.size() >= kMaxDnsStreams) {
+    impl_->audit("dns", Caller{}, "", 0, false, "",
+                 "too many DNS streams (the limit is " + std::to_string(kMaxDnsStreams) + ")");
+    return;  // closed with the socket
+  }
+  std::make_shared<DnsStream>(impl_, std::move(*socket))->start();
+}
+
 void Proxy::close() {
   impl_->closed = true;
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
   impl_->dns.close(ignored);
+  // Each closes, and leaves the map as it goes: from a copy.
+  auto streams = impl_->dns_streams;
+  for (auto& [id, close_stream] : streams) close_stream();
 }
 
 }  // namespace openshell::egress

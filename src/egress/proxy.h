@@ -29,6 +29,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "base/unique_fd.h"
+#include "egress/identity.h"
 #include "egress/rules.h"
 #include "net/dns.h"
 
@@ -125,6 +126,30 @@ class Proxy {
              UniqueFd connect_listener = {});
   // Stops accepting; open connections go on until they end.
   void close();
+
+  // A micro-VM's guest has no network: its connections to the proxy and its
+  // DNS queries arrive as fds (the host ends of vsock connections, Unix
+  // stream sockets), one at a time, each served here like one the listener
+  // accepted. None of these needs serve(): a proxy made with init_pid 0 for
+  // them alone has no listener, no UDP socket, no identity search. Called
+  // on the loop's thread, as set_rules() is; after close(), the fd is
+  // closed unserved.
+  //
+  // One client connection whose caller is known: no identity search; the
+  // rules that name binaries judge `caller` (credited as its exe only when
+  // its untrusted is ""), and the audit names it. max_connections, the head
+  // timeout and policy changes hold as for an accepted connection.
+  void serve_identified(UniqueFd client, Caller caller);
+  // A guest's egress connection: its first line names the caller
+  // (identity_line.h), the HTTP request follows. A malformed line refuses
+  // the connection (400, and an audit line): no one is credited.
+  void serve_guest_connection(UniqueFd client);
+  // A guest's DNS stream: queries and answers each after its length (2
+  // bytes, big-endian), many on one stream, each answered as the DNS stub
+  // answers a datagram (policy, audit). A message over 1500 bytes, or of 0,
+  // closes the stream; at most 16 streams are open at once. close() closes
+  // them.
+  void serve_dns_stream(UniqueFd stream);
 
   struct Impl;  // public so that the connections (in proxy.cc) may hold it
   class IdentityWorker;

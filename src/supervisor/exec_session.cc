@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/unique_fd.h"
 #include "net/http.h"
+#include "supervisor/exec_request.h"
 #include "supervisor/owner.h"
 
 namespace openshell::supervisor {
@@ -71,27 +72,13 @@ void ExecSession::begin(const exec::Start& start) {
     if (std::string why = owner_.copy_refusal(start.argv, start.tty); !why.empty())
       return end(exec::Failure{exit_code::kFailure, why});
   runtime::ExecRequest request;
-  request.id = id_;
-  request.tty = start.tty;
-  request.rows = start.rows;
-  request.cols = start.cols;
-  request.workdir = start.workdir.value_or(owner_.container_spec().fs.workdir);
-  request.argv = start.argv;
-  if (start.user) {
-    try {
-      request.user = owner_.exec_user(*start.user);
-    } catch (const Error& e) {
-      return end(exec::Failure{exit_code::kFailure, e.what()});
-    }
-  }
-  // The sandbox's environment, then the caller's additions.
-  request.env = owner_.container_spec().env;
-  for (const auto& entry : start.env) {
-    std::string key = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (auto& existing : request.env)
-      if (existing.compare(0, key.size() + 1, key + "=") == 0) existing = entry, replaced = true;
-    if (!replaced) request.env.push_back(entry);
+  try {
+    request = exec_request(
+        start, id_,
+        ExecDefaults{owner_.container_spec().env, owner_.container_spec().fs.workdir,
+                     [this](const std::string& user) { return owner_.exec_user(user); }});
+  } catch (const Error& e) {
+    return end(exec::Failure{exit_code::kFailure, e.what()});
   }
   tty_ = request.tty;
   UniqueFd theirs[3];

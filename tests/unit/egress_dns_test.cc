@@ -1221,10 +1221,12 @@ TEST_F(ResolverCacheTest, TheHostsFileAndLiteralsAreLocal) {
 // rules of a policy that allows *.example.test, resolving through upstream.
 class StubTest : public ::testing::Test {
  protected:
-  void start(ResolverConfig config) {
+  // serve: with the listener and the UDP socket; without, a proxy as a
+  // micro-VM's guest has it (init_pid 0, fds handed over only).
+  void start(ResolverConfig config, bool serve = true) {
     Proxy::Options options;
     options.sandbox = "stub-test";
-    options.init_pid = ::getpid();
+    options.init_pid = serve ? ::getpid() : 0;
     options.audit = [this](const std::string& line) { lines_.push_back(line); };
     config.hosts_file = dir_ / "hosts-missing";
     proxy_ = std::make_unique<Proxy>(io_, options, config);
@@ -1232,6 +1234,7 @@ class StubTest : public ::testing::Test {
         "version = 1\n[network_policies.t]\nendpoints = [ { host = \"*.example.test\", port = 443, "
         "allowed_ips = [\"192.0.2.0/24\", \"2001:db8::/32\"] } ]\n",
         "test.toml"))));
+    if (!serve) return;
     int dns = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in any{};
@@ -1267,6 +1270,48 @@ class StubTest : public ::testing::Test {
   }
   std::optional<std::string> ask(const std::string& name, uint16_t type) {
     return ask(query_message(static_cast<uint16_t>(++id_), name, type));
+  }
+  // A guest's DNS stream to the stub: the test's end of a socket pair whose
+  // other end the proxy serves.
+  UniqueFd open_stream() {
+    int pair[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair), 0);
+    proxy_->serve_dns_stream(UniqueFd(pair[1]));
+    return UniqueFd(pair[0]);
+  }
+  static std::string framed(const std::string& message) {
+    std::string out;
+    put16(out, static_cast<uint16_t>(message.size()));
+    return out + message;
+  }
+  void send_all(int fd, const std::string& bytes) {
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  // Runs the loop until `count` whole answers came on the stream (each
+  // without its length), or its end, or 30 s; *ended: whether it ended.
+  std::vector<std::string> answers_on(int fd, size_t count, bool* ended = nullptr,
+                                      std::chrono::milliseconds wait = 30000ms) {
+    std::vector<std::string> answers;
+    std::string in;
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (answers.size() < count && std::chrono::steady_clock::now() < deadline) {
+      io_.restart();
+      io_.run_for(2ms);
+      char buffer[4096];
+      ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+      if (n == 0) {
+        if (ended) *ended = true;
+        break;
+      }
+      if (n > 0) in.append(buffer, static_cast<size_t>(n));
+      while (in.size() >= 2 && in.size() >= 2u + get16(in, 0)) {
+        answers.push_back(in.substr(2, get16(in, 0)));
+        in.erase(0, 2 + answers.back().size());
+      }
+    }
+    EXPECT_EQ(in, "") << "a partial answer";
+    return answers;
   }
   static int rcode(const std::optional<std::string>& answer) {
     return answer ? static_cast<uint8_t>((*answer)[3]) & 0x0F : -1;
@@ -1383,6 +1428,124 @@ TEST_F(StubTest, AConnectToAHostThatIsNotUtf8IsAuditedAsValidJson) {
     EXPECT_EQ(audit["decision"], "deny");
     EXPECT_THAT(audit["host"].get<std::string>(), HasSubstr("\xEF\xBF\xBD"));  // U+FFFD
     EXPECT_LT(lines_.back().size(), 4096u) << "the host is clipped";
+  }
+}
+
+// ---- a guest's DNS stream ----------------------------------------------------------
+
+TEST_F(StubTest, AStreamCarriesManyQueriesEachAnsweredAsTheStubAnswersADatagram) {
+  FakeDnsServer upstream(io_, with_ttl(60));
+  ResolverConfig config;
+  config.servers = {upstream.address()};
+  start(config, /*serve=*/false);
+  UniqueFd stream = open_stream();
+  // Three queries in one write: one a rule names, one no rule names, and
+  // localhost; a fourth split across writes, its length apart from its bytes.
+  send_all(stream.get(), framed(query_message(1, "a.example.test", kTypeA)) +
+                             framed(query_message(2, "other.org", kTypeA)) +
+                             framed(query_message(3, "localhost", kTypeA)));
+  const std::string fourth = framed(query_message(4, "b.example.test", kTypeAAAA));
+  send_all(stream.get(), fourth.substr(0, 1));
+  answers_on(stream.get(), 0, nullptr, 50ms);
+  send_all(stream.get(), fourth.substr(1, 7));
+  answers_on(stream.get(), 0, nullptr, 50ms);
+  send_all(stream.get(), fourth.substr(8));
+  std::vector<std::string> answers = answers_on(stream.get(), 4);
+  ASSERT_EQ(answers.size(), 4u);
+  std::map<uint16_t, std::string> by_id;
+  for (const auto& answer : answers) by_id[get16(answer, 0)] = answer;
+  ASSERT_EQ(by_id.size(), 4u) << "one answer a query";
+  EXPECT_EQ(rcode(by_id[1]), kRcodeNoError);
+  EXPECT_EQ(get16(by_id[1], 6), 1) << "one A record";
+  EXPECT_EQ(rcode(by_id[2]), kRcodeNxDomain);
+  EXPECT_EQ(rcode(by_id[3]), kRcodeNoError);
+  EXPECT_EQ(rcode(by_id[4]), kRcodeNoError);
+  EXPECT_EQ(get16(by_id[4], 6), 1) << "one AAAA record";
+  // Only the names a rule names went upstream, and each is audited.
+  for (const auto& q : upstream.queries) EXPECT_THAT(q.question.name, HasSubstr(".example.test"));
+  bool denied = false, upstreamed = false;
+  for (size_t i = 0; i < lines_.size(); ++i) {
+    denied = denied || (line(i)["host"] == "other.org" && line(i)["decision"] == "deny");
+    upstreamed = upstreamed || (line(i)["host"] == "a.example.test" && line(i)["kind"] == "dns");
+  }
+  EXPECT_TRUE(denied) << "other.org's refusal is audited";
+  EXPECT_TRUE(upstreamed) << "a.example.test's lookup is audited";
+  // The guest ends its side: the stub ends the stream, nothing left unsaid.
+  ::shutdown(stream.get(), SHUT_WR);
+  bool ended = false;
+  EXPECT_TRUE(answers_on(stream.get(), 1, &ended).empty());
+  EXPECT_TRUE(ended);
+}
+
+TEST_F(StubTest, AStreamEndsAnswersFirst) {
+  FakeDnsServer upstream(io_, with_ttl(60));
+  ResolverConfig config;
+  config.servers = {upstream.address()};
+  start(config, /*serve=*/false);
+  UniqueFd stream = open_stream();
+  // The last query and the end of the guest's side together: the answer
+  // still comes, then the end.
+  send_all(stream.get(), framed(query_message(9, "c.example.test", kTypeA)));
+  ::shutdown(stream.get(), SHUT_WR);
+  bool ended = false;
+  std::vector<std::string> answers = answers_on(stream.get(), 2, &ended);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(get16(answers[0], 0), 9);
+  EXPECT_EQ(rcode(answers[0]), kRcodeNoError);
+  EXPECT_TRUE(ended);
+}
+
+TEST_F(StubTest, AnOversizedOrEmptyMessageClosesTheStreamWithAnAuditLine) {
+  ResolverConfig config;
+  config.servers = {"127.0.0.1:9"};
+  start(config, /*serve=*/false);
+  for (uint16_t length : {uint16_t{1501}, uint16_t{0xFFFF}, uint16_t{0}}) {
+    lines_.clear();
+    UniqueFd stream = open_stream();
+    std::string bytes;
+    put16(bytes, length);
+    send_all(stream.get(), bytes + std::string(100, 'x'));
+    bool ended = false;
+    EXPECT_TRUE(answers_on(stream.get(), 1, &ended).empty());
+    EXPECT_TRUE(ended) << length;
+    ASSERT_EQ(lines_.size(), 1u) << length;
+    EXPECT_EQ(line(0)["kind"], "dns");
+    EXPECT_EQ(line(0)["decision"], "deny");
+    EXPECT_THAT(line(0)["reason"].get<std::string>(),
+                HasSubstr("a DNS message of " + std::to_string(length) + " bytes"));
+  }
+  // A message of the longest size is read (and, not being a query, dropped
+  // as the UDP stub drops it): the stream stays open.
+  UniqueFd stream = open_stream();
+  std::string bytes;
+  put16(bytes, 1500);
+  send_all(stream.get(), bytes + std::string(1500, '\0'));
+  bool ended = false;
+  EXPECT_TRUE(answers_on(stream.get(), 1, &ended, 200ms).empty());
+  EXPECT_FALSE(ended);
+  send_all(stream.get(), framed(query_message(5, "localhost", kTypeA)));
+  EXPECT_EQ(answers_on(stream.get(), 1).size(), 1u) << "the stream still serves";
+}
+
+TEST_F(StubTest, StreamsBeyondTheLimitAreRefusedAndCloseEndsTheRest) {
+  ResolverConfig config;
+  config.servers = {"127.0.0.1:9"};
+  start(config, /*serve=*/false);
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 16; ++i) held.push_back(open_stream());
+  UniqueFd extra = open_stream();
+  bool ended = false;
+  EXPECT_TRUE(answers_on(extra.get(), 1, &ended).empty());
+  EXPECT_TRUE(ended) << "the 17th stream is closed";
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_THAT(line(0)["reason"].get<std::string>(), HasSubstr("too many DNS streams"));
+  send_all(held[0].get(), framed(query_message(6, "localhost", kTypeA)));
+  EXPECT_EQ(answers_on(held[0].get(), 1).size(), 1u) << "the held ones are served";
+  proxy_->close();
+  for (auto& fd : held) {
+    ended = false;
+    answers_on(fd.get(), 1, &ended);
+    EXPECT_TRUE(ended) << "open after close()";
   }
 }
 
