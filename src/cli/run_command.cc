@@ -40,6 +40,7 @@
 #include "runtime/container.h"
 #include "runtime/private_paths.h"
 #include "spec/container_spec.h"
+#include "supervisor/run_vm.h"
 #include "supervisor/network_rules.h"
 
 namespace openshell::cli {
@@ -397,9 +398,9 @@ void add_run_command(CLI::App& app, Action* action) {
       RunPlan plan = plan_run(*options);
       if (plan.sandbox.vm) {
         plan.sandbox.validate();  // the spec is complete here: root, policy, command, vm
-        // --- the micro-VM's one call site: supervisor::run_vm(plan.sandbox, ...) goes
-        // here, and returns the exit status. Until then this build refuses.
-        throw Error("openshell run --vm: not in this build");
+        const runtime::ContainerSpec guest = spec::container_spec_for(plan.sandbox, plan.placement);
+        return supervisor::run_vm(plan.sandbox, guest, plan.placement.images_dir,
+                                  static_cast<int>(stop_grace().count()));
       }
       runtime::ContainerSpec spec = spec::container_spec_for(plan.sandbox, plan.placement);
       const policy::Policy policy = spec::effective_policy(plan.sandbox, plan.placement);

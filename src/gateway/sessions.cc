@@ -111,7 +111,8 @@ void Gateway::on_session_message(const std::string& id,
       s->second.init_pid = status->init_pid.value_or(0);
       s->second.init_start = start_time(static_cast<pid_t>(s->second.init_pid));
     }
-    if (record->phase == Phase::kProvisioning || record->phase == Phase::kStarting) {
+    if (status->ready() &&
+        (record->phase == Phase::kProvisioning || record->phase == Phase::kStarting)) {
       record->intent = "";
       set_phase(*record, Phase::kReady);
     }

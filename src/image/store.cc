@@ -496,6 +496,19 @@ Store::PruneResult Store::prune() const {
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("remove " + path);
     ++result.blobs;
   }
+  // Micro-VM disks (supervisor/vm_disks.h: vm-disks/sha256-HEX.ext4, one an
+  // image id) of images the store no longer names. A VM that runs from one
+  // keeps it open; its next start makes it again from the layers it holds.
+  std::set<std::string> used_disks;
+  for (const auto& r : read_records()) used_disks.insert("sha256-" + r.id().substr(7) + ".ext4");
+  for (const auto& name : files::list_directory(dir_ + "/vm-disks")) {
+    if (used_disks.count(name) || name.size() < 5 || name.compare(name.size() - 5, 5, ".ext4") != 0)
+      continue;
+    const std::string path = dir_ + "/vm-disks/" + name;
+    result.bytes += tree_bytes(path);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) throw_errno("remove " + path);
+    ++result.vm_disks;
+  }
   for (const auto& name : files::list_directory(dir_ + "/tmp")) {
     const std::string path = dir_ + "/tmp/" + name;
     result.bytes += tree_bytes(path);

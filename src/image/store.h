@@ -136,11 +136,12 @@ class Store {
   struct PruneResult {
     int layers = 0;
     int blobs = 0;
+    int vm_disks = 0;
     uint64_t bytes = 0;
   };
   // Removes layers and blobs no image and no sandbox uses (an image uses its
-  // manifest, its config and the layer blobs its manifest names), and
-  // leftovers in tmp/. Waits for pulls and imports in progress.
+  // manifest, its config and the layer blobs its manifest names), the
+  // micro-VM disks of images no longer named, and leftovers in tmp/. Waits for pulls and imports in progress.
   PruneResult prune() const;
 
   // A sandbox's root uses these layers: prune leaves them until release().

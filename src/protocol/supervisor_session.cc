@@ -24,14 +24,14 @@ void from_json(const json& j, Status& m) {
   FieldReader r(j, Status::kType);
   r.required("generation", &m.generation);
   r.required("state", &m.state);
-  if (m.state == "running") {
+  if (m.state == "running" || m.state == "starting") {
     r.required("init_pid", &m.init_pid);
   } else if (m.state == "exited" || m.state == "stopped") {
     r.required("exit_code", &m.exit_code);
     r.required("reason", &m.reason);
     r.required("message", &m.message);
   } else {
-    throw ProtocolError("\"status\" message: field \"state\" must be running, exited or stopped");
+    throw ProtocolError("\"status\" message: field \"state\" must be starting, running, exited or stopped");
   }
   r.no_others();
 }

@@ -40,7 +40,10 @@ struct Status {
   std::string reason;
   std::string message;
 
-  bool running() const { return state == "running"; }
+  // "starting": alive, but not yet ready (a micro-VM whose guest's init
+  // has not said `ready`); the sandbox stays in Provisioning or Starting.
+  bool running() const { return state == "running" || state == "starting"; }
+  bool ready() const { return state == "running"; }
 };
 
 struct PolicyApplied {

@@ -68,6 +68,24 @@ bool send_all(int fd, std::string_view data) {
 UniqueFd connect_to_host(uint32_t port) {
   UniqueFd fd(socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return fd;
+  // The highest free reserved port: each connection holds its own.
+  bool bound = false;
+  for (uint32_t local = 1023; local >= kReservedPortFirst && !bound; --local) {
+    sockaddr_vm self{};
+    self.svm_family = AF_VSOCK;
+    self.svm_cid = VMADDR_CID_ANY;
+    self.svm_port = local;
+    if (bind(fd.get(), reinterpret_cast<sockaddr*>(&self), sizeof self) == 0)
+      bound = true;
+    else if (errno != EADDRINUSE)
+      break;
+  }
+  if (!bound) {
+    int err = errno;
+    fd.reset();
+    errno = err;
+    return fd;
+  }
   sockaddr_vm addr{};
   addr.svm_family = AF_VSOCK;
   addr.svm_cid = VMADDR_CID_HOST;

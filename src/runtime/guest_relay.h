@@ -40,7 +40,12 @@ inline constexpr size_t kMaxRelayedConnections = 256;
 // errno set.
 using HostConnector = std::function<UniqueFd(uint32_t port)>;
 
-// AF_VSOCK to the host (CID 2, VMADDR_CID_HOST).
+// AF_VSOCK to the host (CID 2, VMADDR_CID_HOST), from a reserved port
+// (kReservedPortFirst to 1023): binding one takes CAP_NET_BIND_SERVICE,
+// which the init has and the sandbox's processes do not, so the host
+// takes a connection from any other port as not the init's (their seccomp
+// filter refuses AF_VSOCK sockets too). EADDRINUSE when every one is taken.
+inline constexpr uint32_t kReservedPortFirst = 512;
 UniqueFd connect_to_host(uint32_t port);
 
 // Brings the loopback interface up (the kernel leaves it down). Throws Error.

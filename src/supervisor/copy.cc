@@ -39,6 +39,12 @@ void Supervisor::copy_ready(const std::string& line) {
 
 void Supervisor::start_copy_container() {
   if (!spec_error_.empty()) throw Error(spec_error_);
+  // A micro-VM's writes are in its layer's ext4, which only its guest
+  // mounts: a copy from the image alone would miss them.
+  if (spec_.vm)
+    throw Error("sandbox '" + launch_.sandbox_name +
+                "' is a micro-VM: its files are reached while it runs (openshell sandbox start " +
+                launch_.sandbox_name + ")");
   copy_lock_.reset(::open(paths_.copy_lock(launch_.sandbox_id).c_str(),
                           O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!copy_lock_) throw_errno("open " + paths_.copy_lock(launch_.sandbox_id));

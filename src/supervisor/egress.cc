@@ -8,6 +8,7 @@
 #include "policy/policy.h"
 #include "supervisor/network_rules.h"
 #include "supervisor/owner.h"
+#include "vm/layout.h"
 
 namespace openshell::supervisor {
 
@@ -25,11 +26,36 @@ void Supervisor::start_egress() {
                 container_->take_diag_socket(), container_->take_connect_listener());
 }
 
+// A VM's guest has no network device: its init relays each connection to
+// the proxy and each DNS query over vsock, and the VMM hands them to us.
+void Supervisor::start_vm_egress() {
+  network_log_ = std::make_unique<logfile::RotatingFile>(paths_.sandbox(launch_.sandbox_id) +
+                                                         "/logs/network.log");
+  egress::Proxy::Options options;
+  options.sandbox = launch_.sandbox_name;
+  options.audit = [this](const std::string& line) { audit(line); };
+  proxy_ = std::make_unique<egress::Proxy>(io_, options);
+  apply_policy(spec_.policy, launch_.policy_revision);
+}
+
+void Supervisor::guest_connection(uint32_t host_port, UniqueFd fd) {
+  if (!proxy_) return;
+  if (host_port == vm::layout::kHostEgressPort)
+    proxy_->serve_guest_connection(std::move(fd));
+  else if (host_port == vm::layout::kHostDnsPort)
+    proxy_->serve_dns_stream(std::move(fd));
+}
+
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {
   policy::Policy policy = text.empty() ? policy::default_policy() : policy::parse(text, "policy");
-  const pid_t init = container_->pid();
-  auto rules = std::make_shared<egress::NetworkRules>(network_rules(
-      policy, [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); }));
+  // A guest's binaries are named as its init sees them: their paths are
+  // resolved in the guest, not here.
+  egress::NetworkRules::PathResolver resolve;
+  if (container_) {
+    const pid_t init = container_->pid();
+    resolve = [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); };
+  }
+  auto rules = std::make_shared<egress::NetworkRules>(network_rules(policy, resolve));
   proxy_->set_rules(std::move(rules), revision);
   log::debug("network policy revision " + std::to_string(revision) + " applied");
 }

@@ -135,6 +135,10 @@ void Supervisor::accept_exec() {
             log::error("exec handover: " + error);
             continue;
           }
+          if (spec_.vm) {
+            start_guest_exec(ws);
+            continue;
+          }
           // A copy supervisor serves one copy, and only one.
           if (copy_ && next_exec_ > 1) continue;
           if (copy_) ++open_execs_;

@@ -63,7 +63,7 @@ void Supervisor::on_session_message(const std::string& data) {
   }
   if (auto* welcome = std::get_if<session::Welcome>(&message)) {
     session_welcome_ = true;
-    if (!container_ && state_ == State::kRunning) {
+    if (!container_ && !vm_ && state_ == State::kRunning) {
       take_environment(welcome->env);
       if (spec_error_.empty())
         start_container();
@@ -108,9 +108,10 @@ session::Status Supervisor::status() const {
     status.reason = reason_;
     status.message = message_;
   } else {
-    status.state = "running";
+    // A VM is ready once its guest's init has started the main process.
+    status.state = vm_ && !vm_ready_ ? "starting" : "running";
     // The gateway waits for it to be gone before it removes the sandbox.
-    status.init_pid = container_ ? container_->pid() : 0;
+    status.init_pid = container_ ? container_->pid() : vm_ ? vm_->pid() : 0;
   }
   return status;
 }

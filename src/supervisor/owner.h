@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
 #include "spec/sandbox_spec.h"
+#include "supervisor/guest_vm.h"
 
 namespace openshell::net {
 class WebSocket;
@@ -35,6 +37,7 @@ namespace asio = boost::asio;
 inline constexpr int kDefaultGraceMs = 10000;
 
 class ExecSession;
+class GuestExec;
 
 class Supervisor {
  public:
@@ -103,6 +106,14 @@ class Supervisor {
   void apply_policy(const std::string& text, int64_t revision);
   void audit(const std::string& line);
 
+  // vm_lifecycle.cc: a --vm sandbox's VM, in place of the container.
+  void start_vm();
+  void start_guest_exec(std::shared_ptr<net::WebSocket> ws);
+  void vm_ended(int vmm_status, const std::string& last_line);
+  // egress.cc: a VM's proxy, served through the guest's vsock connections.
+  void start_vm_egress();
+  void guest_connection(uint32_t host_port, UniqueFd fd);
+
   // copy.cc: a copy supervisor's start and end.
   void start_copy_container();
   void copy_ready(const std::string& line);
@@ -118,6 +129,10 @@ class Supervisor {
   SandboxSpec spec_;
   runtime::ContainerSpec container_spec_;
   std::unique_ptr<runtime::Container> container_;
+  std::unique_ptr<GuestVm> vm_;  // a --vm sandbox's, in place of container_
+  bool vm_ready_ = false;  // the guest's init said `ready`
+  std::optional<int> guest_status_;  // the main process's, as the guest's init reported it
+  std::optional<std::pair<int, std::string>> guest_failure_;  // why it could not start
   std::unique_ptr<logfile::Writer> log_;
   asio::posix::stream_descriptor pidfd_, out_, err_, control_, listener_;
   asio::signal_set signals_;
@@ -126,6 +141,7 @@ class Supervisor {
   bool session_welcome_ = false;
   int reconnect_ms_ = 20;
   std::map<uint64_t, std::shared_ptr<ExecSession>> execs_;
+  std::map<uint64_t, std::shared_ptr<GuestExec>> guest_execs_;  // a --vm sandbox's
   uint64_t next_exec_ = 1;
   std::string socket_path_;
   std::string spec_error_;  // why the spec cannot become a container

@@ -85,6 +85,7 @@ int Supervisor::run() {
 }
 
 void Supervisor::start_container() {
+  if (spec_.vm) return start_vm();
   // Output goes to pipes we read into the log; input is empty.
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw_errno("pipe");
@@ -145,7 +146,7 @@ void Supervisor::container_ended(int status) {
     reason_ = "MainProcessCompleted";
   } else {
     reason_ = "MainProcessFailed";
-    message_ = container_->oom_kills() > 0
+    message_ = container_ && container_->oom_kills() > 0
                    ? "killed at the memory limit"
                    : "the main process exited with status " + std::to_string(status);
   }
@@ -198,6 +199,12 @@ void Supervisor::stop(int grace_ms) {
     return;
   }
   if (state_ == State::kStopping) return;
+  if (vm_) {
+    state_ = State::kStopping;
+    stopped_ = true;
+    vm_->stop(grace_ms);
+    return;
+  }
   if (!container_) {
     // Stopped before it ever started.
     stopped_ = true;

@@ -58,6 +58,13 @@ inline constexpr uint16_t kSerialPort = 0x3f8;  // COM1
 // The vsock port the guest init serves (runtime/guest_init.h; the guest's
 // configuration names it), on the guest's CID (virtio_vsock::kGuestCid).
 inline constexpr uint32_t kGuestInitPort = 1024;
+// The host's ports (CID 2) a --vm sandbox's guest connects to, each given to
+// `__vmm --host-port` and named in the guest's configuration: the init's
+// status stream, the egress proxy (each connection led by the caller's
+// identity line), and the DNS stub (DNS-over-TCP framing).
+inline constexpr uint32_t kHostStatusPort = 1025;
+inline constexpr uint32_t kHostEgressPort = 3128;
+inline constexpr uint32_t kHostDnsPort = 53;
 
 inline constexpr uint64_t mmio_window(uint32_t index) { return kMmioStart + index * kMmioWindow; }
 inline constexpr uint32_t device_irq(uint32_t index) { return kFirstDeviceIrq + index; }

@@ -17,6 +17,7 @@
 #include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
+#include "image/compose.h"
 
 namespace openshell::supervisor {
 namespace {
@@ -109,6 +110,30 @@ TEST_F(VmDisks, TheSandboxsLayerIsInItsDirectoryAndKept) {
   struct stat second {};
   ASSERT_EQ(stat(layer.c_str(), &second), 0);
   EXPECT_EQ(first.st_ino, second.st_ino) << "kept, not made again";
+}
+
+// image prune: the disk of an image the store still names stays; the disk
+// of one it no longer names goes, counted.
+TEST_F(VmDisks, PruneRemovesTheDisksOfImagesNoLongerNamed) {
+  image::Store store(dir_ + "/images");
+  files::write(dir_ + "/src/file", "kept\n");
+  image::NewImage named;
+  named.name = "localhost/named:1";
+  named.layers = {image::add_layer(store, {{dir_ + "/src", ""}}, {}, "layer")};
+  named.source = "test";
+  const image::ImageRecord kept = image::put_image(store, named);
+  const std::string kept_disk = image_vm_disk(store, kept).path;
+  image::ImageRecord gone = kept;
+  gone.name = "localhost/gone:1";
+  gone.config_digest = "sha256:" + std::string(64, 'f');
+  const std::string gone_disk = image_vm_disk(store, gone).path;
+  ASSERT_TRUE(files::exists(gone_disk));
+
+  const image::Store::PruneResult pruned = store.prune();
+  EXPECT_EQ(pruned.vm_disks, 1);
+  EXPECT_TRUE(files::exists(kept_disk));
+  EXPECT_FALSE(files::exists(gone_disk));
+  EXPECT_EQ(store.prune().vm_disks, 0);
 }
 
 }  // namespace

@@ -6,8 +6,37 @@
 # connection down both ways, waits for the RST that confirms it and says
 # "OK\n" (or "E" and a letter naming the step that failed), then asks for a
 # reset. Interrupts stay off: it polls the used rings. Linked at 0x100000.
+#
+# Assembled with --defsym MODE=1 or 2 it is instead a guest's init as the
+# supervisor of a --vm sandbox hears it on the status stream (host port
+# 1025), from reserved port 1000: MODE=1 sends "ready 1\nexit 7\n" and
+# ends; MODE=2 sends "ready 1\n", prints the host's next line (a stop) and
+# answers "exit 143\n"; MODE=3 sends MODE=1's lines from port 5000, which
+# the supervisor must refuse. With --defsym BZIMAGE=1 its entry is at +0x200, where a
+# bzImage's 64-bit entry is (bzimage_setup.S is put in front), and it looks
+# for the vsock device in every window, since the supervisor's VMM puts the
+# disks first.
         .code64
         .text
+        .ifndef MODE
+        .set    MODE, 0
+        .endif
+        .if     MODE
+        .set    HOST_PORT, 1025
+        .else
+        .set    HOST_PORT, 1024
+        .endif
+        # The init connects from a reserved port (runtime/guest_relay.h);
+        # MODE=3 is MODE=1 from an ordinary one, as a sandbox process would.
+        .if     MODE == 1 || MODE == 2
+        .set    GUEST_PORT, 1000
+        .else
+        .set    GUEST_PORT, 5000
+        .endif
+        .ifdef  BZIMAGE
+        hlt                             # load + 0: not the entry
+        .org    0x200
+        .endif
         .set    WINDOW0, 0xd0000000
         .set    RX_DESC, 0x200000
         .set    RX_AVAIL, 0x201000
@@ -24,12 +53,27 @@
         .set    OP_RW, 5
 start:
         mov     $WINDOW0, %rdi
+        .ifdef  BZIMAGE
+        mov     $'d', %bl
+        mov     $32, %ecx
+0:
+        cmpl    $0x74726976, 0x00(%rdi)
+        jne     fail
+        cmpl    $19, 0x08(%rdi)         # socket device
+        je      5f
+        add     $0x1000, %rdi
+        dec     %ecx
+        jnz     0b
+        jmp     fail
+5:
+        .else
         mov     $'m', %bl
         cmpl    $0x74726976, 0x00(%rdi)
         jne     fail
         mov     $'d', %bl
         cmpl    $19, 0x08(%rdi)         # socket device
         jne     fail
+        .endif
         mov     $'c', %bl
         cmpl    $3, 0x100(%rdi)         # guest_cid
         jne     fail
@@ -82,10 +126,22 @@ start:
         cmpw    $OP_RESPONSE, 30(%rsi)
         jne     fail
 
+        .if     MODE == 1 || MODE == 3
+        lea     exit_lines(%rip), %rsi
+        mov     $15, %ecx
+        call    send_text
+        jmp     6f
+        .endif
+        .if     MODE == 2
+        lea     ready_line(%rip), %rsi
+        mov     $8, %ecx
+        call    send_text
+        .else
         mov     $OP_RW, %eax
         mov     $4, %ecx
         movl    $0x676e6970, TX_PACKET + 44   # "ping"
         call    send
+        .endif
 2:
         call    receive                 # the answer (credit updates skipped)
         mov     $'w', %bl
@@ -106,15 +162,21 @@ start:
 4:
         mov     $'\n', %al
         outb    %al, %dx
-
+        .if     MODE == 2
+        lea     stopped_line(%rip), %rsi
+        mov     $9, %ecx
+        call    send_text
+        .endif
+6:
         mov     $OP_SHUTDOWN, %eax
         xor     %ecx, %ecx
         movl    $3, TX_PACKET + 32      # flags: RECEIVE | SEND
         call    send
-        call    receive
         mov     $'s', %bl
+7:
+        call    receive                 # a credit update may come first
         cmpw    $OP_RST, 30(%rsi)
-        jne     fail
+        jne     7b
         lea     ok(%rip), %rsi
         call    print
         jmp     reset
@@ -140,8 +202,8 @@ queue:
 send:
         movq    $3, TX_PACKET           # src_cid
         movq    $2, TX_PACKET + 8       # dst_cid
-        movl    $5000, TX_PACKET + 16   # src_port
-        movl    $1024, TX_PACKET + 20   # dst_port
+        movl    $GUEST_PORT, TX_PACKET + 16   # src_port
+        movl    $HOST_PORT, TX_PACKET + 20   # dst_port
         movl    %ecx, TX_PACKET + 24    # len
         movw    $1, TX_PACKET + 28      # type: stream
         movw    %ax, TX_PACKET + 30     # op
@@ -167,6 +229,22 @@ send:
         jne     1b
         movl    $0, TX_PACKET + 32      # flags back to none
         ret
+
+# Sends the %ecx bytes at %rsi as one OP_RW packet.
+send_text:
+        push    %rcx
+        lea     TX_PACKET + 44, %rdx
+        mov     %rdx, %r8
+1:
+        movb    (%rsi), %al
+        movb    %al, (%r8)
+        inc     %rsi
+        inc     %r8
+        dec     %ecx
+        jnz     1b
+        pop     %rcx
+        mov     $OP_RW, %eax
+        jmp     send
 
 # Waits for the next used rx buffer; %rsi = its address.
 receive:
@@ -216,5 +294,11 @@ received:
         .long   0
 ok:
         .asciz  "OK\n"
+exit_lines:
+        .ascii  "ready 1\nexit 7\n"
+ready_line:
+        .ascii  "ready 1\n"
+stopped_line:
+        .ascii  "exit 143\n"
 error:
         .asciz  "E"

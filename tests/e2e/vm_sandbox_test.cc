@@ -1,0 +1,164 @@
+// A --vm sandbox's lifecycle through the gateway, its supervisor and a real
+// confined VMM: the phases follow what the guest's init says on its status
+// stream, a stop reaches the init, start boots the guest again, a guest that
+// faults ends only its own sandbox in Error with the reason, and delete
+// leaves no VMM and no file. Linux does not boot on this machine's KVM
+// (PVM), so the "kernels" are crafted bzImages (tests/vm/guests) whose
+// entries speak the init's side of the status stream over our virtio-vsock
+// device: what the supervisor hears is exactly what a booted guest's init
+// would send. The test that boots Linux is GuestVm.LinuxBoots... in
+// guest_vm_test.cc.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+
+#include "harness.h"
+#include "image_helpers.h"
+
+#ifndef OSH_VM_GUESTS
+#error "OSH_VM_GUESTS must name the folder of the built guests"
+#endif
+
+using testing::HasSubstr;
+using testing::Not;
+
+namespace e2e {
+namespace {
+
+using image_helpers::busybox_layout;
+
+// The pids of live `openshell __vmm` processes whose command line holds
+// `needle` (a sandbox's id: its layer's path is on it).
+std::vector<int> vmms_of(const std::string& needle) {
+  std::vector<int> pids;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return pids;
+  while (dirent* e = ::readdir(proc)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/cmdline");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string cmdline = text.str();
+    if (cmdline.find("__vmm") != std::string::npos && cmdline.find(needle) != std::string::npos)
+      pids.push_back(pid);
+  }
+  ::closedir(proc);
+  return pids;
+}
+
+class VmSandbox : public GatewayTest {
+ protected:
+  VmSandbox() : GatewayTest("vm") {}
+  void SetUp() override {
+    GatewayTest::SetUp();
+    if (IsSkipped()) return;
+    // KVM is root's alone on this machine; the rootless refusal is tested
+    // in VmFlags.
+    if (::access("/dev/kvm", R_OK | W_OK) != 0 || mode() != Mode::kRoot)
+      GTEST_SKIP() << "/dev/kvm cannot be opened by this mode's user here";
+    if (busybox_layout().empty()) GTEST_SKIP() << "the busybox image could not be built";
+    Result r = os({"image", "import", busybox_layout(), "bb"});
+    ASSERT_EQ(r.status, 0) << r.err;
+  }
+  void TearDown() override {
+    if (!home_.empty()) os({"sandbox", "delete", "--all"});
+    GatewayTest::TearDown();
+  }
+  // The crafted kernel, copied where the gateway's user can read it.
+  std::string kernel(const std::string& name) {
+    const std::string to = scratch() + "/vm-" + name + ".bzImage";
+    std::filesystem::copy_file(std::string(OSH_VM_GUESTS) + "/" + name + ".bzImage", to,
+                               std::filesystem::copy_options::overwrite_existing);
+    ::chmod(to.c_str(), 0644);
+    return to;
+  }
+  Result create(const std::string& name, const std::string& guest, bool detach) {
+    std::vector<std::string> args = {"sandbox", "create", "--name", name,         "--from", "bb",
+                                     "--vm",    "--vm-kernel",      kernel(guest), "--memory",
+                                     "64M"};
+    if (detach) args.push_back("-d");
+    args.insert(args.end(), {"--", "true"});
+    return os(args);
+  }
+  // Both streams: the serial console is stdout, the VMM's and the
+  // supervisor's lines stderr.
+  std::string logs(const std::string& name) {
+    Result r = os({"sandbox", "logs", name});
+    return r.out + r.err;
+  }
+};
+
+TEST_P(VmSandbox, TheGuestsInitReportsTheMainProcessAndItsStatusIsTheSandboxs) {
+  Result r = create("v1", "status_guest1", false);
+  // The guest's init said `exit 7`: the sandbox's main process failed with 7.
+  EXPECT_EQ(r.status, 7) << r.out << r.err;
+  EXPECT_EQ(phase("v1"), "Error");
+  EXPECT_EQ(field("v1", "exit_code"), "7");
+  // The serial console is the sandbox's log: the guest's "OK" is there.
+  EXPECT_THAT(logs("v1"), HasSubstr("OK"));
+  EXPECT_THAT(logs("v1"), Not(HasSubstr("before its init reported")));
+  const std::string id = field("v1", "id");
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(vmms_of(id).empty());
+}
+
+TEST_P(VmSandbox, StopReachesTheGuestsInitAndStartBootsItAgain) {
+  ASSERT_EQ(create("v2", "status_guest2", true).status, 0);
+  ASSERT_TRUE(wait_phase("v2", "Ready"));
+  const std::string id = field("v2", "id");
+  EXPECT_EQ(vmms_of(id).size(), 1u);
+  Result s = os({"sandbox", "stop", "v2"});
+  ASSERT_EQ(s.status, 0) << s.err;
+  ASSERT_TRUE(wait_phase("v2", "Stopped"));
+  // The guest printed the line the supervisor sent it, and answered.
+  EXPECT_THAT(logs("v2"), HasSubstr("stop "));
+  EXPECT_TRUE(vmms_of(id).empty());
+
+  ASSERT_EQ(os({"sandbox", "start", "v2"}).status, 0);
+  ASSERT_TRUE(wait_phase("v2", "Ready"));
+  EXPECT_EQ(vmms_of(id).size(), 1u);
+  ASSERT_EQ(os({"sandbox", "delete", "v2"}).status, 0);
+  // Nothing of it is left: no VMM, no sandbox directory (its layer, its
+  // initramfs).
+  EXPECT_TRUE(vmms_of(id).empty());
+  EXPECT_NE(os({"sandbox", "get", "v2"}).status, 0);
+  EXPECT_FALSE(std::filesystem::exists(home_ + "/sandboxes/" + id)) << home_;
+}
+
+TEST_P(VmSandbox, AGuestThatFaultsEndsOnlyItsOwnSandboxInError) {
+  ASSERT_EQ(create("keeper", "status_guest2", true).status, 0);
+  ASSERT_TRUE(wait_phase("keeper", "Ready"));
+  Result r = create("bad", "fault_guest", false);
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(phase("bad"), "Error");
+  EXPECT_THAT(field("bad", "message"), HasSubstr("triple fault"));
+  EXPECT_THAT(logs("bad"), HasSubstr("triple fault"));
+  EXPECT_EQ(phase("keeper"), "Ready");
+  EXPECT_EQ(vmms_of(field("keeper", "id")).size(), 1u);
+}
+
+// The status stream speaks for the init: a connection to it from a port a
+// sandbox process could bind (1024 and up) is refused, so its "exit 7" is
+// never the sandbox's status.
+TEST_P(VmSandbox, AStatusStreamFromAnUnreservedPortIsNotTheInits) {
+  Result r = create("v3", "status_guest3", false);
+  EXPECT_EQ(r.status, 125) << r.out << r.err;
+  EXPECT_EQ(phase("v3"), "Error");
+  EXPECT_THAT(field("v3", "message"), HasSubstr("before its init reported"));
+  EXPECT_THAT(logs("v3"),
+              HasSubstr("refused a guest connection to host port 1025 from guest port 5000"));
+}
+
+E2E_ALL_MODES(VmSandbox);
+
+}  // namespace
+}  // namespace e2e
