@@ -82,9 +82,9 @@ class VmSandbox : public GatewayTest {
     return to;
   }
   Result create(const std::string& name, const std::string& guest, bool detach) {
-    std::vector<std::string> args = {"sandbox", "create", "--name", name,         "--from", "bb",
-                                     "--vm",    "--vm-kernel",      kernel(guest), "--memory",
-                                     "64M"};
+    std::vector<std::string> args = {"sandbox",     "create",   "--name", name,
+                                     "--from",      "bb",       "--vm",   "--vm-kernel",
+                                     kernel(guest), "--memory", "64M"};
     if (detach) args.push_back("-d");
     args.insert(args.end(), {"--", "true"});
     return os(args);

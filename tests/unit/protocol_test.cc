@@ -134,6 +134,14 @@ TEST(SupervisorSessionMessages, EachRoundTripsAsDocumented) {
   running.init_pid = 5678;
   expect_wire(running, R"({"type":"status","generation":2,"state":"running","init_pid":5678})",
               s::decode_to_gateway);
+  EXPECT_TRUE(running.running() && running.ready());
+  // A micro-VM whose guest has not said `ready`: alive, not ready.
+  s::Status starting = running;
+  starting.state = "starting";
+  expect_wire(starting, R"({"type":"status","generation":2,"state":"starting","init_pid":5678})",
+              s::decode_to_gateway);
+  EXPECT_TRUE(starting.running());
+  EXPECT_FALSE(starting.ready());
   s::Status exited;
   exited.generation = 2;
   exited.state = "exited";
@@ -174,12 +182,14 @@ TEST(SupervisorSessionMessages, AWrongMessageIsOneLineNamingTheField) {
        R"(supervisor session: "status" message: missing field "generation")"},
       {R"({"type":"status","generation":1,"state":"running"})",
        R"(supervisor session: "status" message: missing field "init_pid")"},
+      {R"({"type":"status","generation":1,"state":"starting"})",
+       R"(supervisor session: "status" message: missing field "init_pid")"},
       {R"({"type":"status","generation":1,"state":"exited","reason":"x"})",
        R"(supervisor session: "status" message: missing field "exit_code")"},
       {R"({"type":"status","generation":1,"state":"exited","exit_code":1})",
        R"(supervisor session: "status" message: missing field "reason")"},
       {R"({"type":"status","generation":1,"state":"gone"})",
-       R"(supervisor session: "status" message: field "state" must be running, exited or stopped)"},
+       R"(supervisor session: "status" message: field "state" must be starting, running, exited or stopped)"},
       {R"({"type":"status","generation":1,"state":"running","init_pid":1,"exit_code":0})",
        R"(supervisor session: "status" message: unknown field "exit_code")"},
       {R"({"type":"policy_applied"})",

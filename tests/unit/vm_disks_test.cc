@@ -116,6 +116,7 @@ TEST_F(VmDisks, TheSandboxsLayerIsInItsDirectoryAndKept) {
 // of one it no longer names goes, counted.
 TEST_F(VmDisks, PruneRemovesTheDisksOfImagesNoLongerNamed) {
   image::Store store(dir_ + "/images");
+  ASSERT_EQ(mkdir((dir_ + "/src").c_str(), 0755), 0);
   files::write(dir_ + "/src/file", "kept\n");
   image::NewImage named;
   named.name = "localhost/named:1";
