@@ -20,6 +20,7 @@
 #include "image/store.h"
 #include "runtime/guest_init.h"
 #include "supervisor/vm_disks.h"
+#include "vm/disk.h"
 #include "vm/host_channel.h"
 #include "vm/initramfs.h"
 #include "vm/layout.h"
@@ -52,14 +53,20 @@ image::ImageRecord image_record(const SandboxImage& image) {
 GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSpec& container,
                              const std::string& sandbox_dir, const std::string& images_dir) {
   if (!spec.vm) throw Error("sandbox spec: not a micro-VM sandbox");
-  if (!spec.image) throw Error("--vm needs an image: the host's root cannot be a guest's disk");
+  if (!spec.image && (spec.from.empty() || spec.from[0] != '/'))
+    throw Error("--vm needs an image or a directory: the host's root cannot be a guest's disk");
   GuestVmPlan plan;
   plan.kernel = spec.vm->kernel;
   plan.vcpus = spec.vm->vcpus;
   plan.memory_mib = spec.vm->memory_mib;
   plan.cmdline = kCmdline;
   image::Store store(images_dir);
-  plan.image_disk = image_vm_disk(store, image_record(*spec.image)).path;
+  if (spec.image) {
+    plan.image_disk = image_vm_disk(store, image_record(*spec.image)).path;
+  } else {
+    plan.image_disk = sandbox_dir + "/root.ext4";
+    vm::disk::directory_disk(plan.image_disk, spec.from);
+  }
   plan.layer = sandbox_vm_layer(sandbox_dir);
 
   runtime::guest::Config config;

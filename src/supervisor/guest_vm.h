@@ -34,7 +34,7 @@ namespace asio = boost::asio;
 struct GuestVmPlan {
   std::string kernel;
   std::string initramfs;   // SANDBOX_DIR/vm-initramfs.cpio, written for this start
-  std::string image_disk;  // the image's ext4, read-only (/dev/vda)
+  std::string image_disk;  // the image's ext4 (or the --from directory's), read-only (/dev/vda)
   std::string layer;       // the sandbox's writable ext4 (/dev/vdb)
   uint32_t vcpus = 1;
   uint64_t memory_mib = 512;

@@ -81,15 +81,18 @@ int run_tool(const std::vector<std::string>& argv, std::string* output) {
 }
 
 thread_local uint64_t walked_entries = 0;
+thread_local uint64_t walked_bytes = 0;
 
-int count_one(const char*, const struct stat*, int, struct FTW*) {
+int count_one(const char*, const struct stat* st, int, struct FTW*) {
   ++walked_entries;
+  if (S_ISREG(st->st_mode)) walked_bytes += static_cast<uint64_t>(st->st_size);
   return 0;
 }
 
 // Every file, directory and link under dir (never following a link).
 uint64_t count_entries(const std::string& dir) {
   walked_entries = 0;
+  walked_bytes = 0;
   if (nftw(dir.c_str(), count_one, 16, FTW_PHYS | FTW_MOUNT) != 0) throw_errno("walk " + dir);
   return walked_entries;
 }
@@ -175,6 +178,13 @@ CachedDisk image_disk(const std::string& cache_dir, const std::string& key, cons
   }
   files::remove_tree(tree);
   return {path, true};
+}
+
+void directory_disk(const std::string& file, const std::string& dir) {
+  const uint64_t entries = count_entries(dir);
+  const uint64_t bytes = walked_bytes;
+  if (unlink(file.c_str()) != 0 && errno != ENOENT) throw_errno("remove " + file);
+  make_ext4(file, size_for(bytes, entries), dir, "osh-root");
 }
 
 bool writable_layer(const std::string& file, uint64_t bytes) {

@@ -52,6 +52,11 @@ CachedDisk image_disk(const std::string& cache_dir, const std::string& key, cons
 // The sandbox's writable layer at `file`: made empty (ext4 of `bytes`,
 // label "osh-layer") when absent, kept as it is when present, so what the
 // sandbox wrote survives a stop and a start. Returns true when it made it.
+// A disk of the directory `dir` as it is now, in `file` (made again when
+// present: a sandbox from a directory sees the directory's changes at its
+// next start, as a container sandbox's overlay does).
+void directory_disk(const std::string& file, const std::string& dir);
+
 bool writable_layer(const std::string& file, uint64_t bytes = kDefaultLayerBytes);
 
 }  // namespace openshell::vm::disk

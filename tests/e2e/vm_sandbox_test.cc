@@ -146,6 +146,27 @@ TEST_P(VmSandbox, AGuestThatFaultsEndsOnlyItsOwnSandboxInError) {
   EXPECT_EQ(vmms_of(field("keeper", "id")).size(), 1u);
 }
 
+// openshell run --vm: the same VM in the calling process, the serial
+// console on stdout, the init's status as the exit status, and nothing of
+// the run left (its temporary directory with the layer and the initramfs).
+TEST_P(VmSandbox, RunVmGivesTheGuestsConsoleAndStatusAndLeavesNothing) {
+  const std::string tmp = make_dir(mode(), "vm-run-tmp");
+  Options o;
+  o.env = {"TMPDIR=" + tmp};
+  Result r = os({"run", "--vm", "--vm-kernel", kernel("status_guest1"), "--image", "bb", "--memory",
+                 "64M", "--", "true"},
+                o);
+  EXPECT_EQ(r.status, 7) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("OK"));
+  EXPECT_TRUE(std::filesystem::is_empty(tmp)) << "the run's directory is left in " << tmp;
+  r = os({"run", "--vm", "--vm-kernel", kernel("fault_guest"), "--image", "bb", "--memory", "64M",
+          "--", "true"},
+         o);
+  EXPECT_EQ(r.status, 125);
+  EXPECT_THAT(r.err, HasSubstr("triple fault"));
+  EXPECT_TRUE(std::filesystem::is_empty(tmp));
+}
+
 // The status stream speaks for the init: a connection to it from a port a
 // sandbox process could bind (1024 and up) is refused, so its "exit 7" is
 // never the sandbox's status.

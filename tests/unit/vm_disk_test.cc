@@ -183,5 +183,21 @@ TEST_F(Disk, TheWritableLayerSurvivesASecondCall) {
   EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, 32 * disk::kMiB) << "sparse";
 }
 
+// A --from directory's disk: the directory as it is at each start.
+TEST_F(Disk, ADirectorysDiskIsMadeAgainFromWhatItHoldsNow) {
+  const std::string tree = dir_ + "/tree";
+  ASSERT_EQ(mkdir(tree.c_str(), 0755), 0);
+  fill(tree);
+  const std::string file = dir_ + "/root.ext4";
+  disk::directory_disk(file, tree);
+  EXPECT_EQ(debugfs(file, "cat /bin/hello"), "#!/bin/sh\necho hello\n");
+  EXPECT_NE(debugfs(file, "stats").find("Filesystem volume name:   osh-root"), std::string::npos);
+  files::write(tree + "/etc/added", "later\n");
+  disk::directory_disk(file, tree);
+  EXPECT_EQ(debugfs(file, "cat /etc/added"), "later\n");
+  EXPECT_THROW(disk::directory_disk(dir_ + "/other.ext4", dir_ + "/missing"), Error);
+  EXPECT_FALSE(files::exists(dir_ + "/other.ext4"));
+}
+
 }  // namespace
 }  // namespace openshell::vm
