@@ -437,8 +437,8 @@ void add_image_commands(CLI::App& app, Action* action) {
 
   {
     auto output = std::make_shared<std::string>("table");
-    CLI::App* c =
-        images->add_subcommand("prune", "Remove layers, blobs and micro-VM disks no image or sandbox uses");
+    CLI::App* c = images->add_subcommand(
+        "prune", "Remove layers, blobs and micro-VM disks no image or sandbox uses");
     c->add_option("-o,--output", *output, "Output format: table or json")
         ->check(CLI::IsMember({"table", "json"}));
     c->callback([output, action] {
@@ -449,19 +449,18 @@ void add_image_commands(CLI::App& app, Action* action) {
         // the layers only it kept (image build makes them again).
         if (files::exists(image::cache_dir(store))) files::remove_tree(image::cache_dir(store));
         if (*output == "json") {
-          std::printf(
-              "%s\n",
-              json{{"layers", result.layers},
-                   {"blobs", result.blobs},
-                   {"vm_disks", result.vm_disks},
-                   {"bytes", result.bytes}}
-                  .dump(2)
-                  .c_str());
+          std::printf("%s\n", json{{"layers", result.layers},
+                                   {"blobs", result.blobs},
+                                   {"vm_disks", result.vm_disks},
+                                   {"bytes", result.bytes}}
+                                  .dump(2)
+                                  .c_str());
         } else {
           const std::string disks =
-              result.vm_disks == 0 ? ""
-              : " and " + std::to_string(result.vm_disks) +
-                    (result.vm_disks == 1 ? " micro-VM disk" : " micro-VM disks");
+              result.vm_disks == 0
+                  ? ""
+                  : " and " + std::to_string(result.vm_disks) +
+                        (result.vm_disks == 1 ? " micro-VM disk" : " micro-VM disks");
           std::printf("Removed %d layers and %d blobs%s, %s freed\n", result.layers, result.blobs,
                       disks.c_str(), text::format_bytes(result.bytes).c_str());
         }

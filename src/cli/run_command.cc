@@ -40,8 +40,8 @@
 #include "runtime/container.h"
 #include "runtime/private_paths.h"
 #include "spec/container_spec.h"
-#include "supervisor/run_vm.h"
 #include "supervisor/network_rules.h"
+#include "supervisor/run_vm.h"
 
 namespace openshell::cli {
 

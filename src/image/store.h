@@ -141,7 +141,8 @@ class Store {
   };
   // Removes layers and blobs no image and no sandbox uses (an image uses its
   // manifest, its config and the layer blobs its manifest names), the
-  // micro-VM disks of images no longer named, and leftovers in tmp/. Waits for pulls and imports in progress.
+  // micro-VM disks of images no longer named, and leftovers in tmp/. Waits for pulls and imports in
+  // progress.
   PruneResult prune() const;
 
   // A sandbox's root uses these layers: prune leaves them until release().

@@ -31,7 +31,8 @@ void from_json(const json& j, Status& m) {
     r.required("reason", &m.reason);
     r.required("message", &m.message);
   } else {
-    throw ProtocolError("\"status\" message: field \"state\" must be starting, running, exited or stopped");
+    throw ProtocolError(
+        "\"status\" message: field \"state\" must be starting, running, exited or stopped");
   }
   r.no_others();
 }

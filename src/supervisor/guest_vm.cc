@@ -78,31 +78,22 @@ GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSp
   plan.initramfs = sandbox_dir + "/vm-initramfs.cpio";
   // Uncompressed: the guest's kernel unpacks it faster than it inflates
   // it, and the file lives only while the VM does.
-  files::write_atomically(plan.initramfs,
-                          vm::initramfs::for_guest("/proc/self/exe",
-                                                   runtime::guest::encode_config(config), false));
+  files::write_atomically(
+      plan.initramfs,
+      vm::initramfs::for_guest("/proc/self/exe", runtime::guest::encode_config(config), false));
   return plan;
 }
 
 std::vector<std::string> vmm_argv(const GuestVmPlan& plan) {
-  std::vector<std::string> argv = {"openshell",
-                                   "__vmm",
-                                   "--kernel",
-                                   plan.kernel,
-                                   "--initramfs",
-                                   plan.initramfs,
-                                   "--cmdline",
-                                   plan.cmdline,
-                                   "--memory",
-                                   std::to_string(plan.memory_mib),
-                                   "--vcpus",
-                                   std::to_string(plan.vcpus),
-                                   "--disk-ro",
-                                   plan.image_disk,
-                                   "--disk",
-                                   plan.layer,
-                                   "--channel-fd",
-                                   std::to_string(kVmmChannelFd)};
+  std::vector<std::string> argv = {"openshell",    "__vmm",
+                                   "--kernel",     plan.kernel,
+                                   "--initramfs",  plan.initramfs,
+                                   "--cmdline",    plan.cmdline,
+                                   "--memory",     std::to_string(plan.memory_mib),
+                                   "--vcpus",      std::to_string(plan.vcpus),
+                                   "--disk-ro",    plan.image_disk,
+                                   "--disk",       plan.layer,
+                                   "--channel-fd", std::to_string(kVmmChannelFd)};
   for (uint32_t port :
        {vm::layout::kHostStatusPort, vm::layout::kHostEgressPort, vm::layout::kHostDnsPort}) {
     argv.push_back("--host-port");
@@ -190,53 +181,50 @@ void GuestVm::start(const GuestVmPlan& plan) {
 void GuestVm::read_stream(asio::posix::stream_descriptor& stream, const std::string& name) {
   auto buffer = std::make_shared<std::array<char, 16384>>();
   std::weak_ptr<bool> alive = alive_;
-  stream.async_read_some(
-      asio::buffer(*buffer),
-      [this, alive, &stream, name, buffer](const boost::system::error_code& ec, size_t n) {
-        if (alive.expired() || !*alive.lock()) return;
-        if (ec) {
-          if (!err_partial_.empty() && name == "stderr") last_err_line_ = err_partial_;
-          --open_streams_;
-          maybe_end();
-          return;
-        }
-        const std::string_view bytes(buffer->data(), n);
-        if (name == "stderr") {
-          // The last whole line the VMM wrote: why it ended, when it says.
-          err_partial_.append(bytes);
-          size_t nl;
-          while ((nl = err_partial_.find('\n')) != std::string::npos) {
-            if (nl > 0) last_err_line_ = err_partial_.substr(0, nl);
-            err_partial_.erase(0, nl + 1);
-          }
-          if (err_partial_.size() > 4096) err_partial_.erase(0, err_partial_.size() - 4096);
-        }
-        if (events_.output) events_.output(name, bytes);
-        read_stream(stream, name);
-      });
+  stream.async_read_some(asio::buffer(*buffer), [this, alive, &stream, name, buffer](
+                                                    const boost::system::error_code& ec, size_t n) {
+    if (alive.expired() || !*alive.lock()) return;
+    if (ec) {
+      if (!err_partial_.empty() && name == "stderr") last_err_line_ = err_partial_;
+      --open_streams_;
+      maybe_end();
+      return;
+    }
+    const std::string_view bytes(buffer->data(), n);
+    if (name == "stderr") {
+      // The last whole line the VMM wrote: why it ended, when it says.
+      err_partial_.append(bytes);
+      size_t nl;
+      while ((nl = err_partial_.find('\n')) != std::string::npos) {
+        if (nl > 0) last_err_line_ = err_partial_.substr(0, nl);
+        err_partial_.erase(0, nl + 1);
+      }
+      if (err_partial_.size() > 4096) err_partial_.erase(0, err_partial_.size() - 4096);
+    }
+    if (events_.output) events_.output(name, bytes);
+    read_stream(stream, name);
+  });
 }
 
 void GuestVm::watch_exit() {
   std::weak_ptr<bool> alive = alive_;
-  pidfd_.async_wait(asio::posix::descriptor_base::wait_read,
-                    [this, alive](const boost::system::error_code& ec) {
-                      if (ec || alive.expired() || !*alive.lock()) return;
-                      int status = 0;
-                      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-                      }
-                      exited_ = true;
-                      kill_timer_.cancel();
-                      vmm_status_ = WIFEXITED(status) ? WEXITSTATUS(status)
-                                                      : 128 + WTERMSIG(status);
-                      boost::system::error_code ignored;
-                      channel_.close(ignored);
-                      for (auto& [id, done] : std::map(std::move(pending_)))
-                        done({}, "the VM has ended");
-                      pending_.clear();
-                      if (!initramfs_.empty()) ::unlink(initramfs_.c_str());
-                      initramfs_.clear();
-                      maybe_end();
-                    });
+  pidfd_.async_wait(
+      asio::posix::descriptor_base::wait_read, [this, alive](const boost::system::error_code& ec) {
+        if (ec || alive.expired() || !*alive.lock()) return;
+        int status = 0;
+        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+        }
+        exited_ = true;
+        kill_timer_.cancel();
+        vmm_status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        boost::system::error_code ignored;
+        channel_.close(ignored);
+        for (auto& [id, done] : std::map(std::move(pending_))) done({}, "the VM has ended");
+        pending_.clear();
+        if (!initramfs_.empty()) ::unlink(initramfs_.c_str());
+        initramfs_.clear();
+        maybe_end();
+      });
 }
 
 void GuestVm::maybe_end() {
@@ -266,24 +254,23 @@ void GuestVm::maybe_end() {
 
 void GuestVm::watch_channel() {
   std::weak_ptr<bool> alive = alive_;
-  channel_.async_wait(asio::posix::descriptor_base::wait_read,
-                      [this, alive](const boost::system::error_code& ec) {
-                        if (ec || alive.expired() || !*alive.lock()) return;
-                        vm::host_channel::Datagram datagram =
-                            vm::host_channel::receive(channel_.native_handle());
-                        if (datagram.closed) return;  // the VMM is gone: its exit says the rest
-                        std::string why;
-                        if (!datagram.problem.empty()) {
-                          log::error("the VMM's channel: " + datagram.problem);
-                        } else if (!datagram.text.empty()) {
-                          auto message = vm::host_channel::parse(datagram, &why);
-                          if (message)
-                            on_channel(*message, std::move(datagram.fd));
-                          else
-                            log::error("the VMM's channel: " + why);
-                        }
-                        watch_channel();
-                      });
+  channel_.async_wait(
+      asio::posix::descriptor_base::wait_read, [this, alive](const boost::system::error_code& ec) {
+        if (ec || alive.expired() || !*alive.lock()) return;
+        vm::host_channel::Datagram datagram = vm::host_channel::receive(channel_.native_handle());
+        if (datagram.closed) return;  // the VMM is gone: its exit says the rest
+        std::string why;
+        if (!datagram.problem.empty()) {
+          log::error("the VMM's channel: " + datagram.problem);
+        } else if (!datagram.text.empty()) {
+          auto message = vm::host_channel::parse(datagram, &why);
+          if (message)
+            on_channel(*message, std::move(datagram.fd));
+          else
+            log::error("the VMM's channel: " + why);
+        }
+        watch_channel();
+      });
 }
 
 void GuestVm::on_channel(const vm::host_channel::Message& message, UniqueFd fd) {
@@ -319,7 +306,7 @@ void GuestVm::on_channel(const vm::host_channel::Message& message, UniqueFd fd) 
     done(std::move(fd), "");
   else
     done({}, refused && !refused->reason.empty() ? refused->reason
-                                                  : "the guest refused the connection");
+                                                 : "the guest refused the connection");
 }
 
 void GuestVm::log_refusal(uint32_t host_port, uint32_t guest_port) {
@@ -334,32 +321,31 @@ void GuestVm::log_refusal(uint32_t host_port, uint32_t guest_port) {
 void GuestVm::watch_status() {
   auto buffer = std::make_shared<std::array<char, 4096>>();
   std::weak_ptr<bool> alive = alive_;
-  status_.async_read_some(
-      asio::buffer(*buffer),
-      [this, alive, buffer](const boost::system::error_code& ec, size_t n) {
-        if (alive.expired() || !*alive.lock()) return;
-        if (ec) {
-          if (ec != asio::error::operation_aborted) {
-            boost::system::error_code ignored;
-            status_.close(ignored);
-          }
-          return;
-        }
-        status_buffer_.append(buffer->data(), n);
-        size_t nl;
-        while ((nl = status_buffer_.find('\n')) != std::string::npos) {
-          const std::string line = status_buffer_.substr(0, nl);
-          status_buffer_.erase(0, nl + 1);
-          on_status_line(line);
-        }
-        if (status_buffer_.size() > 4096) {
-          log::error("the guest's status stream: a line over 4096 bytes");
-          boost::system::error_code ignored;
-          status_.close(ignored);
-          return;
-        }
-        watch_status();
-      });
+  status_.async_read_some(asio::buffer(*buffer),
+                          [this, alive, buffer](const boost::system::error_code& ec, size_t n) {
+                            if (alive.expired() || !*alive.lock()) return;
+                            if (ec) {
+                              if (ec != asio::error::operation_aborted) {
+                                boost::system::error_code ignored;
+                                status_.close(ignored);
+                              }
+                              return;
+                            }
+                            status_buffer_.append(buffer->data(), n);
+                            size_t nl;
+                            while ((nl = status_buffer_.find('\n')) != std::string::npos) {
+                              const std::string line = status_buffer_.substr(0, nl);
+                              status_buffer_.erase(0, nl + 1);
+                              on_status_line(line);
+                            }
+                            if (status_buffer_.size() > 4096) {
+                              log::error("the guest's status stream: a line over 4096 bytes");
+                              boost::system::error_code ignored;
+                              status_.close(ignored);
+                              return;
+                            }
+                            watch_status();
+                          });
 }
 
 void GuestVm::on_status_line(const std::string& line) {
@@ -417,8 +403,9 @@ void GuestVm::kill() {
 void GuestVm::connect(uint32_t guest_port, OnConnect done) {
   if (!running() || !channel_.is_open()) return done({}, "the VM is not running");
   const uint64_t id = next_connect_++;
-  const std::string why = vm::host_channel::send(
-      channel_.native_handle(), vm::host_channel::encode(vm::host_channel::Connect{id, guest_port}));
+  const std::string why =
+      vm::host_channel::send(channel_.native_handle(),
+                             vm::host_channel::encode(vm::host_channel::Connect{id, guest_port}));
   if (!why.empty()) return done({}, "the VMM's channel: " + why);
   pending_[id] = std::move(done);
 }

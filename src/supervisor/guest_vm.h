@@ -55,8 +55,8 @@ inline constexpr int kVmmChannelFd = 3;
 class GuestVm {
  public:
   struct Events {
-    std::function<void(pid_t guest_pid)> ready;      // the main process runs (0: none)
-    std::function<void(int status)> main_exited;     // 128+N for signal N
+    std::function<void(pid_t guest_pid)> ready;             // the main process runs (0: none)
+    std::function<void(int status)> main_exited;            // 128+N for signal N
     std::function<void(int code, std::string why)> failed;  // it could not start
     // A guest connection to a host port other than the status stream's.
     std::function<void(uint32_t host_port, UniqueFd fd)> accepted;

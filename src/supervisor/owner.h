@@ -7,8 +7,8 @@
 
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,8 +129,8 @@ class Supervisor {
   SandboxSpec spec_;
   runtime::ContainerSpec container_spec_;
   std::unique_ptr<runtime::Container> container_;
-  std::unique_ptr<GuestVm> vm_;  // a --vm sandbox's, in place of container_
-  bool vm_ready_ = false;  // the guest's init said `ready`
+  std::unique_ptr<GuestVm> vm_;      // a --vm sandbox's, in place of container_
+  bool vm_ready_ = false;            // the guest's init said `ready`
   std::optional<int> guest_status_;  // the main process's, as the guest's init reported it
   std::optional<std::pair<int, std::string>> guest_failure_;  // why it could not start
   std::unique_ptr<logfile::Writer> log_;

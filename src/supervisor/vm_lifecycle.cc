@@ -24,10 +24,10 @@ void Supervisor::start_vm() {
     if (state_ == State::kRunning) report_status();
   };
   events.main_exited = [this](int status) { guest_status_ = status; };
-  events.failed = [this](int code, std::string why) {
-    guest_failure_ = {code, std::move(why)};
+  events.failed = [this](int code, std::string why) { guest_failure_ = {code, std::move(why)}; };
+  events.accepted = [this](uint32_t host_port, UniqueFd fd) {
+    guest_connection(host_port, std::move(fd));
   };
-  events.accepted = [this](uint32_t host_port, UniqueFd fd) { guest_connection(host_port, std::move(fd)); };
   events.output = [this](const std::string& stream, std::string_view bytes) {
     log_->write(stream, bytes, time::now_ns());
   };
@@ -59,15 +59,15 @@ void Supervisor::start_guest_exec(std::shared_ptr<net::WebSocket> ws) {
   };
   if (state_ != State::kRunning || !vm_ || !vm_->running())
     return refuse("sandbox '" + launch_.sandbox_name + "' is not running");
-  vm_->connect(vm::layout::kGuestInitPort, [this, ws, id, refuse](UniqueFd fd,
-                                                                  const std::string& error) {
-    if (!fd) return refuse("exec: the guest's init cannot be reached: " + error);
-    ExecDefaults defaults{container_spec_.env, container_spec_.fs.workdir,
-                          [this](const std::string& user) { return exec_user(user); }};
-    auto session = std::make_shared<GuestExec>(io_, ws, std::move(fd), std::move(defaults), id);
-    guest_execs_[id] = session;
-    session->start([this](uint64_t done) { guest_execs_.erase(done); });
-  });
+  vm_->connect(
+      vm::layout::kGuestInitPort, [this, ws, id, refuse](UniqueFd fd, const std::string& error) {
+        if (!fd) return refuse("exec: the guest's init cannot be reached: " + error);
+        ExecDefaults defaults{container_spec_.env, container_spec_.fs.workdir,
+                              [this](const std::string& user) { return exec_user(user); }};
+        auto session = std::make_shared<GuestExec>(io_, ws, std::move(fd), std::move(defaults), id);
+        guest_execs_[id] = session;
+        session->start([this](uint64_t done) { guest_execs_.erase(done); });
+      });
 }
 
 void Supervisor::vm_ended(int vmm_status, const std::string& last_line) {
@@ -83,7 +83,8 @@ void Supervisor::vm_ended(int vmm_status, const std::string& last_line) {
   } else if (guest_status_) {
     exit_code_ = *guest_status_;
     reason_ = exit_code_ == 0 ? "MainProcessCompleted" : "MainProcessFailed";
-    if (exit_code_ != 0) message_ = "the main process exited with status " + std::to_string(exit_code_);
+    if (exit_code_ != 0)
+      message_ = "the main process exited with status " + std::to_string(exit_code_);
   } else {
     // The guest ended before its init said how the main process did: a
     // kernel that did not boot, a triple fault, a VMM that was killed.
