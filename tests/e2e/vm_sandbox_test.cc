@@ -182,7 +182,7 @@ TEST_P(VmSandbox, ExecRunsOverTheGuestsFramesAndTheSandboxStaysReady) {
   Options tty;
   tty.pty = true;
   Result t = os({"sandbox", "exec", "-t", "x1", "--", "sh"}, tty);
-  EXPECT_NE(t.status, 0);
+  EXPECT_EQ(t.status, 125);
   EXPECT_THAT(
       t.out + t.err,
       HasSubstr("exec: a micro-VM sandbox has no terminals yet: run the command without -t"))
