@@ -81,11 +81,13 @@ class VmSandbox : public GatewayTest {
     ::chmod(to.c_str(), 0644);
     return to;
   }
-  Result create(const std::string& name, const std::string& guest, bool detach) {
+  Result create(const std::string& name, const std::string& guest, bool detach,
+                const std::vector<std::string>& more = {}) {
     std::vector<std::string> args = {"sandbox",     "create",   "--name", name,
                                      "--from",      "bb",       "--vm",   "--vm-kernel",
                                      kernel(guest), "--memory", "64M"};
     if (detach) args.push_back("-d");
+    args.insert(args.end(), more.begin(), more.end());
     args.insert(args.end(), {"--", "true"});
     return os(args);
   }
@@ -94,6 +96,11 @@ class VmSandbox : public GatewayTest {
   std::string logs(const std::string& name) {
     Result r = os({"sandbox", "logs", name});
     return r.out + r.err;
+  }
+  // The sandbox's network audit: the proxy's decisions, one JSON line each.
+  std::string audit(const std::string& name) {
+    Result r = os({"logs", name, "--source", "network"});
+    return r.out;
   }
 };
 
@@ -177,6 +184,86 @@ TEST_P(VmSandbox, AStatusStreamFromAnUnreservedPortIsNotTheInits) {
   EXPECT_THAT(field("v3", "message"), HasSubstr("before its init reported"));
   EXPECT_THAT(logs("v3"),
               HasSubstr("refused a guest connection to host port 1025 from guest port 5000"));
+}
+
+// Exec reaches the guest's init on its port 1024 and what the init's frames
+// say is what the caller gets: the crafted guest answers every command with
+// the same output and status 3, and serves one connection after another.
+TEST_P(VmSandbox, ExecRunsOverTheGuestsFramesAndTheSandboxStaysReady) {
+  ASSERT_EQ(create("x1", "exec_guest", true).status, 0);
+  ASSERT_TRUE(wait_phase("x1", "Ready"));
+  for (int i = 0; i < 2; ++i) {
+    Result r = os({"sandbox", "exec", "x1", "--", "anything", std::to_string(i)});
+    EXPECT_EQ(r.status, 3) << i << ": " << r.out << r.err;
+    EXPECT_EQ(r.out, "hi from the guest\n") << i;
+    EXPECT_EQ(r.err, "to stderr\n") << i;
+    EXPECT_EQ(phase("x1"), "Ready") << i;
+  }
+  // No terminal in a guest yet: refused, and the guest still serves.
+  Options tty;
+  tty.pty = true;
+  Result t = os({"sandbox", "exec", "-t", "x1", "--", "sh"}, tty);
+  EXPECT_EQ(t.status, 125);
+  EXPECT_THAT(
+      t.out + t.err,
+      HasSubstr("exec: a micro-VM sandbox has no terminals yet: run the command without -t"))
+      << t.out << t.err;
+  Result again = os({"sandbox", "exec", "x1", "--", "anything"});
+  EXPECT_EQ(again.status, 3) << again.out << again.err;
+  EXPECT_EQ(again.out, "hi from the guest\n");
+
+  const std::string id = field("x1", "id");
+  ASSERT_EQ(os({"sandbox", "stop", "x1"}).status, 0);
+  ASSERT_TRUE(wait_phase("x1", "Stopped"));
+  EXPECT_THAT(logs("x1"), HasSubstr("stop "));
+  EXPECT_TRUE(vmms_of(id).empty());
+  Result stopped = os({"sandbox", "exec", "x1", "--", "anything"});
+  EXPECT_NE(stopped.status, 0);
+  EXPECT_EQ(stopped.out, "");
+}
+
+// A guest's connection to the proxy (host port 3128) names its binary in
+// the init's identity line, and the sandbox's policy judges it as it judges
+// a container's: no network by default, a rule for another binary does not
+// let curl through, and the audit says why. blocked.invalid never resolves,
+// so nothing leaves the machine whatever the proxy decided.
+TEST_P(VmSandbox, AGuestsEgressIsJudgedByThePolicyForTheBinaryItNames) {
+  Result r = create("e1", "egress_guest", false);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(phase("e1"), "Completed");
+  // The guest printed the proxy's answer.
+  EXPECT_THAT(logs("e1"), HasSubstr("HTTP/1.1 403"));
+  std::string lines = audit("e1");
+  EXPECT_THAT(lines, HasSubstr("\"decision\":\"deny\"")) << lines;
+  EXPECT_THAT(lines, HasSubstr("blocked.invalid")) << lines;
+  EXPECT_THAT(lines, HasSubstr("\"binary\":\"/usr/bin/curl\"")) << lines;
+
+  const std::string wget_only =
+      write_file(scratch() + "/vm-wget-only.toml",
+                 "version = 1\n"
+                 "[network_policies.web]\n"
+                 "endpoints = [ { host = \"blocked.invalid\", port = 80 } ]\n"
+                 "binaries = [ { path = \"/usr/bin/wget\" } ]\n");
+  Result w = create("e2", "egress_guest", false, {"--policy", wget_only});
+  EXPECT_EQ(w.status, 0) << w.out << w.err;
+  EXPECT_THAT(logs("e2"), HasSubstr("HTTP/1.1 403"));
+  lines = audit("e2");
+  EXPECT_THAT(lines, HasSubstr("\"decision\":\"deny\"")) << lines;
+  EXPECT_THAT(lines, HasSubstr("allowed only for /usr/bin/wget, not for /usr/bin/curl")) << lines;
+  EXPECT_THAT(lines, HasSubstr("\"binary\":\"/usr/bin/curl\"")) << lines;
+}
+
+// A connection to the proxy from a port a sandbox process could bind is not
+// the init's relay: it may not name its binary, so it is refused before the
+// proxy sees it, and the audit has nothing of it.
+TEST_P(VmSandbox, AnEgressConnectionFromAnUnreservedPortIsRefused) {
+  Result r = create("e3", "egress_guest_unreserved", false);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  const std::string log = logs("e3");
+  EXPECT_THAT(log, HasSubstr("refused a guest connection to host port 3128 from guest port 5000"));
+  EXPECT_THAT(log, HasSubstr("closed"));
+  EXPECT_THAT(log, Not(HasSubstr("HTTP/1.1")));
+  EXPECT_THAT(audit("e3"), Not(HasSubstr("blocked.invalid")));
 }
 
 E2E_ALL_MODES(VmSandbox);

@@ -16,6 +16,25 @@
 # bzImage's 64-bit entry is (bzimage_setup.S is put in front), and it looks
 # for the vsock device in every window, since the supervisor's VMM puts the
 # disks first.
+#
+# MODE=4 is the init's exec side: it sends "ready 1\n", then serves the
+# host's connections to its port 1024 one after the other: each gets the
+# frames of a command that ran (runtime/guest_init.h: started "1", stdout
+# "hi from the guest\n", stderr "to stderr\n", exited "3") once the host's
+# first data (its exec frame) came; the rest the host sends is consumed,
+# and its shutdown is answered with an RST. A line on the status stream (a
+# stop) is printed and answered as MODE=2 does.
+# MODE=5 is a sandbox's curl as the init relays it to the proxy: from
+# reserved port 1001 to host port 3128 it sends the identity line naming
+# /usr/bin/curl and a GET for http://blocked.invalid/, prints the first
+# packet of the answer (at most 200 bytes; "closed" when the host closes
+# instead), resets the connection and sends "ready 1\nexit 0\n". MODE=6
+# is MODE=5 from port 5000, which the supervisor must refuse.
+#
+# Packets come for several connections in these modes: the status stream's
+# (the main one) counts what it received in fwd_cnt; the others say 0 and
+# live off buf_alloc (64 KiB, more than a test sends them). Each rx buffer
+# is posted again when the next packet is waited for.
         .code64
         .text
         .ifndef MODE
@@ -28,10 +47,17 @@
         .endif
         # The init connects from a reserved port (runtime/guest_relay.h);
         # MODE=3 is MODE=1 from an ordinary one, as a sandbox process would.
-        .if     MODE == 1 || MODE == 2
-        .set    GUEST_PORT, 1000
-        .else
+        .if     MODE == 3 || MODE == 0
         .set    GUEST_PORT, 5000
+        .else
+        .set    GUEST_PORT, 1000
+        .endif
+        .set    EXEC_PORT, 1024         # the init's, the host connects to it
+        .set    EGRESS_PORT, 3128       # the host's proxy
+        .if     MODE == 5
+        .set    EGRESS_FROM, 1001
+        .else
+        .set    EGRESS_FROM, 5000
         .endif
         .ifdef  BZIMAGE
         hlt                             # load + 0: not the entry
@@ -132,6 +158,15 @@ start:
         call    send_text
         jmp     6f
         .endif
+        .if     MODE == 4
+        lea     ready_line(%rip), %rsi
+        mov     $8, %ecx
+        call    send_text
+        jmp     exec_loop
+        .endif
+        .if     MODE == 5 || MODE == 6
+        jmp     egress
+        .endif
         .if     MODE == 2
         lea     ready_line(%rip), %rsi
         mov     $8, %ecx
@@ -147,6 +182,7 @@ start:
         mov     $'w', %bl
         cmpw    $OP_RW, 30(%rsi)
         jne     2b
+print_answer:
         movl    24(%rsi), %ecx          # len
         cmp     $200, %ecx
         ja      fail
@@ -162,12 +198,13 @@ start:
 4:
         mov     $'\n', %al
         outb    %al, %dx
-        .if     MODE == 2
+        .if     MODE == 2 || MODE == 4
         lea     stopped_line(%rip), %rsi
         mov     $9, %ecx
         call    send_text
         .endif
 6:
+status_end:
         mov     $OP_SHUTDOWN, %eax
         xor     %ecx, %ecx
         movl    $3, TX_PACKET + 32      # flags: RECEIVE | SEND
@@ -180,6 +217,108 @@ start:
         lea     ok(%rip), %rsi
         call    print
         jmp     reset
+
+        .if     MODE == 4
+# The exec side: a packet to port 1000 is the status stream's, one to 1024
+# an exec connection's; exec_peer is the host's port of the one served.
+exec_loop:
+        call    receive
+        cmpl    $GUEST_PORT, 20(%rsi)   # dst_port
+        jne     1f
+        cmpw    $OP_RW, 30(%rsi)
+        jne     exec_loop               # a credit update
+        jmp     print_answer            # the stop line
+1:
+        cmpl    $EXEC_PORT, 20(%rsi)
+        jne     exec_loop
+        movl    16(%rsi), %r10d         # src_port: the host's
+        mov     $EXEC_PORT, %r9d
+        movzwl  30(%rsi), %edx          # op
+        cmp     $OP_REQUEST, %edx
+        jne     2f
+        movl    %r10d, exec_peer(%rip)
+        movb    $0, answered(%rip)
+        mov     $OP_RESPONSE, %eax
+        xor     %ecx, %ecx
+        call    send_on
+        jmp     exec_loop
+2:
+        cmpl    %r10d, exec_peer(%rip)
+        jne     exec_loop               # not the connection served
+        cmp     $OP_RW, %edx
+        jne     3f
+        cmpb    $0, answered(%rip)
+        jne     exec_loop               # more of the exec frame, stdin, eof
+        movb    $1, answered(%rip)
+        lea     exec_answer(%rip), %rsi
+        mov     $(exec_answer_end - exec_answer), %ecx
+        call    send_text_on
+        jmp     exec_loop
+3:
+        cmp     $OP_SHUTDOWN, %edx
+        jne     exec_loop               # an RST or a credit update: nothing to answer
+        mov     $OP_RST, %eax
+        xor     %ecx, %ecx
+        call    send_on
+        movl    $0, exec_peer(%rip)
+        jmp     exec_loop
+        .endif
+
+        .if     MODE == 5 || MODE == 6
+# The egress connection: what the init's relay sends for a sandbox's curl.
+egress:
+        mov     $EGRESS_FROM, %r9d
+        mov     $EGRESS_PORT, %r10d
+        mov     $'e', %bl
+        mov     $OP_REQUEST, %eax
+        xor     %ecx, %ecx
+        call    send_on
+1:
+        call    receive
+        cmpl    $EGRESS_FROM, 20(%rsi)
+        jne     1b
+        cmpw    $OP_RESPONSE, 30(%rsi)
+        jne     fail
+        lea     identity(%rip), %rsi
+        mov     $(identity_end - identity), %ecx
+        call    send_text_on
+        lea     request(%rip), %rsi
+        mov     $(request_end - request), %ecx
+        call    send_text_on
+2:
+        call    receive
+        cmpl    $EGRESS_FROM, 20(%rsi)
+        jne     2b
+        cmpw    $OP_RW, 30(%rsi)
+        je      3f
+        cmpw    $OP_SHUTDOWN, 30(%rsi)
+        je      5f
+        cmpw    $OP_RST, 30(%rsi)
+        jne     2b                      # a credit update
+5:
+        lea     closed(%rip), %rsi
+        call    print
+        jmp     4f
+3:
+        movl    24(%rsi), %ecx          # len, clamped to what a line shows
+        cmp     $200, %ecx
+        jbe     6f
+        mov     $200, %ecx
+6:
+        add     $44, %rsi
+        mov     $0x3f8, %dx
+        rep outsb
+        mov     $'\n', %al
+        outb    %al, %dx
+4:
+        mov     $OP_RST, %eax           # done with it, whatever the host says
+        xor     %ecx, %ecx
+        call    send_on
+        lea     done_lines(%rip), %rsi
+        mov     $(done_lines_end - done_lines), %ecx
+        call    send_text
+        jmp     status_end
+        .endif
 
 # Queue %eax with its descriptors at %ecx, the available ring 4 KiB on and
 # the used ring 8 KiB on; 8 entries.
@@ -198,17 +337,25 @@ queue:
         ret
 
 # Sends op %eax with %ecx payload bytes (already at TX_PACKET + 44) from
-# guest port 5000 to host port 1024, and waits until the device took it.
+# GUEST_PORT to HOST_PORT (the main connection), and waits until the device
+# took it; send_on: from guest port %r9d to host port %r10d.
 send:
+        mov     $GUEST_PORT, %r9d
+        mov     $HOST_PORT, %r10d
+send_on:
         movq    $3, TX_PACKET           # src_cid
         movq    $2, TX_PACKET + 8       # dst_cid
-        movl    $GUEST_PORT, TX_PACKET + 16   # src_port
-        movl    $HOST_PORT, TX_PACKET + 20   # dst_port
+        movl    %r9d, TX_PACKET + 16    # src_port
+        movl    %r10d, TX_PACKET + 20   # dst_port
         movl    %ecx, TX_PACKET + 24    # len
         movw    $1, TX_PACKET + 28      # type: stream
         movw    %ax, TX_PACKET + 30     # op
-        movl    $4096, TX_PACKET + 36   # buf_alloc
+        movl    $0x10000, TX_PACKET + 36   # buf_alloc
+        xor     %eax, %eax
+        cmp     $GUEST_PORT, %r9d
+        jne     2f
         movl    received(%rip), %eax
+2:
         movl    %eax, TX_PACKET + 40    # fwd_cnt
         movzwl  TX_AVAIL + 2, %eax      # one descriptor a packet, reused
         movq    $TX_PACKET, TX_DESC
@@ -230,8 +377,12 @@ send:
         movl    $0, TX_PACKET + 32      # flags back to none
         ret
 
-# Sends the %ecx bytes at %rsi as one OP_RW packet.
+# Sends the %ecx bytes at %rsi as one OP_RW packet on the main connection;
+# send_text_on: on send_on's.
 send_text:
+        mov     $GUEST_PORT, %r9d
+        mov     $HOST_PORT, %r10d
+send_text_on:
         push    %rcx
         lea     TX_PACKET + 44, %rdx
         mov     %rdx, %r8
@@ -244,10 +395,24 @@ send_text:
         jnz     1b
         pop     %rcx
         mov     $OP_RW, %eax
-        jmp     send
+        jmp     send_on
 
-# Waits for the next used rx buffer; %rsi = its address.
+# Posts the last rx buffer again (its packet has been dealt with), then
+# waits for the next used one; %rsi = its address.
 receive:
+        movl    last(%rip), %eax
+        cmp     $4, %eax
+        jae     2f                      # none yet
+        movzwl  RX_AVAIL + 2, %edx
+        mov     %edx, %r8d
+        and     $7, %r8d
+        movw    %ax, RX_AVAIL + 4(,%r8,2)
+        inc     %edx
+        sfence
+        movw    %dx, RX_AVAIL + 2
+        mfence
+        movl    $0, 0x50(%rdi)          # notify the rx queue
+2:
         movzwl  seen(%rip), %eax
 1:
         pause
@@ -256,12 +421,16 @@ receive:
         mov     %eax, %edx
         and     $7, %edx
         movl    RX_USED + 4(,%rdx,8), %esi   # the used element's id
+        movl    %esi, last(%rip)
         shl     $8, %esi
         add     $RX_BUFFERS, %esi
         inc     %eax
         movw    %ax, seen(%rip)
+        cmpl    $GUEST_PORT, 20(%rsi)   # dst_port: the main connection's?
+        jne     3f
         movl    24(%rsi), %eax
         addl    %eax, received(%rip)
+3:
         ret
 
 fail:
@@ -292,6 +461,12 @@ seen:
         .long   0
 received:
         .long   0
+last:
+        .long   4                       # the rx buffer last used; 4: none
+exec_peer:
+        .long   0
+answered:
+        .byte   0
 ok:
         .asciz  "OK\n"
 exit_lines:
@@ -300,5 +475,31 @@ ready_line:
         .ascii  "ready 1\n"
 stopped_line:
         .ascii  "exit 143\n"
+        .if     MODE == 4
+# The frames of a command that ran: TYPE, LENGTH (big-endian), BYTES.
+exec_answer:
+        .byte   16, 0, 0, 0, 1          # started, pid 1
+        .ascii  "1"
+        .byte   17, 0, 0, 0, 18         # stdout
+        .ascii  "hi from the guest\n"
+        .byte   18, 0, 0, 0, 10         # stderr
+        .ascii  "to stderr\n"
+        .byte   19, 0, 0, 0, 1          # exited, status 3
+        .ascii  "3"
+exec_answer_end:
+        .endif
+        .if     MODE == 5 || MODE == 6
+identity:
+        .ascii  "{\"pid\":7,\"exe\":\"/usr/bin/curl\",\"untrusted\":\"\"}\n"
+identity_end:
+request:
+        .ascii  "GET http://blocked.invalid/ HTTP/1.1\r\nHost: blocked.invalid\r\n\r\n"
+request_end:
+done_lines:
+        .ascii  "ready 1\nexit 0\n"
+done_lines_end:
+closed:
+        .asciz  "closed\n"
+        .endif
 error:
         .asciz  "E"
