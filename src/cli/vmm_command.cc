@@ -59,7 +59,10 @@ void add_vmm_command(CLI::App& app, Action* action) {
   c->group("");
   c->add_option("--kernel", spec->kernel,
                 "A bzImage or an uncompressed vmlinux with a PVH entry note");
-  c->add_option("--initramfs", spec->initramfs, "The initramfs for the kernel");
+  c->add_option("--initramfs", spec->initramfs,
+                "The initramfs for the kernel (repeatable: the archives are concatenated in order)")
+      ->type_name("FILE")
+      ->allow_extra_args(false);
   c->add_option("--cmdline", spec->cmdline, "The kernel's command line")->capture_default_str();
   c->add_option("--flat", spec->flat, "Instead of a kernel: a flat guest binary (the VMM's tests)");
   c->add_option("--entry", *entry, "How a flat guest starts: real (at 0x10000) or long (at 1 MiB)")

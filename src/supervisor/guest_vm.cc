@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <variant>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -38,6 +40,27 @@ constexpr const char* kCmdline = "console=ttyS0 reboot=k panic=-1 quiet";
 // After the grace a stop gives the main process: the time the guest's init
 // has to report and power off before its VMM is killed.
 constexpr int kPowerOffMs = 3000;
+
+// DIR/init-<device>-<inode>-<size>-<mtime>.cpio: this binary's archive,
+// found again by every start until the binary is replaced; the archives of
+// binaries replaced since are removed when a new one is made.
+std::string init_archive(const std::string& dir) {
+  struct stat st {};
+  if (::stat("/proc/self/exe", &st) != 0) throw_errno("stat /proc/self/exe");
+  const std::string name = "init-" + std::to_string(st.st_dev) + "-" + std::to_string(st.st_ino) +
+                           "-" + std::to_string(st.st_size) + "-" +
+                           std::to_string(st.st_mtim.tv_sec) + "." +
+                           std::to_string(st.st_mtim.tv_nsec) + ".cpio";
+  const std::string path = dir + "/" + name;
+  if (files::exists(path)) return path;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_errno("create " + dir);
+  files::write_atomically(path, vm::initramfs::init_archive("/proc/self/exe"));
+  for (const std::string& other : files::list_directory(dir))
+    if (other != name && other.rfind("init-", 0) == 0 && other.size() > 5 &&
+        other.compare(other.size() - 5, 5, ".cpio") == 0)
+      ::unlink((dir + "/" + other).c_str());
+  return path;
+}
 
 image::ImageRecord image_record(const SandboxImage& image) {
   image::ImageRecord record;
@@ -82,25 +105,29 @@ GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSp
   config.egress_port = container.egress ? vm::layout::kHostEgressPort : 0;
   config.dns_port = container.egress ? vm::layout::kHostDnsPort : 0;
   config.hostname = container.hostname;
-  plan.initramfs = sandbox_dir + "/vm-initramfs.cpio";
-  // Uncompressed: the guest's kernel unpacks it faster than it inflates
-  // it, and the file lives only while the VM does.
-  files::write_atomically(
-      plan.initramfs,
-      vm::initramfs::for_guest("/proc/self/exe", runtime::guest::encode_config(config), false));
+  // Two archives, uncompressed (the guest's kernel unpacks them faster than
+  // it would inflate them): this binary as /init, made once per binary and
+  // kept with the image disks, and the configuration, made at each start
+  // and removed when the VM ends.
+  plan.initramfs = {init_archive(images_dir + "/vm-disks"), sandbox_dir + "/vm-config.cpio"};
+  files::write_atomically(plan.initramfs[1],
+                          vm::initramfs::config_archive(runtime::guest::encode_config(config)));
   return plan;
 }
 
 std::vector<std::string> vmm_argv(const GuestVmPlan& plan) {
   std::vector<std::string> argv = {"openshell",    "__vmm",
                                    "--kernel",     plan.kernel,
-                                   "--initramfs",  plan.initramfs,
                                    "--cmdline",    plan.cmdline,
                                    "--memory",     std::to_string(plan.memory_mib),
                                    "--vcpus",      std::to_string(plan.vcpus),
                                    "--disk-ro",    plan.image_disk,
                                    "--disk",       plan.layer,
                                    "--channel-fd", std::to_string(kVmmChannelFd)};
+  for (const std::string& part : plan.initramfs) {
+    argv.push_back("--initramfs");
+    argv.push_back(part);
+  }
   for (uint32_t port :
        {vm::layout::kHostStatusPort, vm::layout::kHostEgressPort, vm::layout::kHostDnsPort}) {
     argv.push_back("--host-port");
@@ -165,7 +192,7 @@ void GuestVm::start(const GuestVmPlan& plan) {
     ::_exit(127);
   }
   pid_ = pid;
-  initramfs_ = plan.initramfs;
+  initramfs_ = plan.initramfs.back();
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
     const int e = errno;

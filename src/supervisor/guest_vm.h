@@ -33,7 +33,10 @@ namespace asio = boost::asio;
 // What one start of the VM needs, made by prepare_guest_vm.
 struct GuestVmPlan {
   std::string kernel;
-  std::string initramfs;   // SANDBOX_DIR/vm-initramfs.cpio, written for this start
+  // The archives of the initramfs, in order: this binary as /init (kept in
+  // the image store's vm-disks/), and SANDBOX_DIR/vm-config.cpio, written
+  // for this start.
+  std::vector<std::string> initramfs;
   std::string image_disk;  // the image's ext4 (or the --from directory's), read-only (/dev/vda)
   std::string layer;       // the sandbox's writable ext4 (/dev/vdb)
   uint32_t vcpus = 1;

@@ -114,9 +114,9 @@ std::string gzip(std::string_view bytes) {
   return out;
 }
 
-std::string for_guest(const std::string& init_binary, std::string_view guest_config,
-                      bool compress) {
-  std::string binary = files::read(init_binary);
+namespace {
+
+std::vector<Entry> init_entries(const std::string& init_binary) {
   using T = Entry::Type;
   std::vector<Entry> entries = {
       {T::kDirectory, "dev", 0755, {}},
@@ -124,15 +124,35 @@ std::string for_guest(const std::string& init_binary, std::string_view guest_con
       {T::kDirectory, "sys", 0555, {}},
       {T::kDirectory, "mnt", 0755, {}},
       {T::kDirectory, "etc", 0755, {}},
-      {T::kFile, "init", 0755, std::move(binary)},
-      {T::kFile, std::string(kConfigPath), 0600, std::string(guest_config)},
+      {T::kFile, "init", 0755, files::read(init_binary)},
   };
   Entry console{T::kCharDevice, "dev/console", 0600, {}};
   console.dev_major = 5;
   console.dev_minor = 1;
   entries.insert(entries.begin() + 1, console);
+  return entries;
+}
+
+Entry config_entry(std::string_view guest_config) {
+  return {Entry::Type::kFile, std::string(kConfigPath), 0600, std::string(guest_config)};
+}
+
+}  // namespace
+
+std::string for_guest(const std::string& init_binary, std::string_view guest_config,
+                      bool compress) {
+  std::vector<Entry> entries = init_entries(init_binary);
+  entries.push_back(config_entry(guest_config));
   std::string archive = write(entries);
   return compress ? gzip(archive) : archive;
+}
+
+std::string init_archive(const std::string& init_binary) {
+  return write(init_entries(init_binary));
+}
+
+std::string config_archive(std::string_view guest_config) {
+  return write({{Entry::Type::kDirectory, "etc", 0755, {}}, config_entry(guest_config)});
 }
 
 }  // namespace openshell::vm::initramfs

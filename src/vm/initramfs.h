@@ -43,4 +43,11 @@ std::string for_guest(const std::string& init_binary, std::string_view guest_con
 
 inline constexpr std::string_view kConfigPath = "etc/openshell-guest.json";
 
+// for_guest in two archives that the kernel reads one after the other
+// (__vmm --initramfs twice): what depends only on the binary, which a
+// host makes once and keeps, and the guest's configuration, made at each
+// start. Uncompressed.
+std::string init_archive(const std::string& init_binary);
+std::string config_archive(std::string_view guest_config);
+
 }  // namespace openshell::vm::initramfs

@@ -173,8 +173,12 @@ VmEnd run_confined(const RunSpec& spec) {
   for (const RunSpec::Disk& disk : spec.disks) disk_fds.push_back(open_disk(disk));
   const std::vector<uint8_t> image = read_whole(spec.kernel.empty() ? spec.flat : spec.kernel,
                                                 spec.kernel.empty() ? "guest" : "kernel");
-  const std::vector<uint8_t> initramfs =
-      spec.initramfs.empty() ? std::vector<uint8_t>{} : read_whole(spec.initramfs, "initramfs");
+  std::vector<uint8_t> initramfs;
+  for (const std::string& part : spec.initramfs) {
+    const std::vector<uint8_t> bytes = read_whole(part, "initramfs");
+    initramfs.insert(initramfs.end(), bytes.begin(), bytes.end());
+    initramfs.resize((initramfs.size() + 3) & ~size_t{3}, 0);
+  }
   // A kernel that cannot be loaded is bad input: said before /dev/kvm is asked.
   if (!spec.kernel.empty()) {
     switch (boot::detect(image)) {

@@ -18,9 +18,11 @@
 namespace openshell::vm {
 
 struct RunSpec {
-  // Linux: a bzImage or a PVH vmlinux, an optional initramfs, its command line.
+  // Linux: a bzImage or a PVH vmlinux, its initramfs (none, or several
+  // archives concatenated in order, each padded to 4 bytes: the kernel
+  // reads a series of cpio archives), its command line.
   std::string kernel;
-  std::string initramfs;
+  std::vector<std::string> initramfs;
   std::string cmdline;
   // Or a flat guest: real mode at 0x10000 (CS = 0x1000, IP = 0), or long
   // mode at 1 MiB entered by the boot code.
