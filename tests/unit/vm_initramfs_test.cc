@@ -122,5 +122,25 @@ TEST_F(Initramfs, ForGuestHoldsTheBinaryAsInitAndTheConfig) {
   }
 }
 
+// The two archives a --vm sandbox's VMM concatenates: the binary's, kept,
+// and the configuration's, made at each start; each whole (its own
+// trailer), together for_guest's entries.
+TEST_F(Initramfs, TheBinarysAndTheConfigurationsArchivesSplitForGuest) {
+  if (!have("cpio")) GTEST_SKIP() << "needs cpio (apt-get install cpio)";
+  files::write(dir_ + "/bin", "ELF-ish");
+  files::write(dir_ + "/init.cpio", initramfs::init_archive(dir_ + "/bin"));
+  files::write(dir_ + "/config.cpio", initramfs::config_archive("{\"port\":1024}"));
+  std::string init = run("cpio -t --quiet < " + dir_ + "/init.cpio");
+  EXPECT_NE(init.find("\ninit\n"), std::string::npos) << init;
+  EXPECT_NE(init.find("dev/console"), std::string::npos) << init;
+  EXPECT_EQ(init.find("openshell-guest.json"), std::string::npos) << init;
+  std::string config = run("cpio -t --quiet < " + dir_ + "/config.cpio");
+  EXPECT_EQ(config, "etc\netc/openshell-guest.json\n");
+  ASSERT_EQ(mkdir((dir_ + "/out").c_str(), 0700), 0);
+  ASSERT_EQ(std::system(("cd " + dir_ + "/out && cpio -i --quiet < ../config.cpio").c_str()), 0);
+  EXPECT_EQ(files::read(dir_ + "/out/etc/openshell-guest.json"), "{\"port\":1024}");
+  EXPECT_EQ(initramfs::init_archive(dir_ + "/bin").size() % 4, 0u);
+}
+
 }  // namespace
 }  // namespace openshell::vm
