@@ -119,12 +119,9 @@ namespace {
 std::vector<Entry> init_entries(const std::string& init_binary) {
   using T = Entry::Type;
   std::vector<Entry> entries = {
-      {T::kDirectory, "dev", 0755, {}},
-      {T::kDirectory, "proc", 0555, {}},
-      {T::kDirectory, "sys", 0555, {}},
-      {T::kDirectory, "mnt", 0755, {}},
-      {T::kDirectory, "etc", 0755, {}},
-      {T::kFile, "init", 0755, files::read(init_binary)},
+      {T::kDirectory, "dev", 0755, {}}, {T::kDirectory, "proc", 0555, {}},
+      {T::kDirectory, "sys", 0555, {}}, {T::kDirectory, "mnt", 0755, {}},
+      {T::kDirectory, "etc", 0755, {}}, {T::kFile, "init", 0755, files::read(init_binary)},
   };
   Entry console{T::kCharDevice, "dev/console", 0600, {}};
   console.dev_major = 5;
