@@ -260,6 +260,19 @@ RunPlan plan_run(const RunOptions& o) {
 
   // Limits. A VM's --memory and --cpus are its guest's RAM and vCPUs.
   if (!o.vm_kernel.empty() && !o.vm) throw Error("--vm-kernel: only with --vm");
+  // What a micro-VM cannot honour yet is refused, never dropped.
+  if (o.vm) {
+    auto refuse = [](const std::string& option, const std::string& why) {
+      throw Error(option + ": not with --vm (" + why + ")");
+    };
+    if (!o.binds.empty()) refuse("--bind " + o.binds.front(), "a micro-VM sees only its disks");
+    if (o.tty) refuse("--tty", "a micro-VM has no terminals yet");
+    if (o.read_only) refuse("--read-only", "a micro-VM's root is its own disk");
+    if (!o.cap_add.empty()) refuse("--cap-add", "the guest's processes keep no capabilities");
+    if (o.seccomp != "default") refuse("--seccomp " + o.seccomp, "the guest's filter is fixed");
+    if (!o.rlimits.empty()) refuse("--rlimit", "not in the guest yet");
+    if (!o.network_log.empty()) refuse("--network-log", "not for a micro-VM yet");
+  }
   if (o.vm) {
     sandbox.vm = plan_vm("--cpus", o.cpus, o.memory, sandbox.policy, sandbox.policy_source,
                          o.vm_kernel, true);

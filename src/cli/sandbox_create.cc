@@ -126,6 +126,11 @@ int create(const CreateOptions& o) {
   // A VM's --cpu and --memory are its guest's; its kernel is a file of the
   // gateway's host: found here when that is this one, else by the gateway.
   if (!o.vm_kernel.empty() && !o.vm) throw Error("--vm-kernel: only with --vm");
+  // What a micro-VM cannot honour yet is refused, never dropped.
+  if (o.vm && !o.binds.empty())
+    throw Error("--bind " + o.binds.front() + ": not with --vm (a micro-VM sees only its disks)");
+  if (o.vm && !o.ca_certs.empty())
+    throw Error("--ca-cert " + o.ca_certs.front() + ": not with --vm yet");
   if (o.vm)
     spec.vm =
         plan_vm("--cpu", o.cpu, o.memory, spec.policy, spec.policy_source, o.vm_kernel, !remote);

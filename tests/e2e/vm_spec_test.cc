@@ -87,6 +87,14 @@ TEST_P(VmSpec, TheHostsRootIsNoGuestsDisk) {
   r = os({"sandbox", "create", "--name", "vm", "--vm-kernel", kernel_, "--", "true"});
   EXPECT_EQ(r.status, 125);
   EXPECT_EQ(r.err, "openshell: --vm-kernel: only with --vm\n");
+  // What a guest cannot honour is refused, not dropped.
+  r = os({"sandbox", "create", "--name", "vm", "--vm", "--vm-kernel", kernel_, "--bind",
+          "/etc:/e", "--", "true"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.err, "openshell: --bind /etc:/e: not with --vm (a micro-VM sees only its disks)\n");
+  r = os({"run", "--vm", "--vm-kernel", kernel_, "-t", "--", "true"});
+  EXPECT_EQ(r.status, 125);
+  EXPECT_EQ(r.err, "openshell: --tty: not with --vm (a micro-VM has no terminals yet)\n");
   EXPECT_THAT(sandboxes(), Not(HasSubstr("\"name\"")));
 }
 

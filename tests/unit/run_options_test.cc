@@ -550,5 +550,33 @@ TEST(PlanRun, VmFillsTheSpecsVmNotItsLimits) {
   EXPECT_TRUE(plan_run(o).sandbox.memory_bytes);
 }
 
+// What a micro-VM cannot honour is refused in one line naming the option,
+// never dropped.
+TEST(PlanRun, VmRefusesWhatAGuestCannotHonour) {
+  TempDir dir;
+  write_file(dir / "vmlinux", "a kernel");
+  auto refusal = [&](auto change) {
+    RunOptions o = with_command();
+    o.vm = true;
+    o.vm_kernel = dir / "vmlinux";
+    change(o);
+    return error_of([&] { plan_run(o); });
+  };
+  EXPECT_EQ(refusal([](RunOptions& o) { o.binds = {"/etc:/e"}; }),
+            "--bind /etc:/e: not with --vm (a micro-VM sees only its disks)");
+  EXPECT_EQ(refusal([](RunOptions& o) { o.tty = true; }),
+            "--tty: not with --vm (a micro-VM has no terminals yet)");
+  EXPECT_EQ(refusal([](RunOptions& o) { o.read_only = true; }),
+            "--read-only: not with --vm (a micro-VM's root is its own disk)");
+  EXPECT_EQ(refusal([](RunOptions& o) { o.cap_add = {"NET_ADMIN"}; }),
+            "--cap-add: not with --vm (the guest's processes keep no capabilities)");
+  EXPECT_EQ(refusal([](RunOptions& o) { o.seccomp = "unconfined"; }),
+            "--seccomp unconfined: not with --vm (the guest's filter is fixed)");
+  EXPECT_EQ(refusal([](RunOptions& o) { o.rlimits = {"nofile=10"}; }),
+            "--rlimit: not with --vm (not in the guest yet)");
+  EXPECT_EQ(refusal([](RunOptions& o) { o.network_log = "/tmp/x"; }),
+            "--network-log: not with --vm (not for a micro-VM yet)");
+}
+
 }  // namespace
 }  // namespace openshell::cli
