@@ -23,18 +23,6 @@ using testing::HasSubstr;
 namespace e2e {
 namespace {
 
-bool hardware_kvm() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line);
-    for (std::string w; words >> w;)
-      if (w == "vmx" || w == "svm") return true;
-  }
-  return false;
-}
-
 std::string shell(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");

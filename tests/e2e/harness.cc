@@ -724,6 +724,18 @@ LoopbackTcpServer::~LoopbackTcpServer() {
   ::close(listener_);
 }
 
+bool hardware_kvm() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    for (std::string w; words >> w;)
+      if (w == "vmx" || w == "svm") return true;
+  }
+  return false;
+}
+
 TestServer::TestServer()
     : server_([this](int fd) {
         ++connections_;

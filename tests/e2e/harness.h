@@ -152,6 +152,10 @@ class RefusedPort {
 // "hello from the test server"; an upgrade request gets a 101 and then an
 // echo; anything else is echoed back. It counts its connections, and
 // those it has finished with (the peer closed, or it answered).
+// Whether /dev/kvm is backed by hardware (vmx or svm in /proc/cpuinfo), on
+// which Linux guests boot; this machine's PVM is not.
+bool hardware_kvm();
+
 class TestServer {
  public:
   TestServer();
