@@ -22,10 +22,7 @@
 
 #include "harness.h"
 #include "image_helpers.h"
-
-#ifndef OSH_VM_GUESTS
-#error "OSH_VM_GUESTS must name the folder of the built guests"
-#endif
+#include "vm_helpers.h"
 
 using testing::HasSubstr;
 using testing::Not;
@@ -75,11 +72,7 @@ class VmSandbox : public GatewayTest {
   }
   // The crafted kernel, copied where the gateway's user can read it.
   std::string kernel(const std::string& name) {
-    const std::string to = scratch() + "/vm-" + name + ".bzImage";
-    std::filesystem::copy_file(std::string(OSH_VM_GUESTS) + "/" + name + ".bzImage", to,
-                               std::filesystem::copy_options::overwrite_existing);
-    ::chmod(to.c_str(), 0644);
-    return to;
+    return vm_helpers::readable_guest("vm-", name + ".bzImage");
   }
   Result create(const std::string& name, const std::string& guest, bool detach,
                 const std::vector<std::string>& more = {}) {

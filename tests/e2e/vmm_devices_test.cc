@@ -26,10 +26,7 @@
 #include <gmock/gmock.h>
 
 #include "harness.h"
-
-#ifndef OSH_VM_GUESTS
-#error "OSH_VM_GUESTS must name the folder of the built guests"
-#endif
+#include "vm_helpers.h"
 
 using testing::HasSubstr;
 
@@ -172,9 +169,7 @@ class VmmDevices : public ModeTest {
     ModeTest::TearDown();
   }
   std::string guest(const std::string& name) {
-    const std::string to = scratch() + "/vmm-devices-" + name + ".bin";
-    std::filesystem::copy_file(std::string(OSH_VM_GUESTS) + "/" + name + ".bin", to,
-                               std::filesystem::copy_options::overwrite_existing);
+    const std::string to = vm_helpers::readable_guest("vmm-devices-", name + ".bin");
     made_.push_back(to);
     return to;
   }

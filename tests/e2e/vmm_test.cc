@@ -22,10 +22,7 @@
 #include <gmock/gmock.h>
 
 #include "harness.h"
-
-#ifndef OSH_VM_GUESTS
-#error "OSH_VM_GUESTS must name the folder of the built guests"
-#endif
+#include "vm_helpers.h"
 
 using testing::HasSubstr;
 
@@ -36,11 +33,7 @@ class Vmm : public ModeTest {
  protected:
   // The guest, copied where every test user can read it.
   std::string guest(const std::string& name) {
-    const std::string to = scratch() + "/vmm-" + name + ".bin";
-    std::filesystem::copy_file(std::string(OSH_VM_GUESTS) + "/" + name + ".bin", to,
-                               std::filesystem::copy_options::overwrite_existing);
-    ::chmod(to.c_str(), 0644);
-    return to;
+    return vm_helpers::readable_guest("vmm-", name + ".bin");
   }
   void SetUp() override {
     ModeTest::SetUp();

@@ -5,23 +5,13 @@
 # (hdr.cmd_line_ptr at 0x228) and asks for a reset. Linked at 1 MiB.
         .code64
         .text
+        .include "serial.inc"
         hlt                             # load + 0: not the entry
         .org    0x200
 entry64:
         cmpl    $0x53726448, 0x202(%rsi)        # "HdrS": RSI is boot_params
         jne     reset
         mov     0x228(%rsi), %esi
-        mov     $0x3f8, %dx
-next:
-        lodsb
-        test    %al, %al
-        jz      done
-        outb    %al, %dx
-        jmp     next
-done:
-        mov     $'\n', %al
-        outb    %al, %dx
+        serial_line
 reset:
-        mov     $0xfe, %al
-        outb    %al, $0x64
-        hlt
+        reset_machine

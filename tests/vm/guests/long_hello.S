@@ -4,33 +4,22 @@
 # Loaded and linked at 0x100000.
         .code64
         .text
+        .include "serial.inc"
 start:
         lea     message(%rip), %rsi
         call    print
         mov     $1, %eax
         cpuid
         bt      $31, %ecx
-        jnc     reset
+        jnc     1f
         lea     hypervisor(%rip), %rsi
         call    print
-reset:
+1:
         lea     newline(%rip), %rsi
         call    print
-        mov     $0xfe, %al
-        outb    %al, $0x64
-        hlt
+        jmp     reset
 
-print:
-        mov     $0x3f8, %dx
-1:
-        lodsb
-        test    %al, %al
-        jz      2f
-        outb    %al, %dx
-        jmp     1b
-2:
-        ret
-
+        serial_routines
 message:
         .asciz  "long"
 hypervisor:

@@ -5,21 +5,11 @@
 # offset 24) and asks for a reset. Linked at 1 MiB.
         .code32
         .text
+        .include "serial.inc"
 entry32:
         cmpl    $0x336ec578, (%ebx)
         jne     reset
         mov     24(%ebx), %esi
-        mov     $0x3f8, %dx
-next:
-        lodsb
-        test    %al, %al
-        jz      done
-        outb    %al, %dx
-        jmp     next
-done:
-        mov     $'\n', %al
-        outb    %al, %dx
+        serial_line
 reset:
-        mov     $0xfe, %al
-        outb    %al, $0x64
-        hlt
+        reset_machine

@@ -6,6 +6,7 @@
 # Interrupts stay off: it polls the used ring. Loaded and linked at 0x100000.
         .code64
         .text
+        .include "serial.inc"
         .set    WINDOW0, 0xd0000000
         .set    DESC, 0x200000          # the descriptor table (8 x 16 bytes)
         .set    AVAIL, 0x201000         # the available ring
@@ -145,30 +146,6 @@ request:
         jne     1b
         ret
 
-fail:
-        lea     error(%rip), %rsi
-        call    print
-        mov     %bl, %al
-        outb    %al, %dx
-        mov     $'\n', %al
-        outb    %al, %dx
-reset:
-        mov     $0xfe, %al
-        outb    %al, $0x64
-        hlt
-
-print:
-        mov     $0x3f8, %dx
-1:
-        lodsb
-        test    %al, %al
-        jz      2f
-        outb    %al, %dx
-        jmp     1b
-2:
-        ret
-
+        serial_routines
 ok:
         .asciz  "OK\n"
-error:
-        .asciz  "E"

@@ -34,7 +34,8 @@
 # Packets come for several connections in these modes: the status stream's
 # (the main one) counts what it received in fwd_cnt; the others say 0 and
 # live off buf_alloc (64 KiB, more than a test sends them). Each rx buffer
-# is posted again when the next packet is waited for.
+# is posted again when the next packet is waited for. The driver's routines
+# (bring-up, send, receive) are vsock_driver.inc's, shared with (h).
         .code64
         .text
         .ifndef MODE
@@ -59,90 +60,13 @@
         .else
         .set    EGRESS_FROM, 5000
         .endif
+        .include "vsock_driver.inc"
         .ifdef  BZIMAGE
         hlt                             # load + 0: not the entry
         .org    0x200
         .endif
-        .set    WINDOW0, 0xd0000000
-        .set    RX_DESC, 0x200000
-        .set    RX_AVAIL, 0x201000
-        .set    RX_USED, 0x202000
-        .set    TX_DESC, 0x210000
-        .set    TX_AVAIL, 0x211000
-        .set    TX_USED, 0x212000
-        .set    RX_BUFFERS, 0x230000    # four of 256 bytes
-        .set    TX_PACKET, 0x240000     # the packet being sent
-        .set    OP_REQUEST, 1
-        .set    OP_RESPONSE, 2
-        .set    OP_RST, 3
-        .set    OP_SHUTDOWN, 4
-        .set    OP_RW, 5
 start:
-        mov     $WINDOW0, %rdi
-        .ifdef  BZIMAGE
-        mov     $'d', %bl
-        mov     $32, %ecx
-0:
-        cmpl    $0x74726976, 0x00(%rdi)
-        jne     fail
-        cmpl    $19, 0x08(%rdi)         # socket device
-        je      5f
-        add     $0x1000, %rdi
-        dec     %ecx
-        jnz     0b
-        jmp     fail
-5:
-        .else
-        mov     $'m', %bl
-        cmpl    $0x74726976, 0x00(%rdi)
-        jne     fail
-        mov     $'d', %bl
-        cmpl    $19, 0x08(%rdi)         # socket device
-        jne     fail
-        .endif
-        mov     $'c', %bl
-        cmpl    $3, 0x100(%rdi)         # guest_cid
-        jne     fail
-
-        movl    $0, 0x70(%rdi)
-        movl    $1, 0x70(%rdi)
-        movl    $3, 0x70(%rdi)
-        movl    $1, 0x24(%rdi)
-        movl    $1, 0x20(%rdi)          # VERSION_1
-        movl    $0, 0x24(%rdi)
-        movl    $0, 0x20(%rdi)
-        movl    $11, 0x70(%rdi)
-        mov     $'f', %bl
-        testl   $8, 0x70(%rdi)
-        jz      fail
-        mov     $0, %eax
-        mov     $RX_DESC, %ecx
-        call    queue
-        mov     $1, %eax
-        mov     $TX_DESC, %ecx
-        call    queue
-        movl    $15, 0x70(%rdi)         # DRIVER_OK
-
-        # Four rx buffers: descriptor i -> RX_BUFFERS + 256 * i, writable.
-        xor     %ecx, %ecx
-1:
-        mov     %ecx, %eax
-        shl     $4, %eax
-        mov     %ecx, %edx
-        shl     $8, %edx
-        add     $RX_BUFFERS, %edx
-        movq    %rdx, RX_DESC(%rax)
-        movl    $256, RX_DESC + 8(%rax)
-        movw    $2, RX_DESC + 12(%rax)  # WRITE
-        movw    %cx, RX_AVAIL + 4(,%rcx,2)
-        inc     %ecx
-        cmp     $4, %ecx
-        jne     1b
-        sfence
-        movw    $4, RX_AVAIL + 2
-        mfence
-        movl    $0, 0x50(%rdi)          # notify the rx queue
-
+        call    vsock_init
         mov     $'q', %bl
         mov     $OP_REQUEST, %eax
         xor     %ecx, %ecx
@@ -187,17 +111,7 @@ print_answer:
         cmp     $200, %ecx
         ja      fail
         add     $44, %rsi
-        mov     $0x3f8, %dx
-3:
-        test    %ecx, %ecx
-        jz      4f
-        lodsb
-        outb    %al, %dx
-        dec     %ecx
-        jmp     3b
-4:
-        mov     $'\n', %al
-        outb    %al, %dx
+        call    print_bytes
         .if     MODE == 2 || MODE == 4
         lea     stopped_line(%rip), %rsi
         mov     $9, %ecx
@@ -306,10 +220,7 @@ egress:
         mov     $200, %ecx
 6:
         add     $44, %rsi
-        mov     $0x3f8, %dx
-        rep outsb
-        mov     $'\n', %al
-        outb    %al, %dx
+        call    print_bytes
 4:
         mov     $OP_RST, %eax           # done with it, whatever the host says
         xor     %ecx, %ecx
@@ -320,149 +231,7 @@ egress:
         jmp     status_end
         .endif
 
-# Queue %eax with its descriptors at %ecx, the available ring 4 KiB on and
-# the used ring 8 KiB on; 8 entries.
-queue:
-        movl    %eax, 0x30(%rdi)
-        movl    $8, 0x38(%rdi)
-        movl    %ecx, 0x80(%rdi)
-        movl    $0, 0x84(%rdi)
-        add     $0x1000, %ecx
-        movl    %ecx, 0x90(%rdi)
-        movl    $0, 0x94(%rdi)
-        add     $0x1000, %ecx
-        movl    %ecx, 0xa0(%rdi)
-        movl    $0, 0xa4(%rdi)
-        movl    $1, 0x44(%rdi)
-        ret
-
-# Sends op %eax with %ecx payload bytes (already at TX_PACKET + 44) from
-# GUEST_PORT to HOST_PORT (the main connection), and waits until the device
-# took it; send_on: from guest port %r9d to host port %r10d.
-send:
-        mov     $GUEST_PORT, %r9d
-        mov     $HOST_PORT, %r10d
-send_on:
-        movq    $3, TX_PACKET           # src_cid
-        movq    $2, TX_PACKET + 8       # dst_cid
-        movl    %r9d, TX_PACKET + 16    # src_port
-        movl    %r10d, TX_PACKET + 20   # dst_port
-        movl    %ecx, TX_PACKET + 24    # len
-        movw    $1, TX_PACKET + 28      # type: stream
-        movw    %ax, TX_PACKET + 30     # op
-        movl    $0x10000, TX_PACKET + 36   # buf_alloc
-        xor     %eax, %eax
-        cmp     $GUEST_PORT, %r9d
-        jne     2f
-        movl    received(%rip), %eax
-2:
-        movl    %eax, TX_PACKET + 40    # fwd_cnt
-        movzwl  TX_AVAIL + 2, %eax      # one descriptor a packet, reused
-        movq    $TX_PACKET, TX_DESC
-        add     $44, %ecx
-        movl    %ecx, TX_DESC + 8
-        movw    $0, TX_DESC + 12
-        mov     %eax, %edx
-        and     $7, %edx
-        movw    $0, TX_AVAIL + 4(,%rdx,2)
-        inc     %eax
-        sfence
-        movw    %ax, TX_AVAIL + 2
-        mfence
-        movl    $1, 0x50(%rdi)          # notify the tx queue
-1:
-        pause
-        cmpw    %ax, TX_USED + 2
-        jne     1b
-        movl    $0, TX_PACKET + 32      # flags back to none
-        ret
-
-# Sends the %ecx bytes at %rsi as one OP_RW packet on the main connection;
-# send_text_on: on send_on's.
-send_text:
-        mov     $GUEST_PORT, %r9d
-        mov     $HOST_PORT, %r10d
-send_text_on:
-        push    %rcx
-        lea     TX_PACKET + 44, %rdx
-        mov     %rdx, %r8
-1:
-        movb    (%rsi), %al
-        movb    %al, (%r8)
-        inc     %rsi
-        inc     %r8
-        dec     %ecx
-        jnz     1b
-        pop     %rcx
-        mov     $OP_RW, %eax
-        jmp     send_on
-
-# Posts the last rx buffer again (its packet has been dealt with), then
-# waits for the next used one; %rsi = its address.
-receive:
-        movl    last(%rip), %eax
-        cmp     $4, %eax
-        jae     2f                      # none yet
-        movzwl  RX_AVAIL + 2, %edx
-        mov     %edx, %r8d
-        and     $7, %r8d
-        movw    %ax, RX_AVAIL + 4(,%r8,2)
-        inc     %edx
-        sfence
-        movw    %dx, RX_AVAIL + 2
-        mfence
-        movl    $0, 0x50(%rdi)          # notify the rx queue
-2:
-        movzwl  seen(%rip), %eax
-1:
-        pause
-        cmpw    %ax, RX_USED + 2
-        je      1b
-        mov     %eax, %edx
-        and     $7, %edx
-        movl    RX_USED + 4(,%rdx,8), %esi   # the used element's id
-        movl    %esi, last(%rip)
-        shl     $8, %esi
-        add     $RX_BUFFERS, %esi
-        inc     %eax
-        movw    %ax, seen(%rip)
-        cmpl    $GUEST_PORT, 20(%rsi)   # dst_port: the main connection's?
-        jne     3f
-        movl    24(%rsi), %eax
-        addl    %eax, received(%rip)
-3:
-        ret
-
-fail:
-        lea     error(%rip), %rsi
-        call    print
-        mov     %bl, %al
-        outb    %al, %dx
-        mov     $'\n', %al
-        outb    %al, %dx
-reset:
-        mov     $0xfe, %al
-        outb    %al, $0x64
-        hlt
-
-print:
-        mov     $0x3f8, %dx
-1:
-        lodsb
-        test    %al, %al
-        jz      2f
-        outb    %al, %dx
-        jmp     1b
-2:
-        ret
-
         .balign 4
-seen:
-        .long   0
-received:
-        .long   0
-last:
-        .long   4                       # the rx buffer last used; 4: none
 exec_peer:
         .long   0
 answered:
@@ -501,5 +270,3 @@ done_lines_end:
 closed:
         .asciz  "closed\n"
         .endif
-error:
-        .asciz  "E"
