@@ -293,8 +293,7 @@ TEST_P(VmSandbox, ALinuxGuestRunsTheSandboxEndToEnd) {
   EXPECT_THAT(r.out, HasSubstr("hello from the test server"));
   r = os({"sandbox", "exec", "linux", "--", "wget", "-q", "-O", "-", "http://blocked.invalid/"});
   EXPECT_NE(r.status, 0);
-  ASSERT_EQ(os({"sandbox", "exec", "linux", "--", "sh", "-c", "echo kept > /sandbox/f"}).status,
-            0);
+  ASSERT_EQ(os({"sandbox", "exec", "linux", "--", "sh", "-c", "echo kept > /sandbox/f"}).status, 0);
   ASSERT_EQ(os({"sandbox", "stop", "linux"}).status, 0);
   ASSERT_TRUE(wait_phase("linux", "Stopped"));
   ASSERT_EQ(os({"sandbox", "start", "linux"}).status, 0);
