@@ -276,6 +276,19 @@ TEST_P(VmSandbox, APolicysBinaryPathIsResolvedInTheGuestsImage) {
   EXPECT_THAT(lines, HasSubstr("blocked.invalid")) << lines;
   EXPECT_THAT(lines, HasSubstr("\"rule\":\"web\"")) << lines;
   EXPECT_THAT(lines, Not(HasSubstr("allowed only for"))) << lines;
+
+  // `run --vm` resolves them as well; it keeps no audit, the guest prints
+  // the proxy's answer: 502 (the rule matched, the name did not resolve),
+  // not 403.
+  const std::string tmp = make_dir(mode(), "vm-run-policy-tmp");
+  Options o;
+  o.env = {"TMPDIR=" + tmp};
+  Result run = os({"run", "--vm", "--vm-kernel", kernel("egress_guest_busybox"), "--image", "bb",
+                   "--memory", "64M", "--policy", wget_only, "--", "true"},
+                  o);
+  EXPECT_EQ(run.status, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("HTTP/1.1 502")) << run.out;
+  EXPECT_THAT(run.out, Not(HasSubstr("allowed only for"))) << run.out;
 }
 
 // A connection to the proxy from a port a sandbox process could bind is not
