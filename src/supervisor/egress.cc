@@ -6,6 +6,7 @@
 #include "egress/proxy.h"
 #include "egress/rules.h"
 #include "policy/policy.h"
+#include "supervisor/guest_vm.h"
 #include "supervisor/network_rules.h"
 #include "supervisor/owner.h"
 #include "vm/layout.h"
@@ -48,12 +49,15 @@ void Supervisor::guest_connection(uint32_t host_port, UniqueFd fd) {
 
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {
   policy::Policy policy = text.empty() ? policy::default_policy() : policy::parse(text, "policy");
-  // A guest's binaries are named as its init sees them: their paths are
-  // resolved in the guest, not here.
+  // Binary paths are resolved as the sandbox's processes see their root: a
+  // container's through its init's /proc root, a guest's in its image (the
+  // host cannot look into a running guest).
   egress::NetworkRules::PathResolver resolve;
   if (container_) {
     const pid_t init = container_->pid();
     resolve = [init](const std::string& path) { return egress::resolve_in_sandbox(init, path); };
+  } else if (spec_.vm) {
+    resolve = guest_path_resolver(spec_, paths_.images());
   }
   auto rules = std::make_shared<egress::NetworkRules>(network_rules(policy, resolve));
   proxy_->set_rules(std::move(rules), revision);

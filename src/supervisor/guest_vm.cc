@@ -19,6 +19,7 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "image/resolve.h"
 #include "image/store.h"
 #include "runtime/guest_init.h"
 #include "supervisor/vm_disks.h"
@@ -113,6 +114,23 @@ GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSp
   files::write_atomically(plan.initramfs[1],
                           vm::initramfs::config_archive(runtime::guest::encode_config(config)));
   return plan;
+}
+
+egress::NetworkRules::PathResolver guest_path_resolver(const SandboxSpec& spec,
+                                                       const std::string& images_dir) {
+  std::vector<std::string> roots;  // top first
+  if (spec.image) {
+    image::Store store(images_dir);
+    for (auto it = spec.image->layers.rbegin(); it != spec.image->layers.rend(); ++it)
+      roots.push_back(store.layer_root(*it));
+  } else if (!spec.from.empty() && spec.from[0] == '/') {
+    roots.push_back(spec.from);
+  } else {
+    return {};
+  }
+  return [roots = std::move(roots)](const std::string& path) {
+    return image::resolve_in_layers(roots, path);
+  };
 }
 
 std::vector<std::string> vmm_argv(const GuestVmPlan& plan) {

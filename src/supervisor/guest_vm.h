@@ -22,6 +22,7 @@
 #include <boost/asio.hpp>
 
 #include "base/unique_fd.h"
+#include "egress/rules.h"
 #include "runtime/spec.h"
 #include "spec/sandbox_spec.h"
 #include "vm/host_channel.h"
@@ -50,6 +51,14 @@ struct GuestVmPlan {
 // failed.
 GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSpec& container,
                              const std::string& sandbox_dir, const std::string& images_dir);
+
+// The network policy's binary paths as the guest will see them: resolved
+// in the image's layers (image/resolve.h), or in the --from directory as it
+// is now, so that a rule naming a symlink (/bin/wget -> busybox) matches the
+// executable the guest's init reports. What the sandbox wrote itself is not
+// seen: its layer is an ext4 that only the guest mounts.
+egress::NetworkRules::PathResolver guest_path_resolver(const SandboxSpec& spec,
+                                                       const std::string& images_dir);
 
 // `openshell __vmm ...` for a plan, its channel on fd 3.
 std::vector<std::string> vmm_argv(const GuestVmPlan& plan);

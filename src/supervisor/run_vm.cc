@@ -85,7 +85,8 @@ int run_vm(const SandboxSpec& spec, const runtime::ContainerSpec& container,
     egress::Proxy::Options options;
     options.sandbox = "run";
     proxy = std::make_unique<egress::Proxy>(io, options);
-    proxy->set_rules(std::make_shared<egress::NetworkRules>(network_rules(policy)));
+    proxy->set_rules(std::make_shared<egress::NetworkRules>(
+        network_rules(policy, guest_path_resolver(spec, images_dir))));
   }
   asio::signal_set signals(io, SIGINT, SIGTERM);
   std::function<void(const boost::system::error_code&, int)> on_signal =

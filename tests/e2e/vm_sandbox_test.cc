@@ -246,6 +246,44 @@ TEST_P(VmSandbox, AGuestsEgressIsJudgedByThePolicyForTheBinaryItNames) {
   EXPECT_THAT(lines, HasSubstr("\"binary\":\"/usr/bin/curl\"")) << lines;
 }
 
+// A policy names the binary as a user knows it, /usr/bin/wget; in the
+// busybox image that is a link (../../bin/busybox), and the guest's init
+// names the file its kernel ran, /bin/busybox. The supervisor resolves the
+// policy's path in the image's layers, so the rule matches: the proxy goes
+// on to resolve blocked.invalid, which fails (502, the rule named in the
+// audit), where without the resolution it was denied as another binary's.
+TEST_P(VmSandbox, APolicysBinaryPathIsResolvedInTheGuestsImage) {
+  const std::string wget_only =
+      write_file(scratch() + "/vm-wget-link.toml",
+                 "version = 1\n"
+                 "[network_policies.web]\n"
+                 "endpoints = [ { host = \"blocked.invalid\", port = 80 } ]\n"
+                 "binaries = [ { path = \"/usr/bin/wget\" } ]\n");
+  Result r = create("e4", "egress_guest_busybox", false, {"--policy", wget_only});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(phase("e4"), "Completed");
+  const std::string log = logs("e4");
+  EXPECT_THAT(log, HasSubstr("HTTP/1.1 502")) << log;
+  const std::string lines = audit("e4");
+  EXPECT_THAT(lines, HasSubstr("\"binary\":\"/bin/busybox\"")) << lines;
+  EXPECT_THAT(lines, HasSubstr("blocked.invalid")) << lines;
+  EXPECT_THAT(lines, HasSubstr("\"rule\":\"web\"")) << lines;
+  EXPECT_THAT(lines, Not(HasSubstr("allowed only for"))) << lines;
+
+  // `run --vm` resolves them as well; it keeps no audit, the guest prints
+  // the proxy's answer: 502 (the rule matched, the name did not resolve),
+  // not 403.
+  const std::string tmp = make_dir(mode(), "vm-run-policy-tmp");
+  Options o;
+  o.env = {"TMPDIR=" + tmp};
+  Result run = os({"run", "--vm", "--vm-kernel", kernel("egress_guest_busybox"), "--image", "bb",
+                   "--memory", "64M", "--policy", wget_only, "--", "true"},
+                  o);
+  EXPECT_EQ(run.status, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("HTTP/1.1 502")) << run.out;
+  EXPECT_THAT(run.out, Not(HasSubstr("allowed only for"))) << run.out;
+}
+
 // A connection to the proxy from a port a sandbox process could bind is not
 // the init's relay: it may not name its binary, so it is refused before the
 // proxy sees it, and the audit has nothing of it.

@@ -29,7 +29,9 @@
 # /usr/bin/curl and a GET for http://blocked.invalid/, prints the first
 # packet of the answer (at most 200 bytes; "closed" when the host closes
 # instead), resets the connection and sends "ready 1\nexit 0\n". MODE=6
-# is MODE=5 from port 5000, which the supervisor must refuse.
+# is MODE=5 from port 5000, which the supervisor must refuse. With
+# --defsym BUSYBOX=1 the identity line names /bin/busybox instead, the file
+# a busybox image's applet links (/usr/bin/wget) lead to.
 #
 # Packets come for several connections in these modes: the status stream's
 # (the main one) counts what it received in fwd_cnt; the others say 0 and
@@ -259,7 +261,11 @@ exec_answer_end:
         .endif
         .if     MODE == 5 || MODE == 6
 identity:
+        .ifdef  BUSYBOX
+        .ascii  "{\"pid\":7,\"exe\":\"/bin/busybox\",\"untrusted\":\"\"}\n"
+        .else
         .ascii  "{\"pid\":7,\"exe\":\"/usr/bin/curl\",\"untrusted\":\"\"}\n"
+        .endif
 identity_end:
 request:
         .ascii  "GET http://blocked.invalid/ HTTP/1.1\r\nHost: blocked.invalid\r\n\r\n"
