@@ -377,12 +377,18 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
   // is ours; else three pipes. stderr_read stays closed for a tty.
   UniqueFd stdin_read, stdin_write, stdout_read, stdout_write, stderr_read, stderr_write;
   UniqueFd slave;
+  // The master's last close hangs the terminal up: SIGHUP to a command that
+  // has closed its stdio (the master reads EIO) but not yet exited. This
+  // one is held until the command is reaped.
+  UniqueFd master_held;
   if (request->tty) {
     std::string error;
     UniqueFd master = open_pty(*request, config, &slave, &error);
     if (!master) return fail_connection(fd, exit_code::kFailure, error);
     stdin_write.reset(fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
-    if (!stdin_write) return fail_connection(fd, 125, errno_message("dup the pty", errno));
+    master_held.reset(fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
+    if (!stdin_write || !master_held)
+      return fail_connection(fd, 125, errno_message("dup the pty", errno));
     stdout_read = std::move(master);
   } else {
     int in_pipe[2], out_pipe[2], err_pipe[2];
@@ -515,6 +521,7 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
   int wait_status = 0;
   while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
   }
+  master_held.reset();
   int status = status_of(wait_status);
   if (peer_open) send_frame(fd, FrameType::kExited, std::to_string(status));
   return status;

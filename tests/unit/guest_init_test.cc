@@ -377,6 +377,15 @@ TEST(GuestTty, ItIsTheControllingTerminalAndAKillSignalsTheGroup) {
   EXPECT_EQ(killed.finish(), "exited 143");
 }
 
+TEST(GuestTty, ThePtyIsTheCommandsUsers) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run the command as another user)";
+  ExecRequest request = tty_request({"sh", "-c", "stat -c %u:%g \"$(tty)\"; id -u"});
+  request.user = ExecUser{65534, 65534};
+  TtyHost host(request);
+  EXPECT_EQ(host.finish(), "exited 0") << host.out;
+  EXPECT_EQ(host.out, "65534:65534\r\n65534\r\n");
+}
+
 TEST(GuestTty, ResizeWithoutATtyIsIgnored) {
   std::string frames = exec_frame({"sh", "-c", "read line; echo $line"}) +
                        encode_frame(FrameType::kResize, encode_size(40, 120)) +
