@@ -5,6 +5,7 @@
 #include <linux/vm_sockets.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +48,7 @@ bool known_type(uint8_t t) {
     case FrameType::kStdin:
     case FrameType::kEof:
     case FrameType::kKill:
+    case FrameType::kResize:
     case FrameType::kStarted:
     case FrameType::kStdout:
     case FrameType::kStderr:
@@ -82,6 +85,9 @@ bool send_frame(int fd, FrameType type, std::string_view bytes) {
     _exit(exit_code::kFailure);
   };
   setsid();
+  // Its stdin is the pty then: the session's controlling terminal, so that
+  // ^C and ^Z signal the foreground job and /dev/tty opens.
+  if (request.tty && ioctl(0, TIOCSCTTY, 0) != 0) fail(errno);
   signal(SIGPIPE, SIG_DFL);
   if (chdir(request.workdir.empty() ? "/" : request.workdir.c_str()) != 0) fail(errno);
   uint32_t uid = request.user ? request.user->uid : config.uid;
@@ -146,6 +152,31 @@ int failure_code(int start_errno) {
   return start_errno == ENOENT                               ? exit_code::kNotFound
          : (start_errno == EACCES || start_errno == ENOEXEC) ? exit_code::kCannotExecute
                                                              : exit_code::kFailure;
+}
+
+// A new pty for request (its size, its user's), the master returned and
+// the slave in *slave; an invalid fd with the reason in *error.
+UniqueFd open_pty(const ExecRequest& request, const Config& config, UniqueFd* slave,
+                  std::string* error) {
+  UniqueFd master(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master)
+    return *error = errno_message("open a pseudo-terminal (/dev/ptmx)", errno), UniqueFd();
+  if (unlockpt(master.get()) != 0)
+    return *error = errno_message("unlock a pseudo-terminal", errno), UniqueFd();
+  slave->reset(ioctl(master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!*slave) return *error = errno_message("open a pseudo-terminal's slave", errno), UniqueFd();
+  winsize size{request.rows, request.cols, 0, 0};
+  if (ioctl(master.get(), TIOCSWINSZ, &size) != 0)
+    return *error = errno_message("set a pseudo-terminal's size", errno), UniqueFd();
+  // Its user's, as login makes it: what the command runs, as that user,
+  // may reopen it by name. Root (the guest init) can; the tests' user keeps it.
+  uint32_t uid = request.user ? request.user->uid : config.uid;
+  uint32_t gid = request.user ? request.user->gid : config.gid;
+  if (uid != geteuid() || gid != getegid()) {
+    int ignored = fchown(slave->get(), uid, gid);
+    (void)ignored;
+  }
+  return master;
 }
 
 int fail_connection(int fd, int code, const std::string& message) {
@@ -222,6 +253,19 @@ std::string encode_frame(FrameType type, std::string_view bytes) {
     out.push_back(static_cast<char>((n >> shift) & 0xff));
   out.append(bytes);
   return out;
+}
+
+std::string encode_size(uint16_t rows, uint16_t cols) {
+  return std::to_string(rows) + " " + std::to_string(cols);
+}
+
+std::optional<std::pair<uint16_t, uint16_t>> decode_size(std::string_view bytes) {
+  const size_t space = bytes.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  auto rows = text::parse_uint(bytes.substr(0, space), 65535);
+  auto cols = text::parse_uint(bytes.substr(space + 1), 65535);
+  if (!rows || !cols) return std::nullopt;
+  return std::pair{static_cast<uint16_t>(*rows), static_cast<uint16_t>(*cols)};
 }
 
 std::optional<Frame> take_frame(std::string* buffer) {
@@ -327,21 +371,45 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
   std::optional<ExecRequest> request = decode_exec(parse_message(first->bytes));
   if (!request || request->argv.empty())
     return fail_connection(fd, exit_code::kFailure, "guest stream: a malformed exec request");
-  if (request->tty) return fail_connection(fd, exit_code::kFailure, "guest stream: no tty yet");
 
-  int in_pipe[2], out_pipe[2], err_pipe[2];
-  if (pipe2(in_pipe, O_CLOEXEC) != 0) return fail_connection(fd, 125, errno_message("pipe", errno));
-  UniqueFd stdin_read(in_pipe[0]), stdin_write(in_pipe[1]);
-  if (pipe2(out_pipe, O_CLOEXEC) != 0)
-    return fail_connection(fd, 125, errno_message("pipe", errno));
-  UniqueFd stdout_read(out_pipe[0]), stdout_write(out_pipe[1]);
-  if (pipe2(err_pipe, O_CLOEXEC) != 0)
-    return fail_connection(fd, 125, errno_message("pipe", errno));
-  UniqueFd stderr_read(err_pipe[0]), stderr_write(err_pipe[1]);
+  // The command's ends: with a tty, the pty's slave is its stdin, stdout
+  // and stderr, and the master (one descriptor each way, a dup for stdin)
+  // is ours; else three pipes. stderr_read stays closed for a tty.
+  UniqueFd stdin_read, stdin_write, stdout_read, stdout_write, stderr_read, stderr_write;
+  UniqueFd slave;
+  // The master's last close hangs the terminal up: SIGHUP to a command that
+  // has closed its stdio (the master reads EIO) but not yet exited. This
+  // one is held until the command is reaped.
+  UniqueFd master_held;
+  if (request->tty) {
+    std::string error;
+    UniqueFd master = open_pty(*request, config, &slave, &error);
+    if (!master) return fail_connection(fd, exit_code::kFailure, error);
+    stdin_write.reset(fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
+    master_held.reset(fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
+    if (!stdin_write || !master_held)
+      return fail_connection(fd, 125, errno_message("dup the pty", errno));
+    stdout_read = std::move(master);
+  } else {
+    int in_pipe[2], out_pipe[2], err_pipe[2];
+    if (pipe2(in_pipe, O_CLOEXEC) != 0)
+      return fail_connection(fd, 125, errno_message("pipe", errno));
+    stdin_read.reset(in_pipe[0]), stdin_write.reset(in_pipe[1]);
+    if (pipe2(out_pipe, O_CLOEXEC) != 0)
+      return fail_connection(fd, 125, errno_message("pipe", errno));
+    stdout_read.reset(out_pipe[0]), stdout_write.reset(out_pipe[1]);
+    if (pipe2(err_pipe, O_CLOEXEC) != 0)
+      return fail_connection(fd, 125, errno_message("pipe", errno));
+    stderr_read.reset(err_pipe[0]), stderr_write.reset(err_pipe[1]);
+  }
 
   int start_errno = 0;
-  pid_t pid = start(*request, config, confinement, stdin_read.get(), stdout_write.get(),
-                    stderr_write.get(), &start_errno);
+  pid_t pid = slave ? start(*request, config, confinement, slave.get(), slave.get(), slave.get(),
+                            &start_errno)
+                    : start(*request, config, confinement, stdin_read.get(), stdout_write.get(),
+                            stderr_write.get(), &start_errno);
+  // Only the command holds its ends now: their last close is its output's end.
+  slave.reset();
   stdin_read.reset();
   stdout_write.reset();
   stderr_write.reset();
@@ -350,6 +418,7 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
                            errno_message(request->argv[0], start_errno));
   }
   send_frame(fd, FrameType::kStarted, std::to_string(pid));
+  // For a tty the same open file as stdout_read: both are non-blocking.
   fcntl(stdin_write.get(), F_SETFL, O_NONBLOCK);
 
   std::string pending_stdin;
@@ -361,7 +430,22 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
         if (!stdin_eof) pending_stdin += frame.bytes;
         break;
       case FrameType::kEof:
-        stdin_eof = true;
+        // A terminal is not closed at the end of input: the end-of-file
+        // character is typed, as at a keyboard (a line discipline in
+        // canonical mode ends the reader's input with it).
+        if (!request->tty) {
+          stdin_eof = true;
+        } else if (stdin_write) {
+          termios modes{};
+          pending_stdin.push_back(tcgetattr(stdin_write.get(), &modes) == 0 ? modes.c_cc[VEOF]
+                                                                            : '\x04');
+        }
+        break;
+      case FrameType::kResize:
+        if (auto size = decode_size(frame.bytes); size && request->tty && stdout_read) {
+          winsize ws{size->first, size->second, 0, 0};
+          ioctl(stdout_read.get(), TIOCSWINSZ, &ws);
+        }
         break;
       case FrameType::kKill: {
         auto sig = text::parse_uint(frame.bytes);
@@ -428,13 +512,16 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
           kill(-pid, SIGKILL);
         }
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        // A pty's master reads EIO once the last of the slave's holders is gone.
         pipe->reset();
+        if (request->tty) stdin_write.reset();
       }
     }
   }
   int wait_status = 0;
   while (waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
   }
+  master_held.reset();
   int status = status_of(wait_status);
   if (peer_open) send_frame(fd, FrameType::kExited, std::to_string(status));
   return status;
@@ -596,6 +683,9 @@ int run_as_pid1(const std::string& config_path) {
     mount_or_throw("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
     mount_or_throw("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
     mount_or_throw("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+    // exec -t's terminals: /dev/ptmx opens only with a devpts beside it.
+    mount_or_throw("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                   "mode=0620,ptmxmode=0666");
     // Without /dev/console in the initramfs the kernel gave init no stdio.
     if (fcntl(1, F_GETFD) < 0) {
       int console = open("/dev/console", O_RDWR);

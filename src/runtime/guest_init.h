@@ -8,9 +8,16 @@
 // frame, and the command's stdin, stdout, stderr and exit travel beside it:
 //
 //   frame: TYPE (1 byte) LENGTH (4 bytes, big-endian, at most kMaxFrame) BYTES
-//   host -> guest   exec (first, once: encode_exec's bytes), stdin, eof, kill
+//   host -> guest   exec (first, once: encode_exec's bytes), stdin, eof, kill,
+//                   resize ("ROWS COLS", a terminal's new size)
 //   guest -> host   started (the pid), stdout, stderr, then exited (the status,
 //                   128+N for signal N) or failed (CODE "\n" MESSAGE) last
+//
+// An exec request with tty runs on a pseudo-terminal of its own (its
+// controlling terminal, in a session of its own): stdout frames carry all
+// the terminal shows (a terminal has one stream, no stderr frames), stdin
+// frames are typed at it, eof types its end-of-file character, and resize
+// sets its size. Without tty, resize does nothing.
 //
 // One connection is one command. serve_connection() is the whole server
 // side of one, over any stream fd: the tests drive it over a socket pair.
@@ -34,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/caps.h"
@@ -47,6 +55,7 @@ enum class FrameType : uint8_t {
   kStdin = 2,
   kEof = 3,
   kKill = 4,
+  kResize = 5,
   kStarted = 16,
   kStdout = 17,
   kStderr = 18,
@@ -60,6 +69,10 @@ struct Frame {
 };
 
 std::string encode_frame(FrameType type, std::string_view bytes);
+
+// A resize frame's bytes ("ROWS COLS"), and back: nullopt for anything else.
+std::string encode_size(uint16_t rows, uint16_t cols);
+std::optional<std::pair<uint16_t, uint16_t>> decode_size(std::string_view bytes);
 
 // Takes one whole frame off the front of *buffer. nullopt: more bytes are
 // needed. Throws Error for a frame over kMaxFrame or of an unknown type.
@@ -97,7 +110,9 @@ struct Confinement {
 };
 
 // Serves one command on fd (a connected stream socket): reads its exec
-// frame, runs it with pipes for stdin, stdout and stderr, relays them, and
+// frame, runs it with pipes for stdin, stdout and stderr (or a
+// pseudo-terminal, for tty: /dev/ptmx needs devpts on /dev/pts, which
+// run_as_pid1 mounts), relays them, and
 // ends with exited or failed. Returns the command's status (or the failure's
 // code). Never throws for what the peer sends: a malformed frame is a
 // failed frame and the end of the connection.

@@ -33,7 +33,6 @@ std::optional<int> status_text(std::string_view text) {
 
 std::variant<std::string, exec::Failure> exec_frame(const exec::Start& start, uint64_t id,
                                                     const ExecDefaults& sandbox) {
-  if (start.tty) return exec::Failure{exit_code::kFailure, std::string(kNoTerminal)};
   runtime::ExecRequest request;
   try {
     request = exec_request(start, id, sandbox);
@@ -64,6 +63,9 @@ std::string frame_for(const exec::ClientMessage& message) {
     return frames::encode_frame(frames::FrameType::kEof, "");
   if (auto* signal = std::get_if<exec::Signal>(&message))
     return frames::encode_frame(frames::FrameType::kKill, std::to_string(signal->signal));
+  if (auto* resize = std::get_if<exec::Resize>(&message))
+    return frames::encode_frame(frames::FrameType::kResize,
+                                frames::encode_size(resize->rows, resize->cols));
   return {};
 }
 
@@ -106,6 +108,7 @@ ToClient to_client(const frames::Frame& frame) {
     case frames::FrameType::kStdin:
     case frames::FrameType::kEof:
     case frames::FrameType::kKill:
+    case frames::FrameType::kResize:
       break;
   }
   out.last = true;

@@ -3,15 +3,17 @@
 // (runtime/guest_init.h's frames), and the translation between them:
 //
 //   client -> guest   Start: the exec frame (the request built as for a
-//                     container, exec_request.h); stdin bytes: stdin frames;
-//                     Eof: eof; Signal: kill; Resize: nothing (no terminal)
+//                     container, exec_request.h, its tty and size included);
+//                     stdin bytes: stdin frames; Eof: eof; Signal: kill;
+//                     Resize: resize
 //   guest -> client   started: Started; stdout, stderr: binary messages with
 //                     their stream byte; exited: Exit; failed: Failure
 //
-// The guest has no terminals yet: a Start with tty is answered with a
-// Failure (125) that says to run without -t, before anything reaches the
-// guest. The translation is pure (guest_exec::) so that it is tested alone;
-// GuestExec moves the bytes.
+// With tty the guest runs the command on a pseudo-terminal of its own: all
+// it shows comes as stdout, Eof types the terminal's end-of-file character,
+// and Resize sets its size (the guest ignores a Resize without tty). The
+// translation is pure (guest_exec::) so that it is tested alone; GuestExec
+// moves the bytes.
 #pragma once
 
 #include <array>
@@ -41,18 +43,14 @@ namespace guest_exec {
 
 namespace exec = protocol::exec;
 
-// What a tty request gets.
-inline constexpr std::string_view kNoTerminal =
-    "exec: a micro-VM sandbox has no terminals yet: run the command without -t";
-
-// Start's exec frame, or the Failure the client gets instead (a tty, a
-// user the sandbox refuses, a request over a frame's size).
+// Start's exec frame, or the Failure the client gets instead (a user the
+// sandbox refuses, a request over a frame's size).
 std::variant<std::string, exec::Failure> exec_frame(const exec::Start& start, uint64_t id,
                                                     const ExecDefaults& sandbox);
 // Stdin bytes as stdin frames (as many as kMaxFrame needs).
 std::string stdin_frames(std::string_view bytes);
-// The frame for a message after Start: Eof, Signal; "" for the rest
-// (Resize, a second Start).
+// The frame for a message after Start: Eof, Signal, Resize; "" for a
+// second Start.
 std::string frame_for(const exec::ClientMessage& message);
 
 // What the client gets for one frame from the guest.

@@ -134,10 +134,14 @@ TEST_P(GuestVm, AsPid1ItMountsTheOverlayAndTheLayerKeepsWhatTheSandboxWrote) {
     EXPECT_EQ(status, 130) << out;
     EXPECT_THAT(out, HasSubstr("1000\nprobe\n")) << "the image's tree is the root, uid 1000";
     EXPECT_THAT(out, HasSubstr("openshell-guest: the main process exited with status 3"));
-    // Started again: what it wrote is there, from the layer.
-    out = guest_init_in_namespaces(config("cat /tmp/made; grep -c ' / overlay ' /proc/mounts"),
+    // Started again: what it wrote is there, from the layer; exec -t's
+    // devpts (the init's, by its options: the host's show through too)
+    // moved into the root with /dev.
+    out = guest_init_in_namespaces(config("cat /tmp/made; grep -c ' / overlay ' /proc/mounts; "
+                                          "grep -c ' /dev/pts devpts .*mode=620,ptmxmode=666' "
+                                          "/proc/mounts"),
                                    &status);
-    EXPECT_THAT(out, HasSubstr("kept\n1\n")) << out;
+    EXPECT_THAT(out, HasSubstr("kept\n1\n1\n")) << out;
     EXPECT_THAT(out, HasSubstr("the main process exited with status 0"));
     // With the relays and a hostname (in network and UTS namespaces of its
     // own): the names are written into the root, and the relays listen on

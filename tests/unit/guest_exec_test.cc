@@ -95,16 +95,23 @@ TEST(GuestExecFrames, StartIsTheExecFrameAsAContainersInitGetsIt) {
   EXPECT_FALSE(request.user) << "the sandbox's own user";
 }
 
-TEST(GuestExecFrames, ATtyAUserRefusedAndAnOversizedRequestAreFailures) {
+TEST(GuestExecFrames, ATtyAndItsSizeGoInTheExecFrame) {
   exec::Start start;
   start.argv = {"sh"};
   start.tty = true;
-  auto tty = guest_exec::exec_frame(start, 1, sandbox_defaults());
-  ASSERT_TRUE(std::holds_alternative<exec::Failure>(tty));
-  EXPECT_EQ(std::get<exec::Failure>(tty).code, 125);
-  EXPECT_EQ(std::get<exec::Failure>(tty).message, guest_exec::kNoTerminal);
+  start.rows = 50;
+  start.cols = 132;
+  auto frame = guest_exec::exec_frame(start, 3, sandbox_defaults());
+  ASSERT_TRUE(std::holds_alternative<std::string>(frame));
+  runtime::ExecRequest request = request_in(std::get<std::string>(frame));
+  EXPECT_TRUE(request.tty);
+  EXPECT_EQ(request.rows, 50u);
+  EXPECT_EQ(request.cols, 132u);
+}
 
-  start.tty = false;
+TEST(GuestExecFrames, AUserRefusedAndAnOversizedRequestAreFailures) {
+  exec::Start start;
+  start.argv = {"sh"};
   start.user = "mallory";
   auto user = guest_exec::exec_frame(start, 1, sandbox_defaults());
   ASSERT_TRUE(std::holds_alternative<exec::Failure>(user));
@@ -120,7 +127,7 @@ TEST(GuestExecFrames, ATtyAUserRefusedAndAnOversizedRequestAreFailures) {
   EXPECT_THAT(std::get<exec::Failure>(big).message, HasSubstr("the most is 1048576"));
 }
 
-TEST(GuestExecFrames, StdinEofAndSignalsAreFramesAndResizeIsNothing) {
+TEST(GuestExecFrames, StdinEofSignalsAndResizesAreFrames) {
   std::string bytes = guest_exec::stdin_frames(std::string(frames::kMaxFrame * 2 + 10, 'a'));
   std::vector<size_t> sizes;
   while (auto frame = frames::take_frame(&bytes)) {
@@ -132,7 +139,8 @@ TEST(GuestExecFrames, StdinEofAndSignalsAreFramesAndResizeIsNothing) {
   EXPECT_EQ(guest_exec::frame_for(exec::Eof{}), frames::encode_frame(frames::FrameType::kEof, ""));
   EXPECT_EQ(guest_exec::frame_for(exec::Signal{15}),
             frames::encode_frame(frames::FrameType::kKill, "15"));
-  EXPECT_EQ(guest_exec::frame_for(exec::Resize{40, 120}), "");
+  EXPECT_EQ(guest_exec::frame_for(exec::Resize{40, 120}),
+            frames::encode_frame(frames::FrameType::kResize, "40 120"));
   EXPECT_EQ(guest_exec::frame_for(exec::Start{}), "");
 }
 
@@ -165,7 +173,8 @@ TEST(GuestExecFrames, TheGuestsFramesAreTheClientsMessages) {
   for (const auto& wrong :
        {of(frames::FrameType::kExited, "x"), of(frames::FrameType::kExited, "256"),
         of(frames::FrameType::kFailed, "127"), of(frames::FrameType::kFailed, "0\nfine"),
-        of(frames::FrameType::kStdin, "x"), of(frames::FrameType::kExec, "")}) {
+        of(frames::FrameType::kStdin, "x"), of(frames::FrameType::kExec, ""),
+        of(frames::FrameType::kResize, "40 120")}) {
     EXPECT_TRUE(wrong.last);
     ASSERT_TRUE(wrong.text && std::holds_alternative<exec::Failure>(*wrong.text));
     EXPECT_EQ(std::get<exec::Failure>(*wrong.text).code, 125);
@@ -238,8 +247,9 @@ class GuestExecRelay : public ::testing::Test {
     std::weak_ptr<GuestExec> session = session_;
     session_.reset();
     server_.reset();
-    if (!ended_ids_.empty())
+    if (!ended_ids_.empty()) {
       EXPECT_TRUE(run_until([&] { return session.expired(); }, 10s)) << "the session is kept";
+    }
     if (guest_thread_.joinable()) {
       if (guest_end_ >= 0) ::shutdown(guest_end_, SHUT_RDWR);
       guest_thread_.join();
@@ -269,6 +279,7 @@ class GuestExecRelay : public ::testing::Test {
   void send_text(const exec::Start& m) { client_->send(protocol::encode(m), false); }
   void send_text(const exec::Eof& m) { client_->send(protocol::encode(m), false); }
   void send_text(const exec::Signal& m) { client_->send(protocol::encode(m), false); }
+  void send_text(const exec::Resize& m) { client_->send(protocol::encode(m), false); }
 
   bool run_until(const std::function<bool()>& done, std::chrono::milliseconds limit = 30s) {
     auto deadline = std::chrono::steady_clock::now() + limit;
@@ -342,19 +353,42 @@ TEST_F(GuestExecRelay, ACommandThatIsNotThereIsAFailureWithItsCode) {
   EXPECT_THAT(saw_->texts[0], HasSubstr("/nonexistent/command"));
 }
 
-TEST_F(GuestExecRelay, ATtyIsRefusedBeforeTheGuestHearsOfIt) {
+TEST_F(GuestExecRelay, ATtyHasItsSizeAResizeAndOneStream) {
   start_session();
   exec::Start start;
-  start.argv = {"sh"};
+  start.argv = {"sh", "-c", "tty; stty size; read line; stty size; echo err >&2; exit 4"};
   start.tty = true;
+  start.rows = 30;
+  start.cols = 100;
   send_text(start);
-  ASSERT_TRUE(run_until([&] { return over(); }));
-  ASSERT_EQ(saw_->texts.size(), 1u);
-  EXPECT_THAT(saw_->texts[0], HasSubstr("without -t"));
-  EXPECT_THAT(saw_->texts[0], HasSubstr("\"code\":125"));
-  // The guest's side saw its connection close without a frame: nothing ran.
+  ASSERT_TRUE(run_until([&] { return saw_->out.find("30 100\r\n") != std::string::npos; }))
+      << saw_->out;
+  send_text(exec::Resize{40, 120});
+  client_->send("\n", true);
+  ASSERT_TRUE(run_until([&] { return over(); })) << saw_->out;
+  EXPECT_EQ(saw_->out.rfind("/dev/pts/", 0), 0u) << saw_->out;
+  EXPECT_THAT(saw_->out, HasSubstr("40 120\r\n"));
+  EXPECT_THAT(saw_->out, HasSubstr("err\r\n")) << "a terminal's one stream";
+  EXPECT_EQ(saw_->err, "");
+  ASSERT_FALSE(saw_->texts.empty());
+  EXPECT_THAT(saw_->texts.back(), HasSubstr("\"code\":4"));
   ASSERT_TRUE(run_until([&] { return served_done_.load(); }));
-  EXPECT_EQ(served_, 125);
+  EXPECT_EQ(served_, 4);
+}
+
+TEST_F(GuestExecRelay, ATtysInputEchoesAndEofEndsIt) {
+  start_session();
+  exec::Start start;
+  start.argv = {"cat"};
+  start.tty = true;
+  client_->send("typed\n", true);  // before Start: kept, then typed at the terminal
+  send_text(start);
+  ASSERT_TRUE(run_until([&] { return saw_->out.find("typed\r\ntyped\r\n") != std::string::npos; }))
+      << saw_->out;
+  send_text(exec::Eof{});
+  ASSERT_TRUE(run_until([&] { return over(); })) << saw_->out;
+  EXPECT_THAT(saw_->texts.back(), HasSubstr("\"type\":\"exit\""));
+  EXPECT_THAT(saw_->texts.back(), HasSubstr("\"code\":0"));
 }
 
 TEST_F(GuestExecRelay, AClientThatGoesAwayEndsTheCommand) {

@@ -5,6 +5,7 @@
 // the seccomp filter, which it cannot lift).
 #include "runtime/guest_init.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -12,11 +13,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -238,6 +243,157 @@ TEST(GuestServe, CommandsRunConfinedAndCannotLiftIt) {
   none.drop_capabilities = false;
   Result free = exchange(exec_frame({"unshare", "-U", "true"}), {}, false, none);
   EXPECT_EQ(free.end, "exited 0") << "the same command, unfiltered: " << free.err;
+}
+
+// ---- exec with a terminal ----------------------------------------------------------
+
+// serve_connection in a thread with the test as its host, step by step:
+// frames sent when the test says, the output read until what it waits for.
+class TtyHost {
+ public:
+  explicit TtyHost(const ExecRequest& request) {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    host_ = sv[0];
+    guest_ = sv[1];
+    server_ = std::thread([this] {
+      served_ = serve_connection(guest_, Config{}, Confinement{});
+      close(guest_);
+    });
+    send(FrameType::kExec, encode_exec(request));
+  }
+  ~TtyHost() {
+    shutdown(host_, SHUT_RDWR);  // a test that failed midway: the command is killed
+    if (server_.joinable()) server_.join();
+    close(host_);
+  }
+  void send(FrameType type, std::string_view bytes) {
+    files::write_all(host_, encode_frame(type, bytes));
+  }
+  // Reads frames until the output has text: whether it came before the end.
+  bool read_until(const std::string& text) {
+    return read_while([&] { return out.find(text) == std::string::npos; });
+  }
+  // Reads to the end: "exited N" or "failed CODE\nMESSAGE".
+  std::string finish() {
+    read_while([] { return true; });
+    return end;
+  }
+  // serve_connection's return, once it has.
+  int served() {
+    finish();
+    if (server_.joinable()) server_.join();
+    return served_;
+  }
+
+  std::string out, err, end;
+
+ private:
+  bool read_while(const std::function<bool()>& more) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (more()) {
+      if (!end.empty() || std::chrono::steady_clock::now() > deadline) return false;
+      pollfd pfd{host_, POLLIN, 0};
+      if (poll(&pfd, 1, 200) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(host_, buf, sizeof buf);
+      if (n <= 0) return false;
+      in_.append(buf, static_cast<size_t>(n));
+      while (auto f = take_frame(&in_)) {
+        if (f->type == FrameType::kStdout) out += f->bytes;
+        if (f->type == FrameType::kStderr) err += f->bytes;
+        if (f->type == FrameType::kExited) end = "exited " + f->bytes;
+        if (f->type == FrameType::kFailed) end = "failed " + f->bytes;
+      }
+    }
+    return true;
+  }
+
+  int host_ = -1, guest_ = -1;
+  std::thread server_;
+  std::string in_;
+  std::atomic<int> served_{-1};
+};
+
+ExecRequest tty_request(std::vector<std::string> argv, uint16_t rows = 24, uint16_t cols = 80) {
+  ExecRequest request;
+  request.id = 1;
+  request.tty = true;
+  request.rows = rows;
+  request.cols = cols;
+  request.argv = std::move(argv);
+  return request;
+}
+
+TEST(GuestFrames, ASizeIsRowsSpaceColumns) {
+  EXPECT_EQ(encode_size(40, 120), "40 120");
+  EXPECT_EQ(decode_size("40 120"), (std::pair<uint16_t, uint16_t>{40, 120}));
+  EXPECT_EQ(decode_size(encode_size(65535, 0)), (std::pair<uint16_t, uint16_t>{65535, 0}));
+  for (const char* wrong : {"", "40", "40 ", " 120", "40  120", "40 65536", "-1 2", "40x120"})
+    EXPECT_FALSE(decode_size(wrong)) << wrong;
+}
+
+TEST(GuestTty, TheCommandRunsOnAPtyOfItsOwnWithOneStreamAndItsStatus) {
+  TtyHost host(tty_request({"sh", "-c", "tty; echo to-stderr >&2; exit 7"}));
+  EXPECT_EQ(host.finish(), "exited 7") << host.out;
+  EXPECT_EQ(host.out.rfind("/dev/pts/", 0), 0u) << host.out;
+  // A terminal has one stream, with its own line endings.
+  EXPECT_NE(host.out.find("to-stderr\r\n"), std::string::npos) << host.out;
+  EXPECT_EQ(host.err, "");
+  EXPECT_EQ(host.served(), 7);
+}
+
+TEST(GuestTty, ItHasTheRequestedSizeAndTheNewOneAfterAResize) {
+  TtyHost host(tty_request({"sh", "-c", "stty size; read line; stty size"}, 30, 100));
+  ASSERT_TRUE(host.read_until("30 100\r\n")) << host.out << host.end;
+  host.send(FrameType::kResize, encode_size(40, 120));
+  host.send(FrameType::kStdin, "\n");
+  ASSERT_TRUE(host.read_until("40 120\r\n")) << host.out << host.end;
+  EXPECT_EQ(host.finish(), "exited 0");
+  // A resize that is not one changes nothing and ends nothing.
+  TtyHost bad(tty_request({"sh", "-c", "read line; stty size"}, 30, 100));
+  bad.send(FrameType::kResize, "huge");
+  bad.send(FrameType::kStdin, "\n");
+  EXPECT_EQ(bad.finish(), "exited 0");
+  EXPECT_NE(bad.out.find("30 100\r\n"), std::string::npos) << bad.out;
+}
+
+TEST(GuestTty, InputEchoesAndEofIsTheTerminalsEndOfFile) {
+  TtyHost host(tty_request({"cat"}));
+  host.send(FrameType::kStdin, "hello\n");
+  // The terminal's echo, then cat's copy.
+  ASSERT_TRUE(host.read_until("hello\r\nhello\r\n")) << host.out << host.end;
+  host.send(FrameType::kEof, "");
+  EXPECT_EQ(host.finish(), "exited 0") << "cat read the end of its input";
+}
+
+TEST(GuestTty, ItIsTheControllingTerminalAndAKillSignalsTheGroup) {
+  // ^C reaches the foreground job only through a controlling terminal.
+  TtyHost interrupted(tty_request({"sleep", "30"}));
+  interrupted.send(FrameType::kStdin, "\x03");
+  EXPECT_EQ(interrupted.finish(), "exited 130");
+  TtyHost killed(tty_request({"sh", "-c", "sleep 30; true"}));
+  killed.send(FrameType::kKill, "15");
+  EXPECT_EQ(killed.finish(), "exited 143");
+}
+
+TEST(GuestTty, ThePtyIsTheCommandsUsers) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run the command as another user)";
+  ExecRequest request = tty_request({"sh", "-c", "stat -c %u:%g \"$(tty)\"; id -u"});
+  request.user = ExecUser{65534, 65534};
+  TtyHost host(request);
+  EXPECT_EQ(host.finish(), "exited 0") << host.out;
+  EXPECT_EQ(host.out, "65534:65534\r\n65534\r\n");
+}
+
+TEST(GuestTty, ResizeWithoutATtyIsIgnored) {
+  std::string frames = exec_frame({"sh", "-c", "read line; echo $line"}) +
+                       encode_frame(FrameType::kResize, encode_size(40, 120)) +
+                       encode_frame(FrameType::kStdin, "still\n") +
+                       encode_frame(FrameType::kEof, "");
+  Result r = exchange(frames);
+  EXPECT_EQ(r.out, "still\n");
+  EXPECT_EQ(r.end, "exited 0");
 }
 
 TEST(GuestServe, TheListenerServesConnectionsSideBySide) {

@@ -51,6 +51,8 @@ const char* const kNeeded[] = {
     "CONFIG_BINFMT_ELF",
     "CONFIG_TMPFS",
     "CONFIG_PROC_FS",
+    "CONFIG_TTY",
+    "CONFIG_UNIX98_PTYS",  // devpts and /dev/ptmx: exec -t's pseudo-terminals
 };
 
 std::set<std::string> script_check_list() {
