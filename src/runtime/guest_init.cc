@@ -289,7 +289,8 @@ std::string encode_config(const Config& c) {
             {"dns_port", c.dns_port},
             {"hostname", c.hostname},
             {"landlock_policy", c.landlock_policy},
-            {"landlock_warn_missing", c.landlock_warn_missing}};
+            {"landlock_warn_missing", c.landlock_warn_missing},
+            {"proc_read_only", c.proc_read_only}};
   return j.dump();
 }
 
@@ -332,6 +333,8 @@ Config decode_config(std::string_view text) {
         c.landlock_policy = value.get<std::string>();
       else if (key == "landlock_warn_missing")
         c.landlock_warn_missing = value.get<bool>();
+      else if (key == "proc_read_only")
+        c.proc_read_only = value.get<bool>();
       else
         throw Error("guest config: unknown key \"" + key + "\"");
     }
@@ -701,6 +704,11 @@ int run_as_pid1(const std::string& config_path) {
       // host root rather than the initramfs.
       write_names(config);
     }
+    // This mount only (the init reads /proc, never writes it).
+    if (config.proc_read_only &&
+        mount(nullptr, "/proc", nullptr,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+      throw_errno("make /proc read-only");
     // The relays listen before the main process starts: its first
     // connection finds them.
     if (config.egress_port != 0 || config.dns_port != 0) bring_up_loopback();

@@ -87,6 +87,10 @@ struct Config {
   // container whose effective policy has no filesystem part.
   std::string landlock_policy;
   bool landlock_warn_missing = true;  // say which of its paths the root lacks
+  // Without a filesystem policy no Landlock rule covers /proc, where a
+  // process could write another's memory: /proc is then read-only, as in a
+  // container (spec::container_spec_for's fs.proc_read_only).
+  bool proc_read_only = false;
   bool operator==(const Config&) const = default;
 };
 

@@ -94,6 +94,7 @@ runtime::guest::Config guest_config(const runtime::ContainerSpec& container) {
     config.landlock_policy = policy::to_toml(container.landlock_policy);
     config.landlock_warn_missing = container.landlock.warn_missing;
   }
+  config.proc_read_only = container.fs.proc_read_only;
   return config;
 }
 

@@ -140,6 +140,7 @@ TEST(GuestConfig, RoundTripsAndNamesWhatIsWrong) {
   c.hostname = "sandbox-1.example";
   c.landlock_policy = "version = 1\n[filesystem_policy]\nread_only = [\"/usr\"]\n";
   c.landlock_warn_missing = false;
+  c.proc_read_only = true;
   EXPECT_EQ(decode_config(encode_config(c)), c);
   EXPECT_EQ(decode_config("{}"), Config{}) << "every key may be left out";
   auto message = [](const char* text) {
@@ -169,6 +170,7 @@ TEST(GuestConfig, RoundTripsAndNamesWhatIsWrong) {
   EXPECT_NE(message("{\"hostname\": \"x\\nhost\"}").find("hostname must be"), std::string::npos);
   EXPECT_NE(message("{\"landlock_policy\": 1}").find("wrong type"), std::string::npos);
   EXPECT_NE(message("{\"landlock_warn_missing\": 1}").find("wrong type"), std::string::npos);
+  EXPECT_NE(message("{\"proc_read_only\": \"yes\"}").find("wrong type"), std::string::npos);
   EXPECT_NE(
       message("{\"landlock_policy\": \"version = 1\\n[filesystem_policy]\\nread_only = 3\\n\"}")
           .find("guest config: landlock_policy:"),
