@@ -88,8 +88,8 @@ TEST_P(VmSpec, TheHostsRootIsNoGuestsDisk) {
   EXPECT_EQ(r.status, 125);
   EXPECT_EQ(r.err, "openshell: --vm-kernel: only with --vm\n");
   // What a guest cannot honour is refused, not dropped.
-  r = os({"sandbox", "create", "--name", "vm", "--vm", "--vm-kernel", kernel_, "--bind",
-          "/etc:/e", "--", "true"});
+  r = os({"sandbox", "create", "--name", "vm", "--vm", "--vm-kernel", kernel_, "--bind", "/etc:/e",
+          "--", "true"});
   EXPECT_EQ(r.status, 125);
   EXPECT_EQ(r.err, "openshell: --bind /etc:/e: not with --vm (a micro-VM sees only its disks)\n");
   r = os({"run", "--vm", "--vm-kernel", kernel_, "-t", "--", "true"});
