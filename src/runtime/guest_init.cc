@@ -25,13 +25,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/child_failure.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
 #include "base/unique_fd.h"
+#include "policy/policy.h"
 #include "runtime/caps.h"
 #include "runtime/guest_relay.h"
 #include "runtime/init_protocol.h"
+#include "runtime/landlock.h"
 #include "runtime/seccomp.h"
 
 namespace openshell::runtime::guest {
@@ -75,14 +78,22 @@ bool send_frame(int fd, FrameType type, std::string_view bytes) {
   return send_all(fd, encode_frame(type, bytes));
 }
 
+// Why the child did not exec, to its parent in one write: an errno alone
+// (what = "": starting the command) or a step's failure.
+[[noreturn]] void report_failure(int status_fd, const ChildFailure& failure) {
+  ssize_t ignored = write(status_fd, &failure, sizeof failure);
+  (void)ignored;
+  _exit(exit_code::kFailure);
+}
+
 // Child side, between fork and exec: async-signal-safe enough for a
 // single-threaded parent (the guest init is one).
 [[noreturn]] void exec_child(const ExecRequest& request, const Config& config,
                              const Confinement& confinement, int status_fd) {
   auto fail = [status_fd](int err) {
-    ssize_t ignored = write(status_fd, &err, sizeof err);
-    (void)ignored;
-    _exit(exit_code::kFailure);
+    ChildFailure failure;
+    failure.err = err;
+    report_failure(status_fd, failure);
   };
   setsid();
   // Its stdin is the pty then: the session's controlling terminal, so that
@@ -106,6 +117,11 @@ bool send_frame(int fd, FrameType type, std::string_view bytes) {
   if (drop && !caps::set_final(0, confinement.last_cap, &failure))
     fail(failure.err ? failure.err : EPERM);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(errno);
+  // The policy's missing paths were told once, by the init (best effort);
+  // under hard_requirement one fails the command here.
+  char skipped[512] = {};
+  if (!landlock::apply(confinement.landlock, -1, skipped, sizeof skipped, &failure))
+    report_failure(status_fd, failure);
   if (confinement.seccomp) {
     if (!seccomp::install(seccomp::default_program(), &failure))
       fail(failure.err ? failure.err : EPERM);
@@ -184,44 +200,53 @@ int fail_connection(int fd, int code, const std::string& message) {
   return code;
 }
 
-// Starts request; returns the pid, or -errno with the reason in *what.
+// Starts request; returns the pid, or -1 with the reason in *failure.
 pid_t start(const ExecRequest& request, const Config& config, const Confinement& confinement,
-            int in_fd, int out_fd, int err_fd, int* start_errno) {
+            int in_fd, int out_fd, int err_fd, ChildFailure* failure) {
   int status_pipe[2];
   if (pipe2(status_pipe, O_CLOEXEC) != 0) {
-    *start_errno = errno;
+    failure->err = errno;
     return -1;
   }
   pid_t pid = fork();
   if (pid == 0) {
     close(status_pipe[0]);
     if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
-      int err = errno;
-      ssize_t ignored = write(status_pipe[1], &err, sizeof err);
-      (void)ignored;
-      _exit(exit_code::kFailure);
+      ChildFailure dup_failure;
+      dup_failure.err = errno;
+      report_failure(status_pipe[1], dup_failure);
     }
     exec_child(request, config, confinement, status_pipe[1]);
   }
   close(status_pipe[1]);
   if (pid < 0) {
-    *start_errno = errno;
+    failure->err = errno;
     close(status_pipe[0]);
     return -1;
   }
-  int err = 0;
   ssize_t n;
   do {
-    n = read(status_pipe[0], &err, sizeof err);
+    n = read(status_pipe[0], failure, sizeof *failure);
   } while (n < 0 && errno == EINTR);
   close(status_pipe[0]);
-  if (n == sizeof err) {
+  if (n == sizeof *failure) {
     int ignored;
     waitpid(pid, &ignored, 0);
-    *start_errno = err;
     return -1;
   }
+  *failure = ChildFailure{};
   return pid;
+}
+
+// A command that did not start: the CLI's code and one line. A step of
+// the confinement that failed (Landlock's) is named; otherwise the errno
+// is the exec's, of `name`.
+int start_failure_code(const ChildFailure& failure) {
+  return failure.what[0] ? failure.exit_code : failure_code(failure.err);
+}
+
+std::string start_failure_message(const ChildFailure& failure, const std::string& name) {
+  return failure.what[0] ? failure.message() : errno_message(name, failure.err);
 }
 
 void mount_or_throw(const char* source, const char* target, const char* type, unsigned long flags,
@@ -234,6 +259,16 @@ void mount_or_throw(const char* source, const char* target, const char* type, un
 void console_line(const std::string& line) {
   std::string text = "openshell-guest: " + line + "\n";
   files::write_all(2, text);
+}
+
+// The config's Landlock policy, parsed; Error("guest config: ...") for one
+// that does not.
+policy::Policy landlock_policy(const Config& config) {
+  try {
+    return policy::parse(config.landlock_policy, "landlock_policy");
+  } catch (const Error& e) {
+    throw Error(std::string("guest config: ") + e.what());
+  }
 }
 
 uint32_t id_field(const std::string& key, const json& value) {
@@ -296,7 +331,10 @@ std::string encode_config(const Config& c) {
             {"status_port", c.status_port},
             {"egress_port", c.egress_port},
             {"dns_port", c.dns_port},
-            {"hostname", c.hostname}};
+            {"hostname", c.hostname},
+            {"landlock_policy", c.landlock_policy},
+            {"landlock_warn_missing", c.landlock_warn_missing},
+            {"proc_read_only", c.proc_read_only}};
   return j.dump();
 }
 
@@ -335,6 +373,12 @@ Config decode_config(std::string_view text) {
         c.dns_port = id_field(key, value);
       else if (key == "hostname")
         c.hostname = value.get<std::string>();
+      else if (key == "landlock_policy")
+        c.landlock_policy = value.get<std::string>();
+      else if (key == "landlock_warn_missing")
+        c.landlock_warn_missing = value.get<bool>();
+      else if (key == "proc_read_only")
+        c.proc_read_only = value.get<bool>();
       else
         throw Error("guest config: unknown key \"" + key + "\"");
     }
@@ -349,7 +393,27 @@ Config decode_config(std::string_view text) {
       c.hostname.find_first_not_of(
           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != std::string::npos)
     throw Error("guest config: hostname must be at most 64 letters, digits, '-' and '.'");
+  if (!c.landlock_policy.empty()) (void)landlock_policy(c);  // refused here, not in the guest
   return c;
+}
+
+Confinement confinement_for(const Config& config, int landlock_abi) {
+  Confinement confinement;
+  if (config.landlock_policy.empty()) return confinement;
+  confinement.landlock = landlock::plan(landlock_policy(config), config.workdir, landlock_abi);
+  confinement.landlock.warn_missing = config.landlock_warn_missing;
+  return confinement;
+}
+
+std::string missing_landlock_paths(const landlock::Plan& plan) {
+  std::string missing;
+  if (!plan.enabled) return missing;
+  for (const landlock::Rule& rule : plan.rules) {
+    struct stat st {};
+    if (lstat(rule.path.c_str(), &st) == 0 || errno != ENOENT) continue;
+    missing += (missing.empty() ? "" : ", ") + rule.path;
+  }
+  return missing;
 }
 
 int serve_connection(int fd, const Config& config, const Confinement& confinement) {
@@ -403,19 +467,19 @@ int serve_connection(int fd, const Config& config, const Confinement& confinemen
     stderr_read.reset(err_pipe[0]), stderr_write.reset(err_pipe[1]);
   }
 
-  int start_errno = 0;
+  ChildFailure start_failure;
   pid_t pid = slave ? start(*request, config, confinement, slave.get(), slave.get(), slave.get(),
-                            &start_errno)
+                            &start_failure)
                     : start(*request, config, confinement, stdin_read.get(), stdout_write.get(),
-                            stderr_write.get(), &start_errno);
+                            stderr_write.get(), &start_failure);
   // Only the command holds its ends now: their last close is its output's end.
   slave.reset();
   stdin_read.reset();
   stdout_write.reset();
   stderr_write.reset();
   if (pid < 0) {
-    return fail_connection(fd, failure_code(start_errno),
-                           errno_message(request->argv[0], start_errno));
+    return fail_connection(fd, start_failure_code(start_failure),
+                           start_failure_message(start_failure, request->argv[0]));
   }
   send_frame(fd, FrameType::kStarted, std::to_string(pid));
   // For a tty the same open file as stdout_read: both are non-blocking.
@@ -563,12 +627,13 @@ pid_t start_main(const Config& config, const Confinement& confinement, int statu
   ExecRequest request;
   request.argv = config.argv;
   request.workdir = config.workdir;
-  int start_errno = 0;
-  pid_t pid = start(request, config, confinement, 0, 1, 2, &start_errno);
+  ChildFailure start_failure;
+  pid_t pid = start(request, config, confinement, 0, 1, 2, &start_failure);
   if (pid < 0) {
-    std::string reason = errno_message("start " + config.argv[0], start_errno);
+    std::string reason = start_failure_message(start_failure, "start " + config.argv[0]);
     console_line(reason);
-    if (status_fd >= 0) send_all(status_fd, status_failed(failure_code(start_errno), reason));
+    if (status_fd >= 0)
+      send_all(status_fd, status_failed(start_failure_code(start_failure), reason));
     return -1;
   }
   if (status_fd >= 0) send_all(status_fd, status_ready(pid));
@@ -729,6 +794,11 @@ int run_as_pid1(const std::string& config_path) {
       // host root rather than the initramfs.
       write_names(config);
     }
+    // This mount only (the init reads /proc, never writes it).
+    if (config.proc_read_only &&
+        mount(nullptr, "/proc", nullptr,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+      throw_errno("make /proc read-only");
     // The relays listen before the main process starts: its first
     // connection finds them.
     if (config.egress_port != 0 || config.dns_port != 0) bring_up_loopback();
@@ -750,7 +820,18 @@ int run_as_pid1(const std::string& config_path) {
           },
           status.get());
     }
-    Confinement confinement;
+    // Planned inside the sandbox's root, for this (the guest's) kernel: a
+    // hard_requirement it cannot meet fails the guest here, on the status
+    // stream. Under best effort the policy's missing paths are told once,
+    // here, rather than on every command's stderr.
+    Confinement confinement = confinement_for(config, landlock::abi_version());
+    if (confinement.landlock.enabled)
+      console_line("landlock: ABI " + std::to_string(confinement.landlock.abi) + ", " +
+                   std::to_string(confinement.landlock.rules.size()) + " rules");
+    if (confinement.landlock.warn_missing && !confinement.landlock.hard) {
+      std::string missing = missing_landlock_paths(confinement.landlock);
+      if (!missing.empty()) console_line("landlock: policy paths not in the sandbox: " + missing);
+    }
     pid_t main_pid = start_main(config, confinement, status.get());
     if (main_pid < 0) {
       sync();

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "runtime/caps.h"
+#include "runtime/landlock.h"
 
 namespace openshell::runtime::guest {
 
@@ -93,6 +94,16 @@ struct Config {
   uint32_t egress_port = 0;  // relayed from TCP 127.0.0.1:3128
   uint32_t dns_port = 0;     // relayed from UDP 127.0.0.1:53
   std::string hostname;      // the guest's, also in its /etc/hosts; empty: the kernel's
+  // Landlock: the filesystem part of the sandbox's effective policy, as
+  // policy::to_toml writes it (filesystem_policy and landlock), planned in
+  // the guest for the guest kernel's ABI; empty: no Landlock, as for a
+  // container whose effective policy has no filesystem part.
+  std::string landlock_policy;
+  bool landlock_warn_missing = true;  // say which of its paths the root lacks
+  // Without a filesystem policy no Landlock rule covers /proc, where a
+  // process could write another's memory: /proc is then read-only, as in a
+  // container (spec::container_spec_for's fs.proc_read_only).
+  bool proc_read_only = false;
   bool operator==(const Config&) const = default;
 };
 
@@ -100,14 +111,25 @@ std::string encode_config(const Config& config);
 // Throws Error("guest config: ...") naming what is wrong.
 Config decode_config(std::string_view json_text);
 
-// How each command the init starts is confined, as a container sandbox's:
-// no capabilities (bounding set included) when the init is root,
-// no_new_privs, the default seccomp profile.
+// How each command the init starts is confined, as a container sandbox's
+// (in runtime/container.cc's order): no capabilities (bounding set
+// included) when the init is root, the command's ids, no_new_privs, the
+// Landlock plan, the default seccomp profile last.
 struct Confinement {
   bool seccomp = true;
   bool drop_capabilities = true;
   int last_cap = caps::last_cap();  // read before fork: the child allocates nothing for it
+  landlock::Plan landlock;          // disabled by default
 };
+
+// The confinement config asks for, with its Landlock policy planned for
+// config.workdir and the given ABI (landlock::abi_version(): the running
+// kernel's). Throws Error for a policy that does not parse, or one whose
+// hard_requirement the ABI cannot meet.
+Confinement confinement_for(const Config& config, int landlock_abi);
+
+// The plan's paths that do not exist (comma separated; "" when none).
+std::string missing_landlock_paths(const landlock::Plan& plan);
 
 // Serves one command on fd (a connected stream socket): reads its exec
 // frame, runs it with pipes for stdin, stdout and stderr (or a

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "namespaces/mounts.h"
+#include "policy/policy.h"
 #include "runtime/caps.h"
 #include "runtime/cgroup.h"
 #include "runtime/landlock.h"
@@ -56,6 +57,10 @@ struct ContainerSpec {
   // (Container::egress_sockets); fs.dns_stub makes resolv.conf point there.
   bool egress = false;
   landlock::Plan landlock;
+  // What landlock was planned from: the effective policy's filesystem part
+  // and compatibility, nothing else (a --vm guest plans it again for its
+  // own kernel's ABI).
+  policy::Policy landlock_policy;
   std::string cgroup_name;  // default: openshell-<pid>
   // The main process's stdio (the caller's by default).
   int stdin_fd = 0;

@@ -293,6 +293,9 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   c.landlock = runtime::landlock::plan(confined, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.
   if (policy.filesystem == policy::default_policy().filesystem) c.landlock.warn_missing = false;
+  c.landlock_policy.has_filesystem_policy = confined.has_filesystem_policy;
+  c.landlock_policy.filesystem = confined.filesystem;
+  c.landlock_policy.landlock = confined.landlock;
   c.cgroup_name = where.cgroup_name;
   return c;
 }

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "image/resolve.h"
 #include "image/store.h"
+#include "policy/policy.h"
 #include "runtime/guest_init.h"
 #include "supervisor/vm_disks.h"
 #include "vm/disk.h"
@@ -74,6 +75,30 @@ image::ImageRecord image_record(const SandboxImage& image) {
 
 }  // namespace
 
+runtime::guest::Config guest_config(const runtime::ContainerSpec& container) {
+  runtime::guest::Config config;
+  config.disk = "/dev/vda";
+  config.layer = "/dev/vdb";
+  config.argv = container.argv;
+  config.env = container.env;
+  config.workdir = container.fs.workdir.empty() ? "/" : container.fs.workdir;
+  config.uid = container.uid;
+  config.gid = container.gid;
+  config.port = vm::layout::kGuestInitPort;
+  config.status_port = vm::layout::kHostStatusPort;
+  config.egress_port = container.egress ? vm::layout::kHostEgressPort : 0;
+  config.dns_port = container.egress ? vm::layout::kHostDnsPort : 0;
+  config.hostname = container.hostname;
+  // The policy, not this kernel's plan: the guest's kernel has an ABI of
+  // its own.
+  if (container.landlock_policy.has_filesystem_policy) {
+    config.landlock_policy = policy::to_toml(container.landlock_policy);
+    config.landlock_warn_missing = container.landlock.warn_missing;
+  }
+  config.proc_read_only = container.fs.proc_read_only;
+  return config;
+}
+
 GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSpec& container,
                              const std::string& sandbox_dir, const std::string& images_dir) {
   if (!spec.vm) throw Error("sandbox spec: not a micro-VM sandbox");
@@ -93,19 +118,7 @@ GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSp
   }
   plan.layer = sandbox_vm_layer(sandbox_dir);
 
-  runtime::guest::Config config;
-  config.disk = "/dev/vda";
-  config.layer = "/dev/vdb";
-  config.argv = container.argv;
-  config.env = container.env;
-  config.workdir = container.fs.workdir.empty() ? "/" : container.fs.workdir;
-  config.uid = container.uid;
-  config.gid = container.gid;
-  config.port = vm::layout::kGuestInitPort;
-  config.status_port = vm::layout::kHostStatusPort;
-  config.egress_port = container.egress ? vm::layout::kHostEgressPort : 0;
-  config.dns_port = container.egress ? vm::layout::kHostDnsPort : 0;
-  config.hostname = container.hostname;
+  const runtime::guest::Config config = guest_config(container);
   // Two archives, uncompressed (the guest's kernel unpacks them faster than
   // it would inflate them): this binary as /init, made once per binary and
   // kept with the image disks, and the configuration, made at each start

@@ -23,6 +23,7 @@
 
 #include "base/unique_fd.h"
 #include "egress/rules.h"
+#include "runtime/guest_init.h"
 #include "runtime/spec.h"
 #include "spec/sandbox_spec.h"
 #include "vm/host_channel.h"
@@ -45,9 +46,12 @@ struct GuestVmPlan {
   std::string cmdline;
 };
 
+// The guest's configuration from the container spec the supervisor built:
+// argv, env, workdir, user, hostname, the ports, the Landlock policy.
+runtime::guest::Config guest_config(const runtime::ContainerSpec& container);
+
 // The disks (the image's, cached in the store; the sandbox's layer, kept),
-// the guest's configuration from the container spec the supervisor built
-// (argv, env, workdir, user), and the initramfs. Throws Error naming what
+// the guest's configuration (guest_config), and the initramfs. Throws Error naming what
 // failed.
 GuestVmPlan prepare_guest_vm(const SandboxSpec& spec, const runtime::ContainerSpec& container,
                              const std::string& sandbox_dir, const std::string& images_dir);

@@ -14,7 +14,9 @@
 #include "base/error.h"
 #include "image/store.h"
 #include "policy/policy.h"
+#include "runtime/guest_init.h"
 #include "runtime/landlock.h"
+#include "supervisor/guest_vm.h"
 #include "test_util.h"
 
 namespace openshell::spec {
@@ -383,6 +385,52 @@ TEST(ContainerSpecFilesystem, AGatewaysSandboxGetsTheDefaultPolicy) {
   EXPECT_THAT(p.filesystem.read_only, ElementsAre("/usr"));
   EXPECT_THAT(p.filesystem.read_write, IsEmpty());
   EXPECT_TRUE(container_spec_for(own, g.sandbox()).landlock.warn_missing);
+}
+
+// A --vm sandbox's guest gets the policy, not the host's plan: it plans
+// for its own kernel (supervisor::guest_config).
+TEST(ContainerSpecFilesystem, AVmGuestGetsTheFilesystemPolicyToPlanForItsKernel) {
+  Gateway g;
+  SandboxSpec host;
+  // No filesystem section: the default one, its missing paths unsaid.
+  runtime::guest::Config defaults = runtime::guest::decode_config(runtime::guest::encode_config(
+      supervisor::guest_config(container_spec_for(host, g.sandbox()))));
+  policy::Policy p = policy::parse(defaults.landlock_policy, "guest");
+  EXPECT_TRUE(p.has_filesystem_policy);
+  EXPECT_EQ(p.filesystem, policy::default_policy().filesystem);
+  EXPECT_FALSE(defaults.landlock_warn_missing);
+  EXPECT_FALSE(defaults.proc_read_only) << "Landlock covers /proc";
+
+  // A policy's own section and compatibility; nothing of its network part.
+  SandboxSpec own = with_policy(host,
+                                "[filesystem_policy]\nread_only = [\"/usr\"]\n"
+                                "read_write = [\"/data\"]\n"
+                                "[landlock]\ncompatibility = \"hard_requirement\"\n"
+                                "[network_policies.x]\nendpoints = [ { host = \"a.example.com\", "
+                                "port = 443 } ]\n");
+  runtime::guest::Config config = runtime::guest::decode_config(runtime::guest::encode_config(
+      supervisor::guest_config(container_spec_for(own, g.sandbox()))));
+  p = policy::parse(config.landlock_policy, "guest");
+  EXPECT_THAT(p.filesystem.read_only, ElementsAre("/usr"));
+  EXPECT_THAT(p.filesystem.read_write, ElementsAre("/data"));
+  EXPECT_EQ(p.landlock, policy::LandlockCompatibility::kHardRequirement);
+  EXPECT_THAT(p.network, IsEmpty());
+  EXPECT_TRUE(config.landlock_warn_missing);
+  // What the guest plans from it: at the guest kernel's ABI 2, the
+  // hard_requirement is refused; at 7, the rules, the workdir's included.
+  EXPECT_THAT(error_of([&] { runtime::guest::confinement_for(config, 2); }),
+              HasSubstr("hard_requirement"));
+  std::vector<std::string> paths;
+  for (const auto& rule : runtime::guest::confinement_for(config, 7).landlock.rules)
+    paths.push_back(rule.path);
+  EXPECT_THAT(paths, ElementsAre("/usr", "/data", config.workdir));
+
+  // A one-shot sandbox without a filesystem policy: none, and a read-only
+  // /proc instead, as its container.
+  const runtime::guest::Config one_shot =
+      supervisor::guest_config(container_spec_for(host, g.one_shot()));
+  EXPECT_THAT(one_shot.landlock_policy, IsEmpty());
+  EXPECT_TRUE(one_shot.proc_read_only);
 }
 
 TEST(ContainerSpecFilesystem, AOneShotSandboxGetsNoLandlockButAReadOnlyProc) {

@@ -1,13 +1,15 @@
 // The guest init's server side (runtime/guest_init.h), in a plain process:
 // its frames, its configuration, and serve_connection() over a socket pair
 // running real commands: output, stdin, exit codes, the failures' codes, a
-// kill, a host that goes away, and each command confined (no_new_privs and
-// the seccomp filter, which it cannot lift).
+// kill, a host that goes away, and each command confined (no_new_privs, the
+// seccomp filter, which it cannot lift, and the policy's Landlock rules).
 #include "runtime/guest_init.h"
 
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,7 +29,10 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "policy/policy.h"
 #include "runtime/init_protocol.h"
+#include "runtime/landlock.h"
+#include "test_util.h"
 
 namespace openshell::runtime::guest {
 namespace {
@@ -138,6 +143,9 @@ TEST(GuestConfig, RoundTripsAndNamesWhatIsWrong) {
   c.egress_port = 3128;
   c.dns_port = 53;
   c.hostname = "sandbox-1.example";
+  c.landlock_policy = "version = 1\n[filesystem_policy]\nread_only = [\"/usr\"]\n";
+  c.landlock_warn_missing = false;
+  c.proc_read_only = true;
   EXPECT_EQ(decode_config(encode_config(c)), c);
   EXPECT_EQ(decode_config("{}"), Config{}) << "every key may be left out";
   auto message = [](const char* text) {
@@ -165,6 +173,14 @@ TEST(GuestConfig, RoundTripsAndNamesWhatIsWrong) {
   EXPECT_NE(message("{\"hostname\": 1}").find("wrong type"), std::string::npos);
   EXPECT_NE(message("{\"hostname\": \"a b\"}").find("hostname must be"), std::string::npos);
   EXPECT_NE(message("{\"hostname\": \"x\\nhost\"}").find("hostname must be"), std::string::npos);
+  EXPECT_NE(message("{\"landlock_policy\": 1}").find("wrong type"), std::string::npos);
+  EXPECT_NE(message("{\"landlock_warn_missing\": 1}").find("wrong type"), std::string::npos);
+  EXPECT_NE(message("{\"proc_read_only\": \"yes\"}").find("wrong type"), std::string::npos);
+  EXPECT_NE(
+      message("{\"landlock_policy\": \"version = 1\\n[filesystem_policy]\\nread_only = 3\\n\"}")
+          .find("guest config: landlock_policy:"),
+      std::string::npos)
+      << "a policy that does not parse is refused with the config";
   EXPECT_NE(message("{\"shell\": 1}").find("unknown key \"shell\""), std::string::npos);
   EXPECT_NE(message("{\"workdir\": \"rel\"}").find("absolute"), std::string::npos);
   EXPECT_NE(message("{\"layer\": \"/dev/vdb\"}").find("layer without a disk"), std::string::npos);
@@ -451,12 +467,13 @@ struct StatusRun {
   std::chrono::steady_clock::duration took{};
 };
 
-StatusRun run_status(const Config& config, const std::string& host_sends = "") {
+StatusRun run_status(const Config& config, const std::string& host_sends = "",
+                     const Confinement& confinement = {}) {
   int sv[2];
   EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   StatusRun r;
   auto begin = std::chrono::steady_clock::now();
-  r.pid = start_main(config, {}, sv[1]);
+  r.pid = start_main(config, confinement, sv[1]);
   if (!host_sends.empty()) files::write_all(sv[0], host_sends);
   if (r.pid >= 0) r.status = supervise_main(r.pid, sv[1], /*reap_all=*/false);
   r.took = std::chrono::steady_clock::now() - begin;
@@ -533,6 +550,175 @@ TEST(GuestStatus, WithoutAStreamTheMainProcessStillRunsToItsEnd) {
   pid_t pid = start_main(config, {}, -1);
   ASSERT_GT(pid, 0);
   EXPECT_EQ(supervise_main(pid, -1, false), 5);
+}
+
+// --- Landlock: planned in the guest for its kernel, applied before each exec ---
+
+using openshell::testing::TempDir;
+using policy::LandlockCompatibility;
+
+// A config whose Landlock policy makes / read-only and read_write writable.
+Config landlock_config(std::vector<std::string> read_write,
+                       LandlockCompatibility compatibility = LandlockCompatibility::kBestEffort) {
+  policy::Policy p;
+  p.has_filesystem_policy = true;
+  p.filesystem.include_workdir = false;
+  p.filesystem.read_only = {"/"};
+  p.filesystem.read_write = std::move(read_write);
+  p.landlock = compatibility;
+  Config config;
+  config.landlock_policy = policy::to_toml(p);
+  // The test's own ids: as root or not (Landlock needs no privilege).
+  config.uid = getuid();
+  config.gid = getgid();
+  return config;
+}
+
+TEST(GuestLandlock, ACommandWritesItsReadWriteDirectoryAndNothingElse) {
+  const int abi = landlock::abi_version();
+  if (abi < 1) GTEST_SKIP() << "this kernel has no Landlock";
+  TempDir rw, other;
+  const Config config = landlock_config({rw.path()});
+  const std::string script = "echo yes > " + rw / "f" + " && cat " + rw / "f" + "; echo no > " +
+                             other / "f" + "; echo $? > " + rw / "status";
+  // The guest's kernel (6.1) has ABI 2: a plan for it, and for this kernel.
+  for (int plan_abi : {std::min(2, abi), abi}) {
+    SCOPED_TRACE("ABI " + std::to_string(plan_abi));
+    const Confinement confinement = confinement_for(config, plan_abi);
+    ASSERT_TRUE(confinement.landlock.enabled);
+    EXPECT_EQ(confinement.landlock.abi, plan_abi);
+    Result r = exchange(exec_frame({"/bin/sh", "-c", script}), config, false, confinement);
+    EXPECT_EQ(r.end, "exited 0") << r.err;
+    EXPECT_EQ(r.out, "yes\n");
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+    EXPECT_NE(files::read(rw / "status"), "0\n");
+    EXPECT_FALSE(files::exists(other / "f"));
+    ::unlink((rw / "f").c_str());
+  }
+  // The same command without the policy writes both.
+  Config plain = config;
+  plain.landlock_policy.clear();
+  const Confinement none = confinement_for(plain, abi);
+  EXPECT_FALSE(none.landlock.enabled);
+  Result free = exchange(exec_frame({"/bin/sh", "-c", script}), plain, false, none);
+  EXPECT_EQ(free.end, "exited 0");
+  EXPECT_EQ(free.err, "");
+  EXPECT_TRUE(files::exists(other / "f"));
+}
+
+TEST(GuestLandlock, AnOrdinaryUsersCommandIsConfinedToo) {
+  const int abi = landlock::abi_version();
+  if (abi < 1) GTEST_SKIP() << "this kernel has no Landlock";
+  if (geteuid() != 0) GTEST_SKIP() << "not root: the tests above ran as this ordinary user";
+  TempDir rw, other;
+  ::chmod(rw.path().c_str(), 0777);
+  ::chmod(other.path().c_str(), 0777);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // nobody, without a capability: Landlock asks for no privilege.
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0)
+      _exit(2);
+    const Config config = landlock_config({rw.path()});
+    const std::string script = "echo > " + rw / "f" + " && ! echo > " + other / "f";
+    Result r = exchange(exec_frame({"/bin/sh", "-c", script}), config, false,
+                        confinement_for(config, abi));
+    _exit(r.end == "exited 0" && files::exists(rw / "f") && !files::exists(other / "f") ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: could not become nobody; 1: not confined as asked";
+  EXPECT_TRUE(files::exists(rw / "f"));
+  EXPECT_FALSE(files::exists(other / "f"));
+}
+
+TEST(GuestLandlock, TheMainProcessIsConfinedAsEveryExecIs) {
+  const int abi = landlock::abi_version();
+  if (abi < 1) GTEST_SKIP() << "this kernel has no Landlock";
+  TempDir rw, other;
+  Config config = landlock_config({rw.path()});
+  config.argv = {"/bin/sh", "-c",
+                 "echo > " + rw / "f" + " && echo > " + other / "f" + " 2>/dev/null; exit $?"};
+  StatusRun r = run_status(config, "", confinement_for(config, abi));
+  ASSERT_GT(r.pid, 0);
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(files::exists(rw / "f"));
+  EXPECT_FALSE(files::exists(other / "f"));
+}
+
+TEST(GuestLandlock, TheDefaultPolicyConfinesAsAContainerSandboxsDoes) {
+  const int abi = landlock::abi_version();
+  if (abi < 1) GTEST_SKIP() << "this kernel has no Landlock";
+  TempDir tmp;
+  if (tmp.path().rfind("/tmp/", 0) != 0) GTEST_SKIP() << "TMPDIR is not under /tmp";
+  if (!files::exists("/var")) GTEST_SKIP() << "no /var to be refused";
+  Config config;
+  config.uid = getuid();
+  config.gid = getgid();
+  config.workdir = "/sandbox";
+  config.landlock_policy = policy::to_toml(policy::default_policy());
+  config.landlock_warn_missing = false;
+  const Confinement confinement = confinement_for(config, abi);
+  std::vector<std::string> paths;
+  for (const landlock::Rule& rule : confinement.landlock.rules) paths.push_back(rule.path);
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/usr"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/tmp"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "/sandbox"), paths.end()) << "the workdir";
+  // The system's directories read, /tmp written, the rest not even listed.
+  const std::string script = "ls /usr >/dev/null && echo > " + tmp / "f" +
+                             " && ! ls /var >/dev/null 2>&1 && ! ls / >/dev/null 2>&1 && echo "
+                             "confined";
+  Result r = exchange(exec_frame({"/bin/sh", "-c", script}), config, false, confinement);
+  EXPECT_EQ(r.out, "confined\n") << r.err;
+  EXPECT_EQ(r.end, "exited 0");
+  Config plain = config;
+  plain.landlock_policy.clear();
+  Result free = exchange(exec_frame({"/bin/sh", "-c", script}), plain);
+  EXPECT_TRUE(free.started) << free.end;
+  EXPECT_EQ(free.out, "") << "without Landlock, /var is listed";
+}
+
+TEST(GuestLandlock, APathTheRootLacksFailsTheCommandOnlyUnderHardRequirement) {
+  const int abi = landlock::abi_version();
+  if (abi < 3) GTEST_SKIP() << "hard_requirement needs Landlock ABI 3 (this kernel: " << abi << ")";
+  TempDir rw;
+  const std::string missing = rw / "not-there";
+  const Config best = landlock_config({rw.path(), missing});
+  const Confinement best_confinement = confinement_for(best, abi);
+  EXPECT_EQ(missing_landlock_paths(best_confinement.landlock), missing);
+  EXPECT_EQ(exchange(exec_frame({"true"}), best, false, best_confinement).end, "exited 0");
+
+  Config hard = landlock_config({rw.path(), missing}, LandlockCompatibility::kHardRequirement);
+  const Confinement hard_confinement = confinement_for(hard, abi);
+  const std::string why = "landlock: policy path " + missing + ": No such file or directory";
+  Result r = exchange(exec_frame({"true"}), hard, false, hard_confinement);
+  EXPECT_FALSE(r.started);
+  EXPECT_EQ(r.end, "failed 125\n" + why);
+  hard.argv = {"true"};
+  StatusRun main = run_status(hard, "", hard_confinement);
+  EXPECT_EQ(main.pid, -1);
+  EXPECT_EQ(main.lines, "failed 125 " + why + "\n");
+}
+
+TEST(GuestLandlock, TheGuestKernelsAbiDecidesWhatIsHandled) {
+  // Planning only: no kernel feature is needed.
+  const Config best = landlock_config({"/tmp"});
+  const Confinement two = confinement_for(best, 2);
+  EXPECT_TRUE(two.landlock.enabled);
+  EXPECT_EQ(two.landlock.handled_fs, landlock::fs_rights_for_abi(2));
+  EXPECT_NE(two.landlock.handled_fs, landlock::fs_rights_for_abi(7)) << "no truncate at ABI 2";
+  EXPECT_FALSE(confinement_for(best, 0).landlock.enabled) << "best effort: none at all";
+  const Config hard = landlock_config({"/tmp"}, LandlockCompatibility::kHardRequirement);
+  EXPECT_NE(
+      openshell::testing::error_of([&] { confinement_for(hard, 2); }).find("hard_requirement"),
+      std::string::npos);
+  EXPECT_NE(
+      openshell::testing::error_of([&] { confinement_for(hard, 0); }).find("hard_requirement"),
+      std::string::npos);
+  EXPECT_TRUE(confinement_for(hard, 7).landlock.hard);
+  EXPECT_FALSE(confinement_for(Config{}, 7).landlock.enabled) << "no policy: no Landlock";
 }
 
 }  // namespace
