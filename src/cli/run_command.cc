@@ -266,7 +266,8 @@ RunPlan plan_run(const RunOptions& o) {
       throw Error(option + ": not with --vm (" + why + ")");
     };
     if (!o.binds.empty()) refuse("--bind " + o.binds.front(), "a micro-VM sees only its disks");
-    if (o.tty) refuse("--tty", "the main process runs on the guest's console; exec -t has a terminal");
+    if (o.tty)
+      refuse("--tty", "the main process runs on the guest's console; exec -t has a terminal");
     if (o.read_only) refuse("--read-only", "a micro-VM's root is its own disk");
     if (!o.cap_add.empty()) refuse("--cap-add", "the guest's processes keep no capabilities");
     if (o.seccomp != "default") refuse("--seccomp " + o.seccomp, "the guest's filter is fixed");

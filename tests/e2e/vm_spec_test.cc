@@ -94,7 +94,9 @@ TEST_P(VmSpec, TheHostsRootIsNoGuestsDisk) {
   EXPECT_EQ(r.err, "openshell: --bind /etc:/e: not with --vm (a micro-VM sees only its disks)\n");
   r = os({"run", "--vm", "--vm-kernel", kernel_, "-t", "--", "true"});
   EXPECT_EQ(r.status, 125);
-  EXPECT_EQ(r.err, "openshell: --tty: not with --vm (the main process runs on the guest's console; exec -t has a terminal)\n");
+  EXPECT_EQ(r.err,
+            "openshell: --tty: not with --vm (the main process runs on the guest's console; exec "
+            "-t has a terminal)\n");
   EXPECT_THAT(sandboxes(), Not(HasSubstr("\"name\"")));
 }
 

@@ -565,7 +565,8 @@ TEST(PlanRun, VmRefusesWhatAGuestCannotHonour) {
   EXPECT_EQ(refusal([](RunOptions& o) { o.binds = {"/etc:/e"}; }),
             "--bind /etc:/e: not with --vm (a micro-VM sees only its disks)");
   EXPECT_EQ(refusal([](RunOptions& o) { o.tty = true; }),
-            "--tty: not with --vm (the main process runs on the guest's console; exec -t has a terminal)");
+            "--tty: not with --vm (the main process runs on the guest's console; exec -t has a "
+            "terminal)");
   EXPECT_EQ(refusal([](RunOptions& o) { o.read_only = true; }),
             "--read-only: not with --vm (a micro-VM's root is its own disk)");
   EXPECT_EQ(refusal([](RunOptions& o) { o.cap_add = {"NET_ADMIN"}; }),
