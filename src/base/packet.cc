@@ -7,7 +7,7 @@
 
 namespace openshell {
 
-int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count) {
+int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count, int flags) {
   if (fd_count < 0 || fd_count > kMaxPacketFds) return -EINVAL;
   iovec iov{const_cast<char*>(packet.data()), packet.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(kMaxPacketFds * sizeof(int))] = {};
@@ -24,7 +24,7 @@ int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_c
     std::memcpy(CMSG_DATA(cmsg), fds, fd_count * sizeof(int));
   }
   for (;;) {
-    ssize_t n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = ::sendmsg(socket_fd, &msg, MSG_NOSIGNAL | flags);
     if (n >= 0) return 0;
     if (errno != EINTR) return -errno;
   }

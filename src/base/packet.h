@@ -21,8 +21,9 @@ inline constexpr int kMaxPacketFds = 3;
 using PacketFds = std::array<UniqueFd, kMaxPacketFds>;
 
 // Sends a packet with up to kMaxPacketFds fds (not taken: the caller still
-// owns them); returns 0 or -errno.
-int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count);
+// owns them); returns 0 or -errno. flags: more of sendmsg's (MSG_DONTWAIT).
+int send_packet(int socket_fd, std::string_view packet, const int* fds, int fd_count,
+                int flags = 0);
 
 // Receives a packet and up to kMaxPacketFds fds (close-on-exec; more are
 // closed); returns the packet's size, 0 at end of stream, or -errno, the

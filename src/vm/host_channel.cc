@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/packet.h"
 
 namespace openshell::vm::host_channel {
 
@@ -123,31 +124,14 @@ std::optional<Message> decode(std::string_view text, std::string* why) {
 std::string send(int channel, std::string_view text, int fd_to_pass, bool* would_block) {
   if (would_block) *would_block = false;
   if (text.size() > kMaxMessage) return "a message of " + std::to_string(text.size()) + " bytes";
-  iovec iov{const_cast<char*>(text.data()), text.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (fd_to_pass >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cmsg), &fd_to_pass, sizeof(int));
-  }
-  for (;;) {
-    const ssize_t n = ::sendmsg(channel, &msg, MSG_NOSIGNAL | (would_block ? MSG_DONTWAIT : 0));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && would_block && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      *would_block = true;
-      return "";
-    }
-    if (n < 0) return errno_message("sendmsg", errno);
-    if (static_cast<size_t>(n) != text.size()) return "sendmsg: a short datagram";
+  // A SEQPACKET datagram goes whole or not at all.
+  const int err = send_packet(channel, text, &fd_to_pass, fd_to_pass >= 0 ? 1 : 0,
+                              would_block ? MSG_DONTWAIT : 0);
+  if (err == -EAGAIN && would_block) {
+    *would_block = true;
     return "";
   }
+  return err == 0 ? "" : errno_message("sendmsg", -err);
 }
 
 Datagram receive(int channel) {
