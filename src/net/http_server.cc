@@ -892,8 +892,13 @@ void Server::listen(const std::string& socket_path, unsigned mode) {
   }
 
   UniqueFd fd = open_unix_socket(socket_path);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
-    throw_errno("bind " + socket_path);
+  // Born with its mode at most: a client that checks the socket's mode
+  // before it connects (Paths) never sees the umask's while we start.
+  const mode_t saved = ::umask(static_cast<mode_t>(~mode & 0777));
+  const int bound = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address);
+  const int bind_err = errno;
+  ::umask(saved);
+  if (bound != 0) throw_errno("bind " + socket_path, bind_err);
   // Before listen(): nobody can connect while the mode is still the umask's.
   if (::chmod(socket_path.c_str(), mode) != 0) {
     int err = errno;

@@ -494,11 +494,14 @@ TEST_P(Sandbox, ADownloadFromAForgedTarCarriesNoCapabilities) {
 TEST_P(Sandbox, LogsTailAndFollow) {
   // The last line waits for the test's go (a file, 60 s at most), given
   // once the follower runs: follow sees a line that comes after it began.
+  // The sandbox then lives a second more, so that the exec that gave the go
+  // has reported its exit before the sandbox ends (an exec the sandbox's
+  // end overtakes gets 137).
   ASSERT_EQ(
       os({"sandbox", "create", "--name", "lg", "--from", rootfs(), "--detach", "--", "sh", "-c",
           "for i in 1 2 3 4 5; do echo line$i; done; i=0; "
           "while [ ! -e /tmp/go ] && [ $i -lt 6000 ]; do i=$((i+1)); sleep 0.01; done; "
-          "echo last"})
+          "echo last; sleep 1"})
           .status,
       0);
   Result f;
