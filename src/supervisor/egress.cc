@@ -9,7 +9,6 @@
 #include "supervisor/guest_vm.h"
 #include "supervisor/network_rules.h"
 #include "supervisor/owner.h"
-#include "vm/layout.h"
 
 namespace openshell::supervisor {
 
@@ -40,11 +39,7 @@ void Supervisor::start_vm_egress() {
 }
 
 void Supervisor::guest_connection(uint32_t host_port, UniqueFd fd) {
-  if (!proxy_) return;
-  if (host_port == vm::layout::kHostEgressPort)
-    proxy_->serve_guest_connection(std::move(fd));
-  else if (host_port == vm::layout::kHostDnsPort)
-    proxy_->serve_dns_stream(std::move(fd));
+  if (proxy_) serve_guest_port(*proxy_, host_port, std::move(fd));
 }
 
 void Supervisor::apply_policy(const std::string& text, int64_t revision) {

@@ -167,6 +167,13 @@ std::vector<std::string> vmm_argv(const GuestVmPlan& plan) {
   return argv;
 }
 
+void serve_guest_port(egress::Proxy& proxy, uint32_t host_port, UniqueFd fd) {
+  if (host_port == vm::layout::kHostEgressPort)
+    proxy.serve_guest_connection(std::move(fd));
+  else if (host_port == vm::layout::kHostDnsPort)
+    proxy.serve_dns_stream(std::move(fd));
+}
+
 GuestVm::GuestVm(asio::io_context& io, Events events)
     : io_(io),
       events_(std::move(events)),

@@ -22,6 +22,7 @@
 #include <boost/asio.hpp>
 
 #include "base/unique_fd.h"
+#include "egress/proxy.h"
 #include "egress/rules.h"
 #include "runtime/guest_init.h"
 #include "runtime/spec.h"
@@ -67,6 +68,11 @@ egress::NetworkRules::PathResolver guest_path_resolver(const SandboxSpec& spec,
 // `openshell __vmm ...` for a plan, its channel on fd 3.
 std::vector<std::string> vmm_argv(const GuestVmPlan& plan);
 inline constexpr int kVmmChannelFd = 3;
+
+// A guest's connection to one of the host's ports the proxy serves: the
+// egress port's to the proxy (identity line first), the DNS port's to its
+// stub; any other is closed.
+void serve_guest_port(egress::Proxy& proxy, uint32_t host_port, UniqueFd fd);
 
 class GuestVm {
  public:

@@ -12,25 +12,16 @@
 
 #include "base/error.h"
 #include "base/event_loop.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "egress/proxy.h"
 #include "policy/policy.h"
 #include "supervisor/guest_vm.h"
 #include "supervisor/network_rules.h"
-#include "vm/layout.h"
 
 namespace openshell::supervisor {
 
 namespace {
-
-void write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed terminal: the guest's output goes nowhere
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 // The run's own directory, for the layer and the initramfs; removed with it.
 struct RunDir {
@@ -63,14 +54,11 @@ int run_vm(const SandboxSpec& spec, const runtime::ContainerSpec& container,
   events.main_exited = [&](int s) { status = s; };
   events.failed = [&](int code, std::string why) { failure = {code, std::move(why)}; };
   events.output = [](const std::string& stream, std::string_view bytes) {
-    write_all(stream == "stdout" ? 1 : 2, bytes);
+    // A closed terminal: the guest's output goes nowhere.
+    (void)files::write_all(stream == "stdout" ? 1 : 2, bytes);
   };
   events.accepted = [&](uint32_t host_port, UniqueFd fd) {
-    if (!proxy) return;
-    if (host_port == vm::layout::kHostEgressPort)
-      proxy->serve_guest_connection(std::move(fd));
-    else if (host_port == vm::layout::kHostDnsPort)
-      proxy->serve_dns_stream(std::move(fd));
+    if (proxy) serve_guest_port(*proxy, host_port, std::move(fd));
   };
   events.ended = [&](int vmm_status, std::string last_line) {
     if (last_line.empty()) last_line = "the VMM exited with status " + std::to_string(vmm_status);
