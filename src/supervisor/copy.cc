@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 
 #include "base/error.h"
 #include "base/event_loop.h"
@@ -16,12 +17,15 @@
 #include "base/process_name.h"
 #include "namespaces/mount_ops.h"
 #include "supervisor/exec_session.h"
+#include "supervisor/guest_exec.h"
 #include "supervisor/owner.h"
 #include "supervisor/supervisor.h"
 
 namespace openshell::supervisor {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // How long a copy supervisor waits for its exec before it gives up.
 constexpr auto kIdle = std::chrono::seconds(30);
@@ -39,12 +43,6 @@ void Supervisor::copy_ready(const std::string& line) {
 
 void Supervisor::start_copy_container() {
   if (!spec_error_.empty()) throw Error(spec_error_);
-  // A micro-VM's writes are in its layer's ext4, which only its guest
-  // mounts: a copy from the image alone would miss them.
-  if (spec_.vm)
-    throw Error("sandbox '" + launch_.sandbox_name +
-                "' is a micro-VM: its files are reached while it runs (openshell sandbox start " +
-                launch_.sandbox_name + ")");
   copy_lock_.reset(::open(paths_.copy_lock(launch_.sandbox_id).c_str(),
                           O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!copy_lock_) throw_errno("open " + paths_.copy_lock(launch_.sandbox_id));
@@ -56,21 +54,39 @@ void Supervisor::start_copy_container() {
   }
   // The sandbox's own container, less what a copy must not have: a main
   // process (the init just waits), a network (no proxy, no DNS stub: the
-  // namespace holds only its loopback) and a terminal.
+  // namespace holds only its loopback) and a terminal. A micro-VM's is its
+  // VM, booted with the same less: its writes are in its layer's ext4,
+  // which only its guest's kernel reads (the host never parses a file
+  // system its guest wrote).
   container_spec_.argv.clear();
   container_spec_.egress = false;
   container_spec_.fs.dns_stub = false;
   container_spec_.tty = false;
   container_spec_.cgroup_name += "-copy";
-  UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  container_spec_.stdin_fd = container_spec_.stdout_fd = container_spec_.stderr_fd = null.get();
   socket_path_ = paths_.copy_socket(launch_.sandbox_id);
   listen_for_exec();
+  if (spec_.vm) return start_copy_vm();
+  UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  container_spec_.stdin_fd = container_spec_.stdout_fd = container_spec_.stderr_fd = null.get();
   container_ = runtime::Container::start(container_spec_);
   pidfd_.assign(::dup(container_->pidfd()));
   control_.assign(::dup(container_->control_fd()));
   watch_exit();
   watch_control();
+}
+
+void Supervisor::copy_container_gone() {
+  // A copy's container or VM: nothing of it is the sandbox's record. Its
+  // exec hears that it is gone, and has a moment to say so (exec_closed).
+  for (auto& [id, session] : std::map(execs_)) session->sandbox_gone();
+  for (auto& [id, session] : std::map(guest_execs_)) session->sandbox_gone();
+  boost::system::error_code ignored;
+  control_.close(ignored);
+  if (open_execs_ == 0) return io_.stop();
+  exit_timer_.expires_after(std::chrono::milliseconds(5000));
+  exit_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) io_.stop();
+  });
 }
 
 std::string Supervisor::copy_refusal(const std::vector<std::string>& argv, bool tty) const {
@@ -81,8 +97,20 @@ std::string Supervisor::copy_refusal(const std::vector<std::string>& argv, bool 
   // gone before anything read it: refused, so that nothing is lost.
   if (argv.size() < 2 || argv[1] != "-x") return {};
   auto c = std::find(argv.begin(), argv.end(), "-C");
-  if (c == argv.end() || c + 1 == argv.end() || !container_) return {};
+  if (c == argv.end() || c + 1 == argv.end()) return {};
   const std::string& dir = *(c + 1);
+  if (spec_.vm) {
+    // A guest's /dev, /proc and /sys are its kernel's, gone at power-off.
+    const fs::path path = fs::path(dir).lexically_normal();
+    auto part = path.begin();
+    if (part != path.end() && *part == "/") ++part;
+    const std::string top = part == path.end() ? "" : part->string();
+    if (top != "dev" && top != "proc" && top != "sys") return {};
+    return "upload to " + dir + ": the guest kernel's /" + top +
+           ", which lives only while the sandbox runs; this one is not running (upload into "
+           "/sandbox, or start it first)";
+  }
+  if (!container_) return {};
   // Resolved in the copy's own root and mounts, as tar there resolves it.
   UniqueFd root(::open(("/proc/" + std::to_string(container_->pid()) + "/root").c_str(),
                        O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -107,6 +135,7 @@ int Supervisor::run_copy() {
       container_->signal(SIGKILL);
       container_->wait();
     }
+    vm_.reset();
     return exit_code::kFailure;
   }
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
@@ -119,7 +148,8 @@ int Supervisor::run_copy() {
       stop(0);
     }
   });
-  copy_ready("ready");
+  // A VM's copy is ready when its guest's init says so (start_copy_vm).
+  if (!spec_.vm) copy_ready("ready");
   run_handling_exceptions(io_, "copy supervisor");
   ::unlink(socket_path_.c_str());
   return result_;

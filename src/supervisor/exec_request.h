@@ -22,6 +22,8 @@ struct ExecDefaults {
   // Start's user as ids: none for the sandbox's own; throws Error naming
   // what is wrong. Empty: only the sandbox's user (any user refused).
   std::function<std::optional<runtime::ExecUser>(const std::string& user)> resolve_user;
+  // Why this sandbox takes no such command ("": it does); empty: any.
+  std::function<std::string(const std::vector<std::string>& argv, bool tty)> refuse;
 };
 
 // Start's request to the init. Throws Error (from resolve_user) for a user

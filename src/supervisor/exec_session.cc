@@ -76,7 +76,8 @@ void ExecSession::begin(const exec::Start& start) {
     request = exec_request(
         start, id_,
         ExecDefaults{owner_.container_spec().env, owner_.container_spec().fs.workdir,
-                     [this](const std::string& user) { return owner_.exec_user(user); }});
+                     [this](const std::string& user) { return owner_.exec_user(user); },
+                     {}});
   } catch (const Error& e) {
     return end(exec::Failure{exit_code::kFailure, e.what()});
   }

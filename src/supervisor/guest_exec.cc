@@ -169,6 +169,9 @@ void GuestExec::on_message(std::string data, bool binary) {
   }
   if (auto* start = std::get_if<exec::Start>(&message)) {
     if (requested_) return;
+    if (sandbox_.refuse)
+      if (std::string why = sandbox_.refuse(start->argv, start->tty); !why.empty())
+        return end(exec::Failure{exit_code::kFailure, why});
     auto frame = guest_exec::exec_frame(*start, id_, sandbox_);
     if (auto* failure = std::get_if<exec::Failure>(&frame)) return end(*failure);
     requested_ = true;

@@ -117,6 +117,10 @@ class Supervisor {
   // copy.cc: a copy supervisor's start and end.
   void start_copy_container();
   void copy_ready(const std::string& line);
+  void copy_container_gone();
+  // vm_lifecycle.cc: a micro-VM's copy, its VM booted without a main
+  // process or a network.
+  void start_copy_vm();
 
   asio::io_context& io_;
   std::string launch_file_;

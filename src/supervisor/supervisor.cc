@@ -126,19 +126,7 @@ void Supervisor::watch_exit() {
 void Supervisor::container_ended(int status) {
   state_ = State::kEnded;
   exit_code_ = status;
-  if (copy_) {
-    // A copy's container: nothing of it is the sandbox's record. Its exec
-    // hears that it is gone, and has a moment to say so (exec_closed).
-    for (auto& [id, session] : std::map(execs_)) session->sandbox_gone();
-    boost::system::error_code ignored;
-    control_.close(ignored);
-    if (open_execs_ == 0) return io_.stop();
-    exit_timer_.expires_after(std::chrono::milliseconds(5000));
-    exit_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) io_.stop();
-    });
-    return;
-  }
+  if (copy_) return copy_container_gone();
   if (stopped_) {
     reason_ = "Stopped";
     message_ = "stopped";

@@ -49,6 +49,37 @@ void Supervisor::start_vm() {
   start_vm_egress();
 }
 
+void Supervisor::start_copy_vm() {
+  GuestVm::Events events;
+  events.ready = [this](pid_t) {
+    vm_ready_ = true;
+    copy_ready("ready");
+  };
+  events.main_exited = [](int) {};
+  events.failed = [this](int, std::string why) { copy_ready("error " + why); };
+  // No network: a guest's connection to the proxy's ports is closed.
+  events.accepted = [](uint32_t, UniqueFd) {};
+  // The console is not the sandbox's log; the VMM's complaints go to the
+  // supervisor's own.
+  events.output = [](const std::string& stream, std::string_view bytes) {
+    if (stream == "stderr") log::warn("copy VMM: " + std::string(bytes));
+  };
+  events.ended = [this](int vmm_status, std::string last_line) {
+    state_ = State::kEnded;
+    if (!vm_ready_) {
+      if (last_line.rfind("openshell: ", 0) == 0) last_line.erase(0, 11);
+      copy_ready("error the VM ended before its init reported (" +
+                 (last_line.empty() ? "the VMM exited with status " + std::to_string(vmm_status)
+                                    : last_line) +
+                 ")");
+    }
+    copy_container_gone();
+  };
+  vm_ = std::make_unique<GuestVm>(io_, std::move(events));
+  vm_->start(prepare_guest_vm(spec_, container_spec_, paths_.sandbox(launch_.sandbox_id),
+                              paths_.images()));
+}
+
 // An exec in the guest: a connection to its init's exec port, then the
 // frames of runtime/guest_init.h (GuestExec).
 void Supervisor::start_guest_exec(std::shared_ptr<net::WebSocket> ws) {
@@ -59,14 +90,28 @@ void Supervisor::start_guest_exec(std::shared_ptr<net::WebSocket> ws) {
   };
   if (state_ != State::kRunning || !vm_ || !vm_->running())
     return refuse("sandbox '" + launch_.sandbox_name + "' is not running");
+  // A copy supervisor serves one copy, and only one.
+  if (copy_ && id > 1) return ws->close();
+  if (copy_) ++open_execs_;
   vm_->connect(
       vm::layout::kGuestInitPort, [this, ws, id, refuse](UniqueFd fd, const std::string& error) {
-        if (!fd) return refuse("exec: the guest's init cannot be reached: " + error);
+        if (!fd) {
+          refuse("exec: the guest's init cannot be reached: " + error);
+          return exec_closed();
+        }
         ExecDefaults defaults{container_spec_.env, container_spec_.fs.workdir,
-                              [this](const std::string& user) { return exec_user(user); }};
+                              [this](const std::string& user) { return exec_user(user); },
+                              {}};
+        if (copy_)
+          defaults.refuse = [this](const std::vector<std::string>& argv, bool tty) {
+            return copy_refusal(argv, tty);
+          };
         auto session = std::make_shared<GuestExec>(io_, ws, std::move(fd), std::move(defaults), id);
         guest_execs_[id] = session;
-        session->start([this](uint64_t done) { guest_execs_.erase(done); });
+        session->start([this](uint64_t done) {
+          guest_execs_.erase(done);
+          exec_closed();
+        });
       });
 }
 

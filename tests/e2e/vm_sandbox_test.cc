@@ -296,6 +296,56 @@ TEST_P(VmSandbox, AnEgressConnectionFromAnUnreservedPortIsRefused) {
   EXPECT_THAT(audit("e3"), Not(HasSubstr("blocked.invalid")));
 }
 
+// A stopped VM's files are reached through a VM of its own: the copy
+// supervisor boots the sandbox's kernel and disks with no main process and
+// no network, and relays the one tar of the copy to the guest's init. The
+// crafted guest answers every command with a tar of hello.txt, as tar -c
+// in a guest would; the sandbox's record (phase, exit, log) is untouched,
+// and nothing of the copy is left.
+TEST_P(VmSandbox, AStoppedVmsFilesAreCopiedThroughAVmOfItsOwn) {
+  ASSERT_EQ(create("c1", "copy_guest", true).status, 0);
+  ASSERT_TRUE(wait_phase("c1", "Ready"));
+  ASSERT_EQ(os({"sandbox", "stop", "c1"}).status, 0);
+  ASSERT_TRUE(wait_phase("c1", "Stopped"));
+  const std::string id = field("c1", "id");
+  const std::string exit_code = field("c1", "exit_code");
+  const std::string log_before = logs("c1");
+  const std::string dir = home_ + "/sandboxes/" + id;
+  // The copy's supervisor and its VMM end a moment after the copy's answer.
+  auto nothing_left = [&] {
+    for (int i = 0; i < 100; ++i) {
+      if (processes_matching(id).empty() && !std::filesystem::exists(dir + "/vm-config.cpio"))
+        return true;
+      ::usleep(100 * 1000);
+    }
+    return false;
+  };
+
+  const std::string down = scratch() + "/c1-hello.txt";
+  Result r = os({"sandbox", "download", "c1", "/sandbox/hello.txt", down});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(file_contents(down), "from the guest's layer\n");
+  EXPECT_EQ(phase("c1"), "Stopped");
+  EXPECT_EQ(field("c1", "exit_code"), exit_code);
+  EXPECT_EQ(logs("c1"), log_before) << "the copy's console is not the sandbox's log";
+  EXPECT_TRUE(nothing_left());
+
+  // An upload reaches the guest's tar the same way (the crafted one says 0).
+  const std::string up = write_file(scratch() + "/c1-up.txt", "up\n");
+  r = os({"sandbox", "upload", "c1", up, "/sandbox"});
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  // What the guest's kernel holds in memory would be lost at power-off.
+  r = os({"sandbox", "upload", "c1", up, "/dev/../dev/shm"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("the guest kernel's /dev")) << r.err;
+  EXPECT_EQ(phase("c1"), "Stopped");
+  EXPECT_TRUE(nothing_left());
+
+  // The sandbox starts again once its copies are done.
+  ASSERT_EQ(os({"sandbox", "start", "c1"}).status, 0);
+  EXPECT_TRUE(wait_phase("c1", "Ready"));
+}
+
 // The whole path with a real Linux guest: the built kernel boots to our
 // init, which runs the main process from the image's disk; exec, the
 // network policy through the proxy over vsock, stop and start with the
@@ -333,10 +383,20 @@ TEST_P(VmSandbox, ALinuxGuestRunsTheSandboxEndToEnd) {
   ASSERT_EQ(os({"sandbox", "exec", "linux", "--", "sh", "-c", "echo kept > /sandbox/f"}).status, 0);
   ASSERT_EQ(os({"sandbox", "stop", "linux"}).status, 0);
   ASSERT_TRUE(wait_phase("linux", "Stopped"));
+  // A stopped VM's files, through a copy's VM: what it wrote comes down,
+  // and an upload is there at the next start.
+  const std::string down = scratch() + "/vm-linux-f";
+  r = os({"sandbox", "download", "linux", "/sandbox/f", down});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(file_contents(down), "kept\n");
+  const std::string up = write_file(scratch() + "/vm-linux-up", "uploaded\n");
+  r = os({"sandbox", "upload", "linux", up, "/sandbox"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(phase("linux"), "Stopped");
   ASSERT_EQ(os({"sandbox", "start", "linux"}).status, 0);
   ASSERT_TRUE(wait_phase("linux", "Ready", 60000));
-  r = os({"sandbox", "exec", "linux", "--", "cat", "/sandbox/f"});
-  EXPECT_EQ(r.out, "kept\n");
+  r = os({"sandbox", "exec", "linux", "--", "cat", "/sandbox/f", "/sandbox/vm-linux-up"});
+  EXPECT_EQ(r.out, "kept\nuploaded\n");
   const std::string id = field("linux", "id");
   ASSERT_EQ(os({"sandbox", "delete", "linux"}).status, 0);
   EXPECT_TRUE(vmms_of(id).empty());

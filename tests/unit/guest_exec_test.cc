@@ -259,7 +259,7 @@ class GuestExecRelay : public ::testing::Test {
 
   // The guest init's side on a socket pair, in a thread; the session gets
   // the other end. on_end records the id.
-  void start_session() {
+  void start_session(ExecDefaults defaults = sandbox_defaults()) {
     int pair[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
     guest_end_ = pair[1];
@@ -272,7 +272,7 @@ class GuestExecRelay : public ::testing::Test {
       served_ = frames::serve_connection(guest_end_, frames::Config{}, confinement);
       served_done_ = true;
     });
-    session_ = std::make_shared<GuestExec>(io_, server_, UniqueFd(pair[0]), sandbox_defaults(), 42);
+    session_ = std::make_shared<GuestExec>(io_, server_, UniqueFd(pair[0]), std::move(defaults), 42);
     session_->start([this](uint64_t id) { ended_ids_.push_back(id); });
   }
 
@@ -328,6 +328,26 @@ TEST_F(GuestExecRelay, StdinOutputAndTheExitStatusGoThroughInOrder) {
   EXPECT_THAT(ended_ids_, ElementsAre(42u));
   ASSERT_TRUE(run_until([&] { return served_done_.load(); }));
   EXPECT_EQ(served_, 3);
+}
+
+// A copy's VM takes only a tar: what the sandbox refuses never reaches the
+// guest, and the client hears why.
+TEST_F(GuestExecRelay, ACommandTheSandboxRefusesNeverReachesTheGuest) {
+  ExecDefaults copy_only = sandbox_defaults();
+  copy_only.refuse = [](const std::vector<std::string>& argv, bool) {
+    return argv.at(0) == "tar" ? std::string() : "only a tar here";
+  };
+  start_session(copy_only);
+  exec::Start start;
+  start.argv = {"sh", "-c", "exit 0"};
+  send_text(start);
+  ASSERT_TRUE(run_until([&] { return over(); }));
+  ASSERT_EQ(saw_->texts.size(), 1u);
+  EXPECT_THAT(saw_->texts[0], HasSubstr("\"type\":\"error\""));
+  EXPECT_THAT(saw_->texts[0], HasSubstr("only a tar here"));
+  // The guest's side got no request: its connection closed unasked.
+  ASSERT_TRUE(run_until([&] { return served_done_.load(); }));
+  EXPECT_NE(served_, 0);
 }
 
 TEST_F(GuestExecRelay, ASignalReachesTheCommand) {

@@ -24,6 +24,10 @@
 # first data (its exec frame) came; the rest the host sends is consumed,
 # and its shutdown is answered with an RST. A line on the status stream (a
 # stop) is printed and answered as MODE=2 does.
+# MODE=7 is MODE=4 as the init of a copy's VM: "ready 0\n" (no main
+# process), and each command's stdout is a tar of one file, hello.txt
+# ("from the guest's layer\n"), with exit status 0: what tar -c in the
+# guest sends for a download.
 # MODE=5 is a sandbox's curl as the init relays it to the proxy: from
 # reserved port 1001 to host port 3128 it sends the identity line naming
 # /usr/bin/curl and a GET for http://blocked.invalid/, prints the first
@@ -84,8 +88,12 @@ start:
         call    send_text
         jmp     6f
         .endif
-        .if     MODE == 4
+        .if     MODE == 4 || MODE == 7
+        .if     MODE == 7
+        lea     ready_none_line(%rip), %rsi
+        .else
         lea     ready_line(%rip), %rsi
+        .endif
         mov     $8, %ecx
         call    send_text
         jmp     exec_loop
@@ -114,7 +122,7 @@ print_answer:
         ja      fail
         add     $44, %rsi
         call    print_bytes
-        .if     MODE == 2 || MODE == 4
+        .if     MODE == 2 || MODE == 4 || MODE == 7
         lea     stopped_line(%rip), %rsi
         mov     $9, %ecx
         call    send_text
@@ -134,7 +142,7 @@ status_end:
         call    print
         jmp     reset
 
-        .if     MODE == 4
+        .if     MODE == 4 || MODE == 7
 # The exec side: a packet to port 1000 is the status stream's, one to 1024
 # an exec connection's; exec_peer is the host's port of the one served.
 exec_loop:
@@ -244,6 +252,8 @@ exit_lines:
         .ascii  "ready 1\nexit 7\n"
 ready_line:
         .ascii  "ready 1\n"
+ready_none_line:
+        .ascii  "ready 0\n"
 stopped_line:
         .ascii  "exit 143\n"
         .if     MODE == 4
@@ -257,6 +267,33 @@ exec_answer:
         .ascii  "to stderr\n"
         .byte   19, 0, 0, 0, 1          # exited, status 3
         .ascii  "3"
+exec_answer_end:
+        .endif
+        .if     MODE == 7
+# A command that wrote a tar (a ustar header and one block of content; the
+# reader takes its end at a block's edge as the archive's) and exited 0.
+exec_answer:
+        .byte   16, 0, 0, 0, 1          # started, pid 1
+        .ascii  "1"
+        .byte   17, 0, 0, 4, 0          # stdout, 1024 bytes
+1:
+        .ascii  "hello.txt"             # name
+        .fill   100 - (. - 1b), 1, 0
+        .ascii  "0000644\0"             # mode
+        .ascii  "0000000\0"             # uid
+        .ascii  "0000000\0"             # gid
+        .ascii  "00000000027\0"         # size: 23
+        .ascii  "00000000000\0"         # mtime
+        .ascii  "007610\0 "             # checksum
+        .ascii  "0"                     # a regular file
+        .fill   100, 1, 0               # link name
+        .ascii  "ustar\0" "00"
+        .fill   512 - (. - 1b), 1, 0
+2:
+        .ascii  "from the guest's layer\n"
+        .fill   512 - (. - 2b), 1, 0
+        .byte   19, 0, 0, 0, 1          # exited, status 0
+        .ascii  "0"
 exec_answer_end:
         .endif
         .if     MODE == 5 || MODE == 6
