@@ -35,12 +35,40 @@ struct ProcessPolicy {
   bool operator==(const ProcessPolicy&) const = default;
 };
 
+// A query matcher of an HTTP rule: each value the request gives `key` must
+// match `glob`, or one of the globs of `any` (exactly one of the two is
+// set).
+struct QueryMatcher {
+  std::string key;
+  std::string glob;
+  std::vector<std::string> any;
+  bool operator==(const QueryMatcher&) const = default;
+};
+
+// One of an endpoint's `rules` (allow) or `deny_rules`: a request matches
+// when its method, path and query all do.
+struct HttpRule {
+  std::string method;               // upper case; "*" or "": any
+  std::string path;                 // a glob on the request's path; "": any
+  std::vector<QueryMatcher> query;  // all must match
+  bool operator==(const HttpRule&) const = default;
+};
+
 struct Endpoint {
   std::string host;  // "api.github.com" or "*.example.com"
   std::vector<uint16_t> ports;
   std::vector<std::string> allowed_ips;  // CIDRs a resolved address may fall in
-  std::string protocol;                  // optional, e.g. "rest"
-  std::string access;                    // optional, e.g. "read-only"
+  // Layer 7 (docs/policy.md): "" is layer 4 (a connection is allowed or
+  // not, and its bytes relayed); "rest" or "websocket" judges every
+  // request.
+  std::string protocol;
+  std::string tls;          // "" or "auto": inspected when it is TLS; "skip": opaque
+  std::string enforcement;  // "" or "enforce"; "audit": allowed, logged as a would-be denial
+  std::string access;       // "", "read-only", "read-write", "full"; excludes rules
+  std::vector<HttpRule> rules;       // allow
+  std::vector<HttpRule> deny_rules;  // deny wins
+  bool allow_encoded_slash = false;  // a path may hold %2F
+  std::string ca_file;               // PEM: more trust for this upstream (a private server)
   bool operator==(const Endpoint&) const = default;
 };
 
