@@ -194,6 +194,7 @@ Decision NetworkRules::check(std::string_view binary, std::string_view host, uin
   Decision decision;
   Match found;
   std::vector<std::string> only_for;  // binaries of rules that allow host:port, but not the caller
+  std::string refused;                // an endpoint for the caller that fails closed: why
   const std::string caller(binary);
   for (const Compiled& rule : rules_) {
     bool caller_ok = rule.binaries.empty();
@@ -210,6 +211,10 @@ Decision NetworkRules::check(std::string_view binary, std::string_view host, uin
             only_for.push_back(path);
         continue;
       }
+      if (!endpoint.refusal.empty()) {
+        if (refused.empty()) refused = endpoint.refusal;
+        continue;
+      }
       if (!decision.allowed) {
         decision.allowed = true;
         decision.rule = rule.name;
@@ -224,7 +229,9 @@ Decision NetworkRules::check(std::string_view binary, std::string_view host, uin
     if (match) *match = std::move(found);
     return decision;
   }
-  if (only_for.empty()) {
+  if (!refused.empty()) {
+    decision.reason = host_port(host, port) + ": " + refused;
+  } else if (only_for.empty()) {
     decision.reason = "no rule allows " + host_port(host, port);
   } else {
     decision.reason = host_port(host, port) + " is allowed only for " + text::join(only_for, ", ") +

@@ -67,6 +67,10 @@ class NetworkRules {
     std::string host;  // exact, or a wildcard in the leading label
     std::vector<uint16_t> ports;
     std::vector<Cidr> allowed_ips;  // empty: any address the SSRF guard lets through
+    // Not empty: the endpoint allows nothing, and a connection it alone
+    // would have matched is refused for this reason (an endpoint this
+    // build cannot enforce fails closed).
+    std::string refusal;
   };
   struct Rule {
     std::string name;

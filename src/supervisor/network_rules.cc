@@ -29,6 +29,11 @@ egress::NetworkRules network_rules(const policy::Policy& policy,
                       "]: " + policy::check_allowed_ip(source.allowed_ips[j]));
         endpoint.allowed_ips.push_back(*cidr);
       }
+      // Layer 7 is judged per request, which this proxy does not do yet: an
+      // endpoint that asks for it allows nothing rather than every request.
+      if (!source.protocol.empty())
+        endpoint.refusal = "its endpoint asks for layer-7 inspection (protocol = \"" +
+                           source.protocol + "\"), which is not in this build";
       rule.endpoints.push_back(std::move(endpoint));
     }
     for (const auto& binary : network.binaries) rule.binaries.push_back(binary.path);

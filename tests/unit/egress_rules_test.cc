@@ -286,6 +286,33 @@ TEST(RulesCheck, DesignExampleBinaries) {
             "no rule allows example.com:443");
 }
 
+// An endpoint that asks for layer-7 inspection fails closed in this build:
+// it allows no connection (a read-only endpoint must not pass a POST), says
+// why, and hides no other endpoint that allows the same host at layer 4.
+TEST(RulesCheck, ALayer7EndpointAllowsNothingAndSaysWhy) {
+  NetworkRules rules = rules_from(R"(
+[network_policies.api]
+endpoints = [ { host = "api.example.com", port = 443, protocol = "rest", access = "read-only" } ]
+)");
+  Decision d = rules.check("/usr/bin/curl", "api.example.com", 443, nullptr);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.reason,
+            "api.example.com:443: its endpoint asks for layer-7 inspection (protocol = \"rest\"), "
+            "which is not in this build");
+  EXPECT_EQ(rules.check("/usr/bin/curl", "api.example.com", 80, nullptr).reason,
+            "no rule allows api.example.com:80");
+
+  NetworkRules both = rules_from(R"(
+[network_policies.api]
+endpoints = [ { host = "api.example.com", port = 443, protocol = "rest" } ]
+[network_policies.plain]
+endpoints = [ { host = "api.example.com", port = 443 } ]
+)");
+  Decision allowed = both.check("/usr/bin/curl", "api.example.com", 443, nullptr);
+  EXPECT_TRUE(allowed.allowed);
+  EXPECT_EQ(allowed.rule, "plain");
+}
+
 TEST(RulesCheck, BinaryGlobs) {
   NetworkRules rules = rules_from(R"(
 [network_policies.pypi]
