@@ -75,7 +75,8 @@ void ExecSession::begin(const exec::Start& start) {
   try {
     request = exec_request(
         start, id_,
-        ExecDefaults{owner_.container_spec().env, owner_.container_spec().fs.workdir,
+        ExecDefaults{owner_.container_spec().env,
+                     owner_.container_spec().fs.workdir,
                      [this](const std::string& user) { return owner_.exec_user(user); },
                      {}});
   } catch (const Error& e) {

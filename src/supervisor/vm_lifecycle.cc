@@ -99,7 +99,8 @@ void Supervisor::start_guest_exec(std::shared_ptr<net::WebSocket> ws) {
           refuse("exec: the guest's init cannot be reached: " + error);
           return exec_closed();
         }
-        ExecDefaults defaults{container_spec_.env, container_spec_.fs.workdir,
+        ExecDefaults defaults{container_spec_.env,
+                              container_spec_.fs.workdir,
                               [this](const std::string& user) { return exec_user(user); },
                               {}};
         if (copy_)

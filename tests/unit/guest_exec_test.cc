@@ -272,7 +272,8 @@ class GuestExecRelay : public ::testing::Test {
       served_ = frames::serve_connection(guest_end_, frames::Config{}, confinement);
       served_done_ = true;
     });
-    session_ = std::make_shared<GuestExec>(io_, server_, UniqueFd(pair[0]), std::move(defaults), 42);
+    session_ =
+        std::make_shared<GuestExec>(io_, server_, UniqueFd(pair[0]), std::move(defaults), 42);
     session_->start([this](uint64_t id) { ended_ids_.push_back(id); });
   }
 
