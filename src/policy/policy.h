@@ -62,9 +62,9 @@ struct Endpoint {
   // not, and its bytes relayed); "rest" or "websocket" judges every
   // request.
   std::string protocol;
+  std::string access;           // "", "read-only", "read-write", "full"; excludes rules
   std::string tls;              // "" or "auto": inspected when it is TLS; "skip": opaque
   std::string enforcement;      // "" or "enforce"; "audit": allowed, logged as a would-be denial
-  std::string access;           // "", "read-only", "read-write", "full"; excludes rules
   std::vector<HttpRule> rules;  // allow
   std::vector<HttpRule> deny_rules;  // deny wins
   bool allow_encoded_slash = false;  // a path may hold %2F
