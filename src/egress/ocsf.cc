@@ -35,18 +35,20 @@ std::string path_only(const std::string& target) { return target.substr(0, targe
 
 struct Outcome {
   int disposition_id;
-  const char* disposition;
+  std::string disposition;
   bool allowed;
 };
 
 // "allow" and the DNS stub's sources (local, cached, upstream) let the
-// traffic through; "deny", "closed" and "rate_limited" stop it.
+// traffic through; "deny", "closed" and "rate_limited" stop it; "audit" (an
+// endpoint in audit mode) let through what it would have refused, Logged.
 Outcome outcome(const std::string& decision) {
   if (decision == "allow" || decision == "local" || decision == "cached" || decision == "upstream")
     return {1, "Allowed", true};
   if (decision == "deny" || decision == "closed" || decision == "rate_limited")
     return {2, "Blocked", false};
-  return {99, "Other", false};
+  if (decision == "audit") return {17, "Logged", true};
+  return {99, decision, false};
 }
 
 struct Activity {
@@ -117,8 +119,12 @@ std::optional<json> event(const json& line) {
       {"activity_name", activity.name},
       {"type_uid", class_uid * 100 + activity.id},
       {"time", ns ? *ns / 1000000 : 0},
-      {"severity_id", o.allowed ? 1 : 3},
-      {"severity", o.allowed ? "Informational" : "Medium"},
+      {"severity_id", o.disposition_id == 1 ? 1
+                      : o.allowed           ? 2
+                                            : 3},
+      {"severity", o.disposition_id == 1 ? "Informational"
+                   : o.allowed           ? "Low"
+                                         : "Medium"},
       {"action_id", o.allowed ? 1 : 2},
       {"action", o.allowed ? "Allowed" : "Denied"},
       {"disposition_id", o.disposition_id},

@@ -6,6 +6,9 @@
 //    allowed, Refuse when denied, Close when a new policy closed it.
 //  - a line with "method" is HTTP Activity (4002), its activity the method.
 //  - kind "dns" is DNS Activity (4003), a Query.
+//  - decision "allow" (and the DNS stub's local, cached, upstream) is
+//    disposition Allowed; "deny", "closed", "rate_limited" Blocked; "audit"
+//    (let through by an endpoint in audit mode, a would-be denial) Logged.
 //  - A path is written without its query: a query's values may be secrets.
 #pragma once
 

@@ -64,6 +64,21 @@ TEST(EgressOcsf, AnAllowedConnectionNamesItsRuleAndAddress) {
   EXPECT_FALSE(e->contains("status_detail"));
 }
 
+TEST(EgressOcsf, AnAuditModeDecisionIsLoggedAndLetThrough) {
+  json line = connect_line("audit", "would deny: POST is read-only", "github");
+  line["method"] = "POST";
+  line["path"] = "/x";
+  auto e = event(line);
+  ASSERT_TRUE(e);
+  EXPECT_EQ((*e)["disposition_id"], 17);
+  EXPECT_EQ((*e)["disposition"], "Logged");
+  EXPECT_EQ((*e)["action"], "Allowed");
+  EXPECT_EQ((*e)["severity_id"], 2);
+  auto other = event(connect_line("refused-later", ""));
+  EXPECT_EQ((*other)["disposition_id"], 99);
+  EXPECT_EQ((*other)["disposition"], "refused-later");
+}
+
 TEST(EgressOcsf, AConnectionClosedByANewPolicyIsAClose) {
   auto e = event(connect_line("closed", "policy revision 3: no rule allows it"));
   ASSERT_TRUE(e);
