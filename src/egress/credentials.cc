@@ -255,22 +255,26 @@ struct CredentialFill {
 
   std::string destination() const { return request.host + ":" + std::to_string(request.port); }
 
-  // The first refusal wins; a reason that would quote a secret (the
-  // sandbox chose a header's name, or an unknown key, to hold one) is
-  // replaced by one that quotes nothing.
+  // Always true (refused). The first refusal wins; a reason that would
+  // quote a secret in any of its forms (the sandbox chose a header's name,
+  // an unknown key or the host name to hold one) is replaced by one that
+  // quotes nothing.
   bool refuse(std::string reason) {
-    if (result.refused) return false;
+    if (result.refused) return true;
+    const std::string decoded = lenient_decode(reason, true);
     for (const auto& e : entries) {
-      if (e.credential.value.size() < kMinSearchedValue) continue;
-      if (reason.find(e.credential.value) != std::string::npos ||
-          lenient_decode(reason, true).find(e.credential.value) != std::string::npos) {
+      bool quoted = false;
+      for (const auto& form : e.forms)
+        quoted = quoted || reason.find(form) != std::string::npos ||
+                 decoded.find(form) != std::string::npos;
+      if (quoted) {
         reason = "the secret of a credential is in a place its reason would show";
         break;
       }
     }
     result.refused = true;
     result.reason = std::move(reason);
-    return false;
+    return true;
   }
 
   // A secret of a credential not bound here, in any form, in a view of a place.
@@ -283,8 +287,8 @@ struct CredentialFill {
       for (size_t i = 0; !found && i < e.forms.size(); ++i)
         found = view.find(e.forms[i]) != std::string_view::npos;
       if (found)
-        return !refuse("the secret of credential " + e.credential.key + " in " + place +
-                       " is not for " + destination());
+        return refuse("the secret of credential " + e.credential.key + " in " + place +
+                      " is not for " + destination());
     }
     return false;
   }
@@ -297,12 +301,12 @@ struct CredentialFill {
     for (const auto& p : find_placeholders(view, true)) {
       const Credentials::Entry* e = find(p.key);
       if (!e)
-        return !refuse("unknown credential " + quoted_name(p.key) + " in " + place +
-                       " (no provider of this sandbox has it)");
+        return refuse("unknown credential " + quoted_name(p.key) + " in " + place +
+                      " (no provider of this sandbox has it)");
       if (!bound(*e))
-        return !refuse("credential " + p.key + " in " + place + " is not for " + destination());
+        return refuse("credential " + p.key + " in " + place + " is not for " + destination());
       std::string why = fillable(*e);
-      if (!why.empty()) return !refuse("credential " + p.key + " in " + place + ": " + why);
+      if (!why.empty()) return refuse("credential " + p.key + " in " + place + ": " + why);
     }
     return false;
   }

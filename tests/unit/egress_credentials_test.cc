@@ -1,3 +1,5 @@
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -328,6 +330,19 @@ TEST(EgressCredentials, AValueWithALineBreakNeverGoesInAHeader) {
   ASSERT_TRUE(result.refused);
   EXPECT_THAT(result.reason, HasSubstr("credential K cannot go in header Authorization"));
   EXPECT_THAT(result.reason, Not(HasSubstr("Injected")));
+}
+
+// Rotation replaces the set whole: a request sees the old set or the new.
+TEST(EgressCredentials, ARotatedSetFillsTheNewValue) {
+  auto set = std::make_shared<const Credentials>(github());
+  auto r = request("api.github.com");
+  r.headers.emplace_back("Authorization", "Bearer " + kPlaceholder);
+  std::shared_ptr<const Credentials> in_use = set;
+  std::atomic_store(&set,
+                    std::make_shared<const Credentials>(Credentials(
+                        {{"GITHUB_TOKEN", "ghp_rotated", {"api.github.com:443"}, false, false}})));
+  EXPECT_EQ(header(in_use->fill(r).request, "Authorization"), "Bearer " + kSecret);
+  EXPECT_EQ(header(std::atomic_load(&set)->fill(r).request, "Authorization"), "Bearer ghp_rotated");
 }
 
 TEST(EgressCredentials, BadCredentialsAreRefusedWhenTheSetIsBuilt) {
