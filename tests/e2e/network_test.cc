@@ -448,6 +448,18 @@ TEST_P(Network, GatewaySandboxCountsTheProcessThatConnected) {
   Result wrong = os({"logs", "hide", "-o", "text"});
   EXPECT_NE(wrong.status, 0);
   EXPECT_THAT(wrong.err, HasSubstr("only the network log (--source network) has formats"));
+  // Followed, converted as the lines come, until the sandbox stops.
+  Result followed;
+  std::thread follower([&] {
+    followed = os({"logs", "hide", "--source", "network", "-f", "-o", "text"});
+  });
+  for (int i = 0; i < 3000 && processes_matching("logs hide --source network -f").empty(); ++i)
+    ::usleep(10000);
+  EXPECT_EQ(os({"sandbox", "stop", "hide"}).status, 0);
+  follower.join();
+  EXPECT_EQ(followed.status, 0) << followed.err;
+  EXPECT_THAT(followed.out, HasSubstr(" deny osh-probe(pid ")) << followed.out;
+  EXPECT_THAT(followed.out, Not(HasSubstr("{"))) << followed.out;
 }
 
 // The runtime looks at every connect() of a sandbox with egress: those that
