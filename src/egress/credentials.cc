@@ -344,7 +344,10 @@ struct CredentialFill {
 
   void run() {
     const std::string dest = destination();
-    const std::string type = media_type(request.content_type);
+    std::string_view content_type = request.content_type;
+    for (const auto& [name, value] : request.headers)
+      if (content_type.empty() && text::iequals(name, "content-type")) content_type = value;
+    const std::string type = media_type(content_type);
     const bool body_fillable_type = is_json(type) || is_form(type);
     result.body_too_large = request.body.size() > kMaxRewrittenBody;
     auto nowhere = [](const Credentials::Entry&) { return std::string("not filled in here"); };

@@ -54,7 +54,7 @@ struct CredentialRequest {
   std::string target;                                        // origin form: "/p?q"
   std::vector<std::pair<std::string, std::string>> headers;  // in order, repeats kept
   std::string body;                                          // de-chunked
-  std::string content_type;                                  // the Content-Type header's value
+  std::string content_type;  // the media type; empty: the Content-Type header's
 };
 
 struct CredentialResult {

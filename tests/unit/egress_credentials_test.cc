@@ -168,6 +168,15 @@ TEST(EgressCredentials, FillsAFormBodyPercentEncoded) {
   EXPECT_EQ(header(result.request, "Transfer-Encoding"), "(absent)");
 }
 
+TEST(EgressCredentials, TheBodysTypeIsTheHeadersWhenNotGiven) {
+  auto r = with_body(request("api.github.com"), "application/x-www-form-urlencoded",
+                     "secret=" + kPlaceholder);
+  r.content_type.clear();
+  auto result = github(false, true).fill(r);
+  ASSERT_FALSE(result.refused) << result.reason;
+  EXPECT_EQ(result.request.body, "secret=ghp_s3cr3t%2Bv%2Fal%3Due");
+}
+
 TEST(EgressCredentials, RefusesTheBodyWhenNotAllowedOrNotJsonNorForm) {
   auto json_body = with_body(request("api.github.com"), "application/json",
                              R"({"t":")" + kPlaceholder + R"("})");
