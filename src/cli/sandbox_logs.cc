@@ -12,13 +12,14 @@
 #include "cli/gateway_client.h"
 #include "cli/sandbox_common.h"
 #include "cli/streams.h"
+#include "egress/ocsf.h"
 
 namespace openshell::cli {
 
 namespace {
 
 struct LogsCommand {
-  std::string name, lines = "all", since, source = "sandbox";
+  std::string name, lines = "all", since, source = "sandbox", output;
   bool follow = false, tail = false, timestamps = false;
 };
 
@@ -39,7 +40,10 @@ int logs(LogsCommand& o) {
   o.follow = o.follow || o.tail;
   if (o.lines != "all" && !text::parse_uint(o.lines, 1u << 30))
     throw Error("-n " + o.lines + ": not a number of lines");
-  LogOptions options{o.lines, o.timestamps, o.source, std::nullopt};
+  if (!o.output.empty() && o.source != "network")
+    throw Error("-o " + o.output + ": only the network log (--source network) has formats");
+  LogOptions options{o.lines, o.timestamps, o.source, std::nullopt,
+                     o.output.empty() ? "json" : o.output};
   if (!o.since.empty()) options.since_ns = since_ns(o.since);
   GatewayClient client;
   o.name = sandbox_name(client.paths(), o.name);
@@ -52,7 +56,11 @@ int logs(LogsCommand& o) {
   if (options.since_ns) path += "&since=" + std::to_string(*options.since_ns);
   std::string body = client.call_text("GET", path);
   if (o.source == "network") {
-    std::fwrite(body.data(), 1, body.size(), stdout);
+    std::string carry;
+    std::string out = egress::ocsf::convert(body, network_format(options.format), &carry);
+    // The last line unfinished (written as it was read): shown as it is.
+    if (!carry.empty()) out += egress::ocsf::convert("\n", network_format(options.format), &carry);
+    std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   }
   std::string carry;
@@ -69,6 +77,10 @@ void add_logs_command(CLI::App* parent, const char* help, Action* action) {
                 "sandbox (the main process's output) or network (the egress decisions, JSON lines)")
       ->check(CLI::IsMember({"sandbox", "network"}))
       ->capture_default_str();
+  c->add_option("-o,--output", o->output,
+                "The network log's format: json (the proxy's lines, the default), ocsf (one OCSF "
+                "event a line) or text (one human line each)")
+      ->check(CLI::IsMember({"json", "ocsf", "text"}));
   c->add_option("name", o->name, "The sandbox (default: the last one named)");
   c->add_option("-n,--lines", o->lines, "Only the last N lines (default all)");
   c->add_option("--since", o->since,
@@ -80,7 +92,8 @@ void add_logs_command(CLI::App* parent, const char* help, Action* action) {
   c->footer(
       "Examples:\n  openshell logs agent -n 20            # the last 20 lines\n"
       "  openshell logs agent --since 5m --tail  # the last five minutes, then follow\n"
-      "  openshell logs agent --source network --since 2026-12-01T12:00:00Z\nSee "
+      "  openshell logs agent --source network --since 2026-12-01T12:00:00Z\n"
+      "  openshell logs agent --source network -o text --follow\nSee "
       "openshell-logs(1).");
   c->callback([o, action] { *action = [o] { return logs(*o); }; });
 }

@@ -71,6 +71,12 @@ size_t print_records(const std::string& text, bool timestamps, std::string* carr
   return count;
 }
 
+egress::ocsf::Format network_format(const std::string& name) {
+  if (name == "ocsf") return egress::ocsf::Format::kOcsf;
+  if (name == "text") return egress::ocsf::Format::kText;
+  return egress::ocsf::Format::kJson;
+}
+
 LogEnd follow_logs(const GatewayClient& client, const std::string& name,
                    const LogOptions& options) {
   asio::io_context io;
@@ -81,13 +87,14 @@ LogEnd follow_logs(const GatewayClient& client, const std::string& name,
   auto ws = connect(io, client, target);
   LogEnd end;
   std::string carry;
+  const egress::ocsf::Format format = network_format(options.format);
   bool ended = false;
   std::string closed_why;
   ws->start(
       [&](std::string data, bool binary) {
         if (binary) {
           if (options.source == "network")
-            files::write_all(STDOUT_FILENO, data);  // JSON lines as they are
+            files::write_all(STDOUT_FILENO, egress::ocsf::convert(data, format, &carry));
           else
             print_records(data, options.timestamps, &carry);
           return;

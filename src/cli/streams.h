@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "egress/ocsf.h"
+
 namespace openshell::cli {
 
 class GatewayClient;
@@ -14,7 +16,12 @@ struct LogOptions {
   bool timestamps = false;
   std::string source = "sandbox";   // or "network": the egress proxy's decisions (JSON lines)
   std::optional<int64_t> since_ns;  // only records from then on (since the epoch)
+  std::string format = "json";      // the network log's: json, ocsf or text
 };
+
+// The network log's format by its name on the command line ("json" too
+// for anything else: the proxy's lines as they are).
+egress::ocsf::Format network_format(const std::string& name);
 
 struct LogEnd {
   std::string phase;             // the sandbox's phase at the end

@@ -427,6 +427,39 @@ TEST_P(Network, GatewaySandboxCountsTheProcessThatConnected) {
   EXPECT_EQ(alone.out, "hello from the test server\n");
   Result audit = os({"logs", "hide", "--source", "network"});
   EXPECT_THAT(audit.out, HasSubstr("\"binary\":\"/usr/bin/osh-probe\"")) << audit.out;
+  // The same decisions as OCSF events, one JSON object a line, and as text.
+  Result ocsf = os({"logs", "hide", "--source", "network", "-o", "ocsf"});
+  EXPECT_EQ(ocsf.status, 0) << ocsf.err;
+  EXPECT_THAT(ocsf.out, HasSubstr("\"class_uid\":4001")) << ocsf.out;
+  EXPECT_THAT(ocsf.out, HasSubstr("\"disposition\":\"Blocked\"")) << ocsf.out;
+  EXPECT_THAT(ocsf.out, HasSubstr("\"path\":\"/usr/bin/osh-probe\"")) << ocsf.out;
+  size_t events = 0;
+  for (size_t at = 0, end; (end = ocsf.out.find('\n', at)) != std::string::npos; at = end + 1) {
+    auto event = nlohmann::json::parse(ocsf.out.substr(at, end - at), nullptr, false);
+    EXPECT_TRUE(event.is_object() && event.contains("type_uid")) << ocsf.out.substr(at, end - at);
+    ++events;
+  }
+  EXPECT_GE(events, 2u) << ocsf.out;
+  Result text = os({"logs", "hide", "--source", "network", "-o", "text"});
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr(" deny osh-probe(pid ")) << text.out;
+  EXPECT_THAT(text.out, HasSubstr("-> localhost:" + port() + "  ")) << text.out;
+  EXPECT_THAT(text.out, Not(HasSubstr("{"))) << text.out;
+  Result wrong = os({"logs", "hide", "-o", "text"});
+  EXPECT_NE(wrong.status, 0);
+  EXPECT_THAT(wrong.err, HasSubstr("only the network log (--source network) has formats"));
+  // Followed, converted as the lines come, until the sandbox stops.
+  Result followed;
+  std::thread follower([&] {
+    followed = os({"logs", "hide", "--source", "network", "-f", "-o", "text"});
+  });
+  for (int i = 0; i < 3000 && processes_matching("logs hide --source network -f").empty(); ++i)
+    ::usleep(10000);
+  EXPECT_EQ(os({"sandbox", "stop", "hide"}).status, 0);
+  follower.join();
+  EXPECT_EQ(followed.status, 0) << followed.err;
+  EXPECT_THAT(followed.out, HasSubstr(" deny osh-probe(pid ")) << followed.out;
+  EXPECT_THAT(followed.out, Not(HasSubstr("{"))) << followed.out;
 }
 
 // The runtime looks at every connect() of a sandbox with egress: those that
