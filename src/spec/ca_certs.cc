@@ -33,11 +33,11 @@ bool only_certificate_blocks(const std::string& text, std::string* other) {
 
 }  // namespace
 
-std::vector<std::string> ca_bundle_env() {
+std::vector<std::string> ca_bundle_env(const std::string& path) {
   std::vector<std::string> env;
-  for (const char* var :
-       {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO"})
-    env.push_back(std::string(var) + "=" + kCaBundle);
+  for (const char* var : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                          "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO"})
+    env.push_back(std::string(var) + "=" + path);
   return env;
 }
 
@@ -79,9 +79,11 @@ std::string read_ca_cert(const std::string& path) {
   return pem_certificates(text, path);
 }
 
-std::string ca_bundle(const std::string& base, const std::vector<std::string>& certs) {
+std::string ca_bundle(const std::string& base, const std::vector<std::string>& certs,
+                      const std::string& sandbox_ca) {
   std::string out = base;
   if (!out.empty() && out.back() != '\n') out += '\n';
+  if (!sandbox_ca.empty()) out += std::string(kSandboxCaLine) + "\n" + sandbox_ca;
   for (size_t i = 0; i < certs.size(); ++i)
     out += "# openshell: --ca-cert " + std::to_string(i + 1) + "\n" + certs[i];
   return out;

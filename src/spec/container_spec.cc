@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "base/ca_bundles.h"
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -180,6 +181,30 @@ std::vector<std::string> proxy_env() {
   return env;
 }
 
+namespace {
+
+// Where a sandbox's CA bundle goes: over each system bundle its root has
+// (one holding something), else at kCaBundle when --ca-cert asks for it.
+std::vector<std::string> ca_bundle_targets(const SandboxSpec& spec, const Placement& where) {
+  const RootFiles root = root_files(spec, where);
+  std::vector<std::string> targets;
+  for (const char* path : kCaBundlePaths) {
+    const std::string relative = std::string(path).substr(1);
+    bool present = false;
+    try {
+      present = root.layers.empty() ? files::read_in_root(root.root_dir, relative).has_value()
+                                    : !image::read_from_layers(root.layers, relative).empty();
+    } catch (const Error&) {
+      // Not a regular file (a directory, a loop of links): no bundle to replace.
+    }
+    if (present) targets.push_back(path);
+  }
+  if (targets.empty() && !spec.ca_certs.empty()) targets.push_back(kCaBundle);
+  return targets;
+}
+
+}  // namespace
+
 runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placement& where) {
   runtime::ContainerSpec c;
   const OneShot* one_shot = where.one_shot ? &*where.one_shot : nullptr;
@@ -213,9 +238,11 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   }
   if (one_shot && spec.from != "host") c.fs.read_only = one_shot->read_only;
   if (one_shot) c.fs.binds.insert(c.fs.binds.end(), one_shot->binds.begin(), one_shot->binds.end());
-  // The CA bundle that prepare_root wrote, over the root's own.
-  if (!one_shot && !spec.ca_certs.empty())
-    c.fs.binds.push_back({dir + "/" + kCaBundleFile, kCaBundle, true});
+  // The CA bundle that prepare_root wrote, over each of the root's own.
+  const std::vector<std::string> bundles =
+      one_shot || spec.vm ? std::vector<std::string>{} : ca_bundle_targets(spec, where);
+  for (const auto& bundle : bundles)
+    c.fs.binds.push_back({dir + "/" + kCaBundleFile, bundle, true});
   // A gateway's sandbox's own (create --bind), mounted as run's are: as
   // root, idmapped to the sandbox user (namespaces::MountPlan).
   for (const auto& b : spec.binds) c.fs.binds.push_back({b.source, b.target, b.read_only});
@@ -254,7 +281,7 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
            "HOSTNAME=" + where.hostname};
   if (c.tty) c.env.push_back("TERM=" + (one_shot->term.empty() ? "xterm" : one_shot->term));
   if (c.egress) c.env = merge_env(std::move(c.env), proxy_env());
-  if (!one_shot && !spec.ca_certs.empty()) c.env = merge_env(std::move(c.env), ca_bundle_env());
+  if (!bundles.empty()) c.env = merge_env(std::move(c.env), ca_bundle_env(bundles.front()));
   c.env = merge_env(std::move(c.env), spec.env);
 
   // Limits; a sandbox made before the defaults existed gets them here.
@@ -308,24 +335,34 @@ runtime::ResolvedUser exec_user(const SandboxSpec& spec, const Placement& where,
 
 namespace {
 
-// The root's own CA bundle, where it has one (else "").
-std::string root_ca_bundle(const SandboxSpec& spec, const std::string& dir, const Paths& paths) {
-  const std::string path = std::string(kCaBundle).substr(1);
-  if (spec.from == "host") return files::read_in_root("/", path).value_or("");
-  if (spec.storage == "copy") return files::read_in_root(dir + "/rootfs", path).value_or("");
-  if (!spec.image) return files::read_in_root(spec.from, path).value_or("");
-  image::Store store(paths.images());
-  std::vector<std::string> layers;
-  for (auto it = spec.image->layers.rbegin(); it != spec.image->layers.rend(); ++it)
-    layers.push_back(store.layer_root(*it));
-  return image::read_from_layers(layers, path);
+// The host's roots: what the proxy trusts upstream is what the sandbox
+// trusts where it goes uninspected, whatever its image carries.
+std::string host_ca_bundle() {
+  const std::string path = ca_bundles::host_path();
+  if (path.empty()) return "";
+  std::string text;
+  if (int err = files::read_into(path, &text)) throw_errno("read " + path, err);
+  return text;
 }
 
-// Written afresh at every launch: the root's bundle may be what changed.
-void prepare_ca_bundle(const SandboxSpec& spec, const std::string& dir, const Paths& paths) {
-  if (spec.ca_certs.empty()) return;
+// Written afresh at every launch: the sandbox's CA is new at each, and the
+// host's bundle may be what changed.
+void prepare_ca_bundle(const SandboxSpec& spec, const std::string& dir,
+                       const std::string& sandbox_ca) {
+  if (spec.vm || (sandbox_ca.empty() && spec.ca_certs.empty())) return;
   const std::string file = dir + "/" + kCaBundleFile;
-  files::write_atomically(file, ca_bundle(root_ca_bundle(spec, dir, paths), spec.ca_certs), 0644);
+  // A new file renamed over the old one, without write_atomically's fsyncs
+  // (milliseconds at every start): a bundle a crash loses is made again at
+  // the next start, as is every one.
+  const std::string temp = file + ".new";
+  {
+    UniqueFd out(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!out) throw_errno("create " + temp);
+    if (::fchmod(out.get(), 0644) != 0) throw_errno("chmod " + temp);
+    if (!files::write_all(out.get(), ca_bundle(host_ca_bundle(), spec.ca_certs, sandbox_ca)))
+      throw_errno("write " + temp);
+  }
+  if (::rename(temp.c_str(), file.c_str()) != 0) throw_errno("rename " + temp + " to " + file);
   // As root, the sandbox's own range owns it: a bind of a file that host
   // root owns is not idmapped into the sandbox, and its source directory is
   // not one the sandbox's ids may search.
@@ -359,9 +396,10 @@ void prepare_copy(const SandboxSpec& spec, const std::string& sandbox_id, const 
 
 }  // namespace
 
-void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
+void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths,
+                  const std::string& sandbox_ca) {
   prepare_copy(spec, sandbox_id, paths);
-  prepare_ca_bundle(spec, paths.sandbox(sandbox_id), paths);
+  prepare_ca_bundle(spec, paths.sandbox(sandbox_id), sandbox_ca);
 }
 
 }  // namespace openshell::spec

@@ -104,9 +104,11 @@ std::vector<std::string> proxy_env();
 //  - with storage "copy", its root as a copy of its image (or directory)
 //    before its first start: sandboxes/<id>/rootfs, kept across stops and
 //    starts like a writable layer (made once);
-//  - with ca_certs, its CA bundle (spec/ca_certs.h), the root's own with
-//    them added, written afresh.
+//  - its CA bundle (spec/ca_certs.h): the host's roots, sandbox_ca (the
+//    PEM of the CA its supervisor made for this start) and ca_certs,
+//    written afresh; none for a micro-VM, nor without a CA or ca_certs.
 // Throws Error.
-void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths);
+void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths,
+                  const std::string& sandbox_ca = "");
 
 }  // namespace openshell::spec

@@ -20,6 +20,7 @@
 #include "base/paths.h"
 #include "base/unique_fd.h"
 #include "egress/proxy.h"
+#include "egress/tls.h"
 #include "protocol/supervisor_session.h"
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
@@ -73,6 +74,9 @@ class Supervisor {
   // Why a copy supervisor does not run this (copy.cc); "" when it does.
   std::string copy_refusal(const std::vector<std::string>& argv, bool tty) const;
   const runtime::ContainerSpec& container_spec() const { return container_spec_; }
+  // The CA this start of the sandbox trusts, for the proxy to sign with;
+  // null for a micro-VM, or when the spec could not become a container.
+  egress::tls::SandboxCa* sandbox_ca() const { return ca_.get(); }
   // exec --user: the ids it names, by the sandbox's rule (spec::exec_user);
   // none when they are the sandbox's own. Throws Error naming what is wrong.
   std::optional<runtime::ExecUser> exec_user(const std::string& user) const;
@@ -132,6 +136,9 @@ class Supervisor {
   auth::LaunchSpec launch_;
   SandboxSpec spec_;
   runtime::ContainerSpec container_spec_;
+  // Made at each start, before the container; its key never leaves this
+  // process (only its certificate goes into the sandbox's CA bundle).
+  std::unique_ptr<egress::tls::SandboxCa> ca_;
   std::unique_ptr<runtime::Container> container_;
   std::unique_ptr<GuestVm> vm_;      // a --vm sandbox's, in place of container_
   bool vm_ready_ = false;            // the guest's init said `ready`

@@ -31,7 +31,9 @@ void Supervisor::load() {
   // failed start to report, not a supervisor that vanishes.
   try {
     spec_ = SandboxSpec::from_json(launch_.spec);
-    spec::prepare_root(spec_, launch_.sandbox_id, paths_);
+    // A micro-VM's guest does not get the bundle yet: no CA for it.
+    if (!spec_.vm) ca_ = std::make_unique<egress::tls::SandboxCa>(launch_.sandbox_name);
+    spec::prepare_root(spec_, launch_.sandbox_id, paths_, ca_ ? ca_->cert_pem() : "");
     container_spec_ = spec::container_spec_for(
         spec_, spec::sandbox_placement(launch_.sandbox_id, launch_.sandbox_name, paths_));
   } catch (const Error& e) {

@@ -42,15 +42,26 @@ TEST(CaCerts, AnythingElseIsRefusedNamingTheFile) {
   EXPECT_EQ(error_of(""), error_of("hello\n"));
 }
 
-TEST(CaCerts, TheBundleIsTheRootsOwnThenOurs) {
+TEST(CaCerts, TheBundleIsTheHostsThenTheSandboxsCaThenOurs) {
   EXPECT_EQ(ca_bundle("base", {kTestCa}),
             std::string("base\n# openshell: --ca-cert 1\n") + kTestCa);
   EXPECT_EQ(ca_bundle("", {kTestCa, kTestCa}), std::string("# openshell: --ca-cert 1\n") + kTestCa +
                                                    "# openshell: --ca-cert 2\n" + kTestCa);
+  EXPECT_EQ(ca_bundle("base", {kTestCa}, "SANDBOX CA\n"),
+            std::string("base\n# openshell: this sandbox's CA\nSANDBOX CA\n# openshell: --ca-cert "
+                        "1\n") +
+                kTestCa);
+  EXPECT_EQ(ca_bundle("", {}, "SANDBOX CA\n"), "# openshell: this sandbox's CA\nSANDBOX CA\n");
   EXPECT_THAT(ca_bundle_env(), ElementsAre("SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
                                            "REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt",
+                                           "CURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt",
                                            "NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt",
                                            "GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt"));
+  EXPECT_THAT(
+      ca_bundle_env("/etc/ssl/cert.pem"),
+      ElementsAre("SSL_CERT_FILE=/etc/ssl/cert.pem", "REQUESTS_CA_BUNDLE=/etc/ssl/cert.pem",
+                  "CURL_CA_BUNDLE=/etc/ssl/cert.pem", "NODE_EXTRA_CA_CERTS=/etc/ssl/cert.pem",
+                  "GIT_SSL_CAINFO=/etc/ssl/cert.pem"));
 }
 
 TEST(CaCerts, TravelInTheSpecAndAreCheckedThere) {

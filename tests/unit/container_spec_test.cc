@@ -4,18 +4,25 @@
 // `openshell run` fills it; run_options_test.cc tests its flags).
 #include "spec/container_spec.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/ca_bundles.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "image/store.h"
 #include "policy/policy.h"
 #include "runtime/guest_init.h"
 #include "runtime/landlock.h"
+#include "spec/ca_certs.h"
 #include "supervisor/guest_vm.h"
 #include "test_util.h"
 
@@ -457,7 +464,7 @@ TEST(ContainerSpecRoot, AGatewaysSandboxKeepsItsLayerAndWorkspace) {
   SandboxSpec host;
   runtime::ContainerSpec c = container_spec_for(host, g.sandbox());
   EXPECT_EQ(c.fs.root, namespaces::RootKind::kHost);
-  ASSERT_EQ(c.fs.binds.size(), 1u);
+  ASSERT_GE(c.fs.binds.size(), 1u);  // then the CA bundle, over the host's own
   EXPECT_EQ(c.fs.binds[0].source, dir + "/workspace");
   EXPECT_EQ(c.fs.binds[0].target, "/sandbox");
   EXPECT_EQ(c.fs.workdir, "/sandbox");
@@ -485,6 +492,88 @@ TEST(ContainerSpecRoot, AGatewaysSandboxKeepsItsLayerAndWorkspace) {
   EXPECT_THAT(c.fs.layers, ElementsAre(image::Store(g.paths.images()).layer_root(kLayer)));
   EXPECT_EQ(c.fs.layer_dir, dir + "/layer");
   EXPECT_EQ(c.fs.workdir, "/app");
+}
+
+// --- the CA bundle --------------------------------------------------------------------
+
+std::vector<std::string> bind_targets(const runtime::ContainerSpec& c, const std::string& source) {
+  std::vector<std::string> targets;
+  for (const auto& b : c.fs.binds)
+    if (b.source == source) {
+      EXPECT_TRUE(b.read_only) << b.target;
+      targets.push_back(b.target);
+    }
+  return targets;
+}
+
+TEST(ContainerSpecCaBundle, OverEachBundleTheRootHasAndTheVariablesNameTheFirst) {
+  Gateway g;
+  const std::string bundle = g.paths.sandbox("sb-1") + "/ca-certificates.crt";
+  SandboxSpec spec = g.from_image(kPasswd, kGroup);
+  const std::string layer = image::Store(g.paths.images()).layer_root(kLayer);
+  // An Alpine-like and a Fedora-like bundle, no Debian one.
+  write_file(layer + "/etc/ssl/cert.pem", "roots\n");
+  write_file(layer + "/etc/pki/tls/certs/ca-bundle.crt", "roots\n");
+  runtime::ContainerSpec c = container_spec_for(spec, g.sandbox());
+  EXPECT_THAT(bind_targets(c, bundle),
+              ElementsAre("/etc/ssl/cert.pem", "/etc/pki/tls/certs/ca-bundle.crt"));
+  for (const auto& entry : ca_bundle_env("/etc/ssl/cert.pem")) EXPECT_THAT(c.env, Contains(entry));
+
+  // The image's variables do not win over ours; the caller's do.
+  spec.env = {"SSL_CERT_FILE=/mine.pem"};
+  c = container_spec_for(spec, g.sandbox());
+  EXPECT_THAT(c.env, Contains("SSL_CERT_FILE=/mine.pem"));
+  EXPECT_THAT(c.env, Contains("CURL_CA_BUNDLE=/etc/ssl/cert.pem"));
+
+  // No bundle in the root: none mounted, no variables; with --ca-cert, at
+  // the Debian path.
+  SandboxSpec bare = g.from_image(kPasswd, kGroup);
+  ::unlink((layer + "/etc/ssl/cert.pem").c_str());
+  ::unlink((layer + "/etc/pki/tls/certs/ca-bundle.crt").c_str());
+  c = container_spec_for(bare, g.sandbox());
+  EXPECT_THAT(bind_targets(c, bundle), IsEmpty());
+  for (const auto& entry : c.env) EXPECT_THAT(entry, Not(StartsWith("SSL_CERT_FILE=")));
+  bare.ca_certs = {"x"};
+  c = container_spec_for(bare, g.sandbox());
+  EXPECT_THAT(bind_targets(c, bundle), ElementsAre("/etc/ssl/certs/ca-certificates.crt"));
+  EXPECT_THAT(c.env, Contains("SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"));
+
+  // Neither a one-shot sandbox nor a micro-VM gets one.
+  write_file(layer + "/etc/ssl/cert.pem", "roots\n");
+  c = container_spec_for(g.from_image(kPasswd, kGroup), g.one_shot());
+  for (const auto& b : c.fs.binds) EXPECT_THAT(b.target, Not(HasSubstr("cert")));
+}
+
+TEST(ContainerSpecCaBundle, PrepareRootWritesTheHostsRootsAndTheSandboxsCa) {
+  Gateway g;
+  const std::string bundle = g.paths.sandbox("sb-1") + "/ca-certificates.crt";
+  SandboxSpec spec = g.from_image(kPasswd, kGroup);
+  write_file(g.paths.sandbox("sb-1") + "/.keep", "");
+  const auto start = std::chrono::steady_clock::now();
+  prepare_root(spec, "sb-1", g.paths, "SANDBOX CA PEM\n");
+  std::printf(
+      "prepare_root with the host's roots: %.1f us\n",
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  std::string text;
+  ASSERT_EQ(files::read_into(bundle, &text), 0);
+  EXPECT_THAT(text, HasSubstr(std::string(kSandboxCaLine) + "\nSANDBOX CA PEM\n"));
+  const std::string host = ca_bundles::host_path();
+  if (!host.empty()) {
+    std::string roots;
+    ASSERT_EQ(files::read_into(host, &roots), 0);
+    EXPECT_EQ(text.substr(0, roots.size()), roots);
+  }
+  // A new start, a new CA: the file is written afresh.
+  prepare_root(spec, "sb-1", g.paths, "ANOTHER CA\n");
+  text.clear();  // read_into appends
+  ASSERT_EQ(files::read_into(bundle, &text), 0);
+  EXPECT_EQ(text.find("SANDBOX CA PEM"), std::string::npos);
+  EXPECT_NE(text.find(std::string(kSandboxCaLine) + "\nANOTHER CA\n"), std::string::npos);
+  // A micro-VM gets none.
+  ::unlink(bundle.c_str());
+  spec.vm.emplace();
+  prepare_root(spec, "sb-1", g.paths, "SANDBOX CA PEM\n");
+  EXPECT_FALSE(files::exists(bundle));
 }
 
 TEST(ContainerSpecRoot, AOneShotSandboxThrowsItsLayerAway) {

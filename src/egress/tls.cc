@@ -1,0 +1,294 @@
+#include "egress/tls.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include "base/ca_bundles.h"
+#include "base/error.h"
+
+namespace openshell::egress::tls {
+
+namespace {
+
+constexpr long kHour = 60 * 60;
+constexpr long kCaDays = 30;
+
+// ALPN's wire form: one length byte, then the protocol's name.
+constexpr unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+
+// "what: the OpenSSL reason".
+[[noreturn]] void fail(const std::string& what) {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  char text[256] = "unknown error";
+  if (code) ERR_error_string_n(code, text, sizeof text);
+  throw Error(what + ": " + text);
+}
+
+std::unique_ptr<EVP_PKEY, PkeyFree> new_p256_key() {
+  std::unique_ptr<EVP_PKEY, PkeyFree> key(EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"));
+  if (!key) fail("generate an ECDSA P-256 key");
+  return key;
+}
+
+void add_extension(X509* cert, X509* issuer, int nid, const std::string& value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
+  if (!ext) fail(std::string("make the extension ") + OBJ_nid2sn(nid) + " = " + value);
+  const int ok = X509_add_ext(cert, ext, -1);
+  X509_EXTENSION_free(ext);
+  if (ok != 1) fail(std::string("add the extension ") + OBJ_nid2sn(nid));
+}
+
+void add_name_entry(X509_NAME* name, const char* field, const std::string& value) {
+  if (X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8,
+                                 reinterpret_cast<const unsigned char*>(value.c_str()), -1, -1,
+                                 0) != 1)
+    fail(std::string("set the subject's ") + field + " to '" + value + "'");
+}
+
+// A version 3 certificate for key with a random positive serial of 159 bits
+// (RFC 5280 allows at most 20 bytes), valid from an hour ago: a client
+// whose clock is a little behind accepts it too.
+std::unique_ptr<X509, X509Free> new_cert(EVP_PKEY* key) {
+  std::unique_ptr<X509, X509Free> cert(X509_new());
+  if (!cert || X509_set_version(cert.get(), 2) != 1) fail("make a certificate");
+  std::unique_ptr<BIGNUM, decltype(&BN_free)> serial(BN_new(), BN_free);
+  if (!serial || BN_rand(serial.get(), 159, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1 ||
+      !BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get())))
+    fail("make a serial number");
+  if (!X509_gmtime_adj(X509_getm_notBefore(cert.get()), -kHour)) fail("set the validity");
+  if (X509_set_pubkey(cert.get(), key) != 1) fail("set the public key");
+  return cert;
+}
+
+// A host name as a client may send it in SNI: labels of letters, digits,
+// '-' and '_', 1 to 63 each, 253 in all.
+bool is_host_name(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  size_t label = 0;
+  for (char c : name) {
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    if (++label > 63) return false;
+  }
+  return label > 0 && name.front() != '-';
+}
+
+bool is_address(const std::string& host) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 ||
+         ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+std::string without_brackets(const std::string& host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    return host.substr(1, host.size() - 2);
+  return host;
+}
+
+// Only HTTP/1.1 is spoken behind the proxy: a client offering it gets it,
+// one offering only h2 (or anything else) gets no ALPN at all and speaks
+// HTTP/1.1 by default.
+int select_http11(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+                  unsigned int inlen, void*) {
+  unsigned char* chosen = nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, kHttp11, sizeof kHttp11, in, inlen) !=
+      OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_NOACK;
+  *out = chosen;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+std::string name_text(const X509_NAME* name) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  if (!bio || X509_NAME_print_ex(bio.get(), name, 0, XN_FLAG_RFC2253) < 0) return "?";
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
+// The certificate a failed verification stopped at, kept on the SSL for
+// verify_failure: once a handshake has failed, OpenSSL keeps no peer
+// certificate to look at.
+struct FailedCert {
+  std::string subject, issuer;
+};
+
+void free_failed_cert(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<FailedCert*>(ptr);
+}
+
+int failed_cert_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_failed_cert);
+  return index;
+}
+
+int remember_failure(int ok, X509_STORE_CTX* store) {
+  if (ok) return ok;
+  auto* ssl =
+      static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  X509* cert = X509_STORE_CTX_get_current_cert(store);
+  if (ssl && cert && !SSL_get_ex_data(ssl, failed_cert_index()))
+    SSL_set_ex_data(ssl, failed_cert_index(),
+                    new FailedCert{name_text(X509_get_subject_name(cert)),
+                                   name_text(X509_get_issuer_name(cert))});
+  return ok;
+}
+
+}  // namespace
+
+SandboxCa::SandboxCa(const std::string& sandbox)
+    : key_(new_p256_key()), cert_(new_cert(key_.get())) {
+  X509* cert = cert_.get();
+  if (!X509_gmtime_adj(X509_getm_notAfter(cert), kCaDays * 24 * kHour)) fail("set the validity");
+  X509_NAME* name = X509_get_subject_name(cert);
+  add_name_entry(name, "O", "openshell");
+  // A CN holds at most 64 characters.
+  add_name_entry(name, "CN", ("openshell sandbox " + sandbox).substr(0, 64));
+  if (X509_set_issuer_name(cert, name) != 1) fail("set the issuer");
+  add_extension(cert, cert, NID_basic_constraints, "critical,CA:TRUE,pathlen:0");
+  add_extension(cert, cert, NID_key_usage, "critical,keyCertSign,cRLSign");
+  add_extension(cert, cert, NID_subject_key_identifier, "hash");
+  if (X509_sign(cert, key_.get(), EVP_sha256()) <= 0) fail("sign the sandbox's CA certificate");
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  if (!bio || PEM_write_bio_X509(bio.get(), cert) != 1) fail("write the CA certificate");
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  cert_pem_.assign(data, static_cast<size_t>(n));
+}
+
+std::shared_ptr<SSL_CTX> SandboxCa::leaf_for(const std::string& requested) {
+  std::string name = without_brackets(requested);
+  const bool ip = is_address(name);
+  if (!ip) {
+    if (!name.empty() && name.back() == '.') name.pop_back();  // the root's dot
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (!is_host_name(name))
+      throw Error("a certificate for '" + requested + "': neither a host name nor an address");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = by_name_.find(name); it != by_name_.end()) {
+      leaves_.splice(leaves_.begin(), leaves_, it->second);
+      return it->second->second;
+    }
+  }
+  // Minted outside the lock: two threads asking for one new name make two,
+  // and the second one kept replaces nothing the first one handed out.
+  std::shared_ptr<SSL_CTX> ctx = mint(name, ip);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = by_name_.find(name); it != by_name_.end()) return it->second->second;
+  leaves_.emplace_front(name, ctx);
+  by_name_[name] = leaves_.begin();
+  if (leaves_.size() > kMaxLeaves) {
+    by_name_.erase(leaves_.back().first);
+    leaves_.pop_back();
+  }
+  return ctx;
+}
+
+size_t SandboxCa::cached_leaves() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return leaves_.size();
+}
+
+std::shared_ptr<SSL_CTX> SandboxCa::mint(const std::string& name, bool ip) {
+  auto key = new_p256_key();
+  auto leaf = new_cert(key.get());
+  X509* cert = leaf.get();
+  if (X509_set1_notAfter(cert, X509_get0_notAfter(cert_.get())) != 1) fail("set the validity");
+  X509_NAME* subject = X509_get_subject_name(cert);
+  add_name_entry(subject, "O", "openshell");
+  if (name.size() <= 64) add_name_entry(subject, "CN", name);
+  if (X509_set_issuer_name(cert, X509_get_subject_name(cert_.get())) != 1) fail("set the issuer");
+  add_extension(cert, cert_.get(), NID_basic_constraints, "critical,CA:FALSE");
+  add_extension(cert, cert_.get(), NID_key_usage, "critical,digitalSignature");
+  add_extension(cert, cert_.get(), NID_ext_key_usage, "serverAuth");
+  add_extension(cert, cert_.get(), NID_subject_alt_name, (ip ? "IP:" : "DNS:") + name);
+  add_extension(cert, cert_.get(), NID_authority_key_identifier, "keyid:always");
+  if (X509_sign(cert, key_.get(), EVP_sha256()) <= 0) fail("sign a certificate for " + name);
+
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
+  if (!ctx) fail("make a TLS context");
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx.get(), SSL_OP_NO_RENEGOTIATION);
+  if (SSL_CTX_use_certificate(ctx.get(), cert) != 1 ||
+      SSL_CTX_use_PrivateKey(ctx.get(), key.get()) != 1)
+    fail("use the certificate for " + name);
+  SSL_CTX_set_alpn_select_cb(ctx.get(), select_http11, nullptr);
+  return ctx;
+}
+
+std::unique_ptr<SSL_CTX, SslCtxFree> upstream_context(const std::string& extra_ca_file) {
+  std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx) fail("make a TLS context");
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_default_verify_paths(ctx.get());
+  if (const std::string bundle = ca_bundles::host_path(); !bundle.empty())
+    SSL_CTX_load_verify_locations(ctx.get(), bundle.c_str(), nullptr);
+  ERR_clear_error();  // a default that is missing is no error
+  if (!extra_ca_file.empty() &&
+      SSL_CTX_load_verify_locations(ctx.get(), extra_ca_file.c_str(), nullptr) != 1)
+    fail("ca_file " + extra_ca_file + ": no PEM certificate read");
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, remember_failure);
+  if (SSL_CTX_set_alpn_protos(ctx.get(), kHttp11, sizeof kHttp11) != 0) fail("offer ALPN http/1.1");
+  return ctx;
+}
+
+void prepare_upstream(SSL* ssl, const std::string& host) {
+  const std::string name = without_brackets(host);
+  if (is_address(name)) {
+    // No SNI for an address (RFC 6066); the certificate must name it.
+    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) != 1)
+      fail("check the certificate for " + name);
+    return;
+  }
+  SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+  if (SSL_set_tlsext_host_name(ssl, name.c_str()) != 1 || SSL_set1_host(ssl, name.c_str()) != 1)
+    fail("check the certificate for " + name);
+}
+
+std::string verify_failure(const SSL* ssl, const std::string& host) {
+  const long result = SSL_get_verify_result(ssl);
+  if (result == X509_V_OK) return "";
+  const std::string of = "the server's certificate for " + host;
+  const auto* failed = static_cast<const FailedCert*>(SSL_get_ex_data(ssl, failed_cert_index()));
+  switch (result) {
+    case X509_V_ERR_HOSTNAME_MISMATCH:
+    case X509_V_ERR_IP_ADDRESS_MISMATCH:
+      return "the server's certificate is not for " + host +
+             (failed ? " (it is " + failed->subject + ")" : "");
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+      return of + " is signed by a CA this host does not trust" +
+             (failed ? " (issuer " + failed->issuer + ")" : "") +
+             "; an endpoint's ca_file may name it";
+    case X509_V_ERR_CERT_HAS_EXPIRED:
+      return of + " has expired";
+    case X509_V_ERR_CERT_NOT_YET_VALID:
+      return of + " is not valid yet";
+    default:
+      return of + " did not verify: " + X509_verify_cert_error_string(result);
+  }
+}
+
+}  // namespace openshell::egress::tls
