@@ -223,9 +223,8 @@ void add_policy_commands(CLI::App& app, Action* action) {
                   "With --add-endpoint: only for this executable (repeatable)")
         ->allow_extra_args(false);
     c->add_option("--allowed-ip", *allowed_ips,
-                  "With --add-endpoint or --add-allow: the addresses (CIDR) a new endpoint may "
-                  "reach, which opens a "
-                  "loopback or private address to it (repeatable)")
+                  "With --add-endpoint or --add-allow: the addresses (CIDR) it may reach, which "
+                  "opens a loopback or private address to it (repeatable)")
         ->allow_extra_args(false);
     c->add_option("--add-allow", *add_allow,
                   "HOST:PORT:METHOD:PATH_GLOB: allow these requests on the endpoints of HOST:PORT, "
