@@ -206,10 +206,13 @@ void add_policy_commands(CLI::App& app, Action* action) {
     auto remove = std::make_shared<std::vector<std::string>>();
     auto binaries = std::make_shared<std::vector<std::string>>();
     auto allowed_ips = std::make_shared<std::vector<std::string>>();
+    auto add_allow = std::make_shared<std::vector<std::string>>();
+    auto add_deny = std::make_shared<std::vector<std::string>>();
+    auto remove_rule = std::make_shared<std::vector<std::string>>();
     auto rule = std::make_shared<std::string>();
     auto output = std::make_shared<std::string>("table");
-    CLI::App* c =
-        policy->add_subcommand("update", "Add or remove network endpoints in a sandbox's policy");
+    CLI::App* c = policy->add_subcommand(
+        "update", "Add or remove network endpoints and HTTP rules in a sandbox's policy");
     c->add_option("name", *name, "The sandbox")->required();
     c->add_option("--add-endpoint", *add,
                   "HOST:PORT to allow (repeatable); one already in the rule is not added again")
@@ -220,8 +223,21 @@ void add_policy_commands(CLI::App& app, Action* action) {
                   "With --add-endpoint: only for this executable (repeatable)")
         ->allow_extra_args(false);
     c->add_option("--allowed-ip", *allowed_ips,
-                  "With --add-endpoint: the addresses (CIDR) it may reach, which opens a "
-                  "loopback or private address to it (repeatable)")
+                  "With --add-endpoint or --add-allow: the addresses (CIDR) it may reach, which "
+                  "opens a loopback or private address to it (repeatable)")
+        ->allow_extra_args(false);
+    c->add_option("--add-allow", *add_allow,
+                  "HOST:PORT:METHOD:PATH_GLOB: allow these requests on the endpoints of HOST:PORT, "
+                  "which become inspected (protocol = \"rest\"); adds the endpoint when missing "
+                  "(repeatable)")
+        ->allow_extra_args(false);
+    c->add_option("--add-deny", *add_deny,
+                  "HOST:PORT:METHOD:PATH_GLOB: deny these requests on the endpoints of HOST:PORT "
+                  "(deny wins; repeatable)")
+        ->allow_extra_args(false);
+    c->add_option("--remove-rule", *remove_rule,
+                  "HOST:PORT:METHOD:PATH_GLOB: remove that allow or deny rule from the endpoints "
+                  "of HOST:PORT (repeatable)")
         ->allow_extra_args(false);
     c->add_option("--rule", *rule, "The network policy added endpoints go to (default: \"cli\")");
     c->add_option("-o,--output", *output, "Output format: table or json")
@@ -230,10 +246,13 @@ void add_policy_commands(CLI::App& app, Action* action) {
       *action = [=] {
         if (!binaries->empty() && add->empty())
           throw Error("policy update: --binary goes with --add-endpoint");
-        if (!allowed_ips->empty() && add->empty())
-          throw Error("policy update: --allowed-ip goes with --add-endpoint");
-        if (add->empty() && remove->empty())
-          throw Error("policy update: give --add-endpoint or --remove-endpoint");
+        if (!allowed_ips->empty() && add->empty() && add_allow->empty())
+          throw Error("policy update: --allowed-ip goes with --add-endpoint or --add-allow");
+        if (add->empty() && remove->empty() && add_allow->empty() && add_deny->empty() &&
+            remove_rule->empty())
+          throw Error(
+              "policy update: give --add-endpoint, --remove-endpoint, --add-allow, --add-deny "
+              "or --remove-rule");
         for (const auto& b : *binaries)
           if (b.empty() || b[0] != '/') throw Error("--binary " + b + ": must be an absolute path");
         for (const auto& ip : *allowed_ips)
@@ -245,6 +264,12 @@ void add_policy_commands(CLI::App& app, Action* action) {
         update.binaries = *binaries;
         for (const auto& e : *remove) parse_endpoint(e, &update.remove.emplace_back());
         for (const auto& e : *add) parse_endpoint(e, &update.add.emplace_back());
+        for (const auto& r : *add_allow)
+          update.add_allow.push_back(policy::parse_rule_ref("--add-allow", r));
+        for (const auto& r : *add_deny)
+          update.add_deny.push_back(policy::parse_rule_ref("--add-deny", r));
+        for (const auto& r : *remove_rule)
+          update.remove_rules.push_back(policy::parse_rule_ref("--remove-rule", r));
         GatewayClient client;
         json current = client.call("GET", policy_target(*name));
         policy::Policy p = policy::parse(current.value("policy", ""), "the current policy");

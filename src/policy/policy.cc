@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 // clang-format on
 
+#include <cctype>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -229,11 +230,96 @@ class Parser {
     }
   }
 
+  // A string that must be one of `choices`: "must be "a" or "b", not "c"".
+  std::string one_of(const toml::node& node, const std::string& field,
+                     std::initializer_list<std::string_view> choices) const {
+    std::string value = string(node, field);
+    std::string list;
+    size_t i = 0;
+    for (auto choice : choices) {
+      if (value == choice) return value;
+      if (i++) list += i == choices.size() ? " or " : ", ";
+      list += "\"" + std::string(choice) + "\"";
+    }
+    fail(&node, field, "must be " + list + ", not \"" + value + "\"");
+  }
+
+  // { key = "glob" } or { key = { any = ["glob", ...] } }, sorted by key.
+  std::vector<QueryMatcher> query(const toml::node& node, const std::string& field) const {
+    if (!node.is_table())
+      fail(&node, field,
+           "must be a table like { state = \"open\" } or { state = { any = [...] } }");
+    std::vector<QueryMatcher> out;
+    for (const auto& [key, value] : *node.as_table()) {
+      std::string item_field = field + "." + std::string(key.str());
+      if (key.str().empty()) fail(&value, field, "a query key must not be empty");
+      QueryMatcher matcher{std::string(key.str()), "", {}};
+      if (value.is_string()) {
+        matcher.glob = value.as_string()->get();
+      } else if (value.is_table()) {
+        check_keys(*value.as_table(), item_field, {"any"});
+        const toml::node* any = value.as_table()->get("any");
+        if (!any) fail(&value, item_field, "needs any = [\"glob\", ...]");
+        for (auto& [item, glob] : string_array(*any, item_field + ".any"))
+          matcher.any.push_back(glob);
+        if (matcher.any.empty()) fail(any, item_field + ".any", "must not be empty");
+      } else {
+        fail(&value, item_field, "must be a glob string or { any = [\"glob\", ...] }");
+      }
+      out.push_back(std::move(matcher));
+    }
+    return out;
+  }
+
+  // rules = [ { allow = {...} } ] or deny_rules = [ { deny = {...} } ].
+  std::vector<HttpRule> http_rules(const toml::node& node, const std::string& field,
+                                   std::string_view word) const {
+    const std::string example =
+        "{ " + std::string(word) + " = { method = \"GET\", path = \"/**\" } }";
+    if (!node.is_array()) fail(&node, field, "must be an array like [ " + example + " ]");
+    std::vector<HttpRule> out;
+    size_t i = 0;
+    for (const auto& item : *node.as_array()) {
+      std::string item_field = field + "[" + std::to_string(i++) + "]";
+      if (!item.is_table()) fail(&item, item_field, "must be a table like " + example);
+      const toml::table& entry = *item.as_table();
+      std::string_view other = word == "allow" ? "deny" : "allow";
+      if (const toml::node* wrong = entry.get(other))
+        fail(wrong, item_field + "." + std::string(other),
+             "an entry of " + std::string(word == "allow" ? "rules" : "deny_rules") + " is " +
+                 example);
+      check_keys(entry, item_field, {word});
+      const toml::node* body = entry.get(word);
+      if (!body) fail(&item, item_field, "must be a table like " + example);
+      std::string where = item_field + "." + std::string(word);
+      if (!body->is_table())
+        fail(body, where, "must be a table like { method = \"GET\", path = \"/**\" }");
+      const toml::table& t = *body->as_table();
+      check_keys(t, where, {"method", "path", "query"});
+      HttpRule rule;
+      if (const toml::node* m = t.get("method")) {
+        rule.method = string(*m, where + ".method");
+        if (auto why = check_http_method(rule.method); !why.empty())
+          fail(m, where + ".method", why);
+        rule.method = text::upper(rule.method);
+      }
+      if (const toml::node* p = t.get("path")) {
+        rule.path = string(*p, where + ".path");
+        if (auto why = check_path_glob(rule.path); !why.empty()) fail(p, where + ".path", why);
+      }
+      if (const toml::node* q = t.get("query")) rule.query = query(*q, where + ".query");
+      out.push_back(std::move(rule));
+    }
+    return out;
+  }
+
   Endpoint endpoint(const toml::node& node, const std::string& field) const {
     if (!node.is_table())
       fail(&node, field, "must be a table like { host = \"example.com\", port = 443 }");
     const toml::table& table = *node.as_table();
-    check_keys(table, field, {"host", "port", "ports", "allowed_ips", "protocol", "access"});
+    check_keys(table, field,
+               {"host", "port", "ports", "allowed_ips", "protocol", "tls", "enforcement", "access",
+                "rules", "deny_rules", "allow_encoded_slash", "ca_file"});
     Endpoint endpoint;
     const toml::node* host = table.get("host");
     if (!host) fail(&node, field, "needs a host");
@@ -256,9 +342,46 @@ class Parser {
         endpoint.allowed_ips.push_back(value);
       }
     }
-    if (auto* p = table.get("protocol")) endpoint.protocol = string(*p, field + ".protocol");
-    if (auto* a = table.get("access")) endpoint.access = string(*a, field + ".access");
+    layer7(table, field, &endpoint);
     return endpoint;
+  }
+
+  // The layer-7 fields (docs/policy.md, "Layer 7"): each checked alone,
+  // then against each other.
+  void layer7(const toml::table& table, const std::string& field, Endpoint* endpoint) const {
+    if (auto* n = table.get("protocol"))
+      endpoint->protocol = one_of(*n, field + ".protocol", {"rest", "websocket"});
+    if (auto* n = table.get("tls")) endpoint->tls = one_of(*n, field + ".tls", {"auto", "skip"});
+    if (auto* n = table.get("enforcement"))
+      endpoint->enforcement = one_of(*n, field + ".enforcement", {"enforce", "audit"});
+    if (auto* n = table.get("access"))
+      endpoint->access = one_of(*n, field + ".access", {"read-only", "read-write", "full"});
+    if (auto* n = table.get("rules")) endpoint->rules = http_rules(*n, field + ".rules", "allow");
+    if (auto* n = table.get("deny_rules"))
+      endpoint->deny_rules = http_rules(*n, field + ".deny_rules", "deny");
+    if (auto* n = table.get("allow_encoded_slash"))
+      endpoint->allow_encoded_slash = boolean(*n, field + ".allow_encoded_slash");
+    if (auto* n = table.get("ca_file")) {
+      endpoint->ca_file = string(*n, field + ".ca_file");
+      if (auto why = text::check_absolute_path(endpoint->ca_file); !why.empty())
+        fail(n, field + ".ca_file", why);
+    }
+    if (table.contains("access") && table.contains("rules"))
+      fail(table.get("rules"), field + ".rules",
+           "access and rules exclude each other: give access (a preset) or rules, not both");
+    if (endpoint->protocol.empty())
+      for (const char* key :
+           {"rules", "deny_rules", "access", "enforcement", "allow_encoded_slash"})
+        if (auto* n = table.get(key))
+          fail(n, field + "." + key,
+               "needs protocol = \"rest\" or \"websocket\" on this endpoint (without it the "
+               "endpoint is layer 4: its requests are not read)");
+    if (endpoint->tls == "skip")
+      for (const char* key : {"rules", "deny_rules", "access"})
+        if (auto* n = table.get(key))
+          fail(n, field + "." + key,
+               "cannot go with tls = \"skip\": the bytes are relayed unread, so there is no "
+               "request to judge");
   }
 
   Policy parse(std::string_view text) {
@@ -336,6 +459,33 @@ std::string check_allowed_ip(std::string_view entry) {
   return why + " (like 10.0.0.0/8, 192.0.2.1 or fd00::/8)";
 }
 
+std::string check_http_method(std::string_view method) {
+  if (method.empty()) return "must not be empty (\"*\" is any method)";
+  if (method == "*") return {};
+  for (char c : method) {
+    bool token = std::isalnum(static_cast<unsigned char>(c)) ||
+                 std::string_view("!#$%&'+-.^_`|~").find(c) != std::string_view::npos;
+    if (c == '*') return "may be \"*\" (any method) but not hold it";
+    if (!token) return "\"" + std::string(method) + "\" is not an HTTP method (like GET or POST)";
+  }
+  return {};
+}
+
+std::string check_path_glob(std::string_view path) {
+  if (path.empty() || path[0] != '/') return "must start with '/' (like \"/repos/**\")";
+  for (char c : path) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte <= 0x20 || byte == 0x7f) return "must not hold spaces or control characters";
+    if (c == '?') return "must not hold '?': match the query string with query = { ... }";
+    if (c == '#') return "must not hold '#': a request's path has no fragment";
+  }
+  for (const std::string& segment : text::split(path.substr(1), '/'))
+    if (segment.find("**") != std::string::npos && segment != "**")
+      return "\"**\" must be a whole segment (like \"/a/**\" or \"/a/**/b\"); \"*\" matches "
+             "within one";
+  return {};
+}
+
 Policy parse(std::string_view text, const std::string& source_name) {
   return Parser(source_name).parse(text);
 }
@@ -389,6 +539,33 @@ std::string string_array(std::string_view key, const std::vector<std::string>& i
   return lines + "]\n";
 }
 
+std::string glob_list(const std::vector<std::string>& globs) {
+  std::string out = "[";
+  for (size_t i = 0; i < globs.size(); ++i) out += (i ? ", " : "") + toml_string(globs[i]);
+  return out + "]";
+}
+
+// Each rule as `{ allow = { method = "GET", path = "/x", query = {...} } }`.
+std::vector<std::string> http_rules(std::string_view word, const std::vector<HttpRule>& rules) {
+  std::vector<std::string> out;
+  for (const HttpRule& rule : rules) {
+    std::vector<std::string> parts;
+    if (!rule.method.empty()) parts.push_back("method = " + toml_string(rule.method));
+    if (!rule.path.empty()) parts.push_back("path = " + toml_string(rule.path));
+    if (!rule.query.empty()) {
+      std::vector<std::string> matchers;
+      for (const QueryMatcher& q : rule.query)
+        matchers.push_back(
+            toml_key(q.key) + " = " +
+            (q.any.empty() ? toml_string(q.glob) : "{ any = " + glob_list(q.any) + " }"));
+      parts.push_back("query = { " + text::join(matchers, ", ") + " }");
+    }
+    std::string body = parts.empty() ? "{}" : "{ " + text::join(parts, ", ") + " }";
+    out.push_back("{ " + std::string(word) + " = " + body + " }");
+  }
+  return out;
+}
+
 std::string endpoint_table(const Endpoint& endpoint) {
   std::string out = "{ host = " + toml_string(endpoint.host);
   if (endpoint.ports.size() == 1) {
@@ -405,8 +582,30 @@ std::string endpoint_table(const Endpoint& endpoint) {
       out += (i ? ", " : "") + toml_string(endpoint.allowed_ips[i]);
     out += "]";
   }
-  if (!endpoint.protocol.empty()) out += ", protocol = " + toml_string(endpoint.protocol);
-  if (!endpoint.access.empty()) out += ", access = " + toml_string(endpoint.access);
+  for (auto [key, value] :
+       {std::pair{"protocol", &endpoint.protocol}, std::pair{"tls", &endpoint.tls},
+        std::pair{"enforcement", &endpoint.enforcement}, std::pair{"access", &endpoint.access}})
+    if (!value->empty()) out += std::string(", ") + key + " = " + toml_string(*value);
+  if (endpoint.allow_encoded_slash) out += ", allow_encoded_slash = true";
+  if (!endpoint.ca_file.empty()) out += ", ca_file = " + toml_string(endpoint.ca_file);
+  // The rules on the endpoint's line where it fits in 100 columns, else
+  // one rule a line (an array may span lines, even in an inline table).
+  std::vector<std::pair<std::string, std::vector<std::string>>> arrays;
+  if (!endpoint.rules.empty()) arrays.push_back({"rules", http_rules("allow", endpoint.rules)});
+  if (!endpoint.deny_rules.empty())
+    arrays.push_back({"deny_rules", http_rules("deny", endpoint.deny_rules)});
+  std::string one_line = out;
+  for (const auto& [key, items] : arrays) {
+    one_line += ", " + key + " = [";
+    for (size_t i = 0; i < items.size(); ++i) one_line += (i ? ", " : "") + items[i];
+    one_line += "]";
+  }
+  if (one_line.size() + 5 <= 100) return one_line + " }";
+  for (const auto& [key, items] : arrays) {
+    out += ", " + key + " = [\n";
+    for (const auto& item : items) out += "      " + item + ",\n";
+    out += "    ]";
+  }
   return out + " }";
 }
 

@@ -45,8 +45,9 @@ struct QueryMatcher {
   bool operator==(const QueryMatcher&) const = default;
 };
 
-// One of an endpoint's `rules` (allow) or `deny_rules`: a request matches
-// when its method, path and query all do.
+// One of an endpoint's `rules` (written `{ allow = {...} }`) or
+// `deny_rules` (`{ deny = {...} }`): a request matches when its method,
+// path and query all do. Query matchers come sorted by key from parse().
 struct HttpRule {
   std::string method;               // upper case; "*" or "": any
   std::string path;                 // a glob on the request's path; "": any
@@ -68,7 +69,10 @@ struct Endpoint {
   std::vector<HttpRule> rules;  // allow
   std::vector<HttpRule> deny_rules;  // deny wins
   bool allow_encoded_slash = false;  // a path may hold %2F
-  std::string ca_file;               // PEM: more trust for this upstream (a private server)
+  std::string ca_file;               // absolute path of PEM: more trust for this upstream
+  // parse() refuses rules with access, any of rules, deny_rules, access,
+  // enforcement and allow_encoded_slash without protocol, and rules,
+  // deny_rules or access with tls = "skip".
   bool operator==(const Endpoint&) const = default;
 };
 
@@ -132,5 +136,15 @@ std::string check_host_pattern(std::string_view host);
 // empty string when fine, else the reason. A policy that parse() returned
 // always compiles into the egress proxy's rules.
 std::string check_allowed_ip(std::string_view entry);
+
+// A rule's method: an HTTP token (any case; parse() stores it upper case)
+// or "*" for any; empty string when fine, else the reason.
+std::string check_http_method(std::string_view method);
+
+// A rule's path glob: starts with '/'; `*` matches within one segment,
+// `**` (a whole segment) any number of segments, none included; no '?'
+// (the query has its matchers), '#', spaces or control characters. Empty
+// string when fine, else the reason.
+std::string check_path_glob(std::string_view path);
 
 }  // namespace openshell::policy

@@ -1,7 +1,8 @@
 // The policy commands as a user meets them: `policy update` that keeps rules
 // in one order, sets allowed_ips and never adds an endpoint twice; the SSRF
 // guard's warnings; `policy get --full`; a static change refused on a
-// running sandbox unless it is for the next start; OpenShell's YAML read.
+// running sandbox unless it is for the next start; OpenShell's YAML read;
+// HTTP rules added and removed by `policy update`.
 #include <string>
 #include <vector>
 
@@ -116,7 +117,8 @@ TEST_P(PolicyCli, UpdateKeepsRulesSortedSetsAllowedIpsAndNeverAddsTwice) {
             "the prefix length must be a number from 0 to 32\n");
   Result without = os({"policy", "update", "upd", "--allowed-ip", "127.0.0.1"});
   EXPECT_EQ(without.status, 125);
-  EXPECT_EQ(without.err, "openshell: policy update: --allowed-ip goes with --add-endpoint\n");
+  EXPECT_EQ(without.err,
+            "openshell: policy update: --allowed-ip goes with --add-endpoint or --add-allow\n");
 
   // `set` warns too, and its fix names the rule; following it works.
   std::string local = file("local.toml",
@@ -186,15 +188,54 @@ TEST_P(PolicyCli, OpenShellsYamlPoliciesAreRead) {
   EXPECT_THAT(updated.out, HasSubstr("[network_policies.local]\nendpoints = [\n  { host = "
                                      "\"localhost\", port = " +
                                      port() + ", allowed_ips = [\"127.0.0.1/32\"] },\n]\n"));
-  // What OpenShell has and openshell does not: refused with its line.
+  // OpenShell's HTTP rules need a protocol: refused with its line.
   std::string rules = file("rules.yaml",
                            "version: 1\nnetwork_policies:\n  x:\n    endpoints:\n"
                            "      - { host: a.example.com, port: 443, rules: [] }\n");
   Result refused = os({"policy", "validate", rules});
   EXPECT_EQ(refused.status, 125);
   EXPECT_EQ(refused.err, "openshell: " + rules +
-                             ":5: network_policies.x.endpoints[0].rules: unknown field (expected "
-                             "one of: host, port, ports, allowed_ips, protocol, access)\n");
+                             ":5: network_policies.x.endpoints[0].rules: needs protocol = "
+                             "\"rest\" or \"websocket\" on this endpoint (without it the "
+                             "endpoint is layer 4: its requests are not read)\n");
+}
+
+TEST_P(PolicyCli, UpdateAddsAndRemovesHttpRules) {
+  GatewayGuard gateway(mode(), home_);
+  std::string l4 = file("l4.toml",
+                        "version = 1\n[network_policies.github]\n"
+                        "endpoints = [ { host = \"api.github.com\", port = 443 } ]\n");
+  ASSERT_EQ(os({"sandbox", "create", "--name", "l7", "--from", rootfs(), "--policy", l4}).status,
+            0);
+  Result allowed = os({"policy", "update", "l7", "--add-allow", "api.github.com:443:GET:/repos/**",
+                       "--add-deny", "api.github.com:443:delete:/**"});
+  EXPECT_EQ(allowed.status, 0) << allowed.err;
+  EXPECT_THAT(allowed.out, HasSubstr("l7: api.github.com:443 in rule github is now inspected "
+                                     "(protocol = \"rest\");"));
+  EXPECT_THAT(allowed.out, HasSubstr("allowed GET /repos/** on api.github.com:443 in rule github; "
+                                     "denied DELETE /** on api.github.com:443 in rule github\n"));
+  Result get = os({"policy", "get", "l7"});
+  // Too long for one line: a rule a line.
+  EXPECT_THAT(get.out, HasSubstr("  { host = \"api.github.com\", port = 443, protocol = \"rest\", "
+                                 "rules = [\n"
+                                 "      { allow = { method = \"GET\", path = \"/repos/**\" } },\n"
+                                 "    ], deny_rules = [\n"
+                                 "      { deny = { method = \"DELETE\", path = \"/**\" } },\n"
+                                 "    ] },\n"))
+      << get.out;
+
+  Result removed = os({"policy", "update", "l7", "--remove-rule", "api.github.com:443:DELETE:/**"});
+  EXPECT_EQ(removed.status, 0) << removed.err;
+  EXPECT_THAT(os({"policy", "get", "l7"}).out, Not(HasSubstr("deny_rules")));
+
+  // A bad spec: one line, status 125, no new revision.
+  Result bad = os({"policy", "update", "l7", "--add-allow", "api.github.com:443:GET"});
+  EXPECT_EQ(bad.status, 125);
+  EXPECT_EQ(bad.err,
+            "openshell: --add-allow api.github.com:443:GET: expected HOST:PORT:METHOD:PATH_GLOB "
+            "(like api.github.com:443:GET:/repos/**)\n");
+  Result list = os({"policy", "list", "l7", "-o", "json"});
+  EXPECT_EQ(count_of(list.out, "\"revision\""), 3u) << list.out;
 }
 
 TEST_P(PolicyCli, StaticChangesOfARunningSandboxWaitForTheNextStart) {

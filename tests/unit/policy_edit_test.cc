@@ -148,6 +148,236 @@ TEST(PolicyUpdate, BinariesAreNotAddedTwice) {
   ASSERT_EQ(p.network[0].binaries.size(), 1u);
 }
 
+std::string rule_ref_error(const std::string& flag, const std::string& text) {
+  try {
+    parse_rule_ref(flag, text);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "parse_rule_ref accepted " << text;
+  return "";
+}
+
+std::string update_error(Policy* p, const Update& u) {
+  try {
+    apply_update(p, u);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "apply_update accepted";
+  return "";
+}
+
+TEST(PolicyRuleRef, ReadsHostPortMethodAndPath) {
+  RuleRef r = parse_rule_ref("--add-allow", "api.github.com:443:get:/repos/**");
+  EXPECT_EQ(r.endpoint.host, "api.github.com");
+  EXPECT_EQ(r.endpoint.port, 443);
+  EXPECT_EQ(r.method, "GET");
+  EXPECT_EQ(r.path, "/repos/**");
+  RuleRef v6 = parse_rule_ref("--add-deny", "[2001:db8::1]:8443:*:/a:b/*");
+  EXPECT_EQ(v6.endpoint.host, "2001:db8::1");
+  EXPECT_EQ(v6.endpoint.port, 8443);
+  EXPECT_EQ(v6.method, "*");
+  EXPECT_EQ(v6.path, "/a:b/*") << "the path may hold ':'";
+}
+
+TEST(PolicyRuleRef, BadSpecsGetOneClearLine) {
+  const std::string form =
+      "expected HOST:PORT:METHOD:PATH_GLOB (like api.github.com:443:GET:/repos/**)";
+  EXPECT_EQ(rule_ref_error("--add-allow", "api.github.com:443"),
+            "--add-allow api.github.com:443: " + form);
+  EXPECT_EQ(rule_ref_error("--add-allow", "api.github.com:443:GET"),
+            "--add-allow api.github.com:443:GET: " + form);
+  EXPECT_EQ(rule_ref_error("--add-deny", ":443:GET:/"), "--add-deny :443:GET:/: " + form);
+  EXPECT_EQ(rule_ref_error("--add-allow", "a.com:0:GET:/"),
+            "--add-allow a.com:0:GET:/: the port must be 1-65535");
+  EXPECT_EQ(rule_ref_error("--add-allow", "a.com:http:GET:/"),
+            "--add-allow a.com:http:GET:/: the port must be 1-65535");
+  EXPECT_EQ(rule_ref_error("--remove-rule", "a.com:443:GET:repos"),
+            "--remove-rule a.com:443:GET:repos: the path glob must start with '/' (like "
+            "\"/repos/**\")");
+  EXPECT_EQ(rule_ref_error("--add-allow", "a.com:443:G(T:/"),
+            "--add-allow a.com:443:G(T:/: the method \"G(T\" is not an HTTP method (like GET or "
+            "POST)");
+  EXPECT_EQ(rule_ref_error("--add-allow", "a.com:443::/"),
+            "--add-allow a.com:443::/: the method must not be empty (\"*\" is any method)");
+  EXPECT_EQ(rule_ref_error("--add-allow", "a/b:443:GET:/"),
+            "--add-allow a/b:443:GET:/: the host has an invalid character '/'");
+  EXPECT_EQ(rule_ref_error("--add-allow", "[2001:db8::1:443:GET:/"),
+            "--add-allow [2001:db8::1:443:GET:/: an IPv6 host in brackets must be followed by "
+            ":PORT (" +
+                form + ")");
+}
+
+Policy layer4() {
+  return parse(R"(version = 1
+[network_policies.github]
+endpoints = [ { host = "api.github.com", ports = [443, 80] } ]
+)",
+               "p.toml");
+}
+
+TEST(PolicyUpdateRules, AddAllowInspectsAnEndpointOfThatPortOnly) {
+  Policy p = layer4();
+  Update u;
+  u.add_allow = {parse_rule_ref("--add-allow", "API.github.com:443:GET:/repos/**")};
+  UpdateResult r = apply_update(&p, u);
+  EXPECT_TRUE(r.changed);
+  EXPECT_THAT(
+      r.notes,
+      ElementsAre("API.github.com:443 in rule github is now inspected (protocol = \"rest\")",
+                  "API.github.com:443 in rule github now allows only the requests its "
+                  "rules allow",
+                  "allowed GET /repos/** on API.github.com:443 in rule github"));
+  ASSERT_EQ(p.network.size(), 1u);
+  ASSERT_EQ(p.network[0].endpoints.size(), 2u);
+  const Endpoint& port80 = p.network[0].endpoints[0];
+  EXPECT_THAT(port80.ports, ElementsAre(80));
+  EXPECT_EQ(port80.protocol, "") << "port 80 stays layer 4";
+  EXPECT_THAT(port80.rules, IsEmpty());
+  const Endpoint& port443 = p.network[0].endpoints[1];
+  EXPECT_THAT(port443.ports, ElementsAre(443));
+  EXPECT_EQ(port443.protocol, "rest");
+  ASSERT_EQ(port443.rules.size(), 1u);
+  EXPECT_EQ(port443.rules[0], (HttpRule{"GET", "/repos/**", {}}));
+  // The result is a policy parse() accepts, and the same rule again changes nothing.
+  EXPECT_EQ(parse(to_toml(p), "again.toml"), p);
+  UpdateResult again = apply_update(&p, u);
+  EXPECT_FALSE(again.changed);
+  EXPECT_THAT(again.notes,
+              ElementsAre("API.github.com:443 in rule github allows GET /repos/** already, "
+                          "unchanged"));
+}
+
+TEST(PolicyUpdateRules, AddAllowWithoutAnEndpointAddsOneToTheRule) {
+  Policy p = layer4();
+  Update u;
+  u.add_allow = {parse_rule_ref("--add-allow", "[2001:db8::1]:8443:POST:/v1/**")};
+  u.allowed_ips = {"2001:db8::1/128"};
+  UpdateResult r = apply_update(&p, u);
+  EXPECT_TRUE(r.changed);
+  EXPECT_THAT(r.notes, ElementsAre("added [2001:db8::1]:8443 to rule cli, inspected (protocol = "
+                                   "\"rest\"), allowing POST /v1/**"));
+  ASSERT_EQ(p.network.size(), 2u);
+  EXPECT_EQ(p.network[0].name, "cli");
+  const Endpoint& e = p.network[0].endpoints.at(0);
+  EXPECT_EQ(e.host, "2001:db8::1");
+  EXPECT_THAT(e.ports, ElementsAre(8443));
+  EXPECT_THAT(e.allowed_ips, ElementsAre("2001:db8::1/128"));
+  EXPECT_EQ(e.protocol, "rest");
+  EXPECT_EQ(e.rules.at(0), (HttpRule{"POST", "/v1/**", {}}));
+  EXPECT_EQ(parse(to_toml(p), "again.toml"), p);
+}
+
+TEST(PolicyUpdateRules, AddAllowTurnsAnAccessPresetIntoItsRules) {
+  Policy p = parse(R"(version = 1
+[network_policies.github]
+endpoints = [ { host = "api.github.com", port = 443, protocol = "rest", access = "read-only" } ]
+)",
+                   "p.toml");
+  Update u;
+  u.add_allow = {parse_rule_ref("--add-allow", "api.github.com:443:POST:/repos/*/issues")};
+  UpdateResult r = apply_update(&p, u);
+  EXPECT_TRUE(r.changed);
+  const Endpoint& e = p.network[0].endpoints[0];
+  EXPECT_EQ(e.access, "");
+  EXPECT_THAT(e.rules,
+              ElementsAre(HttpRule{"GET", "/**", {}}, HttpRule{"HEAD", "/**", {}},
+                          HttpRule{"OPTIONS", "/**", {}}, HttpRule{"POST", "/repos/*/issues", {}}));
+  EXPECT_EQ(r.notes[0],
+            "replaced access = \"read-only\" of api.github.com:443 in rule github with the rules "
+            "it stands for");
+  EXPECT_EQ(parse(to_toml(p), "again.toml"), p);
+
+  Policy full = parse(R"(version = 1
+[network_policies.github]
+endpoints = [ { host = "api.github.com", port = 443, protocol = "rest", access = "full" } ]
+)",
+                      "p.toml");
+  Policy before = full;
+  EXPECT_FALSE(apply_update(&full, u).changed);
+  EXPECT_EQ(full, before);
+}
+
+TEST(PolicyUpdateRules, AddDenyNeedsAnEndpointAndKeepsTheRestAllowed) {
+  Policy p = layer4();
+  Policy before = p;
+  Update nowhere;
+  nowhere.add_deny = {parse_rule_ref("--add-deny", "other.example.com:443:DELETE:/**")};
+  EXPECT_EQ(update_error(&p, nowhere),
+            "--add-deny other.example.com:443:DELETE /**: the policy has no endpoint "
+            "other.example.com:443 (a deny rule goes on one: add it with --add-endpoint or "
+            "--add-allow)");
+  EXPECT_EQ(p, before);
+
+  Update u;
+  u.add_deny = {parse_rule_ref("--add-deny", "api.github.com:443:DELETE:/**")};
+  UpdateResult r = apply_update(&p, u);
+  EXPECT_TRUE(r.changed);
+  const Endpoint& e = p.network[0].endpoints.at(1);
+  EXPECT_EQ(e.protocol, "rest");
+  EXPECT_THAT(e.rules, IsEmpty()) << "no allow rules: every other request passes";
+  EXPECT_THAT(e.deny_rules, ElementsAre(HttpRule{"DELETE", "/**", {}}));
+  EXPECT_FALSE(apply_update(&p, u).changed);
+  EXPECT_EQ(parse(to_toml(p), "again.toml"), p);
+
+  // An endpoint added in the same update takes the deny rule.
+  Policy fresh = layer4();
+  Update both;
+  both.add = {{"new.example.com", 443}};
+  both.add_deny = {parse_rule_ref("--add-deny", "new.example.com:443:POST:/**")};
+  EXPECT_TRUE(apply_update(&fresh, both).changed);
+  EXPECT_EQ(fresh.network[0].name, "cli");
+  EXPECT_THAT(fresh.network[0].endpoints.at(0).deny_rules,
+              ElementsAre(HttpRule{"POST", "/**", {}}));
+}
+
+TEST(PolicyUpdateRules, TlsSkipEndpointsTakeNoRules) {
+  Policy p = parse(R"(version = 1
+[network_policies.raw]
+endpoints = [ { host = "db.example.com", port = 5432, tls = "skip" } ]
+)",
+                   "p.toml");
+  Policy before = p;
+  Update u;
+  u.add_allow = {parse_rule_ref("--add-allow", "db.example.com:5432:GET:/")};
+  EXPECT_EQ(update_error(&p, u),
+            "--add-allow db.example.com:5432:GET /: db.example.com:5432 in rule raw has tls = "
+            "\"skip\": its bytes are relayed unread, so no HTTP rule can apply (drop tls with "
+            "policy set)");
+  EXPECT_EQ(p, before);
+}
+
+TEST(PolicyUpdateRules, RemoveRuleTakesAllowAndDenyRulesOfThatMethodAndPath) {
+  Policy p = parse(R"(version = 1
+[network_policies.github]
+endpoints = [ { host = "api.github.com", port = 443, protocol = "rest", rules = [ { allow = { method = "GET", path = "/repos/**", query = { per_page = "1*" } } }, { allow = { method = "GET", path = "/user" } } ], deny_rules = [ { deny = { method = "GET", path = "/repos/**" } } ] } ]
+)",
+                   "p.toml");
+  Update u;
+  u.remove_rules = {parse_rule_ref("--remove-rule", "api.github.com:443:get:/repos/**")};
+  UpdateResult r = apply_update(&p, u);
+  EXPECT_TRUE(r.changed);
+  EXPECT_THAT(r.notes, ElementsAre("removed GET /repos/** from api.github.com:443 in rule github"));
+  const Endpoint& e = p.network[0].endpoints[0];
+  EXPECT_THAT(e.rules, ElementsAre(HttpRule{"GET", "/user", {}}));
+  EXPECT_THAT(e.deny_rules, IsEmpty());
+
+  Policy before = p;
+  EXPECT_EQ(update_error(&p, u),
+            "--remove-rule api.github.com:443:GET /repos/**: no endpoint api.github.com:443 has "
+            "the rule GET /repos/**");
+  EXPECT_EQ(p, before);
+
+  Update last;
+  last.remove_rules = {parse_rule_ref("--remove-rule", "api.github.com:443:GET:/user")};
+  r = apply_update(&p, last);
+  EXPECT_THAT(r.notes, ElementsAre("removed GET /user from api.github.com:443 in rule github",
+                                   "api.github.com:443 in rule github has no allow rules left: "
+                                   "every request no deny rule matches passes"));
+  EXPECT_EQ(p.network[0].endpoints[0].protocol, "rest") << "still inspected";
+}
+
 TEST(PolicyStatic, DifferencesNameTheStaticParts) {
   Policy a = default_policy();
   Policy b = a;
@@ -234,9 +464,10 @@ std::string yaml_error(const std::string& text) {
 
 TEST(PolicyYaml, ErrorsNameTheLineAndField) {
   EXPECT_EQ(yaml_error("version: 1\nnetwork_policies:\n  x:\n    endpoints:\n"
-                       "      - { host: a.example.com, port: 443, rules: [] }\n"),
-            "agent.yaml:5: network_policies.x.endpoints[0].rules: unknown field (expected one "
-            "of: host, port, ports, allowed_ips, protocol, access)");
+                       "      - { host: a.example.com, port: 443, rule: [] }\n"),
+            "agent.yaml:5: network_policies.x.endpoints[0].rule: unknown field (expected one "
+            "of: host, port, ports, allowed_ips, protocol, tls, enforcement, access, rules, "
+            "deny_rules, allow_encoded_slash, ca_file)");
   EXPECT_EQ(
       yaml_error("version: 1\nprocess:\n  run_as_user: root\n"),
       "agent.yaml:3: process.run_as_user: must not be root (unless process.allow_root = true)");

@@ -610,9 +610,9 @@ TEST(PolicyToToml, EveryField) {
   NetworkPolicy api;
   api.name = "api";
   api.endpoints.push_back(
-      {"example.com", {80, 8080, 8443}, {"10.0.0.0/8", "fd00::/8"}, "rest", "read-only"});
+      {"example.com", {80, 8080, 8443}, {"10.0.0.0/8", "fd00::/8"}, "rest", "", "", "read-only"});
   api.endpoints.push_back({"*.example.org", {443}, {}, "", ""});
-  api.endpoints.push_back({"10.1.2.3", {22}, {"10.1.2.3/32"}, "", "full"});
+  api.endpoints.push_back({"10.1.2.3", {22}, {"10.1.2.3/32"}, "rest", "skip", "audit", ""});
   api.binaries = {{"/usr/bin/python3*"}, {"/usr/bin/curl"}};
   NetworkPolicy bare;  // no endpoints, no binaries
   bare.name = "bare";
@@ -644,13 +644,14 @@ TEST(PolicyToToml, StringsAndNamesAreQuoted) {
   p.filesystem.read_only = {"/tmp/a \"b\" \\c", "/donn\u00e9es", "/tab\there"};
   NetworkPolicy odd;
   odd.name = "my policy.v2 \"x\"";
-  odd.endpoints.push_back({"api.example.com", {443}, {}, "line\nbreak\x01", "a\\b"});
+  odd.endpoints.push_back({"api.example.com", {443}, {}, "rest"});
+  odd.endpoints[0].ca_file = "/line\nbreak\x01/a\\b";
   p.network = {odd};
   Policy back = round_trip(p);
   EXPECT_EQ(back, p);
   ASSERT_EQ(back.network.size(), 1u);
   EXPECT_EQ(back.network[0].name, "my policy.v2 \"x\"");
-  EXPECT_EQ(back.network[0].endpoints[0].protocol, "line\nbreak\x01");
+  EXPECT_EQ(back.network[0].endpoints[0].ca_file, "/line\nbreak\x01/a\\b");
 }
 
 TEST(PolicyToToml, FilesystemLeftOutWhenNotGiven) {
@@ -732,6 +733,246 @@ TEST(PolicyVm, RoundTripsThroughTomlAndReadsFromYaml) {
   EXPECT_EQ(yaml.vm.memory_mib, 512u);
   EXPECT_THAT(error_of([] { parse("version: 1\nvm:\n  cpus: 2\n", "p.yaml"); }),
               StartsWith("p.yaml:3: vm.cpus: unknown field"));
+}
+
+// An endpoint line in [network_policies.api], to check one field.
+std::string layer7(const std::string& fields) {
+  return "version = 1\n[network_policies.api]\nendpoints = [\n  { host = \"api.github.com\", "
+         "port = 443" +
+         (fields.empty() ? "" : ", " + fields) + " },\n]\n";
+}
+
+const Endpoint& only_endpoint(const Policy& p) {
+  EXPECT_EQ(p.network.size(), 1u);
+  EXPECT_EQ(p.network.at(0).endpoints.size(), 1u);
+  return p.network.at(0).endpoints.at(0);
+}
+
+TEST(PolicyLayer7, EachFieldIsAccepted) {
+  Policy p =
+      parse(layer7(R"(protocol = "rest", tls = "auto", enforcement = "audit", )"
+                   R"(rules = [ { allow = { method = "get", path = "/repos/**", )"
+                   R"(query = { per_page = "1*", state = { any = ["open", "closed"] } } } }, )"
+                   R"({ allow = { method = "*", path = "/user" } } ], )"
+                   R"(deny_rules = [ { deny = { method = "DELETE", path = "/**" } } ], )"
+                   R"(allow_encoded_slash = true, ca_file = "/etc/ssl/private-ca.pem")"),
+            "p.toml");
+  const Endpoint& e = only_endpoint(p);
+  EXPECT_EQ(e.protocol, "rest");
+  EXPECT_EQ(e.tls, "auto");
+  EXPECT_EQ(e.enforcement, "audit");
+  EXPECT_EQ(e.access, "");
+  ASSERT_EQ(e.rules.size(), 2u);
+  EXPECT_EQ(e.rules[0].method, "GET") << "stored upper case";
+  EXPECT_EQ(e.rules[0].path, "/repos/**");
+  ASSERT_EQ(e.rules[0].query.size(), 2u);
+  EXPECT_EQ(e.rules[0].query[0], (QueryMatcher{"per_page", "1*", {}}));
+  EXPECT_EQ(e.rules[0].query[1], (QueryMatcher{"state", "", {"open", "closed"}}));
+  EXPECT_EQ(e.rules[1], (HttpRule{"*", "/user", {}}));
+  ASSERT_EQ(e.deny_rules.size(), 1u);
+  EXPECT_EQ(e.deny_rules[0], (HttpRule{"DELETE", "/**", {}}));
+  EXPECT_TRUE(e.allow_encoded_slash);
+  EXPECT_EQ(e.ca_file, "/etc/ssl/private-ca.pem");
+
+  EXPECT_EQ(
+      only_endpoint(parse(layer7(R"(protocol = "websocket", access = "read-write")"), "p")).access,
+      "read-write");
+  EXPECT_EQ(only_endpoint(parse(layer7(R"(protocol = "rest", access = "full")"), "p")).access,
+            "full");
+  EXPECT_EQ(only_endpoint(parse(layer7(R"(tls = "skip")"), "p")).tls, "skip");
+  EXPECT_EQ(only_endpoint(parse(layer7(R"(protocol = "rest", tls = "skip")"), "p")).tls, "skip");
+  // access with deny_rules: a preset with exceptions.
+  Endpoint mixed = only_endpoint(parse(
+      layer7(
+          R"(protocol = "rest", access = "full", deny_rules = [ { deny = { path = "/admin/**" } } ])"),
+      "p"));
+  EXPECT_EQ(mixed.deny_rules.at(0), (HttpRule{"", "/admin/**", {}}));
+}
+
+TEST(PolicyLayer7, ValuesOutsideTheirChoicesAreRefusedWithTheirLine) {
+  const std::string at = "policy.toml:4: network_policies.api.endpoints[0].";
+  EXPECT_EQ(parse_error(layer7(R"(protocol = "graphql")")),
+            at + "protocol: must be \"rest\" or \"websocket\", not \"graphql\"");
+  EXPECT_EQ(parse_error(layer7(R"(tls = "terminate")")),
+            at + "tls: must be \"auto\" or \"skip\", not \"terminate\"");
+  EXPECT_EQ(parse_error(layer7(R"(protocol = "rest", enforcement = "log")")),
+            at + "enforcement: must be \"enforce\" or \"audit\", not \"log\"");
+  EXPECT_EQ(parse_error(layer7(R"(protocol = "rest", access = "read")")),
+            at + "access: must be \"read-only\", \"read-write\" or \"full\", not \"read\"");
+  EXPECT_EQ(parse_error(layer7(R"(protocol = 7)")), at + "protocol: must be a string");
+  EXPECT_EQ(parse_error(layer7(R"(protocol = "rest", allow_encoded_slash = "yes")")),
+            at + "allow_encoded_slash: must be true or false");
+  EXPECT_EQ(parse_error(layer7(R"(ca_file = "certs/ca.pem")")),
+            at + "ca_file: " + text::check_absolute_path("certs/ca.pem"));
+  EXPECT_THAT(parse_error(layer7(R"(protcol = "rest")")),
+              HasSubstr("protcol: unknown field (expected one of: host, port, ports, allowed_ips, "
+                        "protocol, tls, enforcement, access, rules, deny_rules, "
+                        "allow_encoded_slash, ca_file)"));
+}
+
+TEST(PolicyLayer7, RuleShapesAreChecked) {
+  const std::string at = "policy.toml:4: network_policies.api.endpoints[0].";
+  auto rules = [](const std::string& r) { return layer7("protocol = \"rest\", " + r); };
+  EXPECT_THAT(parse_error(rules(R"(rules = { allow = { path = "/" } })")),
+              StartsWith(at + "rules: must be an array like [ { allow = {"));
+  EXPECT_THAT(parse_error(rules(R"(rules = [ { deny = { path = "/" } } ])")),
+              StartsWith(at + "rules[0].deny: an entry of rules is { allow = {"));
+  EXPECT_THAT(parse_error(rules(R"(deny_rules = [ { allow = { path = "/" } } ])")),
+              StartsWith(at + "deny_rules[0].allow: an entry of deny_rules is { deny = {"));
+  EXPECT_THAT(parse_error(rules(R"(rules = [ { method = "GET" } ])")),
+              StartsWith(at + "rules[0].method: unknown field (expected one of: allow)"));
+  EXPECT_THAT(parse_error(rules(R"(rules = [ "GET /" ])")),
+              StartsWith(at + "rules[0]: must be a table like { allow = {"));
+  EXPECT_THAT(parse_error(rules(R"(rules = [ { allow = { verb = "GET" } } ])")),
+              StartsWith(at + "rules[0].allow.verb: unknown field (expected one of: method, "
+                              "path, query)"));
+  EXPECT_EQ(parse_error(rules(R"(rules = [ { allow = { method = "GE T" } } ])")),
+            at + "rules[0].allow.method: \"GE T\" is not an HTTP method (like GET or POST)");
+  EXPECT_EQ(parse_error(rules(R"(rules = [ { allow = { method = "" } } ])")),
+            at + "rules[0].allow.method: must not be empty (\"*\" is any method)");
+  EXPECT_EQ(parse_error(rules(R"(rules = [ { allow = { method = "G*" } } ])")),
+            at + "rules[0].allow.method: may be \"*\" (any method) but not hold it");
+  EXPECT_EQ(parse_error(rules(R"(rules = [ { allow = { path = "repos/**" } } ])")),
+            at + "rules[0].allow.path: must start with '/' (like \"/repos/**\")");
+  EXPECT_EQ(parse_error(rules(R"(rules = [ { allow = { path = "/search?q=x" } } ])")),
+            at + "rules[0].allow.path: must not hold '?': match the query string with query "
+                 "= { ... }");
+  EXPECT_THAT(parse_error(rules(R"(rules = [ { allow = { path = "/a**" } } ])")),
+              StartsWith(at + "rules[0].allow.path: \"**\" must be a whole segment"));
+  EXPECT_EQ(parse_error(rules(R"(deny_rules = [ {}, { deny = { path = "/a b" } } ])")),
+            at + "deny_rules[0]: must be a table like { deny = { method = \"GET\", path = "
+                 "\"/**\" } }");
+}
+
+TEST(PolicyLayer7, QueryMatchersAreChecked) {
+  const std::string at = "policy.toml:4: network_policies.api.endpoints[0].rules[0].allow.query";
+  auto query = [](const std::string& q) {
+    return layer7("protocol = \"rest\", rules = [ { allow = { path = \"/\", query = " + q +
+                  " } } ]");
+  };
+  EXPECT_EQ(parse_error(query(R"({ "" = "x" })")), at + ": a query key must not be empty");
+  EXPECT_EQ(parse_error(query(R"({ state = { any = [] } })")),
+            at + ".state.any: must not be empty");
+  EXPECT_EQ(parse_error(query(R"({ state = { any = ["a", 1] } })")),
+            at + ".state.any[1]: must be a string");
+  EXPECT_EQ(parse_error(query(R"({ state = {} })")), at + ".state: needs any = [\"glob\", ...]");
+  EXPECT_THAT(parse_error(query(R"({ state = { one = ["a"] } })")),
+              StartsWith(at + ".state.one: unknown field (expected one of: any)"));
+  EXPECT_EQ(parse_error(query(R"({ page = 2 })")),
+            at + ".page: must be a glob string or { any = [\"glob\", ...] }");
+  EXPECT_THAT(parse_error(query(R"("page=2")")), StartsWith(at + ": must be a table like"));
+}
+
+TEST(PolicyLayer7, FieldsThatExcludeOrNeedEachOther) {
+  const std::string at = "policy.toml:4: network_policies.api.endpoints[0].";
+  EXPECT_EQ(
+      parse_error(layer7(
+          R"(protocol = "rest", access = "read-only", rules = [ { allow = { method = "POST" } } ])")),
+      at + "rules: access and rules exclude each other: give access (a preset) or rules, "
+           "not both");
+  const std::string needs =
+      ": needs protocol = \"rest\" or \"websocket\" on this endpoint (without it the endpoint is "
+      "layer 4: its requests are not read)";
+  EXPECT_EQ(parse_error(layer7(R"(rules = [ { allow = { method = "GET" } } ])")),
+            at + "rules" + needs);
+  EXPECT_EQ(parse_error(layer7(R"(deny_rules = [ { deny = { method = "GET" } } ])")),
+            at + "deny_rules" + needs);
+  EXPECT_EQ(parse_error(layer7(R"(access = "read-only")")), at + "access" + needs);
+  EXPECT_EQ(parse_error(layer7(R"(enforcement = "audit")")), at + "enforcement" + needs);
+  EXPECT_EQ(parse_error(layer7(R"(allow_encoded_slash = false)")),
+            at + "allow_encoded_slash" + needs);
+  const std::string skip =
+      ": cannot go with tls = \"skip\": the bytes are relayed unread, so there is no request to "
+      "judge";
+  EXPECT_EQ(parse_error(layer7(R"(protocol = "rest", tls = "skip", access = "read-only")")),
+            at + "access" + skip);
+  EXPECT_EQ(parse_error(layer7(
+                R"(protocol = "rest", tls = "skip", rules = [ { allow = { method = "GET" } } ])")),
+            at + "rules" + skip);
+  EXPECT_EQ(
+      parse_error(layer7(
+          R"(protocol = "rest", tls = "skip", deny_rules = [ { deny = { method = "GET" } } ])")),
+      at + "deny_rules" + skip);
+}
+
+TEST(PolicyLayer7, RoundTripsThroughToml) {
+  Policy p = parse(kExample, "p.toml");
+  Endpoint& e = p.network[0].endpoints[0];
+  e.protocol = "rest";
+  e.tls = "auto";
+  e.enforcement = "audit";
+  e.allow_encoded_slash = true;
+  e.ca_file = "/etc/ssl/a \"quoted\" ca.pem";
+  e.rules = {{"GET", "/repos/**", {{"per_page", "1*", {}}, {"state", "", {"open", "closed"}}}},
+             {"*", "/user", {}},
+             {"", "", {}}};
+  e.deny_rules = {{"DELETE", "/**", {{"dotted.key", "x", {}}}}};
+  Endpoint& short_one = p.network[0].endpoints[1];
+  short_one.host = "x.io";
+  short_one.protocol = "rest";
+  short_one.deny_rules = {{"POST", "", {}}};
+  std::string text = to_toml(p);
+  EXPECT_EQ(parse(text, "again.toml"), p) << text;
+  // A short endpoint stays on one line; a long one spans lines, a rule each.
+  EXPECT_THAT(text, HasSubstr("  { host = \"x.io\", port = 443, protocol = \"rest\", "
+                              "deny_rules = [{ deny = { method = \"POST\" } }] },\n"));
+  EXPECT_THAT(text, HasSubstr(", rules = [\n      { allow = { method = \"GET\", path = "
+                              "\"/repos/**\", query = { per_page = \"1*\", state = { any = "
+                              "[\"open\", \"closed\"] } } } },\n"));
+  EXPECT_THAT(text, HasSubstr("      { allow = {} },\n    ], deny_rules = [\n"));
+  EXPECT_THAT(text, HasSubstr("query = { \"dotted.key\" = \"x\" }"));
+}
+
+TEST(PolicyLayer7, ReadFromYamlWithTheSameChecks) {
+  Policy p = parse(R"(version: 1
+network_policies:
+  api:
+    endpoints:
+      - host: api.github.com
+        port: 443
+        protocol: rest
+        enforcement: enforce
+        rules:
+          - allow:
+              method: GET
+              path: /repos/**
+              query:
+                state:
+                  any: [open, closed]
+                per_page: "1*"
+        deny_rules:
+          - deny: { method: DELETE, path: "/**" }
+        allow_encoded_slash: true
+)",
+                   "p.yaml");
+  const Endpoint& e = only_endpoint(p);
+  EXPECT_EQ(e.protocol, "rest");
+  EXPECT_EQ(e.enforcement, "enforce");
+  ASSERT_EQ(e.rules.size(), 1u);
+  EXPECT_EQ(
+      e.rules[0],
+      (HttpRule{"GET", "/repos/**", {{"per_page", "1*", {}}, {"state", "", {"open", "closed"}}}}));
+  EXPECT_EQ(e.deny_rules.at(0), (HttpRule{"DELETE", "/**", {}}));
+  EXPECT_TRUE(e.allow_encoded_slash);
+  EXPECT_EQ(parse(to_toml(p), "again.toml"), p);
+  EXPECT_EQ(error_of([] {
+              parse(
+                  "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: a.com\n"
+                  "        port: 443\n        access: read-only\n",
+                  "p.yaml");
+            }),
+            "p.yaml:7: network_policies.api.endpoints[0].access: needs protocol = \"rest\" or "
+            "\"websocket\" on this endpoint (without it the endpoint is layer 4: its requests are "
+            "not read)");
+  EXPECT_EQ(error_of([] {
+              parse(
+                  "version: 1\nnetwork_policies:\n  api:\n    endpoints:\n      - host: a.com\n"
+                  "        port: 443\n        protocol: rest\n        rules:\n"
+                  "          - allow: { path: nope }\n",
+                  "p.yaml");
+            }),
+            "p.yaml:9: network_policies.api.endpoints[0].rules[0].allow.path: must start with "
+            "'/' (like \"/repos/**\")");
 }
 
 }  // namespace
