@@ -610,9 +610,9 @@ TEST(PolicyToToml, EveryField) {
   NetworkPolicy api;
   api.name = "api";
   api.endpoints.push_back(
-      {"example.com", {80, 8080, 8443}, {"10.0.0.0/8", "fd00::/8"}, "rest", "", "", "read-only"});
+      {"example.com", {80, 8080, 8443}, {"10.0.0.0/8", "fd00::/8"}, "rest", "read-only", "", ""});
   api.endpoints.push_back({"*.example.org", {443}, {}, "", ""});
-  api.endpoints.push_back({"10.1.2.3", {22}, {"10.1.2.3/32"}, "rest", "skip", "audit", ""});
+  api.endpoints.push_back({"10.1.2.3", {22}, {"10.1.2.3/32"}, "rest", "", "skip", "audit"});
   api.binaries = {{"/usr/bin/python3*"}, {"/usr/bin/curl"}};
   NetworkPolicy bare;  // no endpoints, no binaries
   bare.name = "bare";
