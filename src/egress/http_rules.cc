@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <array>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/error.h"
 
@@ -47,8 +48,9 @@ void append_escape(std::string* out, unsigned char byte) {
 bool is_token(std::string_view text) {
   if (text.empty()) return false;
   for (unsigned char c : text) {
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+    bool ok =
+        (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+        std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
     if (!ok) return false;
   }
   return true;
@@ -155,7 +157,8 @@ bool normalize_http_path(std::string_view path, bool allow_encoded_slash, std::s
         return false;
       }
       if (byte == '/' && !allow_encoded_slash) {
-        *reason = "the path holds an encoded slash (%2F) and the endpoint does not allow_encoded_slash";
+        *reason =
+            "the path holds an encoded slash (%2F) and the endpoint does not allow_encoded_slash";
         return false;
       }
       if (is_unreserved(static_cast<unsigned char>(byte)))
@@ -391,8 +394,7 @@ HttpVerdict HttpRules::judge(std::string_view method, std::string_view target) c
   };
   auto rule_matches = [&](const Compiled& rule, bool deny) {
     return method_matches(rule, method, deny) &&
-           (rule.any_path || rule.path.matches(verdict.path)) &&
-           query_matches(rule, query, !deny);
+           (rule.any_path || rule.path.matches(verdict.path)) && query_matches(rule, query, !deny);
   };
   for (size_t i = 0; i < deny_rules_.size(); ++i) {
     if (rule_matches(deny_rules_[i], true))

@@ -1,10 +1,14 @@
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../fuzz/http_rules_check.h"
 #include "base/error.h"
 #include "egress/http_rules.h"
 #include "policy/policy.h"
@@ -183,7 +187,8 @@ TEST(EgressHttpRules, DoubleStarSpansSegments) {
     EXPECT_TRUE(allowed(rules, "GET", path)) << path;
   EXPECT_FALSE(allowed(rules, "GET", "/x/1/y/2"));
   EXPECT_FALSE(allowed(rules, "GET", "/x/1y"));
-  for (const char* path : {"/z", "/q/z", "/q/r/z"}) EXPECT_TRUE(allowed(rules, "GET", path)) << path;
+  for (const char* path : {"/z", "/q/z", "/q/r/z"})
+    EXPECT_TRUE(allowed(rules, "GET", path)) << path;
   EXPECT_FALSE(allowed(rules, "GET", "/q/zz"));
   // "**" inside a segment is "*".
   auto inner = with_rules({rule("GET", "/v**x")});
@@ -337,7 +342,8 @@ TEST(EgressHttpRules, DenialBody) {
   EXPECT_EQ(body["port"], 443);
   EXPECT_EQ(body["method"], "POST");
   EXPECT_EQ(body["path"], "/repos/y");
-  EXPECT_EQ(body["hint"], "openshell policy update dev --add-allow api.github.com:443:POST:/repos/y");
+  EXPECT_EQ(body["hint"],
+            "openshell policy update dev --add-allow api.github.com:443:POST:/repos/y");
   EXPECT_EQ(text.rfind("{\"error\":\"policy_denied\",\"rule\":", 0), 0u);
   auto unnamed = nlohmann::json::parse(http_denial_body(verdict, "", "h", 80, "POST"));
   EXPECT_EQ(unnamed["hint"], "openshell policy update SANDBOX --add-allow h:80:POST:/repos/y");
@@ -380,6 +386,30 @@ TEST(EgressHttpRules, FromAPolicyEndpoint) {
   EXPECT_EQ(rules.judge("POST", "/repos/a/issues?label=bugfix").rule, "rules[1]");
   EXPECT_EQ(rules.judge("GET", "/repos/a/secrets/k?state=open").rule, "deny_rules[0]");
   EXPECT_TRUE(rules.judge("GET", "/repos/a%2Fb?state=open").allowed);
+}
+
+// The fuzz target's properties, over its committed corpus, on every build.
+TEST(EgressHttpRulesCorpus, EveryInputKeepsTheRulesProperties) {
+  namespace fs = std::filesystem;
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(OSH_HTTP_RULES_CORPUS)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(fuzz::http_rules_violation(data), "") << entry.path();
+    ++count;
+  }
+  EXPECT_GE(count, 15) << "the corpus at " OSH_HTTP_RULES_CORPUS " is missing";
+}
+
+// The properties can fail: a path that is not canonical is caught.
+TEST(EgressHttpRulesCorpus, TheCheckFindsANonCanonicalPath) {
+  EXPECT_NE(fuzz::normalized_path_violation("/a//b", false), "");
+  EXPECT_NE(fuzz::normalized_path_violation("/a/../b", false), "");
+  EXPECT_NE(fuzz::normalized_path_violation("/%61", false), "");
+  EXPECT_NE(fuzz::normalized_path_violation("/a%2fb", true), "");
+  EXPECT_NE(fuzz::normalized_path_violation("/a%2Fb", false), "");
+  EXPECT_EQ(fuzz::normalized_path_violation("/a%2Fb", true), "");
+  EXPECT_EQ(fuzz::normalized_path_violation("/a/b/", false), "");
 }
 
 }  // namespace
