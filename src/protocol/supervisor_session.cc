@@ -78,7 +78,11 @@ void from_json(const json& j, Credentials& m) {
   r.no_others();
 }
 
-void to_json(json& j, const Welcome& m) { j = {{"env", m.env}, {"credentials", m.credentials}}; }
+// Without providers, a welcome as before them (an older supervisor reads it).
+void to_json(json& j, const Welcome& m) {
+  j = {{"env", m.env}};
+  if (!m.credentials.empty()) j["credentials"] = m.credentials;
+}
 void from_json(const json& j, Welcome& m) {
   FieldReader r(j, Welcome::kType);
   r.required("env", &m.env);
