@@ -144,6 +144,46 @@ TEST_P(ProviderCli, TheSandboxHoldsOnlyThePlaceholder) {
   EXPECT_EQ(os({"sandbox", "delete", "agent"}).status, 0);
 }
 
+// Attached to a running sandbox: its placeholder comes with its next start
+// (its environment is fixed once it runs), and detached, it goes then.
+TEST_P(ProviderCli, AttachAndDetachApplyAtTheNextStart) {
+  GatewayGuard gateway(mode(), home_);
+  const std::string secret = random_secret("gk-");
+  ASSERT_EQ(os({"provider", "create", "--name", "svc", "--type", "generic", "--credential",
+                "SVC_KEY=" + secret, "--endpoint", "api.example.test:443"})
+                .status,
+            0);
+  ASSERT_EQ(os({"sandbox", "create", "--name", "late", "--from", rootfs(), "-e", "KEEP=1", "-d",
+                "--", "sleep", "600"})
+                .status,
+            0);
+  auto env = [&] { return os({"sandbox", "exec", "late", "--", "env"}).out; };
+  Result attach = os({"provider", "attach", "late", "svc"});
+  EXPECT_EQ(attach.status, 0) << attach.err;
+  EXPECT_EQ(attach.out, "late: provider svc attached\n");
+  EXPECT_THAT(env(), Not(HasSubstr("SVC_KEY=")));
+  EXPECT_THAT(os({"provider", "get", "svc"}).out, HasSubstr("Sandboxes:    late\n"));
+  ASSERT_EQ(os({"sandbox", "stop", "late"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "start", "late"}).status, 0);
+  std::string started = env();
+  EXPECT_THAT(started, HasSubstr("SVC_KEY=openshell:resolve:env:SVC_KEY\n"));
+  EXPECT_THAT(started, HasSubstr("KEEP=1\n"));
+  EXPECT_THAT(started, Not(HasSubstr(secret)));
+
+  ASSERT_EQ(os({"provider", "detach", "late", "svc"}).status, 0);
+  Result again = os({"provider", "detach", "late", "svc"});
+  EXPECT_EQ(again.status, 125);
+  EXPECT_EQ(again.err, "openshell: provider 'svc' is not attached to sandbox 'late'\n");
+  ASSERT_EQ(os({"sandbox", "stop", "late"}).status, 0);
+  ASSERT_EQ(os({"sandbox", "start", "late"}).status, 0);
+  std::string detached = env();
+  EXPECT_THAT(detached, Not(HasSubstr("SVC_KEY=")));
+  EXPECT_THAT(detached, HasSubstr("KEEP=1\n"));
+  EXPECT_EQ(files_holding(home_, secret), std::vector<std::string>{});
+  EXPECT_EQ(os({"sandbox", "delete", "late"}).status, 0);
+  EXPECT_EQ(os({"provider", "delete", "svc"}).status, 0);
+}
+
 E2E_ALL_MODES(ProviderCli);
 
 }  // namespace
