@@ -54,7 +54,8 @@ void print_provider(const json& p, const std::string& output) {
     return;
   }
   auto list = [](const json& items) {
-    return items.empty() ? std::string("-") : text::join(items.get<std::vector<std::string>>(), ", ");
+    return items.empty() ? std::string("-")
+                         : text::join(items.get<std::vector<std::string>>(), ", ");
   };
   std::printf("Name:         %s\n", p.value("name", "").c_str());
   std::printf("Type:         %s\n", p.value("type", "").c_str());
@@ -128,8 +129,7 @@ void add_provider_commands(CLI::App& app, Action* action) {
             {"NAME", "TYPE", "CREDENTIALS", "ENDPOINTS", "SANDBOXES"}};
         for (const json& p : result.value("providers", json::array())) {
           auto list = [&](const char* field) {
-            return text::join(p.value(field, json::array()).get<std::vector<std::string>>(),
-                              ",");
+            return text::join(p.value(field, json::array()).get<std::vector<std::string>>(), ",");
           };
           rows.push_back({p.value("name", ""), p.value("type", ""), list("credentials"),
                           list("endpoints"), list("sandboxes")});
@@ -174,7 +174,8 @@ void add_provider_commands(CLI::App& app, Action* action) {
     c->callback([=] {
       *action = [=] {
         if (credentials->empty() && endpoints->empty())
-          throw Error("provider update " + *name + ": nothing to change (--credential, --endpoint)");
+          throw Error("provider update " + *name +
+                      ": nothing to change (--credential, --endpoint)");
         json body = json::object();
         if (!credentials->empty()) body["credentials"] = credentials_of(*credentials);
         if (!endpoints->empty()) body["endpoints"] = *endpoints;

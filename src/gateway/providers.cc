@@ -50,8 +50,7 @@ bool is_endpoint(std::string_view endpoint) {
   auto port = text::parse_uint(endpoint.substr(colon + 1), 65535);
   if (!port || *port == 0 || host.size() > 253) return false;
   for (const auto& label : text::split(std::string(host), '.'))
-    if (label.empty() || label.size() > 63 ||
-        !std::all_of(label.begin(), label.end(), [](char c) {
+    if (label.empty() || label.size() > 63 || !std::all_of(label.begin(), label.end(), [](char c) {
           return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
         }))
       return false;
@@ -70,9 +69,9 @@ void read_fields(const json& body, ProviderRecord* record, bool creating) {
   auto type = std::find_if(provider_types().begin(), provider_types().end(),
                            [&](const ProviderType& t) { return t.name == record->type; });
   if (type == provider_types().end())
-    throw ApiError(400, "invalid_type",
-                   "unknown provider type '" + record->type +
-                       "' (one of generic, github, anthropic, openai)");
+    throw ApiError(
+        400, "invalid_type",
+        "unknown provider type '" + record->type + "' (one of generic, github, anthropic, openai)");
   if (body.contains("credentials")) {
     const json& given = body["credentials"];
     if (!given.is_object())

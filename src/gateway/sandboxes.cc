@@ -280,8 +280,8 @@ void Gateway::create(const Call& call) {
     }
   }
   if (!providers.empty() && !call.who.admin)
-    refuse(call, "admin_only", "attaching a provider is for admins, and " + call.who.name +
-                                   " is not one");
+    refuse(call, "admin_only",
+           "attaching a provider is for admins, and " + call.who.name + " is not one");
   for (const auto& p : providers) find_provider(p);
   // Before the gateway looks at any of them with its own rights.
   check_host_paths(call, spec, given_kernel);

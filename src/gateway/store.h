@@ -89,8 +89,8 @@ struct PolicyRevision {
 // ever holding them. Values rest sealed in gateway.db (see set_secret_box);
 // a record read back holds them opened.
 struct ProviderRecord {
-  std::string name;  // unique
-  std::string type;  // "generic", "github", "anthropic", "openai"
+  std::string name;                                // unique
+  std::string type;                                // "generic", "github", "anthropic", "openai"
   std::map<std::string, std::string> credentials;  // KEY -> value
   std::vector<std::string> endpoints;              // HOST:PORT
   int64_t created_ms = 0;

@@ -65,7 +65,7 @@ struct Credential {
 
 struct Welcome {
   static constexpr const char* kType = "welcome";
-  std::vector<std::string> env;  // the spec's, which the launch file names by its digest
+  std::vector<std::string> env;         // the spec's, which the launch file names by its digest
   std::vector<Credential> credentials;  // absent from an older gateway's: none
 };
 

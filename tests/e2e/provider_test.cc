@@ -43,9 +43,9 @@ TEST_P(ProviderCli, CreateListGetUpdateDelete) {
   const std::string secret = random_secret("tok-");
   Options with_token;
   with_token.env.push_back("PROV_TOKEN=" + secret);
-  Result create = os({"provider", "create", "--name", "gh", "--type", "github", "--credential",
-                      "PROV_TOKEN"},
-                     with_token);
+  Result create =
+      os({"provider", "create", "--name", "gh", "--type", "github", "--credential", "PROV_TOKEN"},
+         with_token);
   ASSERT_EQ(create.status, 0) << create.err;
   EXPECT_THAT(create.out, HasSubstr("api.github.com:443, github.com:443"));
   EXPECT_THAT(create.out, Not(HasSubstr(secret)));
@@ -94,10 +94,10 @@ TEST_P(ProviderCli, ErrorsNameWhatIsWrong) {
   EXPECT_EQ(err({"provider", "create", "--name", "x", "--type", "generic", "--credential", "A=b",
                  "--endpoint", "no-port"}),
             "openshell: endpoint 'no-port' is not HOST:PORT\n");
-  EXPECT_EQ(err({"provider", "create", "--name", "x", "--type", "openai", "--credential",
-                 "1BAD=v"}),
-            "openshell: credential key '1BAD' is not an environment variable's name (letters, "
-            "digits and '_', not starting with a digit)\n");
+  EXPECT_EQ(
+      err({"provider", "create", "--name", "x", "--type", "openai", "--credential", "1BAD=v"}),
+      "openshell: credential key '1BAD' is not an environment variable's name (letters, "
+      "digits and '_', not starting with a digit)\n");
   ASSERT_EQ(
       os({"provider", "create", "--name", "ai", "--type", "openai", "--credential", "K=v"}).status,
       0);
