@@ -169,7 +169,6 @@ void Gateway::send_credentials(const std::string& id) {
 void Gateway::attach_providers(SandboxRecord& record, const std::vector<std::string>& names) {
   for (const auto& name : names) find_provider(name);  // all known, or none attached
   for (const auto& name : names) store_->attach_provider(record.id, name);
-  sync_placeholders(record);
 }
 
 void Gateway::list_providers(const Call& call) {
@@ -213,12 +212,9 @@ void Gateway::update_provider(const Call& call) {
   record.updated_ms = now_ms();
   store_->update_provider(record);
   log::debug("provider '" + record.name + "' updated by " + call.who.name);
-  // New keys get placeholders (for the next start); the running
-  // supervisors get the new values now.
-  for (const auto& id : store_->sandboxes_of(record.name)) {
-    if (auto sandbox = store_->find_by_id(id)) sync_placeholders(*sandbox);
-    send_credentials(id);
-  }
+  // The running supervisors get the new values now; new keys get their
+  // placeholders at the next launch (sync_placeholders).
+  for (const auto& id : store_->sandboxes_of(record.name)) send_credentials(id);
   call.exchange->respond(json_response(200, provider_view(record)));
 }
 
@@ -258,7 +254,6 @@ void Gateway::detach_provider(const Call& call) {
     throw ApiError(404, "not_found",
                    "provider '" + provider + "' is not attached to sandbox '" + call.name + "'");
   store_->detach_provider(record.id, provider);
-  sync_placeholders(record);
   send_credentials(record.id);
   call.exchange->respond(json_response(200, view(record)));
 }

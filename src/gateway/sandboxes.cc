@@ -329,7 +329,7 @@ void Gateway::create(const Call& call) {
     throw;
   }
   store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
-  // Before the launch: its launch file names the env with the placeholders.
+  // Before the launch, which puts their placeholders in the env.
   if (!providers.empty()) attach_providers(record, providers);
   store_->append_event(
       id, "Created",
