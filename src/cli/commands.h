@@ -21,6 +21,9 @@ void add_sandbox_commands(CLI::App& app, Action* action);
 // `openshell policy ...`.
 void add_policy_commands(CLI::App& app, Action* action);
 
+// `openshell provider ...`.
+void add_provider_commands(CLI::App& app, Action* action);
+
 // `openshell image ...`.
 void add_image_commands(CLI::App& app, Action* action);
 // `openshell image push`, below `image`.

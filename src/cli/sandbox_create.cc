@@ -63,7 +63,7 @@ void hint_on_interrupt(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
                     output = "table", restart, vm_kernel;
-  std::vector<std::string> env, env_files, binds, labels, command, ca_certs;
+  std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers;
   bool no_keep = false, detach = false, insecure = false, vm = false;
   bool name_given = false;  // --name, even an empty one
 };
@@ -150,6 +150,7 @@ int create(const CreateOptions& o) {
   GatewayClient client(gateway, true);
   json body = {{"spec", json::parse(spec.to_json())}};
   if (!o.name.empty()) body["name"] = o.name;
+  if (!o.providers.empty()) body["providers"] = o.providers;
   json sandbox;
   try {
     sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
@@ -214,6 +215,9 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
                 "CPU limit, in CPUs: 1.5 = one and a half, 500m = half of one");
   add_size_limit_options(c, &o->memory, &o->pids, &o->tmp_size, &o->shm_size);
   repeatable(c->add_option("--label", o->labels, "A label KEY=VALUE (repeatable)"));
+  repeatable(c->add_option("--provider", o->providers,
+                           "A provider (see 'openshell provider'): its credentials' placeholders "
+                           "in the environment, KEY=openshell:resolve:env:KEY (repeatable)"));
   repeatable(c->add_option("--ca-cert", o->ca_certs,
                            "A PEM file of CA certificates its programs trust, added to its "
                            "system bundle and named by SSL_CERT_FILE and the like (repeatable)"));

@@ -80,6 +80,18 @@ const std::vector<Gateway::Route>& Gateway::routes() {
       {"PUT", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::set_policy)},
       {"GET", false, "/v1/sandboxes/{name}/policies", A::kOwner, named(&Gateway::list_policies)},
       {"POST", false, "/v1/sandboxes/{name}/commit", A::kOwner, called(&Gateway::commit_sandbox)},
+      // Providers: anyone sees their names, keys and endpoints, never a
+      // value; only admins make, change or attach them (a credential is the
+      // gateway's to lend).
+      {"GET", false, "/v1/providers", A::kAnyone, called(&Gateway::list_providers)},
+      {"POST", false, "/v1/providers", A::kAdmin, called(&Gateway::create_provider)},
+      {"GET", false, "/v1/providers/{name}", A::kAnyone, called(&Gateway::get_provider)},
+      {"PATCH", false, "/v1/providers/{name}", A::kAdmin, called(&Gateway::update_provider)},
+      {"DELETE", false, "/v1/providers/{name}", A::kAdmin, called(&Gateway::delete_provider)},
+      {"POST", false, "/v1/sandboxes/{name}/providers", A::kAdmin,
+       called(&Gateway::attach_provider)},
+      {"DELETE", false, "/v1/sandboxes/{name}/providers", A::kAdmin,
+       called(&Gateway::detach_provider)},
   };
   return table;
 }

@@ -72,6 +72,7 @@ void Gateway::seal_secrets_at_rest() {
     }
   };
   store_->set_spec_codec({seal, open, auth::spec_env_in_plain});
+  store_->set_secret_box(box);  // providers' credentials
   if (size_t n = store_->reseal_specs())
     log::warn("sealed the environment of " + std::to_string(n) + " sandboxes at rest");
   for (const auto& record : store_->list()) {

@@ -127,6 +127,7 @@ pid_t Gateway::spawn_supervisor(const SandboxRecord& record, const std::string& 
 
 // Mints the launch file for the record's generation and starts a supervisor.
 void Gateway::launch(SandboxRecord& record) {
+  sync_placeholders(record);  // the providers attached now
   const std::string file = paths_.launch_file(record.id);
   mint_launch_file(record, file);
   pid_t pid = spawn_supervisor(record, file, {}, -1);

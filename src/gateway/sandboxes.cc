@@ -268,6 +268,21 @@ void Gateway::create(const Call& call) {
   } catch (const Error& e) {
     throw ApiError(500, "bad_config", e.what());
   }
+  // Providers (names), all known before anything is made; lending their
+  // credentials is an admin's decision.
+  std::vector<std::string> providers;
+  if (body.contains("providers")) {
+    if (!body["providers"].is_array())
+      throw ApiError(400, "bad_request", "providers must be a list of names");
+    for (const json& p : body["providers"]) {
+      if (!p.is_string()) throw ApiError(400, "bad_request", "providers must be a list of names");
+      providers.push_back(p.get<std::string>());
+    }
+  }
+  if (!providers.empty() && !call.who.admin)
+    refuse(call, "admin_only",
+           "attaching a provider is for admins, and " + call.who.name + " is not one");
+  for (const auto& p : providers) find_provider(p);
   // Before the gateway looks at any of them with its own rights.
   check_host_paths(call, spec, given_kernel);
   if (spec.vm) check_vm_host(*spec.vm, given_kernel.empty());
@@ -314,6 +329,8 @@ void Gateway::create(const Call& call) {
     throw;
   }
   store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
+  // Before the launch, which puts their placeholders in the env.
+  if (!providers.empty()) attach_providers(record, providers);
   store_->append_event(
       id, "Created",
       "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),

@@ -158,6 +158,27 @@ class Gateway {
   void get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void list_policies(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void set_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  // Providers (providers.cc).
+  void list_providers(const Call& call);
+  void get_provider(const Call& call);
+  void create_provider(const Call& call);
+  void update_provider(const Call& call);
+  void delete_provider(const Call& call);
+  void attach_provider(const Call& call);
+  void detach_provider(const Call& call);
+  json provider_view(const ProviderRecord& record) const;
+  ProviderRecord find_provider(const std::string& name) const;  // ApiError 404
+  // The credentials of the providers attached to the sandbox.
+  std::vector<protocol::session::Credential> credentials_of(const std::string& id) const;
+  // Attaches them (ApiError 404 before any when one is unknown).
+  void attach_providers(SandboxRecord& record, const std::vector<std::string>& names);
+  // The spec's env holds KEY=openshell:resolve:env:KEY for every key of
+  // its providers, and no other placeholder; saved when it changed. Only
+  // at a launch, before its file is minted: the file names the env by its
+  // digest, which a change between the file and the welcome would break.
+  void sync_placeholders(SandboxRecord& record);
+  // The whole set to the sandbox's supervisor, when its session is open.
+  void send_credentials(const std::string& id);
   // A sandbox's writable layer as a new image (commit.cc).
   void commit_sandbox(const Call& call);
 

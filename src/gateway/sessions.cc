@@ -87,7 +87,10 @@ void Gateway::on_hello(const std::shared_ptr<net::WebSocket>& ws,
     supervised_[launch.sandbox_id].session = ws;
   }
   // The environment, which the launch file names only by its digest.
-  ws->send(protocol::encode(session::Welcome{SandboxSpec::from_json(record->spec).env}), false);
+  // The providers' credentials too, which no file holds.
+  ws->send(protocol::encode(session::Welcome{SandboxSpec::from_json(record->spec).env,
+                                             credentials_of(record->id)}),
+           false);
 }
 
 void Gateway::on_session_message(const std::string& id,

@@ -16,6 +16,7 @@
 
 #include <sqlite3.h>
 
+#include "auth/secrets.h"
 #include "base/json_text.h"
 #include "base/unique_fd.h"
 
@@ -59,6 +60,19 @@ CREATE TABLE IF NOT EXISTS policies (
   text TEXT NOT NULL,
   created_ms INTEGER NOT NULL,
   PRIMARY KEY (sandbox_id, revision)
+);
+CREATE TABLE IF NOT EXISTS providers (
+  name TEXT PRIMARY KEY,
+  type TEXT NOT NULL,
+  credentials TEXT NOT NULL,
+  endpoints TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS provider_attachments (
+  sandbox_id TEXT NOT NULL,
+  provider TEXT NOT NULL,
+  PRIMARY KEY (sandbox_id, provider)
 );
 )sql";
 
@@ -381,6 +395,48 @@ void set_up(sqlite3* db) {
   transaction.commit();
 }
 
+// The additional data a provider's value is sealed with: its name and key,
+// NUL-separated (neither may hold a NUL).
+std::string credential_aad(const std::string& provider, const std::string& key) {
+  return "provider\0" + provider + '\0' + key;
+}
+
+constexpr const char* kProviderColumns =
+    "name, type, credentials, endpoints, created_ms, updated_ms";
+
+std::string seal_credentials(sqlite3* db, const auth::SecretBox* box,
+                             const ProviderRecord& record) {
+  if (!box) throw Error(db_path(db) + ": provider '" + record.name + "': no key to seal it with");
+  json sealed = json::object();
+  for (const auto& [key, value] : record.credentials)
+    sealed[key] = box->seal(value, credential_aad(record.name, key));
+  return json_text(sealed);
+}
+
+ProviderRecord read_provider(sqlite3* db, const auth::SecretBox* box, const Statement& row) {
+  ProviderRecord record;
+  record.name = row.text(0);
+  record.type = row.text(1);
+  auto bad_row = [&](const std::string& what) {
+    return Error(db_path(db) + ": provider '" + record.name + "': " + what);
+  };
+  if (!box) throw bad_row("no key to open it with");
+  try {
+    json credentials = json::parse(row.text(2));
+    for (const auto& [key, sealed] : credentials.items())
+      record.credentials[key] =
+          box->open(sealed.get<std::string>(), credential_aad(record.name, key));
+    record.endpoints = json::parse(row.text(3)).get<std::vector<std::string>>();
+  } catch (const json::exception& e) {
+    throw bad_row(e.what());
+  } catch (const Error& e) {
+    throw bad_row(e.what());
+  }
+  record.created_ms = row.int64(4);
+  record.updated_ms = row.int64(5);
+  return record;
+}
+
 struct CloseDb {
   void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
 };
@@ -461,6 +517,7 @@ void Store::remove(const std::string& id) {
   write_transaction(db_, "remove sandbox " + id, [&] {
     Statement(db_, "DELETE FROM events WHERE sandbox_id = ?1").bind(1, id).run();
     Statement(db_, "DELETE FROM policies WHERE sandbox_id = ?1").bind(1, id).run();
+    Statement(db_, "DELETE FROM provider_attachments WHERE sandbox_id = ?1").bind(1, id).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ?1").bind(1, id).run();
   });
 }
@@ -606,6 +663,98 @@ void Store::set_meta(const std::string& key, const std::string& value) {
         .bind(2, value)
         .run();
   });
+}
+
+void Store::insert_provider(const ProviderRecord& record) {
+  std::string credentials = seal_credentials(db_, box_, record);
+  write_transaction(db_, "insert provider '" + record.name + "'", [&] {
+    Statement statement(db_, std::string("INSERT INTO providers (") + kProviderColumns +
+                                 ") VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    statement.bind(1, record.name).bind(2, record.type).bind(3, credentials);
+    statement.bind(4, json_text(json(record.endpoints)));
+    statement.bind(5, record.created_ms).bind(6, record.updated_ms);
+    try {
+      statement.run();
+    } catch (const SqliteError& e) {
+      if (e.code() == SQLITE_CONSTRAINT_PRIMARYKEY) throw ProviderTaken(record.name);
+      throw;
+    }
+  });
+}
+
+void Store::update_provider(const ProviderRecord& record) {
+  std::string credentials = seal_credentials(db_, box_, record);
+  write_transaction(db_, "update provider '" + record.name + "'", [&] {
+    Statement statement(db_,
+                        "UPDATE providers SET type = ?2, credentials = ?3, endpoints = ?4, "
+                        "created_ms = ?5, updated_ms = ?6 WHERE name = ?1");
+    statement.bind(1, record.name).bind(2, record.type).bind(3, credentials);
+    statement.bind(4, json_text(json(record.endpoints)));
+    statement.bind(5, record.created_ms).bind(6, record.updated_ms);
+    statement.run();
+    if (sqlite3_changes(db_) == 0)
+      throw Error(db_path(db_) + ": update provider '" + record.name + "': there is none");
+  });
+}
+
+void Store::remove_provider(const std::string& name) {
+  write_transaction(db_, "remove provider '" + name + "'", [&] {
+    Statement(db_, "DELETE FROM provider_attachments WHERE provider = ?1").bind(1, name).run();
+    Statement(db_, "DELETE FROM providers WHERE name = ?1").bind(1, name).run();
+  });
+}
+
+std::optional<ProviderRecord> Store::find_provider(std::string_view name) const {
+  Statement statement(
+      db_, std::string("SELECT ") + kProviderColumns + " FROM providers WHERE name = ?1");
+  statement.bind(1, name);
+  if (!statement.step()) return std::nullopt;
+  return read_provider(db_, box_, statement);
+}
+
+std::vector<ProviderRecord> Store::providers() const {
+  Statement statement(db_,
+                      std::string("SELECT ") + kProviderColumns + " FROM providers ORDER BY name");
+  std::vector<ProviderRecord> out;
+  while (statement.step()) out.push_back(read_provider(db_, box_, statement));
+  return out;
+}
+
+void Store::attach_provider(const std::string& sandbox_id, const std::string& provider) {
+  write_transaction(db_, "attach provider '" + provider + "' to sandbox " + sandbox_id, [&] {
+    Statement(db_,
+              "INSERT OR IGNORE INTO provider_attachments (sandbox_id, provider) VALUES (?1, ?2)")
+        .bind(1, sandbox_id)
+        .bind(2, provider)
+        .run();
+  });
+}
+
+void Store::detach_provider(const std::string& sandbox_id, const std::string& provider) {
+  write_transaction(db_, "detach provider '" + provider + "' from sandbox " + sandbox_id, [&] {
+    Statement(db_, "DELETE FROM provider_attachments WHERE sandbox_id = ?1 AND provider = ?2")
+        .bind(1, sandbox_id)
+        .bind(2, provider)
+        .run();
+  });
+}
+
+std::vector<std::string> Store::providers_of(const std::string& sandbox_id) const {
+  Statement statement(
+      db_, "SELECT provider FROM provider_attachments WHERE sandbox_id = ?1 ORDER BY provider");
+  statement.bind(1, sandbox_id);
+  std::vector<std::string> out;
+  while (statement.step()) out.push_back(statement.text(0));
+  return out;
+}
+
+std::vector<std::string> Store::sandboxes_of(const std::string& provider) const {
+  Statement statement(
+      db_, "SELECT sandbox_id FROM provider_attachments WHERE provider = ?1 ORDER BY sandbox_id");
+  statement.bind(1, provider);
+  std::vector<std::string> out;
+  while (statement.step()) out.push_back(statement.text(0));
+  return out;
 }
 
 }  // namespace openshell::gateway

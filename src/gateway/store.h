@@ -17,6 +17,10 @@
 
 struct sqlite3;
 
+namespace openshell::auth {
+class SecretBox;
+}
+
 namespace openshell::gateway {
 
 enum class Phase {
@@ -81,6 +85,25 @@ struct PolicyRevision {
   int64_t created_ms = 0;
 };
 
+// A provider: credentials a sandbox's requests may carry without the sandbox
+// ever holding them. Values rest sealed in gateway.db (see set_secret_box);
+// a record read back holds them opened.
+struct ProviderRecord {
+  std::string name;                                // unique
+  std::string type;                                // "generic", "github", "anthropic", "openai"
+  std::map<std::string, std::string> credentials;  // KEY -> value
+  std::vector<std::string> endpoints;              // HOST:PORT
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+  bool operator==(const ProviderRecord&) const = default;
+};
+
+class ProviderTaken : public Error {
+ public:
+  explicit ProviderTaken(const std::string& name)
+      : Error("provider '" + name + "' already exists") {}
+};
+
 class NameTaken : public Error {
  public:
   explicit NameTaken(const std::string& name) : Error("sandbox name '" + name + "' is taken") {}
@@ -117,6 +140,23 @@ class Store {
 
   void set_meta(const std::string& key, const std::string& value);
 
+  // Providers. Their credential values are sealed with the box given to
+  // set_secret_box (the provider's name and the key as additional data, so a
+  // value copied to another row does not open); without a box, writing or
+  // reading a provider throws Error rather than keep a value in plain text.
+  void set_secret_box(const auth::SecretBox* box) { box_ = box; }
+  void insert_provider(const ProviderRecord& record);  // ProviderTaken when it exists
+  void update_provider(const ProviderRecord& record);  // by name; Error if there is none
+  // And its attachments; a caller refuses first when it is still attached.
+  void remove_provider(const std::string& name);
+  std::optional<ProviderRecord> find_provider(std::string_view name) const;
+  std::vector<ProviderRecord> providers() const;  // by name
+  // Attachments: idempotent. A sandbox's are removed with it.
+  void attach_provider(const std::string& sandbox_id, const std::string& provider);
+  void detach_provider(const std::string& sandbox_id, const std::string& provider);
+  std::vector<std::string> providers_of(const std::string& sandbox_id) const;  // by name
+  std::vector<std::string> sandboxes_of(const std::string& provider) const;    // ids
+
   // How a sandbox's spec rests in the database: `seal` before every write,
   // `open` after every read (so callers see the spec as it was given);
   // `in_plain` tells a row written before (or without) sealing. Unset: the
@@ -137,6 +177,7 @@ class Store {
   std::optional<SandboxRecord> opened(std::optional<SandboxRecord> record) const;
   sqlite3* db_;
   SpecCodec codec_;
+  const auth::SecretBox* box_ = nullptr;
 };
 
 }  // namespace openshell::gateway

@@ -69,6 +69,13 @@ class FieldReader {
     if (it != object_.end()) *out = convert<T>(name, *it);
   }
 
+  // A field the caller reads itself (a list of objects): nullptr when absent.
+  const json* raw(const char* name) {
+    seen_.insert(name);
+    auto it = object_.find(name);
+    return it == object_.end() ? nullptr : &*it;
+  }
+
   // Every field besides "type" must have been read.
   void no_others() const {
     for (auto it = object_.begin(); it != object_.end(); ++it)

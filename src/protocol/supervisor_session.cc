@@ -48,10 +48,45 @@ void from_json(const json& j, PolicyApplied& m) {
   r.no_others();
 }
 
-void to_json(json& j, const Welcome& m) { j = {{"env", m.env}}; }
+void to_json(json& j, const Credential& m) {
+  j = {{"key", m.key}, {"value", m.value}, {"endpoints", m.endpoints}};
+}
+
+// The optional "credentials" field, each item checked field by field.
+static std::vector<Credential> read_credentials(FieldReader& r, const char* type) {
+  std::vector<Credential> out;
+  const json* list = r.raw("credentials");
+  if (!list) return out;
+  const std::string what = std::string("\"") + type + "\" message: field \"credentials\"";
+  if (!list->is_array()) throw ProtocolError(what + " must be a list");
+  for (const json& item : *list) {
+    FieldReader c(item, std::string(type) + " credential");
+    Credential credential;
+    c.required("key", &credential.key);
+    c.required("value", &credential.value);
+    c.required("endpoints", &credential.endpoints);
+    c.no_others();
+    out.push_back(std::move(credential));
+  }
+  return out;
+}
+
+void to_json(json& j, const Credentials& m) { j = {{"credentials", m.credentials}}; }
+void from_json(const json& j, Credentials& m) {
+  FieldReader r(j, Credentials::kType);
+  m.credentials = read_credentials(r, Credentials::kType);
+  r.no_others();
+}
+
+// Without providers, a welcome as before them (an older supervisor reads it).
+void to_json(json& j, const Welcome& m) {
+  j = {{"env", m.env}};
+  if (!m.credentials.empty()) j["credentials"] = m.credentials;
+}
 void from_json(const json& j, Welcome& m) {
   FieldReader r(j, Welcome::kType);
   r.required("env", &m.env);
+  m.credentials = read_credentials(r, Welcome::kType);
   r.no_others();
 }
 

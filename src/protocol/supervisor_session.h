@@ -4,7 +4,8 @@
 //
 //   supervisor -> gateway: Hello (first, on every connection), Status,
 //                          PolicyApplied
-//   gateway -> supervisor: Welcome, Superseded, Rejected, Stop, Policy
+//   gateway -> supervisor: Welcome, Superseded, Rejected, Stop, Policy,
+//                          Credentials
 //
 // A final Status is also the supervisor's exit file (sandboxes/ID/exit.json),
 // without its "type".
@@ -52,9 +53,27 @@ struct PolicyApplied {
   std::optional<std::string> error;  // the supervisor refused it
 };
 
+// One credential of a provider attached to the sandbox: the value the
+// sandbox's placeholder (KEY=openshell:resolve:env:KEY) stands for, and the
+// endpoints (HOST:PORT) it may be sent to. Never in the launch file.
+struct Credential {
+  std::string key;
+  std::string value;
+  std::vector<std::string> endpoints;
+  bool operator==(const Credential&) const = default;
+};
+
 struct Welcome {
   static constexpr const char* kType = "welcome";
-  std::vector<std::string> env;  // the spec's, which the launch file names by its digest
+  std::vector<std::string> env;         // the spec's, which the launch file names by its digest
+  std::vector<Credential> credentials;  // absent from an older gateway's: none
+};
+
+// The whole set of the sandbox's credentials, replacing what came before:
+// sent when a provider of the sandbox is updated, attached or detached.
+struct Credentials {
+  static constexpr const char* kType = "credentials";
+  std::vector<Credential> credentials;
 };
 
 struct Superseded {
@@ -79,7 +98,7 @@ struct Policy {
 };
 
 using ToGateway = std::variant<Hello, Status, PolicyApplied>;
-using ToSupervisor = std::variant<Welcome, Superseded, Rejected, Stop, Policy>;
+using ToSupervisor = std::variant<Welcome, Superseded, Rejected, Stop, Policy, Credentials>;
 
 // Throw ProtocolError: "supervisor session: "status" message: missing field ...".
 inline ToGateway decode_to_gateway(std::string_view text) {
@@ -99,6 +118,9 @@ void to_json(json& j, const Status& m);
 void from_json(const json& j, Status& m);
 void to_json(json& j, const PolicyApplied& m);
 void from_json(const json& j, PolicyApplied& m);
+void to_json(json& j, const Credential& m);
+void to_json(json& j, const Credentials& m);
+void from_json(const json& j, Credentials& m);
 void to_json(json& j, const Welcome& m);
 void from_json(const json& j, Welcome& m);
 void to_json(json& j, const Superseded& m);

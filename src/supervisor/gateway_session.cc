@@ -63,6 +63,7 @@ void Supervisor::on_session_message(const std::string& data) {
   }
   if (auto* welcome = std::get_if<session::Welcome>(&message)) {
     session_welcome_ = true;
+    credentials_ = std::move(welcome->credentials);
     if (!container_ && !vm_ && state_ == State::kRunning) {
       take_environment(welcome->env);
       if (spec_error_.empty())
@@ -94,6 +95,11 @@ void Supervisor::on_session_message(const std::string& data) {
       ack.error = e.what();
     }
     if (session_) session_->send(protocol::encode(ack), false);
+  } else if (auto* update = std::get_if<session::Credentials>(&message)) {
+    // A provider was updated, attached or detached: the next request
+    // carries the new set. Only their number is told.
+    credentials_ = std::move(update->credentials);
+    log::debug("credentials updated (" + std::to_string(credentials_.size()) + ")");
   }
 }
 

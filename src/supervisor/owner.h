@@ -80,6 +80,10 @@ class Supervisor {
   // exec --user: the ids it names, by the sandbox's rule (spec::exec_user);
   // none when they are the sandbox's own. Throws Error naming what is wrong.
   std::optional<runtime::ExecUser> exec_user(const std::string& user) const;
+  // The latest credentials of the sandbox's providers, from the gateway's
+  // welcome or its credentials message (for the proxy's substitution). Held
+  // in memory only, never logged.
+  const std::vector<protocol::session::Credential>& credentials() const { return credentials_; }
 
  private:
   // supervisor.cc: the lifecycle.
@@ -150,6 +154,7 @@ class Supervisor {
   asio::steady_timer reconnect_timer_, stop_timer_, exit_timer_, idle_timer_;
   std::shared_ptr<net::WebSocket> session_;
   bool session_welcome_ = false;
+  std::vector<protocol::session::Credential> credentials_;
   int reconnect_ms_ = 20;
   std::map<uint64_t, std::shared_ptr<ExecSession>> execs_;
   std::map<uint64_t, std::shared_ptr<GuestExec>> guest_execs_;  // a --vm sandbox's

@@ -443,6 +443,36 @@ TEST_P(Authz, TwoUsersEachSeeAndTouchOnlyTheirOwnSandboxes) {
   EXPECT_EQ(call(bob_, "DELETE", bob_box).status, 200);
 }
 
+// Providers are the gateway's to lend: a user sees their names and keys,
+// and only an admin makes, changes, deletes or attaches one.
+TEST_P(Authz, OnlyAdminsMakeOrAttachProviders) {
+  start_shared_gateway();
+  const std::string provider =
+      json({{"name", "gh"}, {"type", "github"}, {"credentials", {{"GITHUB_TOKEN", "v-1"}}}}).dump();
+  expect_refused(call(alice_, "POST", "/v1/providers", provider), "admin_only");
+  Reply made = call(root_, "POST", "/v1/providers", provider);
+  ASSERT_EQ(made.status, 201) << made.raw;
+  Reply seen = call(alice_, "GET", "/v1/providers/gh");
+  EXPECT_EQ(seen.status, 200) << seen.raw;
+  EXPECT_EQ(seen.json_body().value("credentials", json()), json::array({"GITHUB_TOKEN"}));
+  EXPECT_THAT(seen.raw, Not(HasSubstr("v-1")));
+  expect_refused(call(alice_, "PATCH", "/v1/providers/gh",
+                      json({{"credentials", {{"GITHUB_TOKEN", "v-2"}}}}).dump()),
+                 "admin_only");
+  create(alice_, "alice-box");
+  expect_refused(
+      call(alice_, "POST", "/v1/sandboxes/alice-box/providers", json({{"provider", "gh"}}).dump()),
+      "admin_only");
+  expect_refused(
+      call(alice_, "POST", "/v1/sandboxes",
+           json({{"name", "alice-two"}, {"spec", {{"from", rootfs()}}}, {"providers", {"gh"}}})
+               .dump()),
+      "admin_only");
+  expect_refused(call(alice_, "DELETE", "/v1/providers/gh"), "admin_only");
+  EXPECT_EQ(call(alice_, "DELETE", "/v1/sandboxes/alice-box").status, 200);
+  EXPECT_EQ(call(root_, "DELETE", "/v1/providers/gh").status, 200);
+}
+
 // The same through the command line: each user's `openshell
 // --gateway-endpoint unix://SOCKET` on the shared socket.
 TEST_P(Authz, EachUsersCommandLineSeesAndTouchesOnlyTheirOwn) {

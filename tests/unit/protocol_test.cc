@@ -167,6 +167,30 @@ TEST(SupervisorSessionMessages, EachRoundTripsAsDocumented) {
   expect_wire(s::Stop{10000}, R"({"type":"stop","grace_ms":10000})", s::decode_to_supervisor);
   expect_wire(s::Policy{3, "version = 1\n"},
               R"({"type":"policy","revision":3,"text":"version = 1\n"})", s::decode_to_supervisor);
+  const s::Credential gh{"GITHUB_TOKEN", "ghp_x", {"api.github.com:443", "github.com:443"}};
+  expect_wire(s::Welcome{{"A=1"}, {gh}},
+              R"({"type":"welcome","env":["A=1"],"credentials":[{"key":"GITHUB_TOKEN",
+                  "value":"ghp_x","endpoints":["api.github.com:443","github.com:443"]}]})",
+              s::decode_to_supervisor);
+  expect_wire(s::Credentials{{gh}},
+              R"({"type":"credentials","credentials":[{"key":"GITHUB_TOKEN","value":"ghp_x",
+                  "endpoints":["api.github.com:443","github.com:443"]}]})",
+              s::decode_to_supervisor);
+  expect_wire(s::Credentials{}, R"({"type":"credentials","credentials":[]})",
+              s::decode_to_supervisor);
+}
+
+TEST(SupervisorSessionMessages, BadCredentialsAreRefusedNamingTheField) {
+  namespace s = session;
+  EXPECT_EQ(error_of(s::decode_to_supervisor, R"({"type":"credentials","credentials":{}})"),
+            "supervisor session: \"credentials\" message: field \"credentials\" must be a list");
+  EXPECT_EQ(error_of(s::decode_to_supervisor,
+                     R"({"type":"credentials","credentials":[{"key":"K","value":"v"}]})"),
+            "supervisor session: \"credentials credential\" message: missing field \"endpoints\"");
+  EXPECT_EQ(error_of(s::decode_to_supervisor,
+                     R"({"type":"welcome","env":[],"credentials":[{"key":"K","value":"v",
+                         "endpoints":[],"extra":1}]})"),
+            "supervisor session: \"welcome credential\" message: unknown field \"extra\"");
 }
 
 TEST(SupervisorSessionMessages, AWrongMessageIsOneLineNamingTheField) {
