@@ -21,10 +21,15 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "base/x509_build.h"
 
 namespace openshell::auth {
 
 namespace {
+
+using x509::add_extension;
+using x509::add_name_entry;
+using x509::fail;
 
 template <typename T, void (*Free)(T*)>
 struct Deleter {
@@ -37,15 +42,6 @@ using Bio = std::unique_ptr<BIO, Deleter<BIO, BIO_free_all>>;
 constexpr long kDay = 24 * 60 * 60;
 constexpr long kCaDays = 3650;
 constexpr long kLeafDays = 825;
-
-// "what: the OpenSSL reason".
-[[noreturn]] void fail(const std::string& what) {
-  const unsigned long code = ERR_get_error();
-  ERR_clear_error();
-  char text[256] = "unknown error";
-  if (code) ERR_error_string_n(code, text, sizeof text);
-  throw Error(what + ": " + text);
-}
 
 Key new_p256_key() {
   Key key(EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"));
@@ -86,24 +82,6 @@ Cert read_cert(const std::string& path) {
   Cert cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (!cert) fail(path + ": not a PEM certificate");
   return cert;
-}
-
-void add_name_entry(X509_NAME* name, const char* field, const std::string& value) {
-  if (X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8,
-                                 reinterpret_cast<const unsigned char*>(value.c_str()), -1, -1,
-                                 0) != 1)
-    fail(std::string("set the subject's ") + field + " to '" + value + "'");
-}
-
-void add_extension(X509* cert, X509* issuer, int nid, const std::string& value) {
-  X509V3_CTX ctx;
-  X509V3_set_ctx_nodb(&ctx);
-  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
-  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
-  if (!ext) fail(std::string("make the extension ") + OBJ_nid2sn(nid) + " = " + value);
-  const int ok = X509_add_ext(cert, ext, -1);
-  X509_EXTENSION_free(ext);
-  if (ok != 1) fail(std::string("add the extension ") + OBJ_nid2sn(nid));
 }
 
 struct Subject {

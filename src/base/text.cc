@@ -206,16 +206,12 @@ std::string percent_encode(std::string_view text) {
   return out;
 }
 
-namespace {
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
-
-}  // namespace
 
 std::optional<std::string> percent_decode(std::string_view text) {
   std::string out;

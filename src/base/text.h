@@ -48,6 +48,9 @@ bool is_dns_label(std::string_view text);
 // Human form of a byte count: "64.0 MiB".
 std::string format_bytes(uint64_t bytes);
 
+// A hex digit's value (either case), or -1 for any other character.
+int hex_value(char c);
+
 // Lower-case hex, two digits a byte: {0x0a, 0xff} -> "0aff".
 std::string hex(const unsigned char* data, size_t size);
 

@@ -9,17 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/text.h"
 
 namespace openshell::egress {
 
 namespace {
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
+using text::hex_value;
 
 // The byte of the escape at text[i] ('%'), or -1 when it is not one.
 int escape_at(std::string_view text, size_t i) {

@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -450,6 +451,16 @@ std::string file_contents_of_dir(const std::string& dir) {
   }
   ::closedir(d);
   return out;
+}
+
+std::vector<std::string> files_holding(const std::string& dir, const std::string& text) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_regular_file(ec) && file_contents(it->path()).find(text) != std::string::npos)
+      found.push_back(it->path());
+  return found;
 }
 
 std::string command_of(const std::string& pid) {

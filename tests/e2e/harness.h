@@ -79,6 +79,8 @@ void forget_started_processes();
 std::string file_contents(const std::string& path);
 // The names in a directory, space separated ("" when empty or missing).
 std::string file_contents_of_dir(const std::string& dir);
+// Every regular file under dir (recursively) that holds `text`.
+std::vector<std::string> files_holding(const std::string& dir, const std::string& text);
 
 // Processes whose command line holds the text; their command lines and
 // environments (NULs as in /proc, so search for "KEY=VALUE\0").

@@ -187,17 +187,6 @@ TEST_P(PrivateState, GatewaySandboxFromHostSeesNoState) {
   expect_nothing_seen(r);
 }
 
-// Every file under the state directory that holds `text`.
-std::vector<std::string> files_holding(const std::string& dir, const std::string& text) {
-  std::vector<std::string> found;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-       it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_regular_file(ec) && file_contents(it->path()).find(text) != std::string::npos)
-      found.push_back(it->path());
-  return found;
-}
-
 // The -e secrets reach the sandbox, and rest in no file of the state
 // directory: not the database (nor its -wal and -shm), not the launch file,
 // not the logs. Also across stop/start and a gateway killed and restarted.

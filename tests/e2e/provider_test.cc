@@ -22,17 +22,6 @@ class ProviderCli : public GatewayTest {
   ProviderCli() : GatewayTest("provhome", false) {}
 };
 
-// Every file under dir that holds `text`.
-std::vector<std::string> files_holding(const std::string& dir, const std::string& text) {
-  std::vector<std::string> found;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-       it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_regular_file(ec) && file_contents(it->path()).find(text) != std::string::npos)
-      found.push_back(it->path());
-  return found;
-}
-
 std::string random_secret(const std::string& prefix) {
   std::random_device random;
   return prefix + std::to_string(random()) + std::to_string(random());
