@@ -89,6 +89,10 @@ int response_status(std::string_view head);
 std::string closing_response_head(std::string_view head);
 
 class ConnectWatcher;
+class Credentials;
+namespace tls {
+class SandboxCa;
+}
 
 class Proxy {
  public:
@@ -102,6 +106,15 @@ class Proxy {
     size_t max_connections = 512;
     // A client that has not sent its whole request head by then is closed.
     std::chrono::milliseconds head_timeout = std::chrono::seconds(30);
+    // The sandbox's CA (tls.h), which its clients trust: with it the proxy
+    // terminates their TLS to a layer-7 endpoint and judges each request.
+    // Without one (a sandbox whose root cannot be given the CA), a CONNECT
+    // to such an endpoint is refused; plain HTTP is judged all the same.
+    // Outlives the proxy.
+    tls::SandboxCa* ca = nullptr;
+    // A kept-alive inspected connection idle this long between requests is
+    // closed.
+    std::chrono::milliseconds idle_timeout = std::chrono::seconds(120);
   };
 
   Proxy(boost::asio::io_context& io, Options options,
@@ -114,6 +127,9 @@ class Proxy {
   // query, and closes the open connections it would refuse (each audited
   // with decision "closed", reason "policy revision N: ...").
   void set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision = 0);
+  // The credentials the proxy fills into inspected requests (credentials.h):
+  // the next request sees the new set, whole.
+  void set_credentials(std::shared_ptr<const Credentials> credentials);
 
   // Serves the proxy's listening socket and the DNS stub's socket.
   // diag_socket: a NETLINK_SOCK_DIAG socket made in the sandbox's network

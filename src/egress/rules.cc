@@ -195,6 +195,7 @@ Decision NetworkRules::check(std::string_view binary, std::string_view host, uin
   Match found;
   std::vector<std::string> only_for;  // binaries of rules that allow host:port, but not the caller
   std::string refused;                // an endpoint for the caller that fails closed: why
+  bool layer4 = false;                // an endpoint that allows it relays its bytes unread
   const std::string caller(binary);
   for (const Compiled& rule : rules_) {
     bool caller_ok = rule.binaries.empty();
@@ -223,9 +224,12 @@ Decision NetworkRules::check(std::string_view binary, std::string_view host, uin
       } else {
         found.also.push_back({rule.name, endpoint.allowed_ips});
       }
+      if (!endpoint.inspect) layer4 = true;
+      else found.inspect.push_back(endpoint.inspect);
     }
   }
   if (decision.allowed) {
+    if (layer4) found.inspect.clear();
     if (match) *match = std::move(found);
     return decision;
   }

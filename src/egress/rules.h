@@ -21,11 +21,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/address.h"
+#include "egress/http_rules.h"
 
 namespace openshell::egress {
 
@@ -38,6 +40,16 @@ std::string special_address_reason(const Address& address);
 
 // host pattern matching as described above.
 bool host_matches(std::string_view pattern, std::string_view host);
+
+// An endpoint judged at layer 7 (protocol = "rest" or "websocket"): each
+// HTTP request a connection to it carries is judged by `rules`, inside TLS
+// the proxy terminates with the sandbox's CA when the client speaks TLS.
+struct Inspection {
+  std::string policy;    // the network policy's name, for the audit and the 403
+  std::string protocol;  // "rest" or "websocket"
+  HttpRules rules;
+  std::string ca_file;  // more trust for the upstream (a private server's CA), or ""
+};
 
 struct Decision {
   bool allowed = false;
@@ -57,6 +69,10 @@ struct Match {
     std::vector<Cidr> allowed_ips;
   };
   std::vector<Other> also;
+  // Every endpoint that allows the connection judges its requests: empty
+  // when one of them is layer 4 (its bytes are relayed unread), else the
+  // layer-7 endpoints, in the policy's order.
+  std::vector<std::shared_ptr<const Inspection>> inspect;
 };
 
 class NetworkRules {
@@ -71,6 +87,9 @@ class NetworkRules {
     // would have matched is refused for this reason (an endpoint this
     // build cannot enforce fails closed).
     std::string refusal;
+    // Layer 7: the endpoint's requests are judged (null: layer 4, and for
+    // tls = "skip", whose bytes are relayed unread).
+    std::shared_ptr<const Inspection> inspect;
   };
   struct Rule {
     std::string name;
