@@ -20,9 +20,11 @@ class EgressThread::Impl {
  public:
   // network_log: open already (see open_network_log), or null.
   Impl(runtime::Container& container, const runtime::ContainerSpec& spec,
-       const policy::Policy& policy, std::unique_ptr<logfile::RotatingFile> network_log)
+       const policy::Policy& policy, std::unique_ptr<logfile::RotatingFile> network_log,
+       egress::tls::SandboxCa* ca)
       : log_(std::move(network_log)) {
     egress::Proxy::Options options;
+    options.ca = ca;
     options.sandbox = spec.hostname;
     options.init_pid = container.pid();
     options.audit = [this](const std::string& line) {
@@ -67,8 +69,9 @@ class EgressThread::Impl {
 
 EgressThread::EgressThread(runtime::Container& container, const runtime::ContainerSpec& spec,
                            const policy::Policy& policy,
-                           std::unique_ptr<logfile::RotatingFile> network_log)
-    : impl_(std::make_unique<Impl>(container, spec, policy, std::move(network_log))) {}
+                           std::unique_ptr<logfile::RotatingFile> network_log,
+                           egress::tls::SandboxCa* ca)
+    : impl_(std::make_unique<Impl>(container, spec, policy, std::move(network_log), ca)) {}
 
 EgressThread::~EgressThread() = default;
 

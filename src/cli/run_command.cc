@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
 
+#include "base/directory.h"
 #include "base/error.h"
 #include "base/event_loop.h"
 #include "base/files.h"
@@ -33,12 +34,14 @@
 #include "cli/terminal.h"
 #include "egress/identity.h"
 #include "egress/proxy.h"
+#include "egress/tls.h"
 #include "image/store.h"
 #include "namespaces/id_pool.h"
 #include "policy/policy.h"
 #include "runtime/cgroup_reaper.h"
 #include "runtime/container.h"
 #include "runtime/private_paths.h"
+#include "spec/ca_certs.h"
 #include "spec/container_spec.h"
 #include "supervisor/network_rules.h"
 #include "supervisor/run_vm.h"
@@ -70,6 +73,37 @@ rlim_t parse_rlimit_value(const std::string& value, const std::string& option) {
     throw Error("--rlimit " + option + ": '" + value + "' is not a number or 'unlimited'");
   return static_cast<rlim_t>(*number);
 }
+
+// The directory of a run's CA bundle (OneShot::ca_dir): of its own, in
+// $TMPDIR (else /tmp), never in the root the bundle is mounted over (a
+// directory of the user's, the host's). Removed once the sandbox has
+// started, its mounts holding the file, or when the run fails before
+// that. It holds certificates only, never a key.
+class CaDir {
+ public:
+  CaDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/openshell-ca.XXXXXX";
+    if (!::mkdtemp(pattern.data())) throw_errno("create a directory like " + pattern);
+    path_ = pattern;
+  }
+  ~CaDir() { remove(); }
+  CaDir(const CaDir&) = delete;
+  CaDir& operator=(const CaDir&) = delete;
+  const std::string& path() const { return path_; }
+  void remove() {
+    if (path_.empty()) return;
+    try {
+      files::remove_tree(path_);
+    } catch (const Error& e) {
+      log::warn(e.what());
+    }
+    path_.clear();
+  }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace
 
@@ -233,6 +267,7 @@ RunPlan plan_run(const RunOptions& o) {
   if (!o.workdir.empty() && o.workdir[0] != '/')
     throw Error("--workdir " + o.workdir + ": must be an absolute path");
   if (!o.workdir.empty()) one_shot.workdir = text::normalize_path(o.workdir);
+  for (const auto& file : o.ca_certs) sandbox.ca_certs.push_back(spec::read_ca_cert(file));
   for (const auto& b : o.binds) {
     one_shot.binds.push_back(parse_bind(b));
     if (!o.workdir.empty())
@@ -273,6 +308,7 @@ RunPlan plan_run(const RunOptions& o) {
     if (o.seccomp != "default") refuse("--seccomp " + o.seccomp, "the guest's filter is fixed");
     if (!o.rlimits.empty()) refuse("--rlimit", "not in the guest yet");
     if (!o.network_log.empty()) refuse("--network-log", "not for a micro-VM yet");
+    if (!o.ca_certs.empty()) refuse("--ca-cert " + o.ca_certs.front(), "not for a micro-VM yet");
   }
   if (o.vm) {
     sandbox.vm = plan_vm("--cpus", o.cpus, o.memory, sandbox.policy, sandbox.policy_source,
@@ -389,6 +425,10 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_option("--policy", o->policy,
                   "Policy file (TOML): its filesystem_policy is enforced with Landlock; with "
                   "network_policies the sandbox reaches what they allow through an egress proxy");
+  repeatable(run->add_option(
+      "--ca-cert", o->ca_certs,
+      "Trust the CA certificates of this PEM file too (repeatable): added to the sandbox's CA "
+      "bundle, mounted over the root's"));
   run->add_option("--network-log", o->network_log,
                   "Append the egress proxy's decisions to this file (JSON lines; never through "
                   "a symbolic link; rotated into FILE.1 at --network-log-max)");
@@ -416,8 +456,19 @@ void add_run_command(CLI::App& app, Action* action) {
         return supervisor::run_vm(plan.sandbox, guest, plan.placement.images_dir,
                                   static_cast<int>(stop_grace().count()));
       }
-      runtime::ContainerSpec spec = spec::container_spec_for(plan.sandbox, plan.placement);
       const policy::Policy policy = spec::effective_policy(plan.sandbox, plan.placement);
+      // A CA of the sandbox's own, as a gateway's sandbox has (its key in
+      // this process's memory only), for the proxy to sign the leaves of
+      // what it inspects. Only for a policy with an endpoint it inspects:
+      // the key, the certificate and the bundle cost milliseconds, and a
+      // run without them starts in a few.
+      std::unique_ptr<egress::tls::SandboxCa> ca;
+      if (spec::inspects_traffic(policy))
+        ca = std::make_unique<egress::tls::SandboxCa>(plan.placement.hostname);
+      std::optional<CaDir> ca_dir;
+      if (ca || !plan.sandbox.ca_certs.empty())
+        plan.placement.one_shot->ca_dir = ca_dir.emplace().path();
+      runtime::ContainerSpec spec = spec::container_spec_for(plan.sandbox, plan.placement);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto network_log = spec.egress ? open_network_log(*options) : nullptr;
       const auto grace = stop_grace();
@@ -427,7 +478,11 @@ void add_run_command(CLI::App& app, Action* action) {
       if (::geteuid() == 0) {
         ids = namespaces::claim_host_range("", true);
         spec.host_range = ids.range();
+        plan.sandbox.host_uid_start = spec.host_range->uid_start;
+        plan.sandbox.host_gid_start = spec.host_range->gid_start;
       }
+      // After the claim: as root, the bundle is the sandbox's range's.
+      if (ca_dir) spec::write_ca_bundle(plan.sandbox, ca_dir->path(), ca ? ca->cert_pem() : "");
       block_forwarded_signals();
       // Should this process be killed outright, its cgroups still go.
       std::function<void()> release_ids;
@@ -437,10 +492,12 @@ void add_run_command(CLI::App& app, Action* action) {
         };
       runtime::CgroupReaper reaper(spec.cgroup_name, release_ids);  // outlives the container
       auto container = runtime::Container::start(spec);
+      if (ca_dir) ca_dir->remove();  // mounted: the sandbox's mounts hold the bundle now
       relay.start();
-      std::unique_ptr<EgressThread> egress;
+      std::unique_ptr<EgressThread> egress;  // goes before `ca`, which its proxy uses
       if (spec.egress)
-        egress = std::make_unique<EgressThread>(*container, spec, policy, std::move(network_log));
+        egress = std::make_unique<EgressThread>(*container, spec, policy, std::move(network_log),
+                                                ca.get());
       int status = attach(*container, grace);
       relay.finish();
       return status;

@@ -33,12 +33,13 @@ struct RunOptions {
   std::string cpus;                  // "1.5"
   std::vector<std::string> rlimits;  // NAME=SOFT[:HARD]
   std::vector<std::string> cap_add;
-  std::string seccomp = "default";  // or "unconfined"
-  std::string policy;               // TOML file
-  std::string network_log;          // where the egress decisions go (JSON lines)
-  std::string network_log_max;      // "16M": its size before it rotates into FILE.1
-  bool vm = false;                  // a micro-VM: --memory and --cpus size the guest
-  std::string vm_kernel;            // --vm-kernel
+  std::string seccomp = "default";    // or "unconfined"
+  std::string policy;                 // TOML file
+  std::string network_log;            // where the egress decisions go (JSON lines)
+  std::string network_log_max;        // "16M": its size before it rotates into FILE.1
+  std::vector<std::string> ca_certs;  // --ca-cert: PEM files the sandbox trusts too
+  bool vm = false;                    // a micro-VM: --memory and --cpus size the guest
+  std::string vm_kernel;              // --vm-kernel
   std::vector<std::string> command;
 };
 

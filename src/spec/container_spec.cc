@@ -238,11 +238,14 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   }
   if (one_shot && spec.from != "host") c.fs.read_only = one_shot->read_only;
   if (one_shot) c.fs.binds.insert(c.fs.binds.end(), one_shot->binds.begin(), one_shot->binds.end());
-  // The CA bundle that prepare_root wrote, over each of the root's own.
+  // The CA bundle that write_ca_bundle wrote, over each of the root's own:
+  // a bind in the sandbox's mount namespace, which leaves the root's files
+  // (a directory of the user's, the host's) as they are.
+  const std::string& ca_dir = one_shot ? one_shot->ca_dir : dir;
   const std::vector<std::string> bundles =
-      one_shot || spec.vm ? std::vector<std::string>{} : ca_bundle_targets(spec, where);
+      ca_dir.empty() || spec.vm ? std::vector<std::string>{} : ca_bundle_targets(spec, where);
   for (const auto& bundle : bundles)
-    c.fs.binds.push_back({dir + "/" + kCaBundleFile, bundle, true});
+    c.fs.binds.push_back({ca_dir + "/" + kCaBundleFile, bundle, true});
   // A gateway's sandbox's own (create --bind), mounted as run's are: as
   // root, idmapped to the sandbox user (namespaces::MountPlan).
   for (const auto& b : spec.binds) c.fs.binds.push_back({b.source, b.target, b.read_only});
@@ -345,10 +348,12 @@ std::string host_ca_bundle() {
   return text;
 }
 
+}  // namespace
+
 // Written afresh at every launch: the sandbox's CA is new at each, and the
 // host's bundle may be what changed.
-void prepare_ca_bundle(const SandboxSpec& spec, const std::string& dir,
-                       const std::string& sandbox_ca) {
+void write_ca_bundle(const SandboxSpec& spec, const std::string& dir,
+                     const std::string& sandbox_ca) {
   if (spec.vm || (sandbox_ca.empty() && spec.ca_certs.empty())) return;
   const std::string file = dir + "/" + kCaBundleFile;
   // A new file renamed over the old one, without write_atomically's fsyncs
@@ -370,6 +375,15 @@ void prepare_ca_bundle(const SandboxSpec& spec, const std::string& dir,
       ::chown(file.c_str(), *spec.host_uid_start, *spec.host_gid_start) != 0)
     throw_errno("chown " + file);
 }
+
+bool inspects_traffic(const policy::Policy& policy) {
+  for (const auto& network : policy.network)
+    for (const auto& endpoint : network.endpoints)
+      if (!endpoint.protocol.empty() && endpoint.tls != "skip") return true;
+  return false;
+}
+
+namespace {
 
 void prepare_copy(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
   if (spec.storage != "copy") return;
@@ -399,7 +413,7 @@ void prepare_copy(const SandboxSpec& spec, const std::string& sandbox_id, const 
 void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths,
                   const std::string& sandbox_ca) {
   prepare_copy(spec, sandbox_id, paths);
-  prepare_ca_bundle(spec, paths.sandbox(sandbox_id), sandbox_ca);
+  write_ca_bundle(spec, paths.sandbox(sandbox_id), sandbox_ca);
 }
 
 }  // namespace openshell::spec

@@ -51,6 +51,11 @@ struct OneShot {
   std::vector<runtime::Rlimit> rlimits;
   runtime::caps::Set cap_add = 0;
   bool seccomp = true;
+  // A directory of the run's own, outside its root, where write_ca_bundle
+  // puts its CA bundle (its CA's, --ca-cert's); "": it has none. The bundle
+  // is mounted over the root's from there, as a gateway's sandbox's is from
+  // its directory.
+  std::string ca_dir;
 };
 
 // Where a sandbox runs, as its owner knows it.
@@ -104,11 +109,23 @@ std::vector<std::string> proxy_env();
 //  - with storage "copy", its root as a copy of its image (or directory)
 //    before its first start: sandboxes/<id>/rootfs, kept across stops and
 //    starts like a writable layer (made once);
-//  - its CA bundle (spec/ca_certs.h): the host's roots, sandbox_ca (the
-//    PEM of the CA its supervisor made for this start) and ca_certs,
-//    written afresh; none for a micro-VM, nor without a CA or ca_certs.
+//  - its CA bundle (write_ca_bundle, in its directory).
 // Throws Error.
 void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths,
                   const std::string& sandbox_ca = "");
+
+// A sandbox's CA bundle (spec/ca_certs.h), written afresh into `dir` (a
+// gateway's sandbox's directory, or a one-shot sandbox's OneShot::ca_dir):
+// the host's roots, sandbox_ca (the PEM of the CA made for this start) and
+// spec.ca_certs. None for a micro-VM, nor without a CA or ca_certs. As
+// root, it is owned by spec.host_uid_start and host_gid_start when set.
+// Throws Error.
+void write_ca_bundle(const SandboxSpec& spec, const std::string& dir,
+                     const std::string& sandbox_ca);
+
+// Whether a policy has an endpoint its egress proxy inspects (`protocol`
+// set, and `tls` not "skip"): only then does the sandbox need a CA of its
+// own.
+bool inspects_traffic(const policy::Policy& policy);
 
 }  // namespace openshell::spec

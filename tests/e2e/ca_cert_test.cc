@@ -1,7 +1,9 @@
 // A sandbox's CA bundle: the host's roots, the sandbox's own CA (new at
 // each start, its key never inside) and the certificates of sandbox create
 // --ca-cert, over the root's system bundles without writing the root they
-// come from; the usual variables name it.
+// come from; the usual variables name it. `openshell run` gets the same
+// when its policy has an endpoint the proxy inspects, or with --ca-cert.
+#include <glob.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -192,6 +194,130 @@ TEST_P(CaCert, TheSandboxTrustsItsOwnCaWhoseKeyStaysOutside) {
   const std::string next = sandbox_ca_of(again.out);
   EXPECT_EQ(subject_of(next), "/O=openshell/CN=openshell sandbox trust");
   EXPECT_NE(next, ca);
+}
+
+// The directories runs keep their bundle in while they start: none should
+// outlive a run.
+std::vector<std::string> run_ca_dirs() {
+  std::vector<std::string> dirs;
+  glob_t g{};
+  if (::glob("/tmp/openshell-ca.*", 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) dirs.push_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  return dirs;
+}
+
+// The variables, then the Debian bundle.
+const std::string kShowTrust =
+    "for v in SSL_CERT_FILE REQUESTS_CA_BUNDLE CURL_CA_BUNDLE NODE_EXTRA_CA_CERTS "
+    "GIT_SSL_CAINFO; do eval echo \\$v=\\$$v; done; cat " +
+    std::string(kBundle);
+
+TEST_P(CaCert, RunWithAnInspectingPolicyTrustsACaOfItsOwn) {
+  // A directory root (owned by root) with a Debian and a Fedora bundle.
+  const std::string fedora = "/etc/pki/tls/certs/ca-bundle.crt";
+  const std::string root = scratch() + "/ca-run-" + mode_name(mode());
+  ASSERT_EQ(
+      std::system(("rm -rf '" + root + "' && cp -a '" + rootfs() + "' '" + root +
+                   "' && mkdir -p '" + root + "/etc/ssl/certs' '" + root + "/etc/pki/tls/certs'")
+                      .c_str()),
+      0);
+  const std::string own = "# the root's own\n";
+  write_file(root + kBundle, own);
+  write_file(root + fedora, own);
+  const std::string inspected = write_file(
+      dir_ + "/l7.toml",
+      "version = 1\n[network_policies.api]\nendpoints = [ { host = \"api.example.com\", port = "
+      "443, protocol = \"rest\", access = \"read-only\" } ]\n");
+  const std::string layer4 =
+      write_file(dir_ + "/l4.toml",
+                 "version = 1\n[network_policies.api]\nendpoints = [ { host = "
+                 "\"api.example.com\", port = 443 } ]\n");
+  const std::vector<std::string> dirs_before = run_ca_dirs();
+  auto run = [&](const std::string& from, const std::string& policy,
+                 const std::vector<std::string>& command) {
+    std::vector<std::string> args = {"run",  "--rootfs",   from,     "--policy",
+                                     policy, "--hostname", "ca-run", "--"};
+    args.insert(args.end(), command.begin(), command.end());
+    return openshell(mode(), args);
+  };
+  const std::string vars = std::string("SSL_CERT_FILE=") + kBundle +
+                           "\nREQUESTS_CA_BUNDLE=" + kBundle + "\nCURL_CA_BUNDLE=" + kBundle +
+                           "\nNODE_EXTRA_CA_CERTS=" + kBundle + "\nGIT_SSL_CAINFO=" + kBundle +
+                           "\n";
+
+  Result r = run(root, inspected, {"sh", "-c", kShowTrust});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_THAT(r.out, StartsWith(vars));
+  const std::string bundle = r.out.substr(vars.size());
+  // The host's roots, then the sandbox's CA, named after its host name.
+  EXPECT_EQ(bundle.substr(0, host_roots().size()), host_roots());
+  const std::string ca = sandbox_ca_of(bundle);
+  EXPECT_EQ(subject_of(ca), "/O=openshell/CN=openshell sandbox ca-run");
+  EXPECT_THAT(bundle, Not(HasSubstr("PRIVATE KEY")));
+  // Fedora's path holds the same; the root's files are as they were, and
+  // the run left no directory of its bundle behind.
+  Result f = run(root, inspected, {"cat", fedora});
+  EXPECT_EQ(f.status, 0) << f.err;
+  EXPECT_EQ(subject_of(sandbox_ca_of(f.out)), "/O=openshell/CN=openshell sandbox ca-run");
+  EXPECT_EQ(file_contents(root + kBundle), own);
+  EXPECT_EQ(file_contents(root + fedora), own);
+  EXPECT_EQ(run_ca_dirs(), dirs_before);
+  // Each run makes a new CA (the second one above had its own too).
+  EXPECT_NE(sandbox_ca_of(f.out), ca);
+  Result again = run(root, inspected, {"cat", kBundle});
+  EXPECT_EQ(again.status, 0) << again.err;
+  const std::string next = sandbox_ca_of(again.out);
+  EXPECT_EQ(subject_of(next), "/O=openshell/CN=openshell sandbox ca-run");
+  EXPECT_NE(next, ca);
+
+  // A layer-4 policy: no CA, the root's bundle as it is, no variables.
+  Result l4 = run(root, layer4, {"sh", "-c", kShowTrust});
+  EXPECT_EQ(l4.status, 0) << l4.err;
+  EXPECT_EQ(l4.out,
+            "SSL_CERT_FILE=\nREQUESTS_CA_BUNDLE=\nCURL_CA_BUNDLE=\nNODE_EXTRA_CA_CERTS=\n"
+            "GIT_SSL_CAINFO=\n" +
+                own);
+
+  // The host's root: its bundle, mounted over in the sandbox only.
+  const std::string host_bundle = file_contents(kBundle);
+  if (host_bundle.empty()) GTEST_SKIP() << kBundle << " is missing on this machine";
+  Result h = run("host", inspected, {"sh", "-c", kShowTrust});
+  ASSERT_EQ(h.status, 0) << h.err;
+  ASSERT_THAT(h.out, StartsWith(vars + host_roots()));
+  const std::string on_host = sandbox_ca_of(h.out.substr(vars.size()));
+  EXPECT_EQ(subject_of(on_host), "/O=openshell/CN=openshell sandbox ca-run");
+  EXPECT_NE(on_host, ca);
+  EXPECT_EQ(file_contents(kBundle), host_bundle);
+  Result h4 = run("host", layer4, {"cat", kBundle});
+  EXPECT_EQ(h4.status, 0) << h4.err;
+  EXPECT_EQ(h4.out, host_bundle);
+  EXPECT_EQ(run_ca_dirs(), dirs_before);
+}
+
+TEST_P(CaCert, RunTakesCaCertAndRefusesWhatIsNotOne) {
+  const std::string root = scratch() + "/ca-runcert-" + mode_name(mode());
+  ASSERT_EQ(std::system(("rm -rf '" + root + "' && cp -a '" + rootfs() + "' '" + root +
+                         "' && mkdir -p '" + root + "/etc/ssl/certs'")
+                            .c_str()),
+            0);
+  write_file(root + kBundle, "# the root's own\n");
+  const std::string ca = write_file(dir_ + "/run-ca.pem", kTestCa);
+  // No policy, no network: the certificates still join the bundle, without
+  // a CA of the sandbox's (nothing is inspected).
+  Result r = openshell(mode(), {"run", "--rootfs", root, "--ca-cert", ca, "--", "sh", "-c",
+                                "echo $SSL_CERT_FILE; cat $SSL_CERT_FILE"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith(std::string(kBundle) + "\n" + host_roots()));
+  EXPECT_THAT(r.out, HasSubstr(std::string("# openshell: --ca-cert 1\n") + kTestCa));
+  EXPECT_THAT(r.out, Not(HasSubstr(kSandboxCaLine)));
+  EXPECT_EQ(file_contents(root + kBundle), "# the root's own\n");
+  const std::string key = write_file(
+      dir_ + "/run-key.pem", "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n");
+  Result k = openshell(mode(), {"run", "--rootfs", root, "--ca-cert", key, "--", "true"});
+  EXPECT_EQ(k.status, 125);
+  EXPECT_EQ(k.err,
+            "openshell: --ca-cert " + key + ": not a PEM certificate (it holds a PRIVATE KEY)\n");
 }
 
 TEST_P(CaCert, WhatIsNotACertificateIsRefusedInOneLine) {

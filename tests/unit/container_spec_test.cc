@@ -544,6 +544,54 @@ TEST(ContainerSpecCaBundle, OverEachBundleTheRootHasAndTheVariablesNameTheFirst)
   for (const auto& b : c.fs.binds) EXPECT_THAT(b.target, Not(HasSubstr("cert")));
 }
 
+TEST(ContainerSpecCaBundle, AOneShotSandboxGetsItsFromItsOwnDirectory) {
+  Gateway g;
+  TempDir run;
+  SandboxSpec spec = g.from_image(kPasswd, kGroup);
+  const std::string layer = image::Store(g.paths.images()).layer_root(kLayer);
+  write_file(layer + "/etc/ssl/cert.pem", "roots\n");
+  Placement where = g.one_shot();
+  where.one_shot->ca_dir = run.path();
+  runtime::ContainerSpec c = container_spec_for(spec, where);
+  EXPECT_THAT(bind_targets(c, run.path() + "/ca-certificates.crt"),
+              ElementsAre("/etc/ssl/cert.pem"));
+  EXPECT_THAT(c.env, Contains("SSL_CERT_FILE=/etc/ssl/cert.pem"));
+  // Written where it is mounted from, never into the root.
+  write_ca_bundle(spec, run.path(), "RUN CA\n");
+  std::string text;
+  ASSERT_EQ(files::read_into(run.path() + "/ca-certificates.crt", &text), 0);
+  EXPECT_THAT(text, HasSubstr(std::string(kSandboxCaLine) + "\nRUN CA\n"));
+  std::string root_bundle;
+  ASSERT_EQ(files::read_into(layer + "/etc/ssl/cert.pem", &root_bundle), 0);
+  EXPECT_EQ(root_bundle, "roots\n");
+  // A directory root: the same, from the root's own bundle paths.
+  TempDir dir;
+  write_file(dir.path() + "/etc/passwd", kPasswd);
+  write_file(dir.path() + "/etc/group", kGroup);
+  write_file(dir.path() + "/etc/pki/tls/certs/ca-bundle.crt", "roots\n");
+  SandboxSpec from_dir;
+  from_dir.from = dir.path();
+  from_dir.command = {"true"};
+  c = container_spec_for(from_dir, where);
+  EXPECT_THAT(bind_targets(c, run.path() + "/ca-certificates.crt"),
+              ElementsAre("/etc/pki/tls/certs/ca-bundle.crt"));
+}
+
+TEST(ContainerSpecCaBundle, OnlyAnInspectedEndpointNeedsTheSandboxsCa) {
+  auto policy = [](const std::string& endpoint) {
+    return policy::parse(
+        "version = 1\n[network_policies.x]\nendpoints = [ { host = "
+        "\"api.example.com\", port = 443" +
+            endpoint + " } ]\n",
+        "test");
+  };
+  EXPECT_FALSE(inspects_traffic(policy::Policy{}));
+  EXPECT_FALSE(inspects_traffic(policy("")));
+  EXPECT_TRUE(inspects_traffic(policy(", protocol = \"rest\"")));
+  EXPECT_TRUE(inspects_traffic(policy(", protocol = \"websocket\"")));
+  EXPECT_FALSE(inspects_traffic(policy(", protocol = \"rest\", tls = \"skip\"")));
+}
+
 TEST(ContainerSpecCaBundle, PrepareRootWritesTheHostsRootsAndTheSandboxsCa) {
   Gateway g;
   const std::string bundle = g.paths.sandbox("sb-1") + "/ca-certificates.crt";
