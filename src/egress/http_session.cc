@@ -113,10 +113,9 @@ bool parse_authority(std::string_view authority, uint16_t default_port, std::str
 }
 
 bool is_hop_by_hop(const std::string& name, const std::vector<std::string>& named) {
-  static const char* const kHopByHop[] = {"connection", "keep-alive", "proxy-connection",
-                                          "proxy-authorization", "proxy-authenticate",
-                                          "te", "trailer", "upgrade", "transfer-encoding",
-                                          "content-length"};
+  static const char* const kHopByHop[] = {
+      "connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate",
+      "te",         "trailer",    "upgrade",          "transfer-encoding",   "content-length"};
   for (const char* h : kHopByHop)
     if (name == h) return true;
   for (const auto& n : named)
@@ -227,19 +226,17 @@ class Session : public std::enable_shared_from_this<Session> {
           self->handshake_done();
         });
     if (!upstream_error_.empty()) return;
-    us_.tls()->async_handshake(asio::ssl::stream_base::client,
-                               [self](const boost::system::error_code& ec) {
-                                 if (self->ended_) return;
-                                 if (ec) {
-                                   std::string why = tls::verify_failure(
-                                       self->us_.tls()->native_handle(), self->o_.host);
-                                   self->upstream_error_ =
-                                       why.empty() ? "the TLS handshake with the server failed (" +
-                                                         ec.message() + ")"
-                                                   : why;
-                                 }
-                                 self->handshake_done();
-                               });
+    us_.tls()->async_handshake(
+        asio::ssl::stream_base::client, [self](const boost::system::error_code& ec) {
+          if (self->ended_) return;
+          if (ec) {
+            std::string why = tls::verify_failure(self->us_.tls()->native_handle(), self->o_.host);
+            self->upstream_error_ =
+                why.empty() ? "the TLS handshake with the server failed (" + ec.message() + ")"
+                            : why;
+          }
+          self->handshake_done();
+        });
   }
 
   void handshake_done() {
@@ -267,7 +264,8 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec.category() != http::make_error_code(http::error::end_of_stream).category())
         return end();  // the client left, or its connection failed
-      return malformed(400, "Bad Request", "not a well-formed HTTP/1.1 request (" + ec.message() + ")");
+      return malformed(400, "Bad Request",
+                       "not a well-formed HTTP/1.1 request (" + ec.message() + ")");
     }
     auto& m = req_->get();
     method_ = std::string(sv(m.method_string()));
@@ -342,20 +340,21 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     credentials_ = owner_->credentials();
-    const bool has_body = req_->chunked() || (req_->content_length() && *req_->content_length() > 0);
+    const bool has_body =
+        req_->chunked() || (req_->content_length() && *req_->content_length() > 0);
     buffered_ = has_body && !credentials_->empty();
     if (!buffered_) return send_request();
-    if (req_->content_length() && *req_->content_length() > kMaxBufferedBody)
-      return too_large();
+    if (req_->content_length() && *req_->content_length() > kMaxBufferedBody) return too_large();
     if (text::iequals(sv(m[http::field::expect]), "100-continue")) {
       // The body is read here before the server sees the request: the
       // client is told to send it.
       auto self = shared_from_this();
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      asio::async_write(cs_, asio::buffer(kContinue), [self](const boost::system::error_code& ec, size_t) {
-        if (ec || self->ended_) return self->end();
-        self->read_whole_body();
-      });
+      asio::async_write(cs_, asio::buffer(kContinue),
+                        [self](const boost::system::error_code& ec, size_t) {
+                          if (ec || self->ended_) return self->end();
+                          self->read_whole_body();
+                        });
       return;
     }
     read_whole_body();
@@ -366,9 +365,10 @@ class Session : public std::enable_shared_from_this<Session> {
                           "a body over " + std::to_string(kMaxBufferedBody) +
                               " bytes to an endpoint with credentials is not inspected");
     nlohmann::json body = {{"error", "body_too_large"},
-                           {"reason", "a request body to an endpoint with credentials may be at "
-                                      "most " +
-                                          std::to_string(kMaxBufferedBody) + " bytes"},
+                           {"reason",
+                            "a request body to an endpoint with credentials may be at "
+                            "most " +
+                                std::to_string(kMaxBufferedBody) + " bytes"},
                            {"host", o_.host},
                            {"port", o_.port}};
     respond(413, "Content Too Large", json_text(body));
@@ -436,8 +436,9 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& [name, value] : request.headers) {
       if (has_line_break(name) || has_line_break(value)) {
         nlohmann::json body = {{"error", "malformed_request"},
-                               {"reason", "a field holds a line break after its credentials were "
-                                          "filled in"}};
+                               {"reason",
+                                "a field holds a line break after its credentials were "
+                                "filled in"}};
         return respond(400, "Bad Request", json_text(body));
       }
       head += name;
@@ -457,7 +458,8 @@ class Session : public std::enable_shared_from_this<Session> {
       head += "Content-Length: " + std::to_string(*req_->content_length()) + "\r\n";
     }
     if (upgrade_)
-      head += "Connection: Upgrade\r\nUpgrade: " + std::string(sv(m[http::field::upgrade])) + "\r\n";
+      head +=
+          "Connection: Upgrade\r\nUpgrade: " + std::string(sv(m[http::field::upgrade])) + "\r\n";
     else if (!keep_)
       head += "Connection: close\r\n";
     head += "\r\n";
@@ -510,12 +512,12 @@ class Session : public std::enable_shared_from_this<Session> {
     std::array<asio::const_buffer, 3> buffers = {asio::buffer((*frame)[0]), asio::buffer(data, n),
                                                  asio::buffer((*frame)[1])};
     auto self = shared_from_this();
-    asio::async_write(to, buffers,
-                      [self, frame, then = std::move(then)](const boost::system::error_code& ec,
-                                                             size_t) {
-                        if (ec || self->ended_) return self->end();
-                        then();
-                      });
+    asio::async_write(
+        to, buffers,
+        [self, frame, then = std::move(then)](const boost::system::error_code& ec, size_t) {
+          if (ec || self->ended_) return self->end();
+          then();
+        });
   }
 
   void request_sent() {
@@ -539,10 +541,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) {
       owner_->audit_request(method_, judgement_.verdict.path, "deny", "",
                             "the server sent no response (" + ec.message() + ")");
-      nlohmann::json body = {{"error", "upstream_failed"},
-                             {"reason", "the server sent no well-formed response (" + ec.message() + ")"},
-                             {"host", o_.host},
-                             {"port", o_.port}};
+      nlohmann::json body = {
+          {"error", "upstream_failed"},
+          {"reason", "the server sent no well-formed response (" + ec.message() + ")"},
+          {"host", o_.host},
+          {"port", o_.port}};
       return respond(502, "Bad Gateway", json_text(body));
     }
     auto& r = res_->get();
@@ -550,7 +553,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto named = connection_options(r);
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
                        (sv(r.reason()).empty() ? std::string(sv(http::obsolete_reason(r.result())))
-                                           : std::string(sv(r.reason()))) +
+                                               : std::string(sv(r.reason()))) +
                        "\r\n";
     const bool interim = status >= 100 && status < 200 && status != 101;
     const bool switching = status == 101;
@@ -665,26 +668,26 @@ class Session : public std::enable_shared_from_this<Session> {
   void pump(From& from, To& to, beast::flat_buffer& held, std::shared_ptr<std::vector<char>> buf) {
     auto self = shared_from_this();
     if (held.size() > 0) {
-      auto data = std::make_shared<std::string>(static_cast<const char*>(held.data().data()),
-                                                held.size());
+      auto data =
+          std::make_shared<std::string>(static_cast<const char*>(held.data().data()), held.size());
       held.consume(held.size());
-      asio::async_write(to, asio::buffer(*data),
-                        [self, data, &from, &to, &held, buf](const boost::system::error_code& ec,
-                                                             size_t) {
-                          if (ec || self->ended_) return self->end();
-                          self->pump(from, to, held, buf);
-                        });
+      asio::async_write(
+          to, asio::buffer(*data),
+          [self, data, &from, &to, &held, buf](const boost::system::error_code& ec, size_t) {
+            if (ec || self->ended_) return self->end();
+            self->pump(from, to, held, buf);
+          });
       return;
     }
     from.async_read_some(asio::buffer(*buf), [self, &from, &to, &held, buf](
                                                  const boost::system::error_code& ec, size_t n) {
       if (ec || self->ended_) return self->end();
-      asio::async_write(to, asio::buffer(buf->data(), n),
-                        [self, &from, &to, &held, buf](const boost::system::error_code& wec,
-                                                       size_t) {
-                          if (wec || self->ended_) return self->end();
-                          self->pump(from, to, held, buf);
-                        });
+      asio::async_write(
+          to, asio::buffer(buf->data(), n),
+          [self, &from, &to, &held, buf](const boost::system::error_code& wec, size_t) {
+            if (wec || self->ended_) return self->end();
+            self->pump(from, to, held, buf);
+          });
     });
   }
 
@@ -701,8 +704,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ended_) return;
     auto data = std::make_shared<std::string>(
         "HTTP/1.1 " + std::to_string(status) + " " + text +
-        "\r\nContent-Type: application/json\r\nContent-Length: " +
-        std::to_string(body.size() + 1) + "\r\nConnection: close\r\n\r\n" + body + "\n");
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size() + 1) +
+        "\r\nConnection: close\r\n\r\n" + body + "\n");
     auto self = shared_from_this();
     asio::async_write(cs_, asio::buffer(*data),
                       [self, data](const boost::system::error_code& ec, size_t) {

@@ -806,9 +806,8 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpS
   std::shared_ptr<const Credentials> credentials() override {
     // Where the connection's (first) endpoint lets them be filled in.
     const auto& first = match_.inspect.empty() ? nullptr : match_.inspect.front();
-    const int places = first ? (first->credentials_in_query ? 1 : 0) +
-                                   (first->credentials_in_body ? 2 : 0)
-                             : 0;
+    const int places =
+        first ? (first->credentials_in_query ? 1 : 0) + (first->credentials_in_body ? 2 : 0) : 0;
     return proxy_->credentials[places];
   }
   void audit_request(const std::string& method, const std::string& path, const char* decision,
@@ -914,8 +913,8 @@ class Connection : public std::enable_shared_from_this<Connection>, public HttpS
       // that moved between layer 4 and layer 7 cannot go on as it was.
       if (inspected_ == !match_.inspect.empty()) return;
       d.rule = match_.rule;
-      d.reason = host_port(host_, port_) + (inspected_ ? " is no longer judged at layer 7"
-                                                       : " is judged at layer 7 now");
+      d.reason = host_port(host_, port_) +
+                 (inspected_ ? " is no longer judged at layer 7" : " is judged at layer 7 now");
       blamed = caller_;
     }
     proxy_->established.erase(id_);

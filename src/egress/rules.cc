@@ -223,8 +223,10 @@ Decision NetworkRules::check(std::string_view binary, std::string_view host, uin
       } else {
         found.also.push_back({rule.name, endpoint.allowed_ips});
       }
-      if (!endpoint.inspect) layer4 = true;
-      else found.inspect.push_back(endpoint.inspect);
+      if (!endpoint.inspect)
+        layer4 = true;
+      else
+        found.inspect.push_back(endpoint.inspect);
     }
   }
   if (decision.allowed) {

@@ -382,8 +382,8 @@ class Parser {
       fail(table.get("rules"), field + ".rules",
            "access and rules exclude each other: give access (a preset) or rules, not both");
     if (endpoint->protocol.empty())
-      for (const char* key :
-           {"rules", "deny_rules", "access", "enforcement", "allow_encoded_slash", "credentials_in"})
+      for (const char* key : {"rules", "deny_rules", "access", "enforcement", "allow_encoded_slash",
+                              "credentials_in"})
         if (auto* n = table.get(key))
           fail(n, field + "." + key,
                "needs protocol = \"rest\" or \"websocket\" on this endpoint (without it the "

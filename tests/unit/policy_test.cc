@@ -773,10 +773,10 @@ TEST(PolicyLayer7, EachFieldIsAccepted) {
   EXPECT_EQ(e.deny_rules[0], (HttpRule{"DELETE", "/**", {}}));
   EXPECT_TRUE(e.allow_encoded_slash);
   EXPECT_EQ(e.ca_file, "/etc/ssl/private-ca.pem");
-  EXPECT_EQ(only_endpoint(parse(layer7(R"(protocol = "rest", credentials_in = ["query", "body"])"),
-                                "p"))
-                .credentials_in,
-            (std::vector<std::string>{"query", "body"}));
+  EXPECT_EQ(
+      only_endpoint(parse(layer7(R"(protocol = "rest", credentials_in = ["query", "body"])"), "p"))
+          .credentials_in,
+      (std::vector<std::string>{"query", "body"}));
 
   EXPECT_EQ(
       only_endpoint(parse(layer7(R"(protocol = "websocket", access = "read-write")"), "p")).access,
