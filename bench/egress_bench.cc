@@ -411,7 +411,19 @@ Conn open_conn(const Endpoint& e, int64_t* setup_done = nullptr) {
   if (setup_done) *setup_done = now_ns();
   if (head.compare(0, 9, "HTTP/1.1 ") == 0 || head.compare(0, 9, "HTTP/1.0 ") == 0)
     c.status = std::atoi(head.c_str() + 9);
-  if (c.status != 200) c.error = head.substr(0, head.find("\r\n"));
+  if (c.status != 200) {
+    // A refusal's body says why (the proxy's reason); what came with the
+    // head, and whatever follows within 100 ms, up to 1 KiB.
+    std::string body = head.substr(head.find("\r\n\r\n") + 4);
+    pollfd p{c.fd, POLLIN, 0};
+    while (body.size() < 1024 && ::poll(&p, 1, 100) == 1) {
+      ssize_t n = ::read(c.fd, buf, sizeof buf);
+      if (n <= 0) break;
+      body.append(buf, static_cast<size_t>(n));
+    }
+    while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
+    c.error = head.substr(0, head.find("\r\n")) + (body.empty() ? "" : ": " + body.substr(0, 1024));
+  }
   return c;
 }
 
