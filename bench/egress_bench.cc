@@ -742,6 +742,21 @@ struct TlsStream {
     return head;
   }
 
+  // One line, without its CRLF; false at the end first.
+  bool read_line(std::string& line) {
+    char buf[4096];
+    size_t end;
+    while ((end = pending.find("\r\n")) == std::string::npos) {
+      if (pending.size() > 65536) return false;
+      int n = SSL_read(ssl, buf, sizeof buf);
+      if (n <= 0) return false;
+      pending.append(buf, static_cast<size_t>(n));
+    }
+    line = pending.substr(0, end);
+    pending.erase(0, end + 2);
+    return true;
+  }
+
   // Reads and drops n bytes; false when the stream ends first.
   bool skip(uint64_t n, std::vector<char>& scratch) {
     while (n > 0) {
@@ -924,7 +939,8 @@ void open_tls(const Endpoint& e, SSL_CTX* ctx, TlsStream& s, int64_t* tunnel_don
   if (handshake_done) *handshake_done = now_ns();
 }
 
-// GET target on s; dies unless the answer is 200 with a Content-Length.
+// GET target on s; dies unless the answer is 200 with a Content-Length or a
+// chunked body.
 // Returns the body's size (read and dropped).
 uint64_t https_get(TlsStream& s, const std::string& host, const std::string& target,
                    std::vector<char>& scratch) {
@@ -939,6 +955,23 @@ uint64_t https_get(TlsStream& s, const std::string& host, const std::string& tar
     // The body (a proxy's JSON refusal) says why.
     std::string body = s.pending.substr(0, 400);
     die("GET " + target + ": " + head.substr(0, head.find("\r\n")) + " " + body);
+  }
+  if (strcasecmp(header_value(head, "Transfer-Encoding").c_str(), "chunked") == 0) {
+    // The server sends a Content-Length; a proxy in between may send the
+    // body chunked instead, which is read the same (chunks, then trailers).
+    uint64_t total = 0;
+    std::string line;
+    while (true) {
+      if (!s.read_line(line)) die("GET " + target + ": the chunked body ended early");
+      uint64_t size = std::strtoull(line.c_str(), nullptr, 16);
+      if (size == 0) break;
+      if (!s.skip(size + 2, scratch)) die("GET " + target + ": the chunked body ended early");
+      total += size;
+    }
+    do {
+      if (!s.read_line(line)) die("GET " + target + ": the chunked body ended early");
+    } while (!line.empty());
+    return total;
   }
   if (length.empty()) die("GET " + target + ": the answer has no Content-Length");
   uint64_t n = std::strtoull(length.c_str(), nullptr, 10);
