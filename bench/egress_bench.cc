@@ -9,6 +9,12 @@
 //   egress_bench poll --target HOST:PORT --proxy ADDR:PORT [--interval-us N] [--changes N]
 //                     [--timeout-s N]
 //   egress_bench stamp -- CMD [ARG...]
+//   egress_bench https-server --ca-out FILE [--port N] [--port-file FILE]
+//   egress_bench tls-requests --target HOST:PORT [--proxy ADDR:PORT] --ca FILE [--count N]
+//                             [--warmup N] [--samples]
+//   egress_bench tls-connections --target HOST:PORT [--proxy ADDR:PORT] --ca FILE [--count N]
+//                                [--warmup N] [--samples]
+//   egress_bench tls-bulk --target HOST:PORT [--proxy ADDR:PORT] --ca FILE --bytes N
 //
 // server: listens on 127.0.0.1 only (port 0: any free one, written to
 // --port-file once listening) and serves each connection by its first byte:
@@ -48,12 +54,41 @@
 // stamp: reads CLOCK_REALTIME, spawns CMD (stdout to /dev/null), waits for
 // it and prints {"start_ns", "end_ns", "status"}: the time right before the
 // command starts, for the host's side of the poll measurement.
+//
+// https-server: HTTPS on 127.0.0.1 (TLS 1.3 only, HTTP/1.1, keep-alive),
+// for the layer-7 rows. Its certificate is for IP 127.0.0.1, signed by a CA
+// of its own made at start (the same kind of CA and leaf a sandbox's proxy
+// makes: ECDSA P-256, egress/tls.h), whose certificate is written to
+// --ca-out. GET /small answers "small\n" (6 bytes); GET /bytes?n=N answers
+// N bytes with a Content-Length; anything else 404. A thread per connection.
+//
+// The tls-* clients speak TLS 1.3 to --target (directly, or through the
+// proxy's CONNECT tunnel, inside which the TLS is end to end with the server
+// for a layer-4 endpoint and with the proxy for an inspected one), trusting
+// only the certificates of --ca (a PEM file: the server's CA, or the
+// sandbox's CA bundle), checking the name (an IP literal as an IP address),
+// offering ALPN http/1.1 as curl does. A fresh handshake every time: no
+// session is resumed.
+//
+// tls-requests: one connection, then --count sequential GET /small (after
+// --warmup uncounted ones), each timed from just before the request is
+// written to the last byte of the answer.
+//
+// tls-connections: --count sequential new connections (after --warmup),
+// each: connect, the tunnel, the TLS handshake, one GET /small, timed from
+// just before connect() to the answer's last byte ("total"), split into
+// "tunnel" (connect() returned or the proxy's 200 read), "handshake" and
+// "request". Then a close_notify and close.
+//
+// tls-bulk: one connection, a handshake and one GET /small (not timed),
+// then GET /bytes?n=N timed from just before the request to the last byte.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <spawn.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -68,12 +103,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "bench_util.h"
+#include "egress/tls.h"
 
 extern char** environ;
 
@@ -89,6 +129,10 @@ constexpr const char* kUsage =
     "N]\n"
     "                         [--timeout-s N]\n"
     "       egress_bench stamp -- CMD [ARG...]\n"
+    "       egress_bench https-server --ca-out FILE [--port N] [--port-file FILE]\n"
+    "       egress_bench tls-requests|tls-connections --target HOST:PORT [--proxy ADDR:PORT]\n"
+    "                            --ca FILE [--count N] [--warmup N] [--samples]\n"
+    "       egress_bench tls-bulk --target HOST:PORT [--proxy ADDR:PORT] --ca FILE --bytes N\n"
     "\n"
     "Without --proxy, HOST is an IPv4 literal and the client connects to it; with it,\n"
     "the client connects to the proxy and asks CONNECT HOST:PORT. Results are JSON lines.\n";
@@ -228,22 +272,9 @@ void serve_upload(int fd, uint64_t n) {
   ::close(fd);
 }
 
-int run_server(int argc, char** argv) {
-  uint16_t port = 0;
-  std::string port_file;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--port")
-      port = static_cast<uint16_t>(parse_number(a, value(), 0, 65535));
-    else if (a == "--port-file")
-      port_file = value();
-    else
-      usage_error("server: unexpected argument '" + a + "'");
-  }
+// Listens on 127.0.0.1:port (0: any free port) and says which port: in
+// port_file when given, else on stdout.
+int listen_loopback(uint16_t port, const std::string& port_file) {
   int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener < 0) die_errno("socket");
   int one = 1;
@@ -270,6 +301,27 @@ int run_server(int argc, char** argv) {
     std::printf("%u\n", port);
     std::fflush(stdout);
   }
+  return listener;
+}
+
+int run_server(int argc, char** argv) {
+  uint16_t port = 0;
+  std::string port_file;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--port")
+      port = static_cast<uint16_t>(parse_number(a, value(), 0, 65535));
+    else if (a == "--port-file")
+      port_file = value();
+    else
+      usage_error("server: unexpected argument '" + a + "'");
+  }
+  int listener = listen_loopback(port, port_file);
+  int one = 1;
   std::signal(SIGPIPE, SIG_IGN);
   while (true) {
     int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
@@ -359,7 +411,19 @@ Conn open_conn(const Endpoint& e, int64_t* setup_done = nullptr) {
   if (setup_done) *setup_done = now_ns();
   if (head.compare(0, 9, "HTTP/1.1 ") == 0 || head.compare(0, 9, "HTTP/1.0 ") == 0)
     c.status = std::atoi(head.c_str() + 9);
-  if (c.status != 200) c.error = head.substr(0, head.find("\r\n"));
+  if (c.status != 200) {
+    // A refusal's body says why (the proxy's reason); what came with the
+    // head, and whatever follows within 100 ms, up to 1 KiB.
+    std::string body = head.substr(head.find("\r\n\r\n") + 4);
+    pollfd p{c.fd, POLLIN, 0};
+    while (body.size() < 1024 && ::poll(&p, 1, 100) == 1) {
+      ssize_t n = ::read(c.fd, buf, sizeof buf);
+      if (n <= 0) break;
+      body.append(buf, static_cast<size_t>(n));
+    }
+    while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
+    c.error = head.substr(0, head.find("\r\n")) + (body.empty() ? "" : ": " + body.substr(0, 1024));
+  }
   return c;
 }
 
@@ -383,10 +447,14 @@ struct ClientOptions {
   std::string direction;
   uint64_t interval_us = 1000, changes = 1, timeout_s = 60;
   bool samples = false;
+  std::string ca_file;  // the tls-* modes: the certificates trusted
 };
 
 ClientOptions parse_client(const std::string& mode, int argc, char** argv) {
   ClientOptions o;
+  const bool tls = mode.compare(0, 4, "tls-") == 0;
+  const bool counted = mode == "latency" || mode == "tls-requests" || mode == "tls-connections";
+  const bool sized = mode == "bulk" || mode == "tls-bulk";
   bool have_target = false;
   HostPort proxy;
   for (int i = 0; i < argc; ++i) {
@@ -401,13 +469,15 @@ ClientOptions parse_client(const std::string& mode, int argc, char** argv) {
     } else if (a == "--proxy") {
       proxy = parse_host_port(a, value());
       o.endpoint.via_proxy = true;
-    } else if (a == "--count" && mode == "latency") {
+    } else if (a == "--count" && counted) {
       o.count = parse_number(a, value(), 1, 10'000'000);
-    } else if (a == "--warmup" && mode == "latency") {
+    } else if (a == "--warmup" && counted) {
       o.warmup = parse_number(a, value(), 0, 10'000'000);
-    } else if (a == "--samples" && mode == "latency") {
+    } else if (a == "--samples" && counted) {
       o.samples = true;
-    } else if (a == "--bytes" && mode == "bulk") {
+    } else if (a == "--ca" && tls) {
+      o.ca_file = value();
+    } else if (a == "--bytes" && sized) {
       o.bytes = parse_number(a, value(), 1, 1ull << 50);
     } else if (a == "--direction" && mode == "bulk") {
       o.direction = value();
@@ -426,6 +496,8 @@ ClientOptions parse_client(const std::string& mode, int argc, char** argv) {
   if (!have_target) usage_error(mode + " needs --target HOST:PORT");
   if (mode == "bulk" && (o.bytes == 0 || o.direction.empty()))
     usage_error("bulk needs --bytes and --direction");
+  if (mode == "tls-bulk" && o.bytes == 0) usage_error("tls-bulk needs --bytes");
+  if (tls && o.ca_file.empty()) usage_error(mode + " needs --ca FILE");
   if (mode == "poll" && !o.endpoint.via_proxy) usage_error("poll needs --proxy");
   o.endpoint.dial =
       o.endpoint.via_proxy ? ipv4(proxy, "--proxy") : ipv4(o.endpoint.target, "--target");
@@ -606,6 +678,424 @@ int run_poll(const ClientOptions& o) {
   }
 }
 
+// ---- HTTPS ---------------------------------------------------------------------
+
+// OpenSSL's first queued error, for a message ("" when there is none).
+std::string ssl_error_text() {
+  unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof text);
+  return text;
+}
+
+// One TLS connection, with what was read past the last message (a head is
+// read in whole records, which may hold the start of a body).
+struct TlsStream {
+  int fd = -1;
+  SSL* ssl = nullptr;
+  std::string pending;
+
+  TlsStream() = default;
+  TlsStream(const TlsStream&) = delete;
+  TlsStream& operator=(const TlsStream&) = delete;
+  ~TlsStream() {
+    if (ssl) SSL_free(ssl);
+    if (fd >= 0) ::close(fd);
+  }
+
+  bool write(const char* data, size_t size) {
+    while (size > 0) {
+      int n = SSL_write(ssl, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      if (n <= 0) return false;
+      data += n;
+      size -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  // Some bytes (pending ones first) into out; 0 at the end or on an error.
+  size_t read_some(char* out, size_t size) {
+    if (!pending.empty()) {
+      size_t n = std::min(size, pending.size());
+      std::memcpy(out, pending.data(), n);
+      pending.erase(0, n);
+      return n;
+    }
+    int n = SSL_read(ssl, out, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+    return n > 0 ? static_cast<size_t>(n) : 0;
+  }
+
+  // A message's head, up to and with its blank line; "" at the end first.
+  std::string read_head() {
+    char buf[16384];
+    size_t end;
+    while ((end = pending.find("\r\n\r\n")) == std::string::npos) {
+      if (pending.size() > 65536) return "";
+      int n = SSL_read(ssl, buf, sizeof buf);
+      if (n <= 0) return "";
+      pending.append(buf, static_cast<size_t>(n));
+    }
+    std::string head = pending.substr(0, end + 4);
+    pending.erase(0, end + 4);
+    return head;
+  }
+
+  // One line, without its CRLF; false at the end first.
+  bool read_line(std::string& line) {
+    char buf[4096];
+    size_t end;
+    while ((end = pending.find("\r\n")) == std::string::npos) {
+      if (pending.size() > 65536) return false;
+      int n = SSL_read(ssl, buf, sizeof buf);
+      if (n <= 0) return false;
+      pending.append(buf, static_cast<size_t>(n));
+    }
+    line = pending.substr(0, end);
+    pending.erase(0, end + 2);
+    return true;
+  }
+
+  // Reads and drops n bytes; false when the stream ends first.
+  bool skip(uint64_t n, std::vector<char>& scratch) {
+    while (n > 0) {
+      size_t got =
+          read_some(scratch.data(), static_cast<size_t>(std::min<uint64_t>(n, scratch.size())));
+      if (got == 0) return false;
+      n -= got;
+    }
+    return true;
+  }
+};
+
+// The value of header `name` (any case) in a head, or "" when absent.
+std::string header_value(const std::string& head, const std::string& name) {
+  size_t at = head.find("\r\n");
+  while (at != std::string::npos && at + 2 < head.size()) {
+    size_t line = at + 2, next = head.find("\r\n", line);
+    if (next == std::string::npos || next == line) break;
+    size_t colon = head.find(':', line);
+    if (colon != std::string::npos && colon < next && colon - line == name.size() &&
+        strncasecmp(head.data() + line, name.data(), name.size()) == 0) {
+      size_t v = colon + 1;
+      while (v < next && (head[v] == ' ' || head[v] == '\t')) ++v;
+      return head.substr(v, next - v);
+    }
+    at = next;
+  }
+  return "";
+}
+
+// ---- HTTPS server ----
+
+constexpr const char kSmallBody[] = "small\n";
+
+void serve_https(int fd, SSL_CTX* ctx) {
+  TlsStream s;
+  s.fd = fd;
+  // A connection that stalls (a client gone without closing) does not keep
+  // its thread for ever.
+  timeval idle{60, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
+  s.ssl = SSL_new(ctx);
+  if (!s.ssl || SSL_set_fd(s.ssl, fd) != 1 || SSL_accept(s.ssl) != 1) return;
+  std::vector<char> buf(1 << 20, 'x');
+  while (true) {
+    std::string head = s.read_head();
+    if (head.empty()) break;
+    // A body sent with the request is read and dropped.
+    std::string length = header_value(head, "Content-Length");
+    if (!length.empty() && !s.skip(std::strtoull(length.c_str(), nullptr, 10), buf)) break;
+    bool close = strcasecmp(header_value(head, "Connection").c_str(), "close") == 0;
+    std::string target = head.substr(0, head.find("\r\n"));
+    std::string status = "200 OK";
+    uint64_t n = 0;
+    const char* small = nullptr;
+    if (target.compare(0, 11, "GET /small ") == 0) {
+      small = kSmallBody;
+      n = sizeof kSmallBody - 1;
+    } else if (target.compare(0, 13, "GET /bytes?n=") == 0) {
+      char* end = nullptr;
+      n = std::strtoull(target.c_str() + 13, &end, 10);
+      if (*end != ' ') status = "400 Bad Request", n = 0;
+    } else {
+      status = "404 Not Found";
+    }
+    std::string answer = "HTTP/1.1 " + status + "\r\nContent-Length: " + std::to_string(n) +
+                         "\r\nContent-Type: application/octet-stream\r\n" +
+                         (close ? "Connection: close\r\n" : "") + "\r\n";
+    // A small answer in one record; a large body in 1 MiB writes after the head.
+    if (small) answer.append(small, n), n = 0;
+    if (!s.write(answer.data(), answer.size())) break;
+    while (n > 0) {
+      size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
+      if (!s.write(buf.data(), chunk)) return;
+      n -= chunk;
+    }
+    if (close) break;
+  }
+  SSL_shutdown(s.ssl);
+}
+
+int run_https_server(int argc, char** argv) {
+  uint16_t port = 0;
+  std::string port_file, ca_out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--port")
+      port = static_cast<uint16_t>(parse_number(a, value(), 0, 65535));
+    else if (a == "--port-file")
+      port_file = value();
+    else if (a == "--ca-out")
+      ca_out = value();
+    else
+      usage_error("https-server: unexpected argument '" + a + "'");
+  }
+  if (ca_out.empty()) usage_error("https-server needs --ca-out FILE");
+  // The server's own CA and its leaf for 127.0.0.1, made as a sandbox's
+  // proxy makes its own (the same code), so that the two handshakes of an
+  // inspected connection cost alike; TLS 1.3 only.
+  std::shared_ptr<SSL_CTX> ctx;
+  std::unique_ptr<openshell::egress::tls::SandboxCa> ca;
+  try {
+    ca = std::make_unique<openshell::egress::tls::SandboxCa>("egress-bench server");
+    ctx = ca->leaf_for("127.0.0.1");
+  } catch (const std::exception& e) {
+    die(std::string("https-server: the certificates: ") + e.what());
+  }
+  if (SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION) != 1)
+    die("https-server: TLS 1.3: " + ssl_error_text());
+  {
+    std::string tmp = ca_out + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) die_errno(tmp);
+    std::fputs(ca->cert_pem().c_str(), f);
+    if (std::fclose(f) != 0 || std::rename(tmp.c_str(), ca_out.c_str()) != 0) die_errno(ca_out);
+  }
+  int listener = listen_loopback(port, port_file);
+  int one = 1;
+  std::signal(SIGPIPE, SIG_IGN);
+  while (true) {
+    int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+      die_errno("accept");
+    }
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::thread(serve_https, fd, ctx.get()).detach();
+  }
+}
+
+// ---- HTTPS clients ----
+
+struct SslCtxDeleter {
+  void operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
+};
+using ClientCtx = std::unique_ptr<SSL_CTX, SslCtxDeleter>;
+
+ClientCtx client_context(const std::string& ca_file) {
+  ClientCtx ctx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx) die("SSL_CTX_new: " + ssl_error_text());
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION);
+  if (SSL_CTX_load_verify_locations(ctx.get(), ca_file.c_str(), nullptr) != 1)
+    die("--ca " + ca_file + ": " + ssl_error_text());
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  // No session kept: every new connection is a full handshake.
+  SSL_CTX_set_session_cache_mode(ctx.get(), SSL_SESS_CACHE_OFF);
+  static const unsigned char alpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  SSL_CTX_set_alpn_protos(ctx.get(), alpn, sizeof alpn);
+  return ctx;
+}
+
+// Opens the connection (and tunnel), then TLS. Times (CLOCK_MONOTONIC), when
+// asked: the tunnel ready, the handshake done. Dies on any failure.
+void open_tls(const Endpoint& e, SSL_CTX* ctx, TlsStream& s, int64_t* tunnel_done = nullptr,
+              int64_t* handshake_done = nullptr) {
+  Conn c = open_conn(e, tunnel_done);
+  s.fd = c.fd;
+  if (c.status != 200) die("tunnel to " + e.target.text() + ": " + c.error);
+  s.ssl = SSL_new(ctx);
+  if (!s.ssl || SSL_set_fd(s.ssl, s.fd) != 1) die("SSL_new: " + ssl_error_text());
+  in_addr ip{};
+  if (::inet_pton(AF_INET, e.target.host.c_str(), &ip) == 1) {
+    // An address: no SNI, the certificate checked for the address.
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s.ssl), e.target.host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(s.ssl, e.target.host.c_str());
+    SSL_set1_host(s.ssl, e.target.host.c_str());
+  }
+  if (SSL_connect(s.ssl) != 1) {
+    long verify = SSL_get_verify_result(s.ssl);
+    std::string why =
+        verify != X509_V_OK ? X509_verify_cert_error_string(verify) : ssl_error_text();
+    die("TLS with " + e.target.text() + (e.via_proxy ? " (through the proxy)" : "") + ": " +
+        (why.empty() ? "the peer closed the connection" : why));
+  }
+  if (handshake_done) *handshake_done = now_ns();
+}
+
+// GET target on s; dies unless the answer is 200 with a Content-Length or a
+// chunked body.
+// Returns the body's size (read and dropped).
+uint64_t https_get(TlsStream& s, const std::string& host, const std::string& target,
+                   std::vector<char>& scratch) {
+  std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + host +
+                        "\r\nUser-Agent: egress_bench\r\nAccept: */*\r\n\r\n";
+  if (!s.write(request.data(), request.size())) die("GET " + target + ": " + ssl_error_text());
+  std::string head = s.read_head();
+  if (head.empty()) die("GET " + target + ": the connection ended before an answer");
+  int status = head.compare(0, 9, "HTTP/1.1 ") == 0 ? std::atoi(head.c_str() + 9) : 0;
+  std::string length = header_value(head, "Content-Length");
+  if (status != 200) {
+    // The body (a proxy's JSON refusal) says why.
+    std::string body = s.pending.substr(0, 400);
+    die("GET " + target + ": " + head.substr(0, head.find("\r\n")) + " " + body);
+  }
+  if (strcasecmp(header_value(head, "Transfer-Encoding").c_str(), "chunked") == 0) {
+    // The server sends a Content-Length; a proxy in between may send the
+    // body chunked instead, which is read the same (chunks, then trailers).
+    uint64_t total = 0;
+    std::string line;
+    while (true) {
+      if (!s.read_line(line)) die("GET " + target + ": the chunked body ended early");
+      uint64_t size = std::strtoull(line.c_str(), nullptr, 16);
+      if (size == 0) break;
+      if (!s.skip(size + 2, scratch)) die("GET " + target + ": the chunked body ended early");
+      total += size;
+    }
+    do {
+      if (!s.read_line(line)) die("GET " + target + ": the chunked body ended early");
+    } while (!line.empty());
+    return total;
+  }
+  if (length.empty()) die("GET " + target + ": the answer has no Content-Length");
+  uint64_t n = std::strtoull(length.c_str(), nullptr, 10);
+  if (!s.skip(n, scratch)) die("GET " + target + ": the body ended early");
+  return n;
+}
+
+std::string tenths_medians(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t k = 0; k < 10; ++k) {
+    size_t from = v.size() * k / 10, to = v.size() * (k + 1) / 10;
+    if (to <= from) continue;
+    std::vector<double> part(v.begin() + static_cast<long>(from),
+                             v.begin() + static_cast<long>(to));
+    char num[32];
+    std::snprintf(num, sizeof num, "%s%.2f", out.size() > 1 ? ", " : "", stats_of(part).median);
+    out += num;
+  }
+  return out + "]";
+}
+
+std::string samples_json(const char* key, const std::vector<double>& v) {
+  std::string out = std::string(", \"") + key + "_samples_us\": [";
+  for (size_t k = 0; k < v.size(); ++k) {
+    char num[32];
+    std::snprintf(num, sizeof num, "%s%.2f", k ? ", " : "", v[k]);
+    out += num;
+  }
+  return out + "]";
+}
+
+int run_tls_requests(const ClientOptions& o) {
+  const Endpoint& e = o.endpoint;
+  ClientCtx ctx = client_context(o.ca_file);
+  TlsStream s;
+  open_tls(e, ctx.get(), s);
+  std::vector<char> scratch(1 << 16);
+  std::vector<double> request;
+  request.reserve(o.count);
+  double cpu0 = 0;
+  int64_t wall0 = 0;
+  for (uint64_t i = 0; i < o.warmup + o.count; ++i) {
+    if (i == o.warmup) cpu0 = cpu_seconds(), wall0 = now_ns();
+    int64_t t0 = now_ns();
+    https_get(s, e.target.text(), "/small", scratch);
+    int64_t t1 = now_ns();
+    if (i >= o.warmup) request.push_back(static_cast<double>(t1 - t0) / 1e3);
+  }
+  double wall = static_cast<double>(now_ns() - wall0) / 1e9;
+  double cpu = cpu_seconds() - cpu0;
+  SSL_shutdown(s.ssl);
+  std::printf(
+      "{\"mode\": \"tls-requests\", \"via\": \"%s\", \"target\": %s, \"count\": %llu, "
+      "\"warmup\": %llu, \"request_us\": %s, \"tenths_median_us\": %s, \"wall_s\": %.3f, "
+      "\"client_cpu_s\": %.3f%s}\n",
+      e.via_proxy ? "proxy" : "direct", json_string(e.target.text()).c_str(),
+      static_cast<unsigned long long>(o.count), static_cast<unsigned long long>(o.warmup),
+      json_stats(stats_of(request)).c_str(), tenths_medians(request).c_str(), wall, cpu,
+      o.samples ? samples_json("request", request).c_str() : "");
+  return 0;
+}
+
+int run_tls_connections(const ClientOptions& o) {
+  const Endpoint& e = o.endpoint;
+  ClientCtx ctx = client_context(o.ca_file);
+  std::vector<char> scratch(1 << 16);
+  std::vector<double> total, tunnel, handshake, request;
+  double cpu0 = 0;
+  int64_t wall0 = 0;
+  for (uint64_t i = 0; i < o.warmup + o.count; ++i) {
+    if (i == o.warmup) cpu0 = cpu_seconds(), wall0 = now_ns();
+    int64_t t0 = now_ns(), t1 = 0, t2 = 0;
+    TlsStream s;
+    open_tls(e, ctx.get(), s, &t1, &t2);
+    https_get(s, e.target.text(), "/small", scratch);
+    int64_t t3 = now_ns();
+    SSL_shutdown(s.ssl);
+    if (i < o.warmup) continue;
+    total.push_back(static_cast<double>(t3 - t0) / 1e3);
+    tunnel.push_back(static_cast<double>(t1 - t0) / 1e3);
+    handshake.push_back(static_cast<double>(t2 - t1) / 1e3);
+    request.push_back(static_cast<double>(t3 - t2) / 1e3);
+  }
+  double wall = static_cast<double>(now_ns() - wall0) / 1e9;
+  double cpu = cpu_seconds() - cpu0;
+  std::string samples;
+  if (o.samples) samples = samples_json("total", total) + samples_json("handshake", handshake);
+  std::printf(
+      "{\"mode\": \"tls-connections\", \"via\": \"%s\", \"target\": %s, \"count\": %llu, "
+      "\"warmup\": %llu, \"total_us\": %s, \"tunnel_us\": %s, \"handshake_us\": %s, "
+      "\"request_us\": %s, \"tenths_median_us\": %s, \"wall_s\": %.3f, \"client_cpu_s\": "
+      "%.3f%s}\n",
+      e.via_proxy ? "proxy" : "direct", json_string(e.target.text()).c_str(),
+      static_cast<unsigned long long>(o.count), static_cast<unsigned long long>(o.warmup),
+      json_stats(stats_of(total)).c_str(), json_stats(stats_of(tunnel)).c_str(),
+      json_stats(stats_of(handshake)).c_str(), json_stats(stats_of(request)).c_str(),
+      tenths_medians(total).c_str(), wall, cpu, samples.c_str());
+  return 0;
+}
+
+int run_tls_bulk(const ClientOptions& o) {
+  const Endpoint& e = o.endpoint;
+  ClientCtx ctx = client_context(o.ca_file);
+  TlsStream s;
+  open_tls(e, ctx.get(), s);
+  std::vector<char> scratch(1 << 20);
+  https_get(s, e.target.text(), "/small", scratch);  // the connection fully set up first
+  double cpu0 = cpu_seconds();
+  int64_t t0 = now_ns();
+  uint64_t got = https_get(s, e.target.text(), "/bytes?n=" + std::to_string(o.bytes), scratch);
+  int64_t t1 = now_ns();
+  double cpu = cpu_seconds() - cpu0;
+  SSL_shutdown(s.ssl);
+  if (got != o.bytes)
+    die("tls-bulk: " + std::to_string(got) + " bytes, not " + std::to_string(o.bytes));
+  double seconds = static_cast<double>(t1 - t0) / 1e9;
+  std::printf(
+      "{\"mode\": \"tls-bulk\", \"via\": \"%s\", \"direction\": \"down\", \"bytes\": %llu, "
+      "\"seconds\": %.4f, \"gb_per_s\": %.4f, \"client_cpu_s\": %.3f}\n",
+      e.via_proxy ? "proxy" : "direct", static_cast<unsigned long long>(o.bytes), seconds,
+      static_cast<double>(o.bytes) / seconds / 1e9, cpu);
+  return 0;
+}
+
 // ---- stamp --------------------------------------------------------------------
 
 int run_stamp(int argc, char** argv) {
@@ -639,10 +1129,15 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   if (mode == "server") return run_server(argc - 2, argv + 2);
   if (mode == "stamp") return run_stamp(argc - 2, argv + 2);
-  if (mode == "latency" || mode == "bulk" || mode == "poll") {
+  if (mode == "https-server") return run_https_server(argc - 2, argv + 2);
+  if (mode == "latency" || mode == "bulk" || mode == "poll" || mode == "tls-requests" ||
+      mode == "tls-connections" || mode == "tls-bulk") {
     ClientOptions o = parse_client(mode, argc - 2, argv + 2);
     if (mode == "latency") return run_latency(o);
     if (mode == "bulk") return run_bulk(o);
+    if (mode == "tls-requests") return run_tls_requests(o);
+    if (mode == "tls-connections") return run_tls_connections(o);
+    if (mode == "tls-bulk") return run_tls_bulk(o);
     return run_poll(o);
   }
   usage_error("unknown mode '" + mode + "'");
