@@ -197,7 +197,7 @@ class Session : public std::enable_shared_from_this<Session> {
     cs_.use_tls(o_.client_tls.get());
     us_.use_tls(o_.upstream_tls.get());
     try {
-      tls::prepare_upstream(us_.tls()->native_handle(), o_.host);
+      tls::prepare_upstream(us_.tls()->native_handle(), o_.host, o_.port);
     } catch (const std::exception& e) {
       upstream_error_ = e.what();
     }

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <mutex>
+#include <string>
 
 #include <openssl/bio.h>
 #include <openssl/bn.h>
@@ -129,6 +132,77 @@ int remember_failure(int ok, X509_STORE_CTX* store) {
   return ok;
 }
 
+// Resumption of the proxy's own sessions upstream: the last session each
+// host:port gave, offered to the next connection there, which then skips
+// the certificate chain's verification and the server's signature. The
+// cache hangs on the client context (one per extra CA file, so a session
+// is only ever resumed under the trust that verified it); each SSL carries
+// the host:port its new sessions are for.
+class ResumeCache {
+ public:
+  ~ResumeCache() {
+    for (auto& [key, session] : sessions_) SSL_SESSION_free(session);
+  }
+  void put(const std::string& key, SSL_SESSION* session) {
+    std::lock_guard lock(mutex_);
+    auto it = sessions_.find(key);
+    if (it != sessions_.end()) {
+      SSL_SESSION_free(it->second);
+      it->second = session;
+      return;
+    }
+    if (sessions_.size() >= kMaxLeaves) {
+      SSL_SESSION_free(sessions_.begin()->second);
+      sessions_.erase(sessions_.begin());
+    }
+    sessions_.emplace(key, session);
+  }
+  // The session for `key` (a reference the caller owns), or null. It stays
+  // until a newer one replaces it: several connections may offer it at
+  // once, and a server that takes a ticket once only answers the others
+  // with a full handshake.
+  SSL_SESSION* get(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    auto it = sessions_.find(key);
+    if (it == sessions_.end()) return nullptr;
+    // A copy: OpenSSL marks a session that an SSL freed without a clean
+    // shutdown used as not resumable, and the proxy closes connections
+    // upstream without one.
+    return SSL_SESSION_dup(it->second);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, SSL_SESSION*> sessions_;
+};
+
+void free_resume_cache(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<ResumeCache*>(ptr);
+}
+void free_resume_key(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<std::string*>(ptr);
+}
+int resume_cache_index() {
+  static const int index =
+      SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, free_resume_cache);
+  return index;
+}
+int resume_key_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_resume_key);
+  return index;
+}
+
+// A new session from a server: kept for the next connection to it.
+int keep_session(SSL* ssl, SSL_SESSION* session) {
+  auto* cache =
+      static_cast<ResumeCache*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), resume_cache_index()));
+  const auto* key = static_cast<const std::string*>(SSL_get_ex_data(ssl, resume_key_index()));
+  if (!cache || !key || SSL_get_verify_result(ssl) != X509_V_OK) return 0;
+  // A copy of its own (see get()); the SSL keeps the one it made.
+  if (SSL_SESSION* copy = SSL_SESSION_dup(session)) cache->put(*key, copy);
+  return 0;
+}
+
 }  // namespace
 
 SandboxCa::SandboxCa(const std::string& sandbox)
@@ -227,11 +301,29 @@ std::unique_ptr<SSL_CTX, SslCtxFree> upstream_context(const std::string& extra_c
     fail("ca_file " + extra_ca_file + ": no PEM certificate read");
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, remember_failure);
   if (SSL_CTX_set_alpn_protos(ctx.get(), kHttp11, sizeof kHttp11) != 0) fail("offer ALPN http/1.1");
+  auto cache = std::make_unique<ResumeCache>();
+  if (SSL_CTX_set_ex_data(ctx.get(), resume_cache_index(), cache.get()) != 1)
+    fail("make a TLS session cache");
+  cache.release();  // the context's now
+  SSL_CTX_set_session_cache_mode(ctx.get(),
+                                 SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(ctx.get(), keep_session);
   return ctx;
 }
 
-void prepare_upstream(SSL* ssl, const std::string& host) {
+void prepare_upstream(SSL* ssl, const std::string& host, uint16_t port) {
   const std::string name = without_brackets(host);
+  if (port != 0) {
+    auto key = std::make_unique<std::string>(name + ":" + std::to_string(port));
+    if (auto* cache = static_cast<ResumeCache*>(
+            SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), resume_cache_index()))) {
+      if (SSL_SESSION* session = cache->get(*key)) {
+        SSL_set_session(ssl, session);  // takes a reference of its own
+        SSL_SESSION_free(session);
+      }
+    }
+    if (SSL_set_ex_data(ssl, resume_key_index(), key.get()) == 1) key.release();
+  }
   if (is_address(name)) {
     // No SNI for an address (RFC 6066); the certificate must name it.
     if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) != 1)

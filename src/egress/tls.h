@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -82,8 +83,11 @@ std::unique_ptr<SSL_CTX, SslCtxFree> upstream_context(const std::string& extra_c
 
 // Readies a connection of upstream_context() for `host` (a name or an
 // address literal): SNI for a name, and the certificate checked for that
-// name or address (a wildcard only as a whole label). Throws Error.
-void prepare_upstream(SSL* ssl, const std::string& host);
+// name or address (a wildcard only as a whole label). With a port, the last
+// session that host:port gave this context (after a verified handshake) is
+// offered for resumption, and the session this connection gets is kept
+// for the next (256 host:ports at most). Throws Error.
+void prepare_upstream(SSL* ssl, const std::string& host, uint16_t port = 0);
 
 // Why the peer's certificate did not verify, in one line ("the server's
 // certificate is not for api.example.com", "... is signed by an unknown

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -267,6 +268,41 @@ TEST(EgressTls, UpstreamOffersHttp11) {
   prepare_upstream(client.get(), "127.0.0.1");
   ASSERT_TRUE(handshake(client.get(), server.get())) << verify_failure(client.get(), "127.0.0.1");
   EXPECT_EQ(alpn_of(server.get()), "http/1.1");
+}
+
+// The proxy's connections upstream resume the last session of the same
+// host and port (the chain's verification and the server's signature are
+// then skipped), and never another host:port's.
+TEST(EgressTls, UpstreamResumesTheLastSessionOfTheSameHostAndPort) {
+  SandboxCa ca("s");
+  auto server_ctx = ca.leaf_for("upstream.test");
+  TempDir dir;
+  const std::string ca_file = dir.path() + "/ca.pem";
+  files::write_atomically(ca_file, ca.cert_pem(), 0644);
+  auto client_ctx = upstream_context(ca_file);
+  // One connection, a byte from the server (with which a TLS 1.3 client
+  // reads the session tickets the server sent); whether it was resumed.
+  auto connect = [&](uint16_t port) {
+    Ssl client(SSL_new(client_ctx.get())), server(SSL_new(server_ctx.get()));
+    prepare_upstream(client.get(), "upstream.test", port);
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    UniqueFd a(fds[0]), b(fds[1]);
+    SSL_set_fd(client.get(), a.get());
+    SSL_set_fd(server.get(), b.get());
+    std::thread accept([&] { EXPECT_EQ(SSL_accept(server.get()), 1); });
+    EXPECT_EQ(SSL_connect(client.get()), 1) << verify_failure(client.get(), "upstream.test");
+    accept.join();
+    EXPECT_EQ(SSL_write(server.get(), "x", 1), 1);
+    char byte = 0;
+    EXPECT_EQ(SSL_read(client.get(), &byte, 1), 1);
+    EXPECT_EQ(byte, 'x');
+    return SSL_session_reused(client.get()) == 1;
+  };
+  EXPECT_FALSE(connect(443)) << "the first connection has nothing to resume";
+  EXPECT_TRUE(connect(443)) << "the second resumes the first's session";
+  EXPECT_TRUE(connect(443)) << "and the third the second's";
+  EXPECT_FALSE(connect(8443)) << "another port of the same host resumes nothing";
 }
 
 }  // namespace
