@@ -361,7 +361,7 @@ const tunnel = http.request({ host: proxy.hostname, port: proxy.port, method: 'C
                               path: host + ':' + port, headers: { host: host + ':' + port } });
 tunnel.on('connect', (res, socket) => {
   if (res.statusCode !== 200) fail('proxy answered ' + res.statusCode);
-  const req = https.request({ host, port, path, method: 'GET', agent: false,
+  const req = https.request({ host, port, path, method: 'GET',
       createConnection: () => tls.connect({ socket, servername: host }) }, (answer) => {
     let body = '';
     answer.on('data', (d) => body += d);
