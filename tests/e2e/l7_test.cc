@@ -293,6 +293,15 @@ class EchoUpstream {
   LoopbackTcpServer server_;  // last: its threads end before the rest goes
 };
 
+// A field of a JSON object as text: a string as it is, another value as
+// JSON; "" when absent (or not an object), so that a test fails on it
+// rather than on an exception.
+std::string text_of(const json& object, const std::string& key) {
+  if (!object.is_object() || !object.contains(key)) return "";
+  const json& value = object[key];
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
 // The JSON lines of a text ("" lines skipped, others that are not JSON skipped too).
 std::vector<json> json_lines(const std::string& text) {
   std::vector<json> lines;
@@ -519,7 +528,7 @@ class L7 : public GatewayTest {
     EXPECT_EQ(r.status, 0) << r.err;
     std::vector<json> requests;
     for (auto& line : json_lines(r.out))
-      if (line.value("kind", "") == "request") requests.push_back(std::move(line));
+      if (text_of(line, "kind") == "request") requests.push_back(std::move(line));
     return requests;
   }
   // The audit line of a request (its host, method and path); null when none.
@@ -529,8 +538,8 @@ class L7 : public GatewayTest {
     for (int i = 0; i < 150; ++i) {
       if (i > 0) ::usleep(200000);
       for (auto& line : requests_audited(name))
-        if (line.value("host", "") == host && line.value("method", "") == method &&
-            line.value("path", "") == path)
+        if (text_of(line, "host") == host && text_of(line, "method") == method &&
+            text_of(line, "path") == path)
           return line;
     }
     return nullptr;
@@ -561,28 +570,28 @@ TEST_P(L7, CurlPythonAndGitTrustTheSandboxCaAndEachRequestIsAudited) {
   CurlAnswer c = curl("trust", {"-H", "X-Probe: from-curl", url(kApi, "/curl/path?a=1&b=two")});
   EXPECT_EQ(c.code, "200") << c.body;
   json echo = echo_of(c.body);
-  EXPECT_EQ(echo.value("method", ""), "GET");
-  EXPECT_EQ(echo.value("path", ""), "/curl/path");
-  EXPECT_EQ(echo.value("query", ""), "a=1&b=two");
-  EXPECT_EQ(echo["headers"].value("x-probe", ""), "from-curl");
-  EXPECT_EQ(echo.value("sni", ""), kApi) << "the proxy names the host upstream";
+  EXPECT_EQ(text_of(echo, "method"), "GET");
+  EXPECT_EQ(text_of(echo, "path"), "/curl/path");
+  EXPECT_EQ(text_of(echo, "query"), "a=1&b=two");
+  EXPECT_EQ(text_of(echo.value("headers", json::object()), "x-probe"), "from-curl");
+  EXPECT_EQ(text_of(echo, "sni"), kApi) << "the proxy names the host upstream";
   json line = audited("trust", kApi, "GET", "/curl/path");
   ASSERT_TRUE(line.is_object()) << "no audit line for curl's request";
-  EXPECT_EQ(line.value("decision", ""), "allow") << line.dump();
-  EXPECT_EQ(line.value("port", 0), upstream_->port()) << line.dump();
-  EXPECT_EQ(line.value("binary", ""), "/usr/bin/curl") << line.dump();
+  EXPECT_EQ(text_of(line, "decision"), "allow") << line.dump();
+  EXPECT_EQ(text_of(line, "port"), port()) << line.dump();
+  EXPECT_EQ(text_of(line, "binary"), "/usr/bin/curl") << line.dump();
   EXPECT_THAT(line.dump(), Not(HasSubstr("b=two"))) << "the query is never audited";
 
   Result py = exec("trust", {"python3", "-c", kPythonFetch, url(kApi, "/python?x=1"), "posted"});
   EXPECT_EQ(py.status, 0) << py.out << py.err;
   EXPECT_THAT(py.out, StartsWith("200\n")) << py.err;
   json py_echo = echo_of(py.out.substr(py.out.find('\n') + 1));
-  EXPECT_EQ(py_echo.value("method", ""), "POST");
-  EXPECT_EQ(py_echo.value("path", ""), "/python");
-  EXPECT_EQ(py_echo.value("body", ""), "posted");
+  EXPECT_EQ(text_of(py_echo, "method"), "POST");
+  EXPECT_EQ(text_of(py_echo, "path"), "/python");
+  EXPECT_EQ(text_of(py_echo, "body"), "posted");
   json py_line = audited("trust", kApi, "POST", "/python");
   ASSERT_TRUE(py_line.is_object()) << "no audit line for python's request";
-  EXPECT_EQ(py_line.value("decision", ""), "allow") << py_line.dump();
+  EXPECT_EQ(text_of(py_line, "decision"), "allow") << py_line.dump();
 
   Result git = exec("trust", {"git", "ls-remote", url(kApi, "/repo.git")});
   EXPECT_EQ(git.status, 0) << git.out << git.err;
@@ -593,7 +602,7 @@ TEST_P(L7, CurlPythonAndGitTrustTheSandboxCaAndEachRequestIsAudited) {
   EXPECT_THAT(refs.back().header("user-agent"), StartsWith("git/"));
   json git_line = audited("trust", kApi, "GET", "/repo.git/info/refs");
   ASSERT_TRUE(git_line.is_object()) << "no audit line for git's request";
-  EXPECT_EQ(git_line.value("decision", ""), "allow") << git_line.dump();
+  EXPECT_EQ(text_of(git_line, "decision"), "allow") << git_line.dump();
 
   // Each was a TLS connection the proxy opened with the sandbox's CA: a
   // client told to trust only the upstream's own CA refuses it.
@@ -636,12 +645,12 @@ TEST_P(L7, NodeTrustsTheSandboxCa) {
   EXPECT_EQ(r.status, 0) << r.out << r.err;
   ASSERT_THAT(r.out, StartsWith("200\n")) << r.err;
   json echo = echo_of(r.out.substr(4));
-  EXPECT_EQ(echo.value("method", ""), "GET");
-  EXPECT_EQ(echo.value("path", ""), "/node");
+  EXPECT_EQ(text_of(echo, "method"), "GET");
+  EXPECT_EQ(text_of(echo, "path"), "/node");
   json line = audited("nodejs", kApi, "GET", "/node");
   ASSERT_TRUE(line.is_object()) << "no audit line for node's request";
-  EXPECT_EQ(line.value("decision", ""), "allow") << line.dump();
-  EXPECT_EQ(line.value("binary", ""), "/sandbox/node") << line.dump();
+  EXPECT_EQ(text_of(line, "decision"), "allow") << line.dump();
+  EXPECT_EQ(text_of(line, "binary"), "/sandbox/node") << line.dump();
 }
 
 // (2) A read-only endpoint: GET passes; POST is answered 403 with the JSON
@@ -652,31 +661,31 @@ TEST_P(L7, ReadOnlyEndpointRefusesAPostThatNeverReachesTheServer) {
   if (HasFatalFailure()) return;
   CurlAnswer get = curl("ro", {url(kRo, "/items?page=2")});
   EXPECT_EQ(get.code, "200") << get.body;
-  EXPECT_EQ(echo_of(get.body).value("path", ""), "/items");
+  EXPECT_EQ(text_of(echo_of(get.body), "path"), "/items");
 
   CurlAnswer post = curl("ro", {"-X", "POST", "-H", "Content-Type: application/json", "--data",
                                 "{\"drop\":\"everything\"}", url(kRo, "/items/7?force=1")});
   EXPECT_EQ(post.code, "403") << post.body;
   json denial = json::parse(post.body, nullptr, false);
   ASSERT_FALSE(denial.is_discarded()) << "the 403's body is not JSON: " << post.body;
-  EXPECT_EQ(denial.value("error", ""), "policy_denied") << post.body;
-  EXPECT_EQ(denial.value("method", ""), "POST") << post.body;
-  EXPECT_EQ(denial.value("path", ""), "/items/7") << post.body;
-  EXPECT_EQ(denial.value("host", ""), kRo) << post.body;
-  EXPECT_EQ(denial.value("port", 0), upstream_->port()) << post.body;
-  EXPECT_THAT(denial.value("rule", ""), StartsWith("l7")) << post.body;
-  EXPECT_FALSE(denial.value("reason", "").empty()) << post.body;
-  EXPECT_THAT(denial.value("hint", ""),
+  EXPECT_EQ(text_of(denial, "error"), "policy_denied") << post.body;
+  EXPECT_EQ(text_of(denial, "method"), "POST") << post.body;
+  EXPECT_EQ(text_of(denial, "path"), "/items/7") << post.body;
+  EXPECT_EQ(text_of(denial, "host"), kRo) << post.body;
+  EXPECT_EQ(text_of(denial, "port"), port()) << post.body;
+  EXPECT_THAT(text_of(denial, "rule"), StartsWith("l7")) << post.body;
+  EXPECT_FALSE(text_of(denial, "reason").empty()) << post.body;
+  EXPECT_THAT(text_of(denial, "hint"),
               HasSubstr(std::string("openshell policy update ro --add-allow ") + kRo + ":" +
                         port() + ":POST:/items/7"))
       << post.body;
   EXPECT_EQ(upstream_->to("/items/7").size(), 0u) << "the refused POST reached the upstream";
   json line = audited("ro", kRo, "POST", "/items/7");
   ASSERT_TRUE(line.is_object()) << "no audit line for the refused POST";
-  EXPECT_EQ(line.value("decision", ""), "deny") << line.dump();
+  EXPECT_EQ(text_of(line, "decision"), "deny") << line.dump();
   json allowed = audited("ro", kRo, "GET", "/items");
   ASSERT_TRUE(allowed.is_object()) << "no audit line for the GET";
-  EXPECT_EQ(allowed.value("decision", ""), "allow") << allowed.dump();
+  EXPECT_EQ(text_of(allowed, "decision"), "allow") << allowed.dump();
 }
 
 // (3) and (4): a provider's secret reaches only its endpoint, in place of
@@ -708,7 +717,7 @@ TEST_P(L7, AProvidersSecretGoesOnlyToItsEndpointAndRotatesWithoutARestart) {
   EXPECT_EQ(auth.back().header("authorization"), "Bearer " + secret);
   json line = audited("cred", kApi, "GET", "/auth");
   ASSERT_TRUE(line.is_object()) << "no audit line for the request with the credential";
-  EXPECT_EQ(line.value("decision", ""), "allow") << line.dump();
+  EXPECT_EQ(text_of(line, "decision"), "allow") << line.dump();
 
   // The same placeholder to another allowed endpoint: in a header, and in
   // the query. Each refused with 403 credential_endpoint_mismatch, and
@@ -719,14 +728,14 @@ TEST_P(L7, AProvidersSecretGoesOnlyToItsEndpointAndRotatesWithoutARestart) {
                                     url(kOther, "/elsewhere")});
   CurlAnswer h = curl_answer(header.out);
   EXPECT_EQ(h.code, "403") << header.out << header.err;
-  EXPECT_EQ(json::parse(h.body, nullptr, false).value("error", ""), "credential_endpoint_mismatch")
+  EXPECT_EQ(text_of(json::parse(h.body, nullptr, false), "error"), "credential_endpoint_mismatch")
       << h.body;
   Result query = exec(
       "cred", {"sh", "-c",
                "curl -sS -w '\\n%{http_code}\\n' \"" + url(kOther, "/q?token=") + "$SVC_KEY\""});
   CurlAnswer q = curl_answer(query.out);
   EXPECT_EQ(q.code, "403") << query.out << query.err;
-  EXPECT_EQ(json::parse(q.body, nullptr, false).value("error", ""), "credential_endpoint_mismatch")
+  EXPECT_EQ(text_of(json::parse(q.body, nullptr, false), "error"), "credential_endpoint_mismatch")
       << q.body;
   EXPECT_EQ(upstream_->to("/elsewhere").size(), 0u) << "a refused request reached the upstream";
   EXPECT_EQ(upstream_->to("/q").size(), 0u) << "a refused request reached the upstream";
@@ -734,10 +743,10 @@ TEST_P(L7, AProvidersSecretGoesOnlyToItsEndpointAndRotatesWithoutARestart) {
       << "a placeholder went upstream";
   json refused = audited("cred", kOther, "GET", "/elsewhere");
   ASSERT_TRUE(refused.is_object()) << "no audit line for the refused header";
-  EXPECT_EQ(refused.value("decision", ""), "deny") << refused.dump();
+  EXPECT_EQ(text_of(refused, "decision"), "deny") << refused.dump();
   json refused_query = audited("cred", kOther, "GET", "/q");
   ASSERT_TRUE(refused_query.is_object()) << "no audit line for the refused query";
-  EXPECT_EQ(refused_query.value("decision", ""), "deny") << refused_query.dump();
+  EXPECT_EQ(text_of(refused_query, "decision"), "deny") << refused_query.dump();
 
   // Nowhere inside: no process's environment or command line, no file the
   // sandbox can read. A file holding the placeholder shows the scan finds
@@ -820,7 +829,7 @@ TEST_P(L7, AWebSocketIsRelayedOnceItsUpgradeIsAllowed) {
   EXPECT_EQ(up[0].sni, kWs);
   json line = audited("ws", kWs, "GET", "/socket");
   ASSERT_TRUE(line.is_object()) << "no audit line for the upgrade";
-  EXPECT_EQ(line.value("decision", ""), "allow") << line.dump();
+  EXPECT_EQ(text_of(line, "decision"), "allow") << line.dump();
 }
 
 }  // namespace
