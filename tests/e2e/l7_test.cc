@@ -409,7 +409,11 @@ def exactly(s, n):
     return data
 raw = socket.create_connection((proxy_host, int(proxy_port)), timeout=60)
 raw.sendall(('CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n' % (host, port, host, port)).encode())
-print('proxy: ' + head_of(raw).split('\r\n')[0])
+answer = head_of(raw)
+print('proxy: ' + answer.split('\r\n')[0])
+if not answer.startswith('HTTP/1.1 200'):
+    print(answer + raw.recv(65536).decode(errors='replace'))
+    sys.exit(1)
 t = ssl.create_default_context().wrap_socket(raw, server_hostname=host)
 key = base64.b64encode(os.urandom(16)).decode()
 t.sendall(('GET %s HTTP/1.1\r\nHost: %s:%d\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n'
