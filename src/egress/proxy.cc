@@ -29,9 +29,12 @@
 #include "base/text.h"
 #include "base/time.h"
 #include "egress/connect_watch.h"
+#include "egress/credentials.h"
+#include "egress/http_session.h"
 #include "egress/identity.h"
 #include "egress/identity_line.h"
 #include "egress/local_names.h"
+#include "egress/tls.h"
 
 namespace openshell::egress {
 
@@ -396,6 +399,22 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   uint64_t next_id = 0;
   int64_t revision = 0;  // of the rules
   std::map<uint64_t, std::function<void(int64_t revision)>> established;
+  // What inspected requests carry filled in (set_credentials()), once for
+  // each of where an endpoint lets them be filled: [query + 2 * body].
+  std::array<std::shared_ptr<const Credentials>, 4> credentials = {
+      std::make_shared<Credentials>(), std::make_shared<Credentials>(),
+      std::make_shared<Credentials>(), std::make_shared<Credentials>()};
+  // The client contexts of inspected connections upstream, by the extra CA
+  // file they trust ("" for none): each reads the host's CA store once.
+  std::map<std::string, std::shared_ptr<SSL_CTX>> upstream_contexts;
+
+  std::shared_ptr<SSL_CTX> upstream_context(const std::string& ca_file) {
+    auto it = upstream_contexts.find(ca_file);
+    if (it != upstream_contexts.end()) return it->second;
+    std::shared_ptr<SSL_CTX> ctx(tls::upstream_context(ca_file).release(), tls::SslCtxFree{});
+    upstream_contexts.emplace(ca_file, ctx);
+    return ctx;
+  }
 
   // Whether callers are identified: sock_diag makes it cheap, and a rule
   // that names binaries makes it needed.
@@ -459,7 +478,8 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
   // `decision` names another outcome than allow or deny ("closed").
   void audit(const std::string& kind, const Caller& caller, const std::string& host, uint16_t port,
              bool allowed, const std::string& rule, const std::string& reason,
-             const std::string& address = {}, const char* decision = nullptr) {
+             const std::string& address = {}, const char* decision = nullptr,
+             const std::string* method = nullptr, const std::string* path = nullptr) {
     if (!options.audit) return;
     // The sandbox chooses the host (up to a whole request head) and the
     // binary's path, in any bytes: each is clipped, and written as UTF-8.
@@ -476,6 +496,10 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
                  {"rule", rule},
                  {"reason", clip(reason, kMaxAuditReason)}};
     if (!address.empty()) line["address"] = address;
+    // A request judged at layer 7: its method and normalized path (never
+    // its query, whose values may be secrets).
+    if (method) line["method"] = clip(*method, kMaxAuditHost);
+    if (path) line["path"] = clip(*path, kMaxAuditPath);
     write_audit(line);
   }
 
@@ -535,7 +559,7 @@ struct Proxy::Impl : std::enable_shared_from_this<Impl> {
 namespace {
 
 // One connection to the proxy: a CONNECT tunnel, or one plain-HTTP request.
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection : public std::enable_shared_from_this<Connection>, public HttpSessionOwner {
  public:
   Connection(std::shared_ptr<Proxy::Impl> proxy, ClientSocket client,
              Identity identity = Identity::kSearch, Caller caller = {})
@@ -726,8 +750,73 @@ class Connection : public std::enable_shared_from_this<Connection> {
       caller_ = blamed;
       return deny(d.reason, d.rule);
     }
+    inspected_ = !match_.inspect.empty();
+    if (inspected_ && connect_) {
+      // TLS to the endpoint is inspected with a leaf of the sandbox's CA
+      // for the CONNECT's host (never another name the client may give).
+      if (!proxy_->options.ca)
+        return deny(host_port(host_, port_) +
+                        ": its endpoint judges requests (layer 7), which needs the sandbox's own "
+                        "CA, and this sandbox has none",
+                    d.rule);
+      try {
+        leaf_ = proxy_->options.ca->leaf_for(host_);
+        upstream_tls_ = proxy_->upstream_context(match_.inspect.front()->ca_file);
+      } catch (const std::exception& e) {
+        return deny(host_port(host_, port_) + ": " + e.what(), d.rule);
+      }
+    }
     resolve();
   }
+
+  // HttpSessionOwner: each request of an inspected connection is judged by
+  // the policy of the moment (the connection's endpoint may have changed).
+  Judgement judge_request(std::string_view method, std::string_view target) override {
+    Judgement j;
+    if (rules_ != proxy_->rules) {
+      Caller blamed;
+      Decision d;
+      if (!still_allowed(proxy_->rules, &blamed, &d)) {
+        j.close = true;
+        j.close_reason = "policy revision " + std::to_string(proxy_->revision) + ": " + d.reason;
+        return j;
+      }
+    }
+    if (match_.inspect.empty()) {
+      j.close = true;
+      j.close_reason = "policy revision " + std::to_string(proxy_->revision) + ": " +
+                       host_port(host_, port_) + " is no longer judged at layer 7";
+      return j;
+    }
+    // Any endpoint that allows the request lets it through (as any that
+    // allows a connection does); else the first one's verdict says why.
+    bool have = false;
+    for (const auto& inspection : match_.inspect) {
+      HttpVerdict v = inspection->rules.judge(method, target);
+      if (!v.rule.empty()) v.rule = inspection->policy + ": " + v.rule;
+      if (v.allowed && !v.audit_only) {
+        j.verdict = std::move(v);
+        return j;
+      }
+      if (!have || (v.allowed && !j.verdict.allowed)) j.verdict = std::move(v);
+      have = true;
+    }
+    return j;
+  }
+  std::shared_ptr<const Credentials> credentials() override {
+    // Where the connection's (first) endpoint lets them be filled in.
+    const auto& first = match_.inspect.empty() ? nullptr : match_.inspect.front();
+    const int places = first ? (first->credentials_in_query ? 1 : 0) +
+                                   (first->credentials_in_body ? 2 : 0)
+                             : 0;
+    return proxy_->credentials[places];
+  }
+  void audit_request(const std::string& method, const std::string& path, const char* decision,
+                     const std::string& rule, const std::string& reason) override {
+    proxy_->audit("request", caller_, host_, port_, std::string_view(decision) == "allow", rule,
+                  reason, address_.to_string(), decision, &method, &path);
+  }
+  const std::string& sandbox_name() const override { return proxy_->options.sandbox; }
 
   // The decision of `rules` for this connection's holders; *blamed is the
   // holder a refusal is for.
@@ -820,7 +909,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void recheck(const std::shared_ptr<const NetworkRules>& rules, int64_t revision) {
     Caller blamed;
     Decision d;
-    if (still_allowed(rules, &blamed, &d)) return;
+    if (still_allowed(rules, &blamed, &d)) {
+      // Rules of an inspected connection apply from its next request; one
+      // that moved between layer 4 and layer 7 cannot go on as it was.
+      if (inspected_ == !match_.inspect.empty()) return;
+      d.rule = match_.rule;
+      d.reason = host_port(host_, port_) + (inspected_ ? " is no longer judged at layer 7"
+                                                       : " is judged at layer 7 now");
+      blamed = caller_;
+    }
     proxy_->established.erase(id_);
     proxy_->audit("connect", d.reason.empty() ? caller_ : blamed, host_, port_, false, d.rule,
                   "policy revision " + std::to_string(revision) + ": " + d.reason,
@@ -923,6 +1020,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     upstream_.set_option(tcp::no_delay(true), ignored);
     client_.set_option(tcp::no_delay(true), ignored);
     auto self = shared_from_this();
+    if (inspected_) return inspect();
     if (connect_) {
       auto reply = std::make_shared<std::string>("HTTP/1.1 200 Connection established\r\n\r\n");
       asio::async_write(client_, asio::buffer(*reply),
@@ -939,6 +1037,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         if (ec) return self->abort();
                         self->read_response();
                         self->forward_body();
+                      });
+  }
+
+  // A connection to a layer-7 endpoint: its requests go through an HTTP
+  // session (http_session.h), TLS inspected inside a CONNECT tunnel.
+  void inspect() {
+    HttpSessionOptions o;
+    o.host = text::lower(host_);
+    o.port = port_;
+    o.head_timeout = proxy_->options.head_timeout;
+    o.idle_timeout = proxy_->options.idle_timeout;
+    std::shared_ptr<HttpSessionOwner> owner = shared_from_this();
+    if (!connect_) {
+      // The plain request, as the client sent it, is the session's one.
+      o.single_request = true;
+      o.initial = head_ + rest_;
+      std::string().swap(rest_);
+      return start_http_session(std::move(owner), client_, upstream_, std::move(o));
+    }
+    o.client_tls = leaf_;
+    o.upstream_tls = upstream_tls_;
+    o.initial = std::move(rest_);
+    auto reply = std::make_shared<std::string>("HTTP/1.1 200 Connection established\r\n\r\n");
+    asio::async_write(client_, asio::buffer(*reply),
+                      [this, owner, reply, o = std::move(o)](const boost::system::error_code& ec,
+                                                             size_t) mutable {
+                        if (ec) return abort();
+                        start_http_session(std::move(owner), client_, upstream_, std::move(o));
                       });
   }
 
@@ -1219,6 +1345,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<Caller> connectors_;  // who connected the socket, when known
   std::shared_ptr<const NetworkRules> rules_;
   Match match_;
+  bool inspected_ = false;  // judged at layer 7 (match_.inspect when decided)
+  std::shared_ptr<SSL_CTX> leaf_, upstream_tls_;
   std::vector<Address> candidates_;
   Address address_;  // the server's, once connected
 };
@@ -1490,6 +1618,19 @@ void Proxy::set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revisio
   // which takes it out of the map: iterate over a copy).
   auto established = impl_->established;
   for (auto& [id, recheck] : established) recheck(revision);
+}
+
+void Proxy::set_credentials(std::vector<Credential> credentials) {
+  decltype(impl_->credentials) sets;
+  for (int places = 0; places < 4; ++places) {
+    std::vector<Credential> set = credentials;
+    for (auto& c : set) {
+      c.in_query = (places & 1) != 0;
+      c.in_body = (places & 2) != 0;
+    }
+    sets[places] = std::make_shared<const Credentials>(std::move(set));
+  }
+  impl_->credentials = std::move(sets);
 }
 
 void Proxy::serve(UniqueFd listener, UniqueFd dns_socket, UniqueFd diag_socket,

@@ -29,6 +29,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "base/unique_fd.h"
+#include "egress/credentials.h"
 #include "egress/identity.h"
 #include "egress/rules.h"
 #include "net/dns.h"
@@ -89,7 +90,6 @@ int response_status(std::string_view head);
 std::string closing_response_head(std::string_view head);
 
 class ConnectWatcher;
-class Credentials;
 namespace tls {
 class SandboxCa;
 }
@@ -127,9 +127,11 @@ class Proxy {
   // query, and closes the open connections it would refuse (each audited
   // with decision "closed", reason "policy revision N: ...").
   void set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision = 0);
-  // The credentials the proxy fills into inspected requests (credentials.h):
-  // the next request sees the new set, whole.
-  void set_credentials(std::shared_ptr<const Credentials> credentials);
+  // The credentials the proxy fills into inspected requests (credentials.h;
+  // in_query and in_body are the endpoint's to say, credentials_in): the
+  // next request sees the new set, whole. Throws Error for a set that
+  // Credentials refuses, and then keeps the one before.
+  void set_credentials(std::vector<Credential> credentials);
 
   // Serves the proxy's listening socket and the DNS stub's socket.
   // diag_socket: a NETLINK_SOCK_DIAG socket made in the sandbox's network

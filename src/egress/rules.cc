@@ -102,13 +102,6 @@ bool label_matches(std::string_view pattern, std::string_view label) {
   return row[label.size()];
 }
 
-// "host:port", with brackets around an IPv6 literal.
-std::string host_port(std::string_view host, uint16_t port) {
-  std::string out(host);
-  if (out.find(':') != std::string::npos && out.front() != '[') out = "[" + out + "]";
-  return out + ":" + std::to_string(port);
-}
-
 Decision check_one(const std::string& rule, const std::vector<Cidr>& allowed_ips,
                    const Address& address) {
   Decision decision;
@@ -134,6 +127,12 @@ Decision check_one(const std::string& rule, const std::vector<Cidr>& allowed_ips
 }
 
 }  // namespace
+
+std::string host_port(std::string_view host, uint16_t port) {
+  std::string out(host);
+  if (out.find(':') != std::string::npos && out.front() != '[') out = "[" + out + "]";
+  return out + ":" + std::to_string(port);
+}
 
 std::string special_address_reason(const Address& address) {
   if (address.family == AF_INET) {

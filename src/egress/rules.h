@@ -38,6 +38,9 @@ namespace openshell::egress {
 // (global unicast) is "reserved" unless a narrower reason applies.
 std::string special_address_reason(const Address& address);
 
+// "host:port", with brackets around an IPv6 literal.
+std::string host_port(std::string_view host, uint16_t port);
+
 // host pattern matching as described above.
 bool host_matches(std::string_view pattern, std::string_view host);
 
@@ -49,6 +52,9 @@ struct Inspection {
   std::string protocol;  // "rest" or "websocket"
   HttpRules rules;
   std::string ca_file;  // more trust for the upstream (a private server's CA), or ""
+  // Where a credential's placeholder may be filled in besides the headers.
+  bool credentials_in_query = false;
+  bool credentials_in_body = false;
 };
 
 struct Decision {

@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 // clang-format on
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <set>
@@ -319,7 +320,7 @@ class Parser {
     const toml::table& table = *node.as_table();
     check_keys(table, field,
                {"host", "port", "ports", "allowed_ips", "protocol", "tls", "enforcement", "access",
-                "rules", "deny_rules", "allow_encoded_slash", "ca_file"});
+                "rules", "deny_rules", "allow_encoded_slash", "ca_file", "credentials_in"});
     Endpoint endpoint;
     const toml::node* host = table.get("host");
     if (!host) fail(&node, field, "needs a host");
@@ -366,18 +367,29 @@ class Parser {
       if (auto why = text::check_absolute_path(endpoint->ca_file); !why.empty())
         fail(n, field + ".ca_file", why);
     }
+    if (auto* n = table.get("credentials_in")) {
+      size_t i = 0;
+      for (auto& [item, place] : string_array(*n, field + ".credentials_in")) {
+        const std::string item_field = field + ".credentials_in[" + std::to_string(i++) + "]";
+        one_of(*item, item_field, {"query", "body"});
+        if (std::find(endpoint->credentials_in.begin(), endpoint->credentials_in.end(), place) !=
+            endpoint->credentials_in.end())
+          fail(item, item_field, "\"" + place + "\" is given twice");
+        endpoint->credentials_in.push_back(place);
+      }
+    }
     if (table.contains("access") && table.contains("rules"))
       fail(table.get("rules"), field + ".rules",
            "access and rules exclude each other: give access (a preset) or rules, not both");
     if (endpoint->protocol.empty())
       for (const char* key :
-           {"rules", "deny_rules", "access", "enforcement", "allow_encoded_slash"})
+           {"rules", "deny_rules", "access", "enforcement", "allow_encoded_slash", "credentials_in"})
         if (auto* n = table.get(key))
           fail(n, field + "." + key,
                "needs protocol = \"rest\" or \"websocket\" on this endpoint (without it the "
                "endpoint is layer 4: its requests are not read)");
     if (endpoint->tls == "skip")
-      for (const char* key : {"rules", "deny_rules", "access"})
+      for (const char* key : {"rules", "deny_rules", "access", "credentials_in"})
         if (auto* n = table.get(key))
           fail(n, field + "." + key,
                "cannot go with tls = \"skip\": the bytes are relayed unread, so there is no "
@@ -588,6 +600,12 @@ std::string endpoint_table(const Endpoint& endpoint) {
     if (!value->empty()) out += std::string(", ") + key + " = " + toml_string(*value);
   if (endpoint.allow_encoded_slash) out += ", allow_encoded_slash = true";
   if (!endpoint.ca_file.empty()) out += ", ca_file = " + toml_string(endpoint.ca_file);
+  if (!endpoint.credentials_in.empty()) {
+    out += ", credentials_in = [";
+    for (size_t i = 0; i < endpoint.credentials_in.size(); ++i)
+      out += (i ? ", " : "") + toml_string(endpoint.credentials_in[i]);
+    out += "]";
+  }
   // The rules on the endpoint's line where it fits in 100 columns, else
   // one rule a line (an array may span lines, even in an inline table).
   std::vector<std::pair<std::string, std::vector<std::string>>> arrays;

@@ -70,8 +70,11 @@ struct Endpoint {
   std::vector<HttpRule> deny_rules;  // deny wins
   bool allow_encoded_slash = false;  // a path may hold %2F
   std::string ca_file;               // absolute path of PEM: more trust for this upstream
+  // Where a provider's placeholder may be filled in besides the headers:
+  // "query", "body" (JSON or form). Elsewhere it is refused.
+  std::vector<std::string> credentials_in;
   // parse() refuses rules with access, any of rules, deny_rules, access,
-  // enforcement and allow_encoded_slash without protocol, and rules,
+  // enforcement, allow_encoded_slash and credentials_in without protocol, and rules,
   // deny_rules or access with tls = "skip".
   bool operator==(const Endpoint&) const = default;
 };

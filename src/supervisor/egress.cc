@@ -1,7 +1,9 @@
 // The sandbox's egress proxy and DNS stub, and the network part of its policy.
 #include <memory>
+#include <vector>
 
 #include "base/log.h"
+#include "egress/credentials.h"
 #include "egress/identity.h"
 #include "egress/proxy.h"
 #include "egress/rules.h"
@@ -20,8 +22,10 @@ void Supervisor::start_egress() {
   options.sandbox = launch_.sandbox_name;
   options.init_pid = container_->pid();
   options.audit = [this](const std::string& line) { audit(line); };
+  options.ca = ca_.get();
   proxy_ = std::make_unique<egress::Proxy>(io_, options);
   apply_policy(spec_.policy, launch_.policy_revision);
+  apply_credentials();
   proxy_->serve(container_->take_proxy_listener(), container_->take_dns_socket(),
                 container_->take_diag_socket(), container_->take_connect_listener());
 }
@@ -36,6 +40,7 @@ void Supervisor::start_vm_egress() {
   options.audit = [this](const std::string& line) { audit(line); };
   proxy_ = std::make_unique<egress::Proxy>(io_, options);
   apply_policy(spec_.policy, launch_.policy_revision);
+  apply_credentials();
 }
 
 void Supervisor::guest_connection(uint32_t host_port, UniqueFd fd) {
@@ -57,6 +62,20 @@ void Supervisor::apply_policy(const std::string& text, int64_t revision) {
   auto rules = std::make_shared<egress::NetworkRules>(network_rules(policy, resolve));
   proxy_->set_rules(std::move(rules), revision);
   log::debug("network policy revision " + std::to_string(revision) + " applied");
+}
+
+void Supervisor::apply_credentials() {
+  if (!proxy_) return;
+  std::vector<egress::Credential> credentials;
+  for (const auto& c : credentials_) credentials.push_back({c.key, c.value, c.endpoints});
+  try {
+    proxy_->set_credentials(std::move(credentials));
+  } catch (const std::exception& e) {
+    // The gateway checks what it stores; a set that is still refused here
+    // leaves none filled in, so that every placeholder is refused.
+    log::error(std::string("the providers' credentials are not usable: ") + e.what());
+    proxy_->set_credentials({});
+  }
 }
 
 void Supervisor::audit(const std::string& line) {

@@ -99,6 +99,7 @@ void Supervisor::on_session_message(const std::string& data) {
     // A provider was updated, attached or detached: the next request
     // carries the new set. Only their number is told.
     credentials_ = std::move(update->credentials);
+    apply_credentials();
     log::debug("credentials updated (" + std::to_string(credentials_.size()) + ")");
   }
 }

@@ -1,11 +1,13 @@
 #include "supervisor/network_rules.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/address.h"
 #include "base/error.h"
+#include "supervisor/http_rules.h"
 
 namespace openshell::supervisor {
 
@@ -29,11 +31,20 @@ egress::NetworkRules network_rules(const policy::Policy& policy,
                       "]: " + policy::check_allowed_ip(source.allowed_ips[j]));
         endpoint.allowed_ips.push_back(*cidr);
       }
-      // Layer 7 is judged per request, which this proxy does not do yet: an
-      // endpoint that asks for it allows nothing rather than every request.
-      if (!source.protocol.empty())
-        endpoint.refusal = "its endpoint asks for layer-7 inspection (protocol = \"" +
-                           source.protocol + "\"), which is not in this build";
+      // Layer 7: every request is judged, unless its TLS is relayed unread
+      // (tls = "skip", which parse() allows only without rules).
+      if (!source.protocol.empty() && source.tls != "skip") {
+        auto inspection = std::make_shared<egress::Inspection>();
+        inspection->policy = network.name;
+        inspection->protocol = source.protocol;
+        inspection->rules = http_rules(source);
+        inspection->ca_file = source.ca_file;
+        for (const auto& place : source.credentials_in) {
+          inspection->credentials_in_query = inspection->credentials_in_query || place == "query";
+          inspection->credentials_in_body = inspection->credentials_in_body || place == "body";
+        }
+        endpoint.inspect = std::move(inspection);
+      }
       rule.endpoints.push_back(std::move(endpoint));
     }
     for (const auto& binary : network.binaries) rule.binaries.push_back(binary.path);

@@ -112,6 +112,9 @@ class Supervisor {
   // egress.cc: the sandbox's proxy and DNS stub.
   void start_egress();
   void apply_policy(const std::string& text, int64_t revision);
+  // The providers' credentials to the proxy (credentials_), for the next
+  // request it inspects.
+  void apply_credentials();
   void audit(const std::string& line);
 
   // vm_lifecycle.cc: a --vm sandbox's VM, in place of the container.

@@ -286,31 +286,43 @@ TEST(RulesCheck, DesignExampleBinaries) {
             "no rule allows example.com:443");
 }
 
-// An endpoint that asks for layer-7 inspection fails closed in this build:
-// it allows no connection (a read-only endpoint must not pass a POST), says
-// why, and hides no other endpoint that allows the same host at layer 4.
-TEST(RulesCheck, ALayer7EndpointAllowsNothingAndSaysWhy) {
+// A layer-7 endpoint allows the connection and hands its requests to its
+// inspection; an endpoint at layer 4 for the same host and port makes the
+// connection layer 4 (it allows every request anyway); tls = "skip" is
+// layer 4 too, its bytes relayed unread.
+TEST(RulesCheck, ALayer7EndpointMakesTheMatchInspected) {
   NetworkRules rules = rules_from(R"(
 [network_policies.api]
 endpoints = [ { host = "api.example.com", port = 443, protocol = "rest", access = "read-only" } ]
 )");
-  Decision d = rules.check("/usr/bin/curl", "api.example.com", 443, nullptr);
-  EXPECT_FALSE(d.allowed);
-  EXPECT_EQ(d.reason,
-            "api.example.com:443: its endpoint asks for layer-7 inspection (protocol = \"rest\"), "
-            "which is not in this build");
+  Match match;
+  Decision d = rules.check("/usr/bin/curl", "api.example.com", 443, &match);
+  ASSERT_TRUE(d.allowed);
+  ASSERT_EQ(match.inspect.size(), 1u);
+  EXPECT_EQ(match.inspect[0]->policy, "api");
+  EXPECT_EQ(match.inspect[0]->protocol, "rest");
+  EXPECT_TRUE(match.inspect[0]->rules.judge("GET", "/x").allowed);
+  EXPECT_FALSE(match.inspect[0]->rules.judge("POST", "/x").allowed);
   EXPECT_EQ(rules.check("/usr/bin/curl", "api.example.com", 80, nullptr).reason,
             "no rule allows api.example.com:80");
 
   NetworkRules both = rules_from(R"(
 [network_policies.api]
-endpoints = [ { host = "api.example.com", port = 443, protocol = "rest" } ]
+endpoints = [ { host = "api.example.com", port = 443, protocol = "rest", access = "read-only" } ]
 [network_policies.plain]
 endpoints = [ { host = "api.example.com", port = 443 } ]
 )");
-  Decision allowed = both.check("/usr/bin/curl", "api.example.com", 443, nullptr);
-  EXPECT_TRUE(allowed.allowed);
-  EXPECT_EQ(allowed.rule, "plain");
+  Match plain;
+  ASSERT_TRUE(both.check("/usr/bin/curl", "api.example.com", 443, &plain).allowed);
+  EXPECT_TRUE(plain.inspect.empty()) << "a layer-4 endpoint for the same host and port";
+
+  NetworkRules skip = rules_from(R"(
+[network_policies.db]
+endpoints = [ { host = "db.example.com", port = 5432, protocol = "rest", tls = "skip" } ]
+)");
+  Match opaque;
+  ASSERT_TRUE(skip.check("/usr/bin/psql", "db.example.com", 5432, &opaque).allowed);
+  EXPECT_TRUE(opaque.inspect.empty()) << "tls = \"skip\" relays the bytes unread";
 }
 
 TEST(RulesCheck, BinaryGlobs) {

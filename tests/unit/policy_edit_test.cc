@@ -467,7 +467,7 @@ TEST(PolicyYaml, ErrorsNameTheLineAndField) {
                        "      - { host: a.example.com, port: 443, rule: [] }\n"),
             "agent.yaml:5: network_policies.x.endpoints[0].rule: unknown field (expected one "
             "of: host, port, ports, allowed_ips, protocol, tls, enforcement, access, rules, "
-            "deny_rules, allow_encoded_slash, ca_file)");
+            "deny_rules, allow_encoded_slash, ca_file, credentials_in)");
   EXPECT_EQ(
       yaml_error("version: 1\nprocess:\n  run_as_user: root\n"),
       "agent.yaml:3: process.run_as_user: must not be root (unless process.allow_root = true)");

@@ -773,6 +773,10 @@ TEST(PolicyLayer7, EachFieldIsAccepted) {
   EXPECT_EQ(e.deny_rules[0], (HttpRule{"DELETE", "/**", {}}));
   EXPECT_TRUE(e.allow_encoded_slash);
   EXPECT_EQ(e.ca_file, "/etc/ssl/private-ca.pem");
+  EXPECT_EQ(only_endpoint(parse(layer7(R"(protocol = "rest", credentials_in = ["query", "body"])"),
+                                "p"))
+                .credentials_in,
+            (std::vector<std::string>{"query", "body"}));
 
   EXPECT_EQ(
       only_endpoint(parse(layer7(R"(protocol = "websocket", access = "read-write")"), "p")).access,
@@ -804,10 +808,18 @@ TEST(PolicyLayer7, ValuesOutsideTheirChoicesAreRefusedWithTheirLine) {
             at + "allow_encoded_slash: must be true or false");
   EXPECT_EQ(parse_error(layer7(R"(ca_file = "certs/ca.pem")")),
             at + "ca_file: " + text::check_absolute_path("certs/ca.pem"));
+  EXPECT_EQ(parse_error(layer7(R"(protocol = "rest", credentials_in = ["path"])")),
+            at + "credentials_in[0]: must be \"query\" or \"body\", not \"path\"");
+  EXPECT_EQ(parse_error(layer7(R"(protocol = "rest", credentials_in = ["query", "query"])")),
+            at + "credentials_in[1]: \"query\" is given twice");
+  EXPECT_THAT(parse_error(layer7(R"(credentials_in = ["query"])")),
+              StartsWith(at + "credentials_in: needs protocol = \"rest\" or \"websocket\""));
+  EXPECT_THAT(parse_error(layer7(R"(protocol = "rest", tls = "skip", credentials_in = ["body"])")),
+              StartsWith(at + "credentials_in: cannot go with tls = \"skip\""));
   EXPECT_THAT(parse_error(layer7(R"(protcol = "rest")")),
               HasSubstr("protcol: unknown field (expected one of: host, port, ports, allowed_ips, "
                         "protocol, tls, enforcement, access, rules, deny_rules, "
-                        "allow_encoded_slash, ca_file)"));
+                        "allow_encoded_slash, ca_file, credentials_in)"));
 }
 
 TEST(PolicyLayer7, RuleShapesAreChecked) {
@@ -903,6 +915,7 @@ TEST(PolicyLayer7, RoundTripsThroughToml) {
   e.enforcement = "audit";
   e.allow_encoded_slash = true;
   e.ca_file = "/etc/ssl/a \"quoted\" ca.pem";
+  e.credentials_in = {"query", "body"};
   e.rules = {{"GET", "/repos/**", {{"per_page", "1*", {}}, {"state", "", {"open", "closed"}}}},
              {"*", "/user", {}},
              {"", "", {}}};
