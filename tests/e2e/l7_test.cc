@@ -10,6 +10,7 @@
 // JSON. Names resolve through a hosts file and a test DNS server: no traffic
 // leaves the host.
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -114,6 +115,9 @@ class EchoUpstream {
   explicit EchoUpstream(const openshell::testing::TestCert& leaf)
       : ctx_(SSL_CTX_new(TLS_server_method()), SSL_CTX_free),
         server_([this](int fd) { serve(fd); }) {
+    // A peer (the proxy) may close while an answer is written: an error
+    // for that connection, not a signal that ends the test run.
+    ::signal(SIGPIPE, SIG_IGN);
     SSL_CTX_use_certificate(ctx_.get(), leaf.cert.get());
     SSL_CTX_use_PrivateKey(ctx_.get(), leaf.key.get());
   }
