@@ -343,12 +343,16 @@ std::string pattern_of(const std::string& secret) {
 // In the sandbox (bash): every process's environment and command line
 // holding the pattern, then every file of the root (what the sandbox's
 // user can read; /proc, /sys and /dev left out) holding it, one a line.
+// The directories are named: the sandbox's user may not list / itself.
 constexpr const char* kScan =
     "p=$1\n"
     "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do\n"
-    "  tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep -q -e \"$p\" && echo \"$f\"\n"
+    "  tr '\\0' '\\n' 2>/dev/null < \"$f\" | grep -q -e \"$p\" && echo \"$f\"\n"
     "done\n"
-    "grep -rls --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e \"$p\" / 2>/dev/null\n"
+    "for d in /bin /boot /etc /home /lib /lib64 /media /mnt /opt /root /run /sandbox /srv /tmp "
+    "/usr /var; do\n"
+    "  [ -d \"$d\" ] && grep -rls -e \"$p\" \"$d\" 2>/dev/null\n"
+    "done\n"
     "echo scanned\n";
 
 // Python's urllib in the sandbox: GET or POST (with a body) through the
