@@ -353,11 +353,11 @@ class Session : public std::enable_shared_from_this<Session> {
       asio::async_write(cs_, asio::buffer(kContinue),
                         [self](const boost::system::error_code& ec, size_t) {
                           if (ec || self->ended_) return self->end();
-                          self->read_whole_body();
+                          self->read_body();
                         });
       return;
     }
-    read_whole_body();
+    read_body();
   }
 
   void too_large() {
@@ -372,22 +372,6 @@ class Session : public std::enable_shared_from_this<Session> {
                            {"host", o_.host},
                            {"port", o_.port}};
     respond(413, "Content Too Large", json_text(body));
-  }
-
-  void read_whole_body() {
-    if (req_->is_done()) return send_request();
-    if (!body_buf_) body_buf_ = std::make_unique<char[]>(kBodyChunk);
-    req_->get().body().data = body_buf_.get();
-    req_->get().body().size = kBodyChunk;
-    auto self = shared_from_this();
-    http::async_read(cs_, cbuf_, *req_, [self](beast::error_code ec, size_t) {
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec || self->ended_) return self->end();
-      const size_t got = kBodyChunk - self->req_->get().body().size;
-      self->body_.append(self->body_buf_.get(), got);
-      if (self->body_.size() > kMaxBufferedBody) return self->too_large();
-      self->read_whole_body();
-    });
   }
 
   // The request upstream: its head (credentials filled in), then its body,
@@ -473,7 +457,7 @@ class Session : public std::enable_shared_from_this<Session> {
                       [self, data](const boost::system::error_code& ec, size_t) {
                         if (ec || self->ended_) return self->end();
                         if (self->buffered_) return self->request_sent();
-                        self->forward_body();
+                        self->read_body();
                       });
   }
 
@@ -482,9 +466,11 @@ class Session : public std::enable_shared_from_this<Session> {
     return o_.port == scheme_port_ ? host : host + ":" + std::to_string(o_.port);
   }
 
-  // The client's body, as it comes, chunked again when it came chunked.
-  void forward_body() {
-    if (req_->is_done()) return request_sent();
+  // The client's body: read whole before the request goes on (buffered_:
+  // credentials may be filled into it, or hide in it), or sent on as it
+  // comes, chunked again when it came chunked.
+  void read_body() {
+    if (req_->is_done()) return buffered_ ? send_request() : request_sent();
     if (!body_buf_) body_buf_ = std::make_unique<char[]>(kBodyChunk);
     req_->get().body().data = body_buf_.get();
     req_->get().body().size = kBodyChunk;
@@ -493,9 +479,13 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec == http::error::need_buffer) ec = {};
       if (ec || self->ended_) return self->end();
       const size_t got = kBodyChunk - self->req_->get().body().size;
-      const bool last = self->req_->is_done();
-      self->write_body(self->us_, self->body_buf_.get(), got, self->chunked_in_, last,
-                       [self] { self->forward_body(); });
+      if (self->buffered_) {
+        self->body_.append(self->body_buf_.get(), got);
+        if (self->body_.size() > kMaxBufferedBody) return self->too_large();
+        return self->read_body();
+      }
+      self->write_body(self->us_, self->body_buf_.get(), got, self->chunked_in_,
+                       self->req_->is_done(), [self] { self->read_body(); });
     });
   }
 

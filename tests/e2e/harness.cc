@@ -441,6 +441,29 @@ std::string file_contents(const std::string& path) {
   return ss.str();
 }
 
+bool take_http_body(const std::string& data, size_t from, bool chunked, size_t length,
+                    std::string* body, size_t* next) {
+  if (!chunked) {
+    if (data.size() < from + length) return false;
+    body->assign(data, from, length);
+    *next = from + length;
+    return true;
+  }
+  body->clear();
+  for (size_t at = from;;) {
+    size_t eol = data.find("\r\n", at);
+    if (eol == std::string::npos) return false;
+    size_t size = std::strtoul(data.substr(at, eol - at).c_str(), nullptr, 16);
+    if (data.size() < eol + 2 + size + 2) return false;
+    if (size == 0) {
+      *next = eol + 4;
+      return true;
+    }
+    body->append(data, eol + 2, size);
+    at = eol + 2 + size + 2;
+  }
+}
+
 std::string file_contents_of_dir(const std::string& dir) {
   std::string out;
   DIR* d = ::opendir(dir.c_str());

@@ -79,6 +79,12 @@ void forget_started_processes();
 std::string file_contents(const std::string& path);
 // The names in a directory, space separated ("" when empty or missing).
 std::string file_contents_of_dir(const std::string& dir);
+
+// The body of an HTTP/1.1 message whose head ends at `from` in `data`:
+// chunked (decoded into *body) or of `length` bytes. False while it has
+// not all arrived; else *next is where the next message starts.
+bool take_http_body(const std::string& data, size_t from, bool chunked, size_t length,
+                    std::string* body, size_t* next);
 // Every regular file under dir (recursively) that holds `text`.
 std::vector<std::string> files_holding(const std::string& dir, const std::string& text);
 

@@ -160,31 +160,6 @@ class EchoUpstream {
   static bool send(SSL* ssl, const std::string& bytes) {
     return bytes.empty() || SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())) > 0;
   }
-  // The body of a request whose head ends at `from`: by Content-Length, or
-  // chunked and decoded. False while it has not all arrived.
-  static bool take_body(const std::string& data, size_t from, const Received& r, std::string* body,
-                        size_t* next) {
-    if (lower(r.header("transfer-encoding")) == "chunked") {
-      body->clear();
-      for (size_t at = from;;) {
-        size_t eol = data.find("\r\n", at);
-        if (eol == std::string::npos) return false;
-        size_t size = std::strtoul(data.substr(at, eol - at).c_str(), nullptr, 16);
-        if (data.size() < eol + 2 + size + 2) return false;
-        if (size == 0) {
-          *next = eol + 4;
-          return true;
-        }
-        body->append(data, eol + 2, size);
-        at = eol + 2 + size + 2;
-      }
-    }
-    size_t length = std::strtoul(r.header("content-length").c_str(), nullptr, 10);
-    if (data.size() < from + length) return false;
-    body->assign(data, from, length);
-    *next = from + length;
-    return true;
-  }
   static Received parse_head(const std::string& head) {
     Received r;
     std::istringstream in(head);
@@ -250,7 +225,9 @@ class EchoUpstream {
         Received r = parse_head(data.substr(0, end + 4));
         r.sni = sni;
         size_t next = 0;
-        while (!take_body(data, end + 4, r, &r.body, &next))
+        while (!take_http_body(data, end + 4, lower(r.header("transfer-encoding")) == "chunked",
+                               std::strtoul(r.header("content-length").c_str(), nullptr, 10),
+                               &r.body, &next))
           if (!read_more(ssl.get(), fd, &data)) {
             open = false;
             break;

@@ -56,37 +56,16 @@ class KeepAliveServer {
     size_t start = head.find_first_not_of(' ', at + name.size() + 3);
     return head.substr(start, head.find("\r\n", start) - start);
   }
-  // The body of the request whose head ends at `from`, and where the next
-  // request starts; false while it has not all arrived.
-  static bool take_body(const std::string& data, size_t from, const std::string& head,
-                        std::string* body, size_t* next) {
-    if (lower(field(head, "transfer-encoding")) == "chunked") {
-      for (size_t at = from;;) {
-        size_t eol = data.find("\r\n", at);
-        if (eol == std::string::npos) return false;
-        size_t size = std::strtoul(data.substr(at, eol - at).c_str(), nullptr, 16);
-        if (data.size() < eol + 2 + size + 2) return false;
-        if (size == 0) {
-          *next = eol + 4;
-          return true;
-        }
-        body->append(data, eol + 2, size);
-        at = eol + 2 + size + 2;
-      }
-    }
-    size_t length = std::strtoul(field(head, "content-length").c_str(), nullptr, 10);
-    if (data.size() < from + length) return false;
-    body->assign(data, from, length);
-    *next = from + length;
-    return true;
-  }
   void serve(int fd) {
     std::string data;
     for (int idle_ms = 0; !server_.stopping() && idle_ms < 10000;) {
       for (size_t end; (end = data.find("\r\n\r\n")) != std::string::npos;) {
         std::string head = data.substr(0, end + 4), body;
         size_t next = 0;
-        if (!take_body(data, end + 4, head, &body, &next)) break;
+        if (!take_http_body(data, end + 4, lower(field(head, "transfer-encoding")) == "chunked",
+                            std::strtoul(field(head, "content-length").c_str(), nullptr, 10), &body,
+                            &next))
+          break;
         data.erase(0, next);
         std::string line = head.substr(0, head.find(" HTTP/"));
         if (body.size() > 100 && body.find_first_not_of(body[0]) == std::string::npos)
