@@ -45,6 +45,7 @@
 #include "egress/rules.h"
 #include "egress/tls.h"
 #include "policy/policy.h"
+#include "proxy_harness.h"
 #include "supervisor/network_rules.h"
 #include "test_util.h"
 
@@ -69,18 +70,7 @@ constexpr const char* kRotated = "s3cret-second-0815";
 
 // ---- sockets ---------------------------------------------------------------------
 
-UniqueFd listener(uint16_t* port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::listen(fd.get(), 64), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-  *port = ntohs(addr.sin_port);
-  return fd;
-}
+using testing::loopback_listener;
 
 // A blocking read gives up after `seconds`, so that a proxy that never
 // answers fails the test instead of hanging it.
@@ -91,12 +81,7 @@ void read_timeout(int fd, int seconds) {
 }
 
 UniqueFd connect_to(uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  UniqueFd fd = testing::connect_loopback(port);
   read_timeout(fd.get(), 10);
   return fd;
 }
@@ -349,7 +334,7 @@ class Upstream {
   enum class Mode { kHttp, kEcho };
   explicit Upstream(std::shared_ptr<SSL_CTX> ctx, Mode mode = Mode::kHttp)
       : ctx_(std::move(ctx)), mode_(mode) {
-    listener_ = listener(&port_);
+    listener_ = loopback_listener(&port_);
     accepter_ = std::thread([this] { accept_loop(); });
   }
   ~Upstream() {
@@ -475,34 +460,18 @@ class Upstream {
 
 // ---- the proxy ----------------------------------------------------------------------
 
-class ProxyHarness {
+Proxy::Options inspecting_options(tls::SandboxCa* ca) {
+  Proxy::Options options;
+  options.sandbox = "unit";
+  options.init_pid = ::getpid();
+  options.max_connections = 64;
+  options.ca = ca;
+  return options;
+}
+
+class ProxyHarness : public testing::ProxyHarness {
  public:
-  explicit ProxyHarness(tls::SandboxCa* ca) {
-    Proxy::Options options;
-    options.sandbox = "unit";
-    options.init_pid = ::getpid();
-    options.max_connections = 64;
-    options.ca = ca;
-    options.audit = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      audit_ += line + "\n";
-    };
-    proxy_ = std::make_unique<Proxy>(io_, options);
-    proxy_->serve(listener(&port_), UniqueFd(), UniqueFd());
-    work_.emplace(io_.get_executor());
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  ~ProxyHarness() {
-    on_thread([this] { proxy_->close(); });
-    work_.reset();
-    io_.stop();
-    thread_.join();
-  }
-  uint16_t port() const { return port_; }
-  std::string audit() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return audit_;
-  }
+  explicit ProxyHarness(tls::SandboxCa* ca) : testing::ProxyHarness(inspecting_options(ca)) {}
   // The audit's lines of this kind ("" for all), parsed.
   std::vector<json> lines(const std::string& kind = "") {
     std::vector<json> out;
@@ -526,29 +495,12 @@ class ProxyHarness {
     }
     return lines("request");
   }
-  void on_thread(std::function<void()> f) {
-    std::promise<void> done;
-    asio::post(io_, [&] {
-      f();
-      done.set_value();
-    });
-    done.get_future().wait();
-  }
   void set_rules(std::shared_ptr<const NetworkRules> rules, int64_t revision) {
-    on_thread([&] { proxy_->set_rules(std::move(rules), revision); });
+    on_thread([&] { proxy().set_rules(std::move(rules), revision); });
   }
   void set_credentials(std::vector<Credential> credentials) {
-    on_thread([&] { proxy_->set_credentials(std::move(credentials)); });
+    on_thread([&] { proxy().set_credentials(std::move(credentials)); });
   }
-
- private:
-  asio::io_context io_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::unique_ptr<Proxy> proxy_;
-  uint16_t port_ = 0;
-  std::mutex mutex_;
-  std::string audit_;
-  std::thread thread_;
 };
 
 // ---- rules --------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include "base/unique_fd.h"
 #include "egress/proxy.h"
 #include "policy/policy.h"
+#include "proxy_harness.h"
 #include "supervisor/network_rules.h"
 
 namespace openshell::egress {
@@ -31,29 +32,9 @@ namespace {
 using ::testing::HasSubstr;
 namespace asio = boost::asio;
 
-// A listening TCP socket on 127.0.0.1 and its port.
-UniqueFd listener(uint16_t* port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(::listen(fd.get(), 64), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
-  *port = ntohs(addr.sin_port);
-  return fd;
-}
-
-UniqueFd connect_to(uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  return fd;
-}
+using testing::connect_loopback;
+using testing::loopback_listener;
+UniqueFd connect_to(uint16_t port) { return connect_loopback(port); }
 
 // What arrives on fd within `ms` (until EOF, or nothing more comes).
 std::string read_for(int fd, int ms, bool* eof = nullptr) {
@@ -79,48 +60,25 @@ std::shared_ptr<NetworkRules> rules_for_port(uint16_t port) {
       "test.toml")));
 }
 
+Proxy::Options harness_options(size_t max_connections, std::chrono::milliseconds head_timeout,
+                               bool guest) {
+  Proxy::Options options;
+  options.head_timeout = head_timeout;
+  options.sandbox = "unit";
+  options.init_pid = guest ? 0 : ::getpid();
+  options.max_connections = max_connections;
+  return options;
+}
+
 // A proxy served on a thread, with its audit lines.
-class ProxyHarness {
+class ProxyHarness : public testing::ProxyHarness {
  public:
   // guest: as a micro-VM's sandbox has it: no listener, no identity search
   // (init_pid 0), only connections handed over.
   explicit ProxyHarness(size_t max_connections,
                         std::chrono::milliseconds head_timeout = std::chrono::seconds(30),
-                        bool guest = false) {
-    Proxy::Options options;
-    options.head_timeout = head_timeout;
-    options.sandbox = "unit";
-    options.init_pid = guest ? 0 : ::getpid();
-    options.max_connections = max_connections;
-    options.audit = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      audit_ += line + "\n";
-    };
-    proxy_ = std::make_unique<Proxy>(io_, options);
-    if (!guest) proxy_->serve(listener(&port_), UniqueFd(), UniqueFd());
-    work_.emplace(io_.get_executor());
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  ~ProxyHarness() {
-    on_thread([this] { proxy_->close(); });
-    work_.reset();
-    io_.stop();
-    thread_.join();
-  }
-  uint16_t port() const { return port_; }
-  std::string audit() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return audit_;
-  }
-  void on_thread(std::function<void()> f) {
-    std::promise<void> done;
-    asio::post(io_, [&] {
-      f();
-      done.set_value();
-    });
-    done.get_future().wait();
-  }
-  Proxy& proxy() { return *proxy_; }
+                        bool guest = false)
+      : testing::ProxyHarness(harness_options(max_connections, head_timeout, guest), !guest) {}
 
   // A connection handed to the proxy as a guest's (`line` first, as the
   // guest init writes it, then `bytes`, in one write), or, without a line,
@@ -129,7 +87,7 @@ class ProxyHarness {
     int pair[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
     UniqueFd theirs(pair[1]);
-    on_thread([&] { proxy_->serve_guest_connection(std::move(theirs)); });
+    on_thread([&] { proxy().serve_guest_connection(std::move(theirs)); });
     const std::string all = line + bytes;
     EXPECT_EQ(::send(pair[0], all.data(), all.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(all.size()));
@@ -139,21 +97,12 @@ class ProxyHarness {
     int pair[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
     UniqueFd theirs(pair[1]);
-    on_thread([&] { proxy_->serve_identified(std::move(theirs), caller); });
+    on_thread([&] { proxy().serve_identified(std::move(theirs), caller); });
     if (!bytes.empty())
       EXPECT_EQ(::send(pair[0], bytes.data(), bytes.size(), MSG_NOSIGNAL),
                 static_cast<ssize_t>(bytes.size()));
     return UniqueFd(pair[0]);
   }
-
- private:
-  asio::io_context io_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::unique_ptr<Proxy> proxy_;
-  uint16_t port_ = 0;
-  std::mutex mutex_;
-  std::string audit_;
-  std::thread thread_;
 };
 
 TEST(ProxyLimits, ConnectionsBeyondTheLimitGet503AndAnAuditLine) {
@@ -237,7 +186,7 @@ TEST(ProxyLimits, TheDefaultHeadTimeoutIsThirtySeconds) {
 TEST(ProxyLiveUpdate, ANewPolicyClosesTheTunnelsItRefuses) {
   // Two echo servers; tunnels to both; the new rules allow only the second.
   uint16_t port_a = 0, port_b = 0;
-  UniqueFd server_a = listener(&port_a), server_b = listener(&port_b);
+  UniqueFd server_a = loopback_listener(&port_a), server_b = loopback_listener(&port_b);
   ProxyHarness h(8);
   auto both = std::make_shared<NetworkRules>(supervisor::network_rules(policy::parse(
       "version = 1\n[network_policies.local]\nendpoints = [ { host = \"127.0.0.1\", port = " +
@@ -313,7 +262,7 @@ std::string received(int server, int ms, const std::string& last, UniqueFd* kept
 
 TEST(ProxyGuest, ACallerTheLineNamesIsAllowedByABinaryRuleAndTheTunnelKeepsTheBytesAfterIt) {
   uint16_t port = 0;
-  UniqueFd server = listener(&port);
+  UniqueFd server = loopback_listener(&port);
   ProxyHarness h(8, std::chrono::seconds(30), /*guest=*/true);
   h.on_thread([&] { h.proxy().set_rules(curl_only(port), 1); });
   // The line, the request and the tunnel's first bytes, all in one write.
@@ -342,7 +291,7 @@ TEST(ProxyGuest, ACallerTheLineNamesIsAllowedByABinaryRuleAndTheTunnelKeepsTheBy
 
 TEST(ProxyGuest, APlainRequestAndItsBodyInTheLinesReadAreForwardedWhole) {
   uint16_t port = 0;
-  UniqueFd server = listener(&port);
+  UniqueFd server = loopback_listener(&port);
   ProxyHarness h(8, std::chrono::seconds(30), /*guest=*/true);
   h.on_thread([&] { h.proxy().set_rules(curl_only(port), 1); });
   const std::string request = "POST http://127.0.0.1:" + std::to_string(port) +
@@ -355,7 +304,7 @@ TEST(ProxyGuest, APlainRequestAndItsBodyInTheLinesReadAreForwardedWhole) {
 
 TEST(ProxyGuest, ABinaryTheRuleDoesNotNameIsRefused) {
   uint16_t port = 0;
-  UniqueFd server = listener(&port);
+  UniqueFd server = loopback_listener(&port);
   ProxyHarness h(8, std::chrono::seconds(30), /*guest=*/true);
   h.on_thread([&] { h.proxy().set_rules(curl_only(port), 1); });
   UniqueFd client =
@@ -370,7 +319,7 @@ TEST(ProxyGuest, ABinaryTheRuleDoesNotNameIsRefused) {
 
 TEST(ProxyGuest, AnUntrustedCallerIsNotCreditedAsItsBinary) {
   uint16_t port = 0;
-  UniqueFd server = listener(&port);
+  UniqueFd server = loopback_listener(&port);
   ProxyHarness h(8, std::chrono::seconds(30), /*guest=*/true);
   h.on_thread([&] { h.proxy().set_rules(curl_only(port), 1); });
   UniqueFd client = h.guest(
@@ -387,7 +336,7 @@ TEST(ProxyGuest, AnUntrustedCallerIsNotCreditedAsItsBinary) {
 
 TEST(ProxyGuest, AMalformedLineIsRefusedAndAuditedAndCreditsNoOne) {
   uint16_t port = 0;
-  UniqueFd server = listener(&port);
+  UniqueFd server = loopback_listener(&port);
   ProxyHarness h(8, std::chrono::seconds(30), /*guest=*/true);
   // Rules that name no binary: even a connection any caller may make is
   // refused when the line is wrong.
@@ -422,7 +371,7 @@ TEST(ProxyGuest, AGuestThatSendsNoLineIsClosedAfterTheHeadTimeout) {
 
 TEST(ProxyGuest, AnIdentifiedCallerIsJudgedAsGivenAndHeldToTheLimit) {
   uint16_t port = 0;
-  UniqueFd server = listener(&port);
+  UniqueFd server = loopback_listener(&port);
   ProxyHarness h(2, std::chrono::seconds(30), /*guest=*/true);
   h.on_thread([&] { h.proxy().set_rules(curl_only(port), 1); });
   Caller curl{9, "/usr/bin/curl", ""};
