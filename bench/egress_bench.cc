@@ -304,9 +304,10 @@ int listen_loopback(uint16_t port, const std::string& port_file) {
   return listener;
 }
 
-int run_server(int argc, char** argv) {
-  uint16_t port = 0;
-  std::string port_file;
+// A server's options: --port, --port-file and, where ca_out is given,
+// --ca-out.
+void server_args(int argc, char** argv, const std::string& name, uint16_t* port,
+                 std::string* port_file, std::string* ca_out = nullptr) {
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -314,12 +315,20 @@ int run_server(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--port")
-      port = static_cast<uint16_t>(parse_number(a, value(), 0, 65535));
+      *port = static_cast<uint16_t>(parse_number(a, value(), 0, 65535));
     else if (a == "--port-file")
-      port_file = value();
+      *port_file = value();
+    else if (a == "--ca-out" && ca_out)
+      *ca_out = value();
     else
-      usage_error("server: unexpected argument '" + a + "'");
+      usage_error(name + ": unexpected argument '" + a + "'");
   }
+}
+
+int run_server(int argc, char** argv) {
+  uint16_t port = 0;
+  std::string port_file;
+  server_args(argc, argv, "server", &port, &port_file);
   int listener = listen_loopback(port, port_file);
   int one = 1;
   std::signal(SIGPIPE, SIG_IGN);
@@ -841,21 +850,7 @@ void serve_https(int fd, SSL_CTX* ctx) {
 int run_https_server(int argc, char** argv) {
   uint16_t port = 0;
   std::string port_file, ca_out;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--port")
-      port = static_cast<uint16_t>(parse_number(a, value(), 0, 65535));
-    else if (a == "--port-file")
-      port_file = value();
-    else if (a == "--ca-out")
-      ca_out = value();
-    else
-      usage_error("https-server: unexpected argument '" + a + "'");
-  }
+  server_args(argc, argv, "https-server", &port, &port_file, &ca_out);
   if (ca_out.empty()) usage_error("https-server needs --ca-out FILE");
   // The server's own CA and its leaf for 127.0.0.1, made as a sandbox's
   // proxy makes its own (the same code), so that the two handshakes of an
