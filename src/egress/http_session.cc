@@ -1,6 +1,7 @@
 #include "egress/http_session.h"
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -33,8 +34,18 @@ constexpr size_t kMaxResponseHead = 64 * 1024;
 constexpr size_t kBodyChunk = 64 * 1024;
 // A body is read whole, before it goes on, only where a credential may be
 // filled into it or may hide in it; a bigger one is refused (413).
-constexpr uint64_t kMaxBufferedBody = 16 * 1024 * 1024;
+constexpr uint64_t kMaxBufferedBody = 1024 * 1024;
+// And all the bodies held at once, by every session of this process (one
+// sandbox's proxy): a sandbox that opens many connections cannot make its
+// supervisor hold more. A body beyond it gets 503.
+constexpr uint64_t kBufferedBudget = 32 * 1024 * 1024;
+std::atomic<uint64_t> buffered_bytes{0};
 constexpr auto kCloseNotifyWait = std::chrono::milliseconds(200);
+// After a refusal, what the client still sends of its request is read and
+// dropped, for this long and this much at most: a close with bytes unread
+// resets the connection, and the client would lose the response with it.
+constexpr auto kDrainWait = std::chrono::seconds(2);
+constexpr size_t kMaxDrain = 8 * 1024 * 1024;
 
 // A socket, or TLS over it: one stream type for Beast either way.
 template <class Socket>
@@ -160,6 +171,8 @@ class Session : public std::enable_shared_from_this<Session> {
         us_(upstream),
         o_(std::move(options)),
         timer_(client.get_executor()) {}
+
+  ~Session() { release(); }
 
   void start() {
     arm(o_.head_timeout);
@@ -360,6 +373,29 @@ class Session : public std::enable_shared_from_this<Session> {
     read_body();
   }
 
+  // Room for `n` more bytes of a held body under kBufferedBudget.
+  bool reserve(size_t n) {
+    if (buffered_bytes.fetch_add(n) + n > kBufferedBudget) {
+      buffered_bytes.fetch_sub(n);
+      return false;
+    }
+    reserved_ += n;
+    return true;
+  }
+  void release() {
+    buffered_bytes.fetch_sub(reserved_);
+    reserved_ = 0;
+  }
+
+  void over_budget() {
+    const std::string why = "the proxy holds " + std::to_string(kBufferedBudget) +
+                            " bytes of request bodies to endpoints with credentials already";
+    owner_->audit_request(method_, judgement_.verdict.path, "deny", "", why);
+    nlohmann::json body = {
+        {"error", "proxy_busy"}, {"reason", why}, {"host", o_.host}, {"port", o_.port}};
+    respond(503, "Service Unavailable", json_text(body));
+  }
+
   void too_large() {
     owner_->audit_request(method_, judgement_.verdict.path, "deny", "",
                           "a body over " + std::to_string(kMaxBufferedBody) +
@@ -395,6 +431,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request.content_type = std::string(sv(m[http::field::content_type]));
     if (buffered_) {
       request.body = std::move(body_);
+      std::string().swap(body_);
       placeholder = true;
     }
     if (placeholder || !credentials_->empty()) {
@@ -480,8 +517,9 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec || self->ended_) return self->end();
       const size_t got = kBodyChunk - self->req_->get().body().size;
       if (self->buffered_) {
+        if (self->body_.size() + got > kMaxBufferedBody) return self->too_large();
+        if (!self->reserve(got)) return self->over_budget();
         self->body_.append(self->body_buf_.get(), got);
-        if (self->body_.size() > kMaxBufferedBody) return self->too_large();
         return self->read_body();
       }
       self->write_body(self->us_, self->body_buf_.get(), got, self->chunked_in_,
@@ -643,6 +681,7 @@ class Session : public std::enable_shared_from_this<Session> {
     req_.reset();
     res_.reset();
     std::string().swap(body_);
+    release();
     arm(o_.idle_timeout);
     read_request();
   }
@@ -700,8 +739,27 @@ class Session : public std::enable_shared_from_this<Session> {
     asio::async_write(cs_, asio::buffer(*data),
                       [self, data](const boost::system::error_code& ec, size_t) {
                         if (ec) return self->end();
+                        if (self->req_ && !self->req_->is_done()) {
+                          self->arm(kDrainWait);
+                          return self->drain();
+                        }
                         self->close();
                       });
+  }
+
+  // The rest of a refused request, read and dropped until the client has
+  // sent it all and closes, or kDrainWait or kMaxDrain is over.
+  void drain() {
+    if (!body_buf_) body_buf_ = std::make_unique<char[]>(kBodyChunk);
+    auto self = shared_from_this();
+    cs_.async_read_some(asio::buffer(body_buf_.get(), kBodyChunk),
+                        [self](const boost::system::error_code& ec, size_t n) {
+                          if (self->ended_) return;
+                          if (ec) return self->close();
+                          self->drained_ += n;
+                          if (self->drained_ > kMaxDrain) return self->end();
+                          self->drain();
+                        });
   }
 
   // The end after a last response: TLS says so first (close_notify), so
@@ -751,6 +809,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<const Credentials> credentials_;
   HttpSessionOwner::Judgement judgement_;
   std::string method_, target_, body_, upstream_error_;
+  uint64_t reserved_ = 0;  // of buffered_bytes, for body_
+  size_t drained_ = 0;     // bytes of a refused request dropped
   uint16_t scheme_port_ = 80;
   int handshakes_ = 0;
   bool tls_ = false, upgrade_ = false, keep_ = false, buffered_ = false;

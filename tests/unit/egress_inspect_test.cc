@@ -977,6 +977,26 @@ TEST_F(Inspect, APlaceholderIsFilledInForItsEndpointAndRefusedForAnother) {
   EXPECT_THAT(h.audit(), Not(HasSubstr(kSecret)));
 }
 
+// A body to an endpoint with credentials is read whole before it goes on
+// (a placeholder may be filled into it, or hide in it): one over 1 MiB is
+// refused with 413 and never reaches the server; a small one goes on.
+TEST_F(Inspect, ABodyTooBigToHoldForCredentialsGets413) {
+  auto server = https_server();
+  ProxyHarness h(&sandbox_ca_);
+  h.set_rules(rules_for({{server->port(), inspection(preset("full"))}}), 1);
+  h.set_credentials(std::vector<Credential>{
+      {"API_TOKEN", kSecret, {"127.0.0.1:" + std::to_string(server->port())}, false, false}});
+  Response small = once(h, server->port(), request("POST", "/up", server->port(), "", "tiny"));
+  EXPECT_EQ(small.status, 200) << describe(small);
+  Response big =
+      once(h, server->port(),
+           request("POST", "/up", server->port(), "", std::string(1024 * 1024 + 1, 'x')));
+  ASSERT_EQ(big.status, 413) << describe(big);
+  EXPECT_EQ(big.body_json().value("error", ""), "body_too_large") << big.body;
+  ::usleep(100000);
+  EXPECT_EQ(server->requests().size(), 1u) << "the big body reached the server";
+}
+
 TEST_F(Inspect, RotationAppliesToTheNextRequestOnTheSameConnection) {
   auto server = https_server();
   ProxyHarness h(&sandbox_ca_);
