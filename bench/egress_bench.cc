@@ -103,6 +103,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -325,11 +326,9 @@ void server_args(int argc, char** argv, const std::string& name, uint16_t* port,
   }
 }
 
-int run_server(int argc, char** argv) {
-  uint16_t port = 0;
-  std::string port_file;
-  server_args(argc, argv, "server", &port, &port_file);
-  int listener = listen_loopback(port, port_file);
+// Serves `listener` for ever: each accepted connection (TCP_NODELAY set)
+// to `serve`, which owns its fd.
+[[noreturn]] void accept_loop(int listener, const std::function<void(int fd)>& serve) {
   int one = 1;
   std::signal(SIGPIPE, SIG_IGN);
   while (true) {
@@ -339,12 +338,21 @@ int run_server(int argc, char** argv) {
       die_errno("accept");
     }
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    serve(fd);
+  }
+}
+
+int run_server(int argc, char** argv) {
+  uint16_t port = 0;
+  std::string port_file;
+  server_args(argc, argv, "server", &port, &port_file);
+  accept_loop(listen_loopback(port, port_file), [](int fd) {
     // A client that connects and says nothing is dropped after a second.
     pollfd p{fd, POLLIN, 0};
     char mode = 0;
     if (::poll(&p, 1, 1000) != 1 || ::read(fd, &mode, 1) != 1) {
       ::close(fd);
-      continue;
+      return;
     }
     if (mode == 'E') {
       write_all(fd, "E", 1);
@@ -353,14 +361,14 @@ int run_server(int argc, char** argv) {
       char size[8];
       if (::poll(&p, 1, 1000) != 1 || !read_exact(fd, size, sizeof size)) {
         ::close(fd);
-        continue;
+        return;
       }
       uint64_t n = get_u64(size);
       std::thread(mode == 'D' ? serve_download : serve_upload, fd, n).detach();
     } else {
       ::close(fd);
     }
-  }
+  });
 }
 
 // ---- clients ------------------------------------------------------------------
@@ -872,18 +880,8 @@ int run_https_server(int argc, char** argv) {
     std::fputs(ca->cert_pem().c_str(), f);
     if (std::fclose(f) != 0 || std::rename(tmp.c_str(), ca_out.c_str()) != 0) die_errno(ca_out);
   }
-  int listener = listen_loopback(port, port_file);
-  int one = 1;
-  std::signal(SIGPIPE, SIG_IGN);
-  while (true) {
-    int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
-      die_errno("accept");
-    }
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    std::thread(serve_https, fd, ctx.get()).detach();
-  }
+  accept_loop(listen_loopback(port, port_file),
+              [&](int fd) { std::thread(serve_https, fd, ctx.get()).detach(); });
 }
 
 // ---- HTTPS clients ----

@@ -200,7 +200,6 @@ class Session : public std::enable_shared_from_this<Session> {
     scheme_port_ = 80;
     if (!tls) return read_request();
     scheme_port_ = 443;
-    tls_ = true;
     if (!o_.client_tls || !o_.upstream_tls) {
       owner_->audit_request("", "", "deny", "",
                             "the client speaks TLS to a layer-7 endpoint, and this sandbox has no "
@@ -362,13 +361,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // The body is read here before the server sees the request: the
       // client is told to send it.
       auto self = shared_from_this();
-      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      asio::async_write(cs_, asio::buffer(kContinue),
-                        [self](const boost::system::error_code& ec, size_t) {
-                          if (ec || self->ended_) return self->end();
-                          self->read_body();
-                        });
-      return;
+      return send(cs_, "HTTP/1.1 100 Continue\r\n\r\n", [self] { self->read_body(); });
     }
     read_body();
   }
@@ -488,14 +481,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
     request_done_ = response_done_ = false;
     read_response();
-    auto data = std::make_shared<std::string>(std::move(head));
     auto self = shared_from_this();
-    asio::async_write(us_, asio::buffer(*data),
-                      [self, data](const boost::system::error_code& ec, size_t) {
-                        if (ec || self->ended_) return self->end();
-                        if (self->buffered_) return self->request_sent();
-                        self->read_body();
-                      });
+    send(us_, std::move(head), [self] {
+      if (self->buffered_) return self->request_sent();
+      self->read_body();
+    });
   }
 
   std::string authority() const {
@@ -525,6 +515,12 @@ class Session : public std::enable_shared_from_this<Session> {
       self->write_body(self->us_, self->body_buf_.get(), got, self->chunked_in_,
                        self->req_->is_done(), [self] { self->read_body(); });
     });
+  }
+
+  // `bytes` to `to`, then `then` (unless the session has ended).
+  template <class To>
+  void send(To& to, std::string bytes, std::function<void()> then) {
+    write_body(to, nullptr, 0, false, false, std::move(then), std::move(bytes));
   }
 
   // `n` bytes of a body to `to`, framed as a chunk when `chunked` (and the
@@ -610,33 +606,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     head += "\r\n";
     auto self = shared_from_this();
-    if (interim) {
-      auto data = std::make_shared<std::string>(std::move(head));
-      asio::async_write(cs_, asio::buffer(*data),
-                        [self, data](const boost::system::error_code& wec, size_t) {
-                          if (wec || self->ended_) return self->end();
-                          self->read_response();
-                        });
-      return;
-    }
-    if (switching) {
-      auto data = std::make_shared<std::string>(std::move(head));
-      asio::async_write(cs_, asio::buffer(*data),
-                        [self, data](const boost::system::error_code& wec, size_t) {
-                          if (wec || self->ended_) return self->end();
-                          self->tunnel();
-                        });
-      return;
-    }
-    if (!body) {
-      auto data = std::make_shared<std::string>(std::move(head));
-      asio::async_write(cs_, asio::buffer(*data),
-                        [self, data](const boost::system::error_code& wec, size_t) {
-                          if (wec || self->ended_) return self->end();
-                          self->response_sent();
-                        });
-      return;
-    }
+    if (interim) return send(cs_, std::move(head), [self] { self->read_response(); });
+    if (switching) return send(cs_, std::move(head), [self] { self->tunnel(); });
+    if (!body) return send(cs_, std::move(head), [self] { self->response_sent(); });
     relay_response(std::move(head));
   }
 
@@ -696,28 +668,17 @@ class Session : public std::enable_shared_from_this<Session> {
   template <class From, class To>
   void pump(From& from, To& to, beast::flat_buffer& held, std::shared_ptr<std::vector<char>> buf) {
     auto self = shared_from_this();
+    auto again = [self, &from, &to, &held, buf] { self->pump(from, to, held, buf); };
     if (held.size() > 0) {
-      auto data =
-          std::make_shared<std::string>(static_cast<const char*>(held.data().data()), held.size());
+      std::string bytes(static_cast<const char*>(held.data().data()), held.size());
       held.consume(held.size());
-      asio::async_write(
-          to, asio::buffer(*data),
-          [self, data, &from, &to, &held, buf](const boost::system::error_code& ec, size_t) {
-            if (ec || self->ended_) return self->end();
-            self->pump(from, to, held, buf);
-          });
-      return;
+      return send(to, std::move(bytes), again);
     }
-    from.async_read_some(asio::buffer(*buf), [self, &from, &to, &held, buf](
-                                                 const boost::system::error_code& ec, size_t n) {
-      if (ec || self->ended_) return self->end();
-      asio::async_write(
-          to, asio::buffer(buf->data(), n),
-          [self, &from, &to, &held, buf](const boost::system::error_code& wec, size_t) {
-            if (wec || self->ended_) return self->end();
-            self->pump(from, to, held, buf);
-          });
-    });
+    from.async_read_some(asio::buffer(*buf),
+                         [self, &to, buf, again](const boost::system::error_code& ec, size_t n) {
+                           if (ec || self->ended_) return self->end();
+                           self->write_body(to, buf->data(), n, false, false, again);
+                         });
   }
 
   void malformed(int status, const char* text, const std::string& reason) {
@@ -731,20 +692,18 @@ class Session : public std::enable_shared_from_this<Session> {
   // A refusal: its response, then the end of the connection.
   void respond(int status, const char* text, const std::string& body) {
     if (ended_) return;
-    auto data = std::make_shared<std::string>(
-        "HTTP/1.1 " + std::to_string(status) + " " + text +
-        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size() + 1) +
-        "\r\nConnection: close\r\n\r\n" + body + "\n");
     auto self = shared_from_this();
-    asio::async_write(cs_, asio::buffer(*data),
-                      [self, data](const boost::system::error_code& ec, size_t) {
-                        if (ec) return self->end();
-                        if (self->req_ && !self->req_->is_done()) {
-                          self->arm(kDrainWait);
-                          return self->drain();
-                        }
-                        self->close();
-                      });
+    send(cs_,
+         "HTTP/1.1 " + std::to_string(status) + " " + text +
+             "\r\nContent-Type: application/json\r\nContent-Length: " +
+             std::to_string(body.size() + 1) + "\r\nConnection: close\r\n\r\n" + body + "\n",
+         [self] {
+           if (self->req_ && !self->req_->is_done()) {
+             self->arm(kDrainWait);
+             return self->drain();
+           }
+           self->close();
+         });
   }
 
   // The rest of a refused request, read and dropped until the client has
@@ -813,7 +772,7 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t drained_ = 0;     // bytes of a refused request dropped
   uint16_t scheme_port_ = 80;
   int handshakes_ = 0;
-  bool tls_ = false, upgrade_ = false, keep_ = false, buffered_ = false;
+  bool upgrade_ = false, keep_ = false, buffered_ = false;
   bool chunked_in_ = false, chunked_out_ = false;
   bool request_done_ = false, response_done_ = false, ended_ = false;
 };
