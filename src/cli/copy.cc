@@ -252,11 +252,13 @@ int tar_status(int status, const char* what) {
 namespace {
 
 void print_upload(const UploadStats& stats, const std::string& dest, const std::string& how,
-                  bool verbose) {
-  if (verbose)
-    for (const auto& n : stats.names) std::printf("%s\n", n.c_str());
-  std::printf("%s\n", upload_summary(stats, dest, how).c_str());
+                  const UploadOptions& options) {
+  std::string text;
+  if (options.verbose)
+    for (const auto& n : stats.names) text += n + "\n";
+  text += upload_summary(stats, dest, how) + "\n";
   std::fflush(stdout);
+  files::write_all(options.summary_fd, text);
 }
 
 }  // namespace
@@ -310,7 +312,7 @@ int upload(const GatewayClient& client, const std::string& name, const std::stri
   if (status == 0 || status == 127) {
     files::write_all(STDERR_FILENO, errors);  // warnings, or a shell's "not found"
     if (stopped_reading && status == 0) throw Error("upload: the sandbox stopped reading");
-    if (status == 0) print_upload(stats, dest, ignore.how, upload_options.verbose);
+    if (status == 0) print_upload(stats, dest, ignore.how, upload_options);
     return tar_status(status, "upload");
   }
   // The sandbox refused (and so stopped reading): its first complaint says why.

@@ -15,6 +15,7 @@ namespace openshell::cli {
 struct UploadOptions {
   bool git_ignore = true;  // leave out what .gitignore says (see upload_filter.h)
   bool verbose = false;    // name each entry copied
+  int summary_fd = 1;      // where what was copied is said
 };
 
 // What an upload's archive held.

@@ -17,6 +17,7 @@ void add_sandbox_commands(CLI::App& app, Action* action) {
   add_sandbox_start_stop(sandbox, action);
   add_sandbox_delete(sandbox, action);
   add_sandbox_exec(sandbox, action);
+  add_sandbox_connect(sandbox, action);
   add_sandbox_upload(sandbox, action);
   add_sandbox_download(sandbox, action);
   add_sandbox_wait(sandbox, action);

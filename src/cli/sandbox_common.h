@@ -78,6 +78,7 @@ void add_sandbox_list(CLI::App* sandbox, Action* action);
 void add_sandbox_start_stop(CLI::App* sandbox, Action* action);
 void add_sandbox_delete(CLI::App* sandbox, Action* action);
 void add_sandbox_exec(CLI::App* sandbox, Action* action);
+void add_sandbox_connect(CLI::App* sandbox, Action* action);
 void add_sandbox_upload(CLI::App* sandbox, Action* action);
 void add_sandbox_download(CLI::App* sandbox, Action* action);
 void add_sandbox_wait(CLI::App* sandbox, Action* action);

@@ -4,10 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +21,8 @@
 #include "base/log.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
+#include "cli/connect.h"
+#include "cli/copy.h"
 #include "cli/env_file.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
@@ -63,10 +69,55 @@ void hint_on_interrupt(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
                     output = "table", restart, vm_kernel;
-  std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers;
+  std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers, uploads;
+  bool git_ignore = true;
   bool no_keep = false, detach = false, insecure = false, vm = false;
   bool name_given = false;  // --name, even an empty one
+  std::optional<bool> tty;  // --tty / --no-tty; unset: whether stdin is a terminal
+  std::string detach_keys = kDefaultDetachKeys;
 };
+
+// --upload LOCAL[:DEST]: DEST is a directory of the sandbox (absolute), the
+// default /sandbox; a LOCAL with a colon of its own is given with :DEST.
+std::pair<std::string, std::string> parse_upload(const std::string& text) {
+  std::string local = text, dest = "/sandbox";
+  if (auto colon = text.rfind(':');
+      colon != std::string::npos && colon + 1 < text.size() && text[colon + 1] == '/') {
+    local = text.substr(0, colon);
+    dest = text.substr(colon + 1);
+  } else if (!text.empty() && text.back() == ':') {
+    throw Error("--upload " + text + ": an empty destination (LOCAL[:DEST], DEST absolute)");
+  }
+  struct stat st;
+  if (local.empty() || ::lstat(local.c_str(), &st) != 0)
+    throw Error("--upload " + text + ": " + (local.empty() ? "empty" : local) +
+                ": no such file or directory");
+  return {local, dest};
+}
+
+// The files of --upload, into a sandbox made without a start; then its
+// start. A failed copy deletes the sandbox: the create did not happen.
+json upload_then_start(GatewayClient& client, const std::string& name, const CreateOptions& o) {
+  UploadOptions options;
+  options.git_ignore = o.git_ignore;
+  options.summary_fd = STDERR_FILENO;  // stdout is the sandbox's name, for scripts
+  for (const auto& text : o.uploads) {
+    const auto [local, dest] = parse_upload(text);
+    try {
+      upload(client, name, local, dest, options);
+    } catch (const Error& e) {
+      try {
+        client.call("DELETE", target(name));
+      } catch (const Error&) {
+        log::warn("sandbox '" + name + "' could not be removed after the failed upload");
+      }
+      std::string why = e.what();
+      if (why.rfind("upload: ", 0) == 0) why.erase(0, 8);
+      throw Error("--upload " + text + ": " + why + " (sandbox '" + name + "' was not created)");
+    }
+  }
+  return client.call("POST", target(name, "start"));
+}
 
 int create(const CreateOptions& o) {
   // A remote gateway cannot read this machine's files: what only names
@@ -97,6 +148,14 @@ int create(const CreateOptions& o) {
   }
   spec.command = o.command;
   spec.env = environment_entries(o.env_files, o.env);
+  // A terminal by default when there is one to attach; never for a VM's
+  // main process, which runs on the guest's console.
+  spec.tty = o.tty.value_or(!o.vm && ::isatty(STDIN_FILENO));
+  if (spec.tty && std::none_of(spec.env.begin(), spec.env.end(),
+                               [](const std::string& e) { return e.rfind("TERM=", 0) == 0; })) {
+    const char* term = std::getenv("TERM");
+    spec.env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
+  }
   spec.user = o.user;
   // Each bind's source as it is now: a missing one is refused here.
   for (const auto& text : o.binds) {
@@ -137,6 +196,7 @@ int create(const CreateOptions& o) {
   spec.no_keep = o.no_keep;
   spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
+  for (const auto& text : o.uploads) parse_upload(text);
   spec.validate();  // bad input stops here, before the gateway
   // The image goes into the store of the gateway's host when that is this
   // one; a remote gateway's store is its own (the gateway says what it lacks).
@@ -151,6 +211,8 @@ int create(const CreateOptions& o) {
   json body = {{"spec", json::parse(spec.to_json())}};
   if (!o.name.empty()) body["name"] = o.name;
   if (!o.providers.empty()) body["providers"] = o.providers;
+  // With files to copy in, it starts once they are there.
+  if (!o.uploads.empty()) body["start"] = false;
   json sandbox;
   try {
     sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
@@ -160,14 +222,31 @@ int create(const CreateOptions& o) {
                 " has no such image, and a remote gateway cannot use this machine's images: "
                 "pull it on the gateway's host, or push it to a registry and pull it there");
   }
-  const auto ready_at = std::chrono::steady_clock::now();
   const std::string name = sandbox.value("name", "");
+  if (!o.uploads.empty()) sandbox = upload_then_start(client, name, o);
+  const auto ready_at = std::chrono::steady_clock::now();
   if (!o.no_keep) remember(client.paths(), name);
 
   if (sandbox.contains("storage_note")) log::warn(sandbox.value("storage_note", ""));
   if (launch_failed(sandbox)) {
     log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
     return exit_status_of(sandbox);
+  }
+  // With a terminal, this one is attached to it (Ctrl-P Ctrl-Q detaches).
+  if (spec.tty && !o.detach) {
+    ConnectOptions connect;
+    connect.detach_keys = o.detach_keys;
+    try {
+      return connect_console(client, name, connect);
+    } catch (const Error&) {
+      // A main process that ended before the attach (and its supervisor
+      // with it): its output is all in the log.
+      const std::string phase = client.call("GET", target(name)).value("phase", "");
+      if (phase != "Completed" && phase != "Error") throw;
+      LogEnd end = follow_logs(client, name, LogOptions{});
+      if (end.exit_code) return *end.exit_code;
+      return exit_code::kFailure;
+    }
   }
   // With a main process (the caller's, or the image's), show its output.
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
@@ -221,6 +300,11 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   repeatable(c->add_option("--ca-cert", o->ca_certs,
                            "A PEM file of CA certificates its programs trust, added to its "
                            "system bundle and named by SSL_CERT_FILE and the like (repeatable)"));
+  repeatable(c->add_option("--upload", o->uploads,
+                           "Copy LOCAL (a file or directory) into DEST (default /sandbox) before "
+                           "the main process starts: LOCAL[:DEST] (repeatable)"));
+  c->add_flag("!--no-git-ignore", o->git_ignore,
+              "With --upload, copy everything, also what .gitignore leaves out");
   c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
   c->add_option("--restart", o->restart,
                 "Start it again when the gateway starts and finds it gone (the host came back): "
@@ -233,7 +317,16 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   c->add_option("--vm-kernel", o->vm_kernel,
                 "The guest kernel for --vm (default: $OPENSHELL_VM_KERNEL, else "
                 "/usr/lib/openshell/vmlinux)");
-  c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
+  c->add_flag("-d,--detach", o->detach,
+              "Return once it runs, without showing its output or attaching to its terminal");
+  c->add_flag_function(
+      "-t,--tty,!--no-tty", [o](int64_t count) { o->tty = count > 0; },
+      "Give the main process a pseudo-terminal, which this command (unless --detach) and "
+      "'sandbox connect' attach to; without a command it is a login shell (default: when stdin "
+      "is a terminal)");
+  c->add_option("--detach-keys", o->detach_keys,
+                "The keys that detach from its terminal (see 'sandbox connect')")
+      ->capture_default_str();
   add_output(c, &o->output);
   c->add_option(
       "command", o->command,
@@ -245,6 +338,11 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
       "openshell-sandbox(1).");
   c->callback([o, action, name_option] {
     o->name_given = name_option->count() > 0;
+    try {
+      parse_detach_keys(o->detach_keys);  // bad keys stop here, before the gateway
+    } catch (const Error& e) {
+      throw CLI::ValidationError(e.what());
+    }
     *action = [o] { return create(*o); };
   });
 }

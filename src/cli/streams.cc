@@ -30,10 +30,8 @@ namespace asio = boost::asio;
 namespace exec_stream = protocol::exec;
 using nlohmann::json;
 
-namespace {
-
-std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const GatewayClient& client,
-                                        const std::string& target) {
+std::shared_ptr<net::WebSocket> open_stream(asio::io_context& io, const GatewayClient& client,
+                                            const std::string& target) {
   std::shared_ptr<net::WebSocket> result;
   std::string error;
   bool done = false;
@@ -49,8 +47,6 @@ std::shared_ptr<net::WebSocket> connect(asio::io_context& io, const GatewayClien
   if (!result) throw Error("connect to the gateway: " + error);
   return result;
 }
-
-}  // namespace
 
 size_t print_records(const std::string& text, bool timestamps, std::string* carry) {
   carry->append(text);
@@ -84,7 +80,7 @@ LogEnd follow_logs(const GatewayClient& client, const std::string& name,
       "/v1/sandboxes/" + net::percent_encode(name) + "/logs?follow=1&source=" + options.source;
   if (options.tail != "all") target += "&tail=" + options.tail;
   if (options.since_ns) target += "&since=" + std::to_string(*options.since_ns);
-  auto ws = connect(io, client, target);
+  auto ws = open_stream(io, client, target);
   LogEnd end;
   std::string carry;
   const egress::ocsf::Format format = network_format(options.format);
@@ -118,7 +114,7 @@ LogEnd follow_logs(const GatewayClient& client, const std::string& name,
 
 int exec(const GatewayClient& client, const std::string& name, const ExecOptions& options) {
   asio::io_context io;
-  auto ws = connect(
+  auto ws = open_stream(
       io, client,
       "/v1/sandboxes/" + net::percent_encode(name) + "/exec" + (options.copy ? "?copy=1" : ""));
   // Signals are caught from before the command starts: one sent as soon as

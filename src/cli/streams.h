@@ -1,15 +1,27 @@
 // The command line's streams: a sandbox's log as it grows, and exec's stdio.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+
 #include "egress/ocsf.h"
+
+namespace openshell::net {
+class WebSocket;
+}
 
 namespace openshell::cli {
 
 class GatewayClient;
+
+// A WebSocket stream of the client's gateway at target (on a connection of
+// its own), opened on io. Throws Error.
+std::shared_ptr<net::WebSocket> open_stream(boost::asio::io_context& io,
+                                            const GatewayClient& client, const std::string& target);
 
 struct LogOptions {
   std::string tail = "all";  // a number of records, or "all"

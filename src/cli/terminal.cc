@@ -42,10 +42,18 @@ bool pump(int from, int to) {
 
 }  // namespace
 
-RawMode::RawMode(int fd) : fd_(fd) {
+RawMode::RawMode(int fd, bool keys_only) : fd_(fd) {
   if (fd < 0 || !::isatty(fd) || ::tcgetattr(fd, &saved_) != 0) return;
   termios raw = saved_;
-  ::cfmakeraw(&raw);
+  if (keys_only) {
+    // ^Q and ^S are keys here (detach keys), not flow control; ^V not a prefix.
+    raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO | IEXTEN);
+    raw.c_iflag &= ~static_cast<tcflag_t>(IXON);
+    raw.c_cc[VMIN] = 1;
+    raw.c_cc[VTIME] = 0;
+  } else {
+    ::cfmakeraw(&raw);
+  }
   if (::tcsetattr(fd, TCSANOW, &raw) == 0) active_ = true;
 }
 

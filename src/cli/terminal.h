@@ -13,9 +13,11 @@ class Container;
 namespace openshell::cli {
 
 // Puts a terminal in raw mode (if fd is one) and restores it on destruction.
+// keys_only: each key is read as it is typed, unechoed, but the terminal
+// still turns ^C into SIGINT and output newlines into CR LF.
 class RawMode {
  public:
-  explicit RawMode(int fd);
+  explicit RawMode(int fd, bool keys_only = false);
   ~RawMode();
   RawMode(const RawMode&) = delete;
   RawMode& operator=(const RawMode&) = delete;

@@ -75,6 +75,8 @@ const std::vector<Gateway::Route>& Gateway::routes() {
       {"GET", false, "/v1/sandboxes/{name}/logs", A::kOwner, named(&Gateway::logs)},
       // exec, and so upload and download (a tar run in the sandbox)
       {"GET", true, "/v1/sandboxes/{name}/exec", A::kOwner, called(&Gateway::exec)},
+      // connect: the main process's console
+      {"GET", true, "/v1/sandboxes/{name}/attach", A::kOwner, called(&Gateway::attach)},
       {"GET", false, "/v1/sandboxes/{name}/events", A::kOwner, named(&Gateway::events)},
       {"GET", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::get_policy)},
       {"PUT", false, "/v1/sandboxes/{name}/policy", A::kOwner, named(&Gateway::set_policy)},

@@ -28,6 +28,16 @@ void Gateway::exec(const Call& call) {
   hand_exec_over(exchange, paths_.supervisor_socket(record.id, record.generation), name);
 }
 
+// connect: handed over as an exec is; the supervisor keeps the console.
+void Gateway::attach(const Call& call) {
+  SandboxRecord record = find(call.name);
+  if (record.phase != Phase::kReady)
+    throw ApiError(409, "wrong_phase",
+                   "sandbox '" + call.name + "' is " + std::string(phase_name(record.phase)) +
+                       " (connect needs a Ready sandbox)");
+  hand_exec_over(call.exchange, paths_.supervisor_socket(record.id, record.generation), call.name);
+}
+
 void Gateway::hand_exec_over(const std::shared_ptr<net::Exchange>& exchange,
                              const std::string& socket_path, const std::string& name) {
   UniqueFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));

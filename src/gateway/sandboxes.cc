@@ -310,14 +310,19 @@ void Gateway::create(const Call& call) {
     }
   }
 
+  // "start": false makes it Stopped, its files to be copied in (create
+  // --upload) before a start runs anything.
+  const json& start_field = body.contains("start") ? body["start"] : json(true);
+  if (!start_field.is_boolean()) throw ApiError(400, "bad_request", "start must be true or false");
+  const bool start = start_field.get<bool>();
   SandboxRecord record;
   record.id = id;
   record.name = name;
-  record.phase = Phase::kProvisioning;
+  record.phase = start ? Phase::kProvisioning : Phase::kStopped;
   record.generation = 1;
   record.spec = spec.to_json();
   record.labels = spec.labels;
-  record.intent = "launch";
+  record.intent = start ? "launch" : "";
   record.owner = call.who.name;
   record.created_ms = record.updated_ms = now_ms();
   record.conditions.push_back(
@@ -371,7 +376,10 @@ void Gateway::create(const Call& call) {
     }
     // The image's layers stay in the store while the sandbox exists.
     if (spec.image) image::Store(paths_.images()).hold(id, spec.image->layers);
-    launch(record);
+    if (start)
+      launch(record);
+    else
+      set_phase(record, Phase::kStopped, "Created", "created without a start");
   } catch (const Error& e) {
     record.intent = "";
     set_phase(record, Phase::kError, "LaunchFailed", e.what());

@@ -153,6 +153,7 @@ class Gateway {
   void wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void exec(const Call& call);
+  void attach(const Call& call);
   void session(const std::shared_ptr<net::Exchange>& exchange);
   void watch(const Call& call);
   void get_policy(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);

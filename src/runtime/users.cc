@@ -38,7 +38,7 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
   }
   if (user_part.empty()) throw Error("user " + std::string(spec) + ": empty user");
 
-  ResolvedUser user{0, 0, "", "/"};
+  ResolvedUser user{0, 0, "", "/", ""};
   auto entry = find_entry(passwd, user_part, 2, 7);
   if (auto number = text::parse_uint(user_part, 0xFFFFFFFE)) {
     user.uid = static_cast<uint32_t>(*number);
@@ -48,6 +48,7 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
       user.gid =
           static_cast<uint32_t>(text::parse_uint((*entry)[3], 0xFFFFFFFE).value_or(user.uid));
       user.home = (*entry)[5].empty() ? "/" : (*entry)[5];
+      user.shell = (*entry)[6];
     }
   } else {
     if (!entry)
@@ -56,7 +57,7 @@ ResolvedUser resolve_user(std::string_view spec, std::string_view passwd, std::s
     auto gid = text::parse_uint((*entry)[3], 0xFFFFFFFE);
     if (!uid || !gid) throw Error("user " + std::string(user_part) + ": malformed passwd entry");
     user = {static_cast<uint32_t>(*uid), static_cast<uint32_t>(*gid), (*entry)[0],
-            (*entry)[5].empty() ? "/" : (*entry)[5]};
+            (*entry)[5].empty() ? "/" : (*entry)[5], (*entry)[6]};
   }
   if (!group_part.empty()) {
     if (auto number = text::parse_uint(group_part, 0xFFFFFFFE)) {

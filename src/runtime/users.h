@@ -12,8 +12,9 @@ namespace openshell::runtime {
 struct ResolvedUser {
   uint32_t uid;
   uint32_t gid;
-  std::string name;  // empty for a bare number not in passwd
-  std::string home;  // "/" when unknown
+  std::string name;   // empty for a bare number not in passwd
+  std::string home;   // "/" when unknown
+  std::string shell;  // its login shell; "" when unknown
 };
 
 // "1000", "1000:1000", "sandbox", "sandbox:staff", "1000:staff" against the

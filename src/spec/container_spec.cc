@@ -264,7 +264,14 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   c.gid = user.gid;
   c.argv = spec.command;
   c.hostname = where.hostname;
-  c.tty = one_shot && one_shot->tty;
+  c.tty = one_shot ? one_shot->tty : spec.tty;
+  // A gateway's sandbox with a terminal and no command is a login shell:
+  // its user's, unless that one refuses logins.
+  if (!one_shot && c.tty && c.argv.empty()) {
+    const bool refuses =
+        user.shell.empty() || user.shell.ends_with("/nologin") || user.shell.ends_with("/false");
+    c.argv = {refuses ? "/bin/sh" : user.shell, "-l"};
+  }
 
   // The only way out is the sandbox's egress proxy; names resolve through
   // its DNS stub. Both listen on the sandbox's loopback.
@@ -282,7 +289,8 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   c.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "HOME=" + (one_shot ? user.home : std::string(kWorkspace)),
            "HOSTNAME=" + where.hostname};
-  if (c.tty) c.env.push_back("TERM=" + (one_shot->term.empty() ? "xterm" : one_shot->term));
+  if (c.tty)
+    c.env.push_back("TERM=" + (!one_shot || one_shot->term.empty() ? "xterm" : one_shot->term));
   if (c.egress) c.env = merge_env(std::move(c.env), proxy_env());
   if (!bundles.empty()) c.env = merge_env(std::move(c.env), ca_bundle_env(bundles.front()));
   c.env = merge_env(std::move(c.env), spec.env);

@@ -53,6 +53,10 @@ void SandboxSpec::validate() const {
     throw Error("--shm-size: below the minimum of 1M");
   if (!restart.empty() && restart != "no" && restart != "on-failure" && restart != "unless-stopped")
     throw Error("--restart " + restart + ": must be no, on-failure or unless-stopped");
+  if (tty && vm)
+    throw Error(
+        "--tty: not with --vm (the main process runs on the guest's console; exec -t has a "
+        "terminal)");
   for (const auto& [k, v] : labels)
     if (auto why = check_label(k, v); !why.empty())
       throw Error("--label " + k + "=" + v + ": " + why);
@@ -123,6 +127,7 @@ std::string SandboxSpec::to_json() const {
   if (!restart.empty()) j["restart"] = restart;
   if (!storage_note.empty()) j["storage_note"] = storage_note;
   if (!user.empty()) j["user"] = user;
+  if (tty) j["tty"] = true;
   if (vm) j["vm"] = {{"vcpus", vm->vcpus}, {"memory_mib", vm->memory_mib}, {"kernel", vm->kernel}};
   return j.dump();
 }
@@ -137,6 +142,7 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
     s.env = j.value("env", std::vector<std::string>{});
     s.labels = j.value("labels", std::map<std::string, std::string>{});
     s.no_keep = j.value("no_keep", false);
+    s.tty = j.value("tty", false);
     s.policy = j.value("policy", std::string());
     s.policy_source = j.value("policy_source", std::string());
     if (j.contains("cpus") && !j["cpus"].is_null()) s.cpus = j["cpus"].get<double>();

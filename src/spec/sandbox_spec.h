@@ -66,6 +66,9 @@ struct SandboxSpec {
   std::optional<uint32_t> host_uid_start, host_gid_start;
   std::map<std::string, std::string> labels;
   bool no_keep = false;  // delete the sandbox once the main process exits
+  // The main process gets a pseudo-terminal (create --tty), which `sandbox
+  // connect` attaches to; without a command it is then a login shell.
+  bool tty = false;
   // Whether the gateway starts it again when, at its own start, it finds
   // the sandbox's supervisor gone (gateway/restart_policy.h): "no",
   // "on-failure", "unless-stopped"; "" is unless-stopped.

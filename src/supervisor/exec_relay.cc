@@ -22,6 +22,18 @@
 
 namespace openshell::supervisor {
 
+namespace {
+
+// The path of a handed-over request ("GET /v1/sandboxes/x/attach?a HTTP/1.1").
+std::string_view handoff_path(std::string_view request) {
+  const size_t start = request.find(' ');
+  if (start == std::string_view::npos) return {};
+  const size_t end = request.find_first_of(" ?\r\n", start + 1);
+  return request.substr(start + 1, end == std::string_view::npos ? end : end - start - 1);
+}
+
+}  // namespace
+
 void Supervisor::watch_control() {
   control_.async_wait(asio::posix::descriptor_base::wait_read,
                       [this](const boost::system::error_code& ec) {
@@ -133,6 +145,11 @@ void Supervisor::accept_exec() {
                                                        handoff.request, &error);
           if (!ws) {
             log::error("exec handover: " + error);
+            continue;
+          }
+          // `sandbox connect` (GET .../attach) joins the main process's console.
+          if (handoff_path(handoff.request).ends_with("/attach")) {
+            console_.attach(ws);
             continue;
           }
           if (spec_.vm) {

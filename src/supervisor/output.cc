@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "base/time.h"
+#include "protocol/exec_stream.h"
 #include "supervisor/owner.h"
 
 namespace openshell::supervisor {
@@ -13,11 +14,13 @@ void Supervisor::read_output(asio::posix::stream_descriptor& stream, const std::
                                                     const boost::system::error_code& ec, size_t n) {
     if (ec) {
       log_->flush_partial(name, time::now_ns());
-      --streams_open_;
+      if (--streams_open_ <= 0) console_.output_done();
       maybe_exit();
       return;
     }
-    log_->write(name, std::string_view(buffer->data(), n), time::now_ns());
+    const std::string_view bytes(buffer->data(), n);
+    log_->write(name, bytes, time::now_ns());
+    console_.output(name == "stderr" ? protocol::exec::kStderr : protocol::exec::kStdout, bytes);
     read_output(stream, name);
   });
 }

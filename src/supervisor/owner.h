@@ -25,6 +25,7 @@
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
 #include "spec/sandbox_spec.h"
+#include "supervisor/console.h"
 #include "supervisor/guest_vm.h"
 
 namespace openshell::net {
@@ -58,7 +59,8 @@ class Supervisor {
         reconnect_timer_(io),
         stop_timer_(io),
         exit_timer_(io),
-        idle_timer_(io) {}
+        idle_timer_(io),
+        console_(io, [this] { maybe_exit(); }) {}
 
   int run();
   // A copy supervisor's life (copy.cc).
@@ -166,6 +168,8 @@ class Supervisor {
   std::string spec_error_;  // why the spec cannot become a container
   std::unique_ptr<egress::Proxy> proxy_;
   std::unique_ptr<logfile::RotatingFile> network_log_;  // the proxy's decisions
+  // The main process's output for `sandbox connect`, and its terminal.
+  Console console_;
 
   // What happened to the main process.
   enum class State { kRunning, kStopping, kEnded } state_ = State::kRunning;

@@ -88,7 +88,9 @@ int Supervisor::run() {
 
 void Supervisor::start_container() {
   if (spec_.vm) return start_vm();
-  // Output goes to pipes we read into the log; input is empty.
+  // Output goes to pipes we read into the log, or with --tty to the
+  // terminal's master side, which `sandbox connect` writes the input to;
+  // without a terminal input is empty.
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw_errno("pipe");
   UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -105,11 +107,27 @@ void Supervisor::start_container() {
   }
   ::close(out[1]);
   ::close(err[1]);
-  out_.assign(out[0]);
-  err_.assign(err[0]);
-  streams_open_ = 2;
-  read_output(out_, "stdout");
-  read_output(err_, "stderr");
+  if (container_->tty_master() >= 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    const int master = container_->tty_master();
+    out_.assign(::fcntl(master, F_DUPFD_CLOEXEC, 3));
+    console_.set_terminal(master);
+    streams_open_ = 1;
+    read_output(out_, "stdout");
+  } else {
+    out_.assign(out[0]);
+    err_.assign(err[0]);
+    streams_open_ = 2;
+    read_output(out_, "stdout");
+    read_output(err_, "stderr");
+  }
+  console_.set_refusal(container_spec_.argv.empty()
+                           ? "sandbox '" + launch_.sandbox_name +
+                                 "' has no main process (it was created without a command and "
+                                 "without --tty): run one with 'openshell sandbox exec " +
+                                 launch_.sandbox_name + " -- sh'"
+                           : "");
   pidfd_.assign(::dup(container_->pidfd()));
   control_.assign(::dup(container_->control_fd()));
   watch_exit();
@@ -152,6 +170,7 @@ void Supervisor::container_ended(int status) {
     }
   }
   for (auto& [id, session] : std::map(execs_)) session->sandbox_gone();
+  console_.ended(status, streams_open_ <= 0);
   boost::system::error_code ignored;
   control_.close(ignored);
   write_exit_file();
@@ -180,7 +199,9 @@ void Supervisor::finish_soon() {
 }
 
 void Supervisor::maybe_exit() {
-  if (state_ == State::kEnded && exit_reported_ && streams_open_ <= 0) io_.stop();
+  // An attached client is sent the main process's status first.
+  if (state_ == State::kEnded && exit_reported_ && streams_open_ <= 0 && console_.idle())
+    io_.stop();
 }
 
 void Supervisor::stop(int grace_ms) {

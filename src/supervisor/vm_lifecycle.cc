@@ -17,6 +17,10 @@
 namespace openshell::supervisor {
 
 void Supervisor::start_vm() {
+  console_.set_refusal(
+      "connect is not for a micro-VM yet: its main process runs on the guest's console; "
+      "'openshell sandbox exec -t " +
+      launch_.sandbox_name + " -- sh' gives a terminal");
   GuestVm::Events events;
   events.ready = [this](pid_t guest_pid) {
     log::debug("the guest's main process runs as pid " + std::to_string(guest_pid));

@@ -270,6 +270,20 @@ std::string pty_settings(int master) {
   return out;
 }
 
+// The environment openshell runs with: a small fixed one, and the test's
+// KEY=VALUE entries, each replacing the default of its key (getenv takes
+// the first), so that a test may give openshell a PATH of its own.
+std::vector<std::string> openshell_env(const std::vector<std::string>& extras) {
+  std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + g.scratch,
+                                  "LANG=C"};
+  for (const auto& extra : extras) {
+    const std::string key = extra.substr(0, extra.find('=') + 1);
+    std::erase_if(env, [&](const std::string& e) { return e.starts_with(key); });
+  }
+  env.insert(env.end(), extras.begin(), extras.end());
+  return env;
+}
+
 }  // namespace
 
 Result openshell(Mode mode, const std::vector<std::string>& args, const Options& options) {
@@ -297,15 +311,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   std::vector<char*> argv;
   for (auto& s : argv_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
-  std::vector<std::string> env_strings = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + g.scratch,
-                                          "LANG=C"};
-  // An extra KEY=VALUE replaces the default of that key (getenv takes the
-  // first), so a test may give openshell a PATH of its own.
-  for (const auto& extra : options.env) {
-    const std::string key = extra.substr(0, extra.find('=') + 1);
-    std::erase_if(env_strings, [&](const std::string& e) { return e.starts_with(key); });
-  }
-  env_strings.insert(env_strings.end(), options.env.begin(), options.env.end());
+  std::vector<std::string> env_strings = openshell_env(options.env);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -407,6 +413,117 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   note_sandboxes(mode, options.env);
   return result;
+}
+
+PtyProcess::PtyProcess(Mode mode, const std::vector<std::string>& args,
+                       const std::vector<std::string>& env, unsigned short rows,
+                       unsigned short cols)
+    : mode_(mode), env_(env) {
+  winsize size{rows, cols, 0, 0};
+  int slave = -1;
+  if (::openpty(&master_, &slave, nullptr, nullptr, &size) != 0) {
+    master_ = -1;
+    return;
+  }
+  ::fcntl(master_, F_SETFD, FD_CLOEXEC);
+  std::vector<std::string> argv_strings = {g.binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings = openshell_env(env);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::setsid();
+    ::ioctl(slave, TIOCSCTTY, 0);
+    for (int fd = 0; fd < 3; ++fd) ::dup2(slave, fd);
+    if (slave > 2) ::close(slave);
+    drop_to(mode);
+    if (::chdir(g.scratch.c_str()) != 0) ::_exit(122);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(123);
+  }
+  ::close(slave);
+  std::lock_guard<std::mutex> lock(g.made_mutex);
+  g.started_pids[std::to_string(pid_)] = start_time_of(std::to_string(pid_));
+}
+
+PtyProcess::~PtyProcess() {
+  if (pid_ > 0 && !status_) {
+    ::kill(pid_, SIGKILL);
+    wait(5000);
+  }
+  if (master_ >= 0) ::close(master_);
+}
+
+void PtyProcess::write(const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size() && master_ >= 0) {
+    ssize_t n = ::write(master_, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+}
+
+void PtyProcess::resize(unsigned short rows, unsigned short cols) {
+  winsize size{rows, cols, 0, 0};
+  ::ioctl(master_, TIOCSWINSZ, &size);
+  if (pid_ > 0) ::kill(pid_, SIGWINCH);
+}
+
+bool PtyProcess::read_some(int timeout_ms) {
+  if (master_ < 0 || eof_) return false;
+  pollfd p{master_, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0) return false;
+  char buf[65536];
+  ssize_t n = ::read(master_, buf, sizeof buf);
+  if (n > 0) {
+    output_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  // EIO: the last holder of the terminal's other side has gone.
+  if (n == 0 || errno != EINTR) eof_ = true;
+  return false;
+}
+
+bool PtyProcess::wait_for(const std::string& text, int timeout_ms, size_t from) {
+  const long deadline = now_ms() + timeout_ms;
+  for (;;) {
+    if (output_.size() > from && output_.find(text, from) != std::string::npos) return true;
+    const long left = deadline - now_ms();
+    if (left <= 0 || eof_) return false;
+    read_some(static_cast<int>(std::min(left, 200L)));
+  }
+}
+
+int PtyProcess::wait(int timeout_ms) {
+  if (status_) return *status_;
+  if (pid_ <= 0) return -1;
+  const long deadline = now_ms() + timeout_ms;
+  for (;;) {
+    int status = 0;
+    pid_t got = ::waitpid(pid_, &status, WNOHANG);
+    if (got == pid_) {
+      while (read_some(50)) {
+      }
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      note_sandboxes(mode_, env_);
+      return *status_;
+    }
+    if (now_ms() >= deadline) {
+      ::kill(pid_, SIGKILL);
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+      status_ = -1;
+      note_sandboxes(mode_, env_);
+      return -1;
+    }
+    if (!read_some(50)) ::usleep(10000);
+  }
 }
 
 Result sandbox(Mode mode, const std::vector<std::string>& run_args,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -49,6 +50,41 @@ struct Options {
 
 // openshell ARGS... as the mode's user.
 Result openshell(Mode mode, const std::vector<std::string>& args, const Options& options = {});
+
+// openshell ARGS... as the mode's user on a pseudo-terminal of the test's
+// own, driven as a person at a terminal would: keys written, output read as
+// it comes. The destructor kills it if it still runs.
+class PtyProcess {
+ public:
+  PtyProcess(Mode mode, const std::vector<std::string>& args,
+             const std::vector<std::string>& env = {}, unsigned short rows = 24,
+             unsigned short cols = 80);
+  ~PtyProcess();
+  PtyProcess(const PtyProcess&) = delete;
+  PtyProcess& operator=(const PtyProcess&) = delete;
+
+  void write(const std::string& bytes);                   // as typed
+  void resize(unsigned short rows, unsigned short cols);  // and SIGWINCH, as a terminal does
+  // Reads until the output from byte `from` on holds text; whether it did
+  // within the time.
+  bool wait_for(const std::string& text, int timeout_ms = 15000, size_t from = 0);
+  // Everything it wrote to the terminal so far.
+  const std::string& output() const { return output_; }
+  // Its exit status (128+N for a signal); -1 when it had not ended in time
+  // (it is killed then).
+  int wait(int timeout_ms = 15000);
+
+ private:
+  bool read_some(int timeout_ms);
+
+  Mode mode_;
+  std::vector<std::string> env_;
+  int master_ = -1;
+  pid_t pid_ = -1;
+  std::string output_;
+  bool eof_ = false;
+  std::optional<int> status_;
+};
 
 // openshell run --rootfs <busybox root> RUN_ARGS... -- COMMAND...
 Result sandbox(Mode mode, const std::vector<std::string>& run_args,

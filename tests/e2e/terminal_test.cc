@@ -94,13 +94,22 @@ TEST_P(Terminal, GatewaySandboxesWithoutTtyGetNoTerminal) {
     o.env.push_back("OPENSHELL_HOME=" + home);
     return openshell(mode(), args, o);
   };
-  Result create =
-      os({"sandbox", "create", "--name", "t", "--from", rootfs(), "--", "osh-probe", "tty-attack"},
-         on_pty());
+  Result create = os({"sandbox", "create", "--name", "t", "--no-tty", "--from", rootfs(), "--",
+                      "osh-probe", "tty-attack"},
+                     on_pty());
   EXPECT_EQ(create.status, 0) << create.out << create.err;
   // In a gateway's sandbox /dev/tty does not open either: EACCES.
   EXPECT_EQ(create.out, refused_tty_attack("Permission denied"));
   EXPECT_EQ(create.pty_settings_after, create.pty_settings_before);
+  // On a terminal, create's default is --tty: a terminal of the sandbox's
+  // own, which create attaches to; the caller's is left as it was.
+  Result own = os({"sandbox", "create", "--name", "own", "--from", rootfs(), "--", "sh", "-c",
+                   "test -t 0 && test -t 1 && echo own-terminal; tty"},
+                  on_pty());
+  EXPECT_EQ(own.status, 0) << own.out << own.err;
+  EXPECT_THAT(own.out, HasSubstr("own-terminal"));
+  EXPECT_THAT(own.out, HasSubstr("/dev/pts/0"));  // the sandbox's devpts, its first
+  EXPECT_EQ(own.pty_settings_after, own.pty_settings_before);
   Result idle = os({"sandbox", "create", "--name", "idle", "--from", rootfs()}, Options{});
   ASSERT_EQ(idle.status, 0) << idle.err;
   Result exec = os({"sandbox", "exec", "idle", "--", "osh-probe", "tty-attack"}, on_pty());
