@@ -18,6 +18,7 @@
 #include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "cli/env_file.h"
+#include "cli/forwards.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
@@ -63,7 +64,7 @@ void hint_on_interrupt(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
                     output = "table", restart, vm_kernel;
-  std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers;
+  std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers, forwards;
   bool no_keep = false, detach = false, insecure = false, vm = false;
   bool name_given = false;  // --name, even an empty one
 };
@@ -151,6 +152,7 @@ int create(const CreateOptions& o) {
   json body = {{"spec", json::parse(spec.to_json())}};
   if (!o.name.empty()) body["name"] = o.name;
   if (!o.providers.empty()) body["providers"] = o.providers;
+  for (const auto& f : o.forwards) body["forwards"].push_back(parse_forward(f, "--forward " + f));
   json sandbox;
   try {
     sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
@@ -169,6 +171,7 @@ int create(const CreateOptions& o) {
     log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
     return exit_status_of(sandbox);
   }
+  if (!o.forwards.empty()) warn_about_forwards(client, name);
   // With a main process (the caller's, or the image's), show its output.
   if (!sandbox.value("command", json::array()).empty() && !o.detach) {
     // Show the main process's output and end with its status.
@@ -221,6 +224,9 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   repeatable(c->add_option("--ca-cert", o->ca_certs,
                            "A PEM file of CA certificates its programs trust, added to its "
                            "system bundle and named by SSL_CERT_FILE and the like (repeatable)"));
+  repeatable(c->add_option("--forward", o->forwards,
+                           "Forward the host's [BIND:]PORT (BIND default 127.0.0.1) to its "
+                           "127.0.0.1:PORT, as 'openshell forward start' does (repeatable)"));
   c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
   c->add_option("--restart", o->restart,
                 "Start it again when the gateway starts and finds it gone (the host came back): "
