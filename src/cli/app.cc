@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   add_image_commands(app, &action);
   add_policy_commands(app, &action);
   add_provider_commands(app, &action);
+  add_forward_commands(app, &action);
   add_gateway_commands(app, &action);
   add_status_command(app, &action);
   add_doctor_command(app, &action);

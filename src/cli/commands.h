@@ -24,6 +24,9 @@ void add_policy_commands(CLI::App& app, Action* action);
 // `openshell provider ...`.
 void add_provider_commands(CLI::App& app, Action* action);
 
+// `openshell forward ...`.
+void add_forward_commands(CLI::App& app, Action* action);
+
 // `openshell image ...`.
 void add_image_commands(CLI::App& app, Action* action);
 // `openshell image push`, below `image`.

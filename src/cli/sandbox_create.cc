@@ -24,6 +24,7 @@
 #include "cli/connect.h"
 #include "cli/copy.h"
 #include "cli/env_file.h"
+#include "cli/forwards.h"
 #include "cli/gateway_client.h"
 #include "cli/images.h"
 #include "cli/run_options.h"
@@ -69,7 +70,8 @@ void hint_on_interrupt(const std::string& name) {
 struct CreateOptions {
   std::string name, from = "base", policy, cpu, memory, pids, tmp_size, shm_size, user,
                     output = "table", restart, vm_kernel;
-  std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers, uploads;
+  std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers, uploads,
+      forwards;
   bool git_ignore = true;
   bool no_keep = false, detach = false, insecure = false, vm = false;
   bool name_given = false;  // --name, even an empty one
@@ -213,6 +215,7 @@ int create(const CreateOptions& o) {
   if (!o.providers.empty()) body["providers"] = o.providers;
   // With files to copy in, it starts once they are there.
   if (!o.uploads.empty()) body["start"] = false;
+  for (const auto& f : o.forwards) body["forwards"].push_back(parse_forward(f, "--forward " + f));
   json sandbox;
   try {
     sandbox = client.call("POST", "/v1/sandboxes?wait=ready", body.dump());
@@ -232,6 +235,7 @@ int create(const CreateOptions& o) {
     log::error("sandbox '" + name + "' failed to start: " + why(sandbox));
     return exit_status_of(sandbox);
   }
+  if (!o.forwards.empty()) warn_about_forwards(client, name);
   // With a terminal, this one is attached to it (Ctrl-P Ctrl-Q detaches).
   if (spec.tty && !o.detach) {
     ConnectOptions connect;
@@ -305,6 +309,9 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
                            "the main process starts: LOCAL[:DEST] (repeatable)"));
   c->add_flag("!--no-git-ignore", o->git_ignore,
               "With --upload, copy everything, also what .gitignore leaves out");
+  repeatable(c->add_option("--forward", o->forwards,
+                           "Forward the host's [BIND:]PORT (BIND default 127.0.0.1) to its "
+                           "127.0.0.1:PORT, as 'openshell forward start' does (repeatable)"));
   c->add_flag("--no-keep", o->no_keep, "Delete the sandbox once its main process exits");
   c->add_option("--restart", o->restart,
                 "Start it again when the gateway starts and finds it gone (the host came back): "

@@ -94,18 +94,27 @@ const std::vector<Gateway::Route>& Gateway::routes() {
        called(&Gateway::attach_provider)},
       {"DELETE", false, "/v1/sandboxes/{name}/providers", A::kAdmin,
        called(&Gateway::detach_provider)},
+      // Port forwards (forwards.cc): the sandbox's owner's, like the sandbox.
+      {"GET", false, "/v1/forwards", A::kAnyone, called(&Gateway::list_all_forwards)},
+      {"GET", false, "/v1/sandboxes/{name}/forwards", A::kOwner, called(&Gateway::list_forwards)},
+      {"POST", false, "/v1/sandboxes/{name}/forwards", A::kOwner, called(&Gateway::add_forward)},
+      {"DELETE", false, "/v1/sandboxes/{name}/forwards/{port}", A::kOwner,
+       called(&Gateway::remove_forward)},
   };
   return table;
 }
 
-// Whether the path fits the pattern; its {name} goes to *name.
+// Whether the path fits the pattern; its {name} goes to *name, another
+// {...} (the {port} of a forward) to *item.
 static bool path_matches(const std::vector<std::string>& path, const std::string& pattern,
-                         std::string* name) {
+                         std::string* name, std::string* item) {
   auto want = text::split(pattern, '/');
   if (want.size() != path.size()) return false;
   for (size_t i = 0; i < want.size(); ++i) {
     if (want[i] == "{name}")
       *name = path[i];
+    else if (want[i].starts_with("{"))
+      *item = path[i];
     else if (want[i] != path[i])
       return false;
   }
@@ -118,9 +127,9 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   if (parts.size() < 2 || parts[1] != "v1")
     throw ApiError(404, "not_found", "no such API path: " + req.path);
   for (const Route& r : routes()) {
-    Call call{exchange, "", principal_of(exchange->peer(), ::geteuid())};
+    Call call{exchange, "", "", principal_of(exchange->peer(), ::geteuid())};
     if (r.websocket ? !req.websocket : req.method != r.method) continue;
-    if (!path_matches(parts, r.pattern, &call.name)) continue;
+    if (!path_matches(parts, r.pattern, &call.name, &call.item)) continue;
     authorize(r, call);
     return r.handler(*this, call);
   }

@@ -306,8 +306,9 @@ void Gateway::finish_delete(const std::string& id) {
   }
   if (gone_.size() > 256) gone_.erase(gone_.begin());
   gone_[id] = view(*record);
-  store_->remove(id);
+  store_->remove(id);  // and its forwards
   supervised_.erase(id);
+  forward_states_.erase(id);
   notify(id);
 }
 

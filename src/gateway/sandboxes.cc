@@ -283,6 +283,11 @@ void Gateway::create(const Call& call) {
     refuse(call, "admin_only",
            "attaching a provider is for admins, and " + call.who.name + " is not one");
   for (const auto& p : providers) find_provider(p);
+  // Port forwards (--forward), each free, before anything is made.
+  std::vector<ForwardRecord> forwards = forwards_to_create(call, body);
+  if (spec.vm && !forwards.empty())
+    throw ApiError(400, "unsupported",
+                   "--forward: port forwards into a micro-VM sandbox are not supported");
   // Before the gateway looks at any of them with its own rights.
   check_host_paths(call, spec, given_kernel);
   if (spec.vm) check_vm_host(*spec.vm, given_kernel.empty());
@@ -336,6 +341,11 @@ void Gateway::create(const Call& call) {
   store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
   // Before the launch, which puts their placeholders in the env.
   if (!providers.empty()) attach_providers(record, providers);
+  // Before the launch too: the supervisor's welcome carries them.
+  for (auto& f : forwards) {
+    f.sandbox_id = id;
+    store_->insert_forward(f);
+  }
   store_->append_event(
       id, "Created",
       "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),

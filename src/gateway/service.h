@@ -102,6 +102,7 @@ class Gateway {
   struct Call {
     std::shared_ptr<net::Exchange> exchange;
     std::string name;  // the path's {name}, where the route has one
+    std::string item;  // its other parameter ({port}), where it has one
     Principal who;
   };
   // Who may call a route; checked by route() before any handler runs.
@@ -182,6 +183,24 @@ class Gateway {
   void send_credentials(const std::string& id);
   // A sandbox's writable layer as a new image (commit.cc).
   void commit_sandbox(const Call& call);
+  // Port forwards (forwards.cc).
+  void list_all_forwards(const Call& call);
+  void list_forwards(const Call& call);
+  void add_forward(const Call& call);
+  void remove_forward(const Call& call);
+  json forward_view(const ForwardRecord& forward, const SandboxRecord& sandbox) const;
+  // create's "forwards" ([{"bind", "port"}]), checked and free (ApiError
+  // 400, 409), before the sandbox is made; stored by the caller.
+  std::vector<ForwardRecord> forwards_to_create(const Call& call, const json& body);
+  // The sandbox's forwards to its supervisor, when its session is open.
+  void send_forwards(const std::string& id);
+  std::vector<protocol::session::Forward> session_forwards(const std::string& id) const;
+  // Runs `then` with the supervisor's next report of forward states that
+  // `done` accepts, or with nullptr after a few seconds without one.
+  using ForwardStates = std::vector<protocol::session::ForwardState>;
+  void await_forward_report(const std::string& id, std::function<bool(const ForwardStates&)> done,
+                            std::function<void(const ForwardStates*)> then);
+  void forward_report(const std::string& id, const ForwardStates& states);
 
   // Lifecycle
   void save(SandboxRecord& record);
@@ -277,6 +296,15 @@ class Gateway {
   std::map<std::pair<std::string, int64_t>,
            std::function<void(const protocol::session::PolicyApplied&)>>
       policy_acks_;
+  // Each sandbox's forwards as its supervisor last reported them (since its
+  // session's hello), and who waits for its next report.
+  std::map<std::string, ForwardStates> forward_states_;
+  struct ForwardWaiter {
+    std::function<bool(const ForwardStates&)> done;
+    std::function<void(const ForwardStates*)> then;
+    std::shared_ptr<asio::steady_timer> timer;
+  };
+  std::map<std::string, std::vector<ForwardWaiter>> forward_waiters_;
 };
 
 }  // namespace openshell::gateway

@@ -88,9 +88,12 @@ void Gateway::on_hello(const std::shared_ptr<net::WebSocket>& ws,
   }
   // The environment, which the launch file names only by its digest.
   // The providers' credentials too, which no file holds.
-  ws->send(protocol::encode(session::Welcome{SandboxSpec::from_json(record->spec).env,
-                                             credentials_of(record->id)}),
-           false);
+  // And its forwards, whose states this session reports afresh.
+  forward_states_.erase(record->id);
+  ws->send(
+      protocol::encode(session::Welcome{SandboxSpec::from_json(record->spec).env,
+                                        credentials_of(record->id), session_forwards(record->id)}),
+      false);
 }
 
 void Gateway::on_session_message(const std::string& id,
@@ -105,6 +108,8 @@ void Gateway::on_session_message(const std::string& id,
     }
     return;
   }
+  if (auto* report = std::get_if<session::ForwardStates>(&message))
+    return forward_report(id, report->forwards);
   const auto* status = std::get_if<session::Status>(&message);
   auto record = store_->find_by_id(id);
   if (!record || !status || status->generation != record->generation) return;

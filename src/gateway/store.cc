@@ -74,6 +74,14 @@ CREATE TABLE IF NOT EXISTS provider_attachments (
   provider TEXT NOT NULL,
   PRIMARY KEY (sandbox_id, provider)
 );
+CREATE TABLE IF NOT EXISTS forwards (
+  sandbox_id TEXT NOT NULL,
+  bind TEXT NOT NULL,
+  port INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (bind, port),
+  UNIQUE (sandbox_id, port)
+);
 )sql";
 
 constexpr const char* kSandboxColumns =
@@ -518,6 +526,7 @@ void Store::remove(const std::string& id) {
     Statement(db_, "DELETE FROM events WHERE sandbox_id = ?1").bind(1, id).run();
     Statement(db_, "DELETE FROM policies WHERE sandbox_id = ?1").bind(1, id).run();
     Statement(db_, "DELETE FROM provider_attachments WHERE sandbox_id = ?1").bind(1, id).run();
+    Statement(db_, "DELETE FROM forwards WHERE sandbox_id = ?1").bind(1, id).run();
     Statement(db_, "DELETE FROM sandboxes WHERE id = ?1").bind(1, id).run();
   });
 }
@@ -755,6 +764,63 @@ std::vector<std::string> Store::sandboxes_of(const std::string& provider) const 
   std::vector<std::string> out;
   while (statement.step()) out.push_back(statement.text(0));
   return out;
+}
+
+void Store::insert_forward(const ForwardRecord& record) {
+  write_transaction(db_, "add forward " + record.bind + ":" + std::to_string(record.port), [&] {
+    Statement statement(
+        db_, "INSERT INTO forwards (sandbox_id, bind, port, created_ms) VALUES (?1, ?2, ?3, ?4)");
+    statement.bind(1, record.sandbox_id).bind(2, record.bind);
+    statement.bind(3, int64_t{record.port}).bind(4, record.created_ms);
+    try {
+      statement.run();
+    } catch (const SqliteError& e) {
+      if (e.code() == SQLITE_CONSTRAINT_PRIMARYKEY || e.code() == SQLITE_CONSTRAINT_UNIQUE)
+        throw ForwardTaken(record.bind + ":" + std::to_string(record.port));
+      throw;
+    }
+  });
+}
+
+void Store::remove_forward(const std::string& sandbox_id, uint16_t port) {
+  write_transaction(db_, "remove forward of port " + std::to_string(port), [&] {
+    Statement(db_, "DELETE FROM forwards WHERE sandbox_id = ?1 AND port = ?2")
+        .bind(1, sandbox_id)
+        .bind(2, int64_t{port})
+        .run();
+  });
+}
+
+static std::vector<ForwardRecord> read_forwards(sqlite3* db, Statement& statement) {
+  std::vector<ForwardRecord> out;
+  while (statement.step()) {
+    ForwardRecord r;
+    r.sandbox_id = statement.text(0);
+    r.bind = statement.text(1);
+    const int64_t port = statement.int64(2);
+    if (port < 1 || port > 65535)
+      throw Error(db_path(db) + ": forward of sandbox " + r.sandbox_id + ": port " +
+                  std::to_string(port) + " out of range");
+    r.port = static_cast<uint16_t>(port);
+    r.created_ms = statement.int64(3);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<ForwardRecord> Store::forwards() const {
+  Statement statement(db_,
+                      "SELECT sandbox_id, bind, port, created_ms FROM forwards "
+                      "ORDER BY created_ms, port");
+  return read_forwards(db_, statement);
+}
+
+std::vector<ForwardRecord> Store::forwards_of(const std::string& sandbox_id) const {
+  Statement statement(db_,
+                      "SELECT sandbox_id, bind, port, created_ms FROM forwards "
+                      "WHERE sandbox_id = ?1 ORDER BY created_ms, port");
+  statement.bind(1, sandbox_id);
+  return read_forwards(db_, statement);
 }
 
 }  // namespace openshell::gateway

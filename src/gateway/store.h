@@ -104,6 +104,23 @@ class ProviderTaken : public Error {
       : Error("provider '" + name + "' already exists") {}
 };
 
+// A port forward of a sandbox: the host's BIND:PORT to the sandbox's
+// 127.0.0.1:PORT. One BIND:PORT is one forward; a sandbox's port is one
+// forward. Removed with the sandbox.
+struct ForwardRecord {
+  std::string sandbox_id;
+  std::string bind;
+  uint16_t port = 0;
+  int64_t created_ms = 0;
+  bool operator==(const ForwardRecord&) const = default;
+};
+
+class ForwardTaken : public Error {
+ public:
+  explicit ForwardTaken(const std::string& where)
+      : Error("a forward of " + where + " exists already") {}
+};
+
 class NameTaken : public Error {
  public:
   explicit NameTaken(const std::string& name) : Error("sandbox name '" + name + "' is taken") {}
@@ -156,6 +173,13 @@ class Store {
   void detach_provider(const std::string& sandbox_id, const std::string& provider);
   std::vector<std::string> providers_of(const std::string& sandbox_id) const;  // by name
   std::vector<std::string> sandboxes_of(const std::string& provider) const;    // ids
+
+  // Forwards. ForwardTaken when the BIND:PORT is forwarded already, or the
+  // sandbox forwards that port already (from another BIND).
+  void insert_forward(const ForwardRecord& record);
+  void remove_forward(const std::string& sandbox_id, uint16_t port);
+  std::vector<ForwardRecord> forwards() const;  // oldest first
+  std::vector<ForwardRecord> forwards_of(const std::string& sandbox_id) const;
 
   // How a sandbox's spec rests in the database: `seal` before every write,
   // `open` after every read (so callers see the spec as it was given);

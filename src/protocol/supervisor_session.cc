@@ -78,15 +78,75 @@ void from_json(const json& j, Credentials& m) {
   r.no_others();
 }
 
-// Without providers, a welcome as before them (an older supervisor reads it).
+void to_json(json& j, const Forward& m) { j = {{"bind", m.bind}, {"port", m.port}}; }
+
+// The optional "forwards" field, each item checked field by field.
+static std::vector<Forward> read_forwards(FieldReader& r, const char* type) {
+  std::vector<Forward> out;
+  const json* list = r.raw("forwards");
+  if (!list) return out;
+  if (!list->is_array())
+    throw ProtocolError(std::string("\"") + type + "\" message: field \"forwards\" must be a list");
+  for (const json& item : *list) {
+    FieldReader f(item, std::string(type) + " forward");
+    Forward forward;
+    f.required("bind", &forward.bind);
+    f.required("port", &forward.port);
+    f.no_others();
+    if (forward.port == 0)
+      throw ProtocolError(std::string("\"") + type + " forward\" message: port 0");
+    out.push_back(std::move(forward));
+  }
+  return out;
+}
+
+void to_json(json& j, const Forwards& m) { j = {{"forwards", m.forwards}}; }
+void from_json(const json& j, Forwards& m) {
+  FieldReader r(j, Forwards::kType);
+  if (!r.raw("forwards")) throw ProtocolError("\"forwards\" message: missing field \"forwards\"");
+  m.forwards = read_forwards(r, Forwards::kType);
+  r.no_others();
+}
+
+void to_json(json& j, const ForwardState& m) {
+  j = {{"bind", m.bind}, {"port", m.port}, {"state", m.state}};
+  if (!m.error.empty()) j["error"] = m.error;
+}
+void to_json(json& j, const ForwardStates& m) { j = {{"forwards", m.forwards}}; }
+void from_json(const json& j, ForwardStates& m) {
+  FieldReader r(j, ForwardStates::kType);
+  const json* list = r.raw("forwards");
+  if (!list) throw ProtocolError("\"forward_states\" message: missing field \"forwards\"");
+  if (!list->is_array())
+    throw ProtocolError("\"forward_states\" message: field \"forwards\" must be a list");
+  for (const json& item : *list) {
+    FieldReader f(item, "forward_states forward");
+    ForwardState state;
+    f.required("bind", &state.bind);
+    f.required("port", &state.port);
+    f.required("state", &state.state);
+    f.optional("error", &state.error);
+    f.no_others();
+    if (state.state != "listening" && state.state != "error")
+      throw ProtocolError(
+          "\"forward_states forward\" message: field \"state\" must be listening or error");
+    m.forwards.push_back(std::move(state));
+  }
+  r.no_others();
+}
+
+// Without providers or forwards, a welcome as before them (an older
+// supervisor reads it).
 void to_json(json& j, const Welcome& m) {
   j = {{"env", m.env}};
   if (!m.credentials.empty()) j["credentials"] = m.credentials;
+  if (!m.forwards.empty()) j["forwards"] = m.forwards;
 }
 void from_json(const json& j, Welcome& m) {
   FieldReader r(j, Welcome::kType);
   r.required("env", &m.env);
   m.credentials = read_credentials(r, Welcome::kType);
+  m.forwards = read_forwards(r, Welcome::kType);
   r.no_others();
 }
 

@@ -3,9 +3,9 @@
 // "The supervisor session", is its description.
 //
 //   supervisor -> gateway: Hello (first, on every connection), Status,
-//                          PolicyApplied
+//                          PolicyApplied, ForwardStates
 //   gateway -> supervisor: Welcome, Superseded, Rejected, Stop, Policy,
-//                          Credentials
+//                          Credentials, Forwards
 //
 // A final Status is also the supervisor's exit file (sandboxes/ID/exit.json),
 // without its "type".
@@ -63,10 +63,42 @@ struct Credential {
   bool operator==(const Credential&) const = default;
 };
 
+// A port forward: the host's BIND:PORT to 127.0.0.1:PORT in the sandbox.
+struct Forward {
+  std::string bind;  // an IP address of the host ("127.0.0.1", "::1", "0.0.0.0")
+  uint16_t port = 0;
+  bool operator==(const Forward&) const = default;
+  auto operator<=>(const Forward&) const = default;
+};
+
 struct Welcome {
   static constexpr const char* kType = "welcome";
   std::vector<std::string> env;         // the spec's, which the launch file names by its digest
   std::vector<Credential> credentials;  // absent from an older gateway's: none
+  std::vector<Forward> forwards;        // absent when none (an older supervisor reads it then)
+};
+
+// The whole set of the sandbox's forwards, replacing what came before: sent
+// when one is added or removed. The supervisor keeps the listeners of those
+// that stay (their connections go on), closes the others' and opens the new.
+struct Forwards {
+  static constexpr const char* kType = "forwards";
+  std::vector<Forward> forwards;
+};
+
+// How each forward of the supervisor's set stands: "listening", or "error"
+// with why ("127.0.0.1:8080: Address already in use"). Sent after every
+// welcome and forwards message, and when one changes.
+struct ForwardState {
+  std::string bind;
+  uint16_t port = 0;
+  std::string state;
+  std::string error;
+  bool operator==(const ForwardState&) const = default;
+};
+struct ForwardStates {
+  static constexpr const char* kType = "forward_states";
+  std::vector<ForwardState> forwards;
 };
 
 // The whole set of the sandbox's credentials, replacing what came before:
@@ -97,8 +129,9 @@ struct Policy {
   std::string text;  // TOML; empty: the default policy
 };
 
-using ToGateway = std::variant<Hello, Status, PolicyApplied>;
-using ToSupervisor = std::variant<Welcome, Superseded, Rejected, Stop, Policy, Credentials>;
+using ToGateway = std::variant<Hello, Status, PolicyApplied, ForwardStates>;
+using ToSupervisor =
+    std::variant<Welcome, Superseded, Rejected, Stop, Policy, Credentials, Forwards>;
 
 // Throw ProtocolError: "supervisor session: "status" message: missing field ...".
 inline ToGateway decode_to_gateway(std::string_view text) {
@@ -131,5 +164,11 @@ void to_json(json& j, const Stop& m);
 void from_json(const json& j, Stop& m);
 void to_json(json& j, const Policy& m);
 void from_json(const json& j, Policy& m);
+void to_json(json& j, const Forward& m);
+void to_json(json& j, const Forwards& m);
+void from_json(const json& j, Forwards& m);
+void to_json(json& j, const ForwardState& m);
+void to_json(json& j, const ForwardStates& m);
+void from_json(const json& j, ForwardStates& m);
 
 }  // namespace openshell::protocol::session

@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,6 +274,12 @@ class Init {
         send(
             make_message({"failed", "0", std::to_string(exit_code::kFailure), "0", "bad request"}));
       }
+    } else if (message.kind == InitMessage::Kind::kSocket && message.fields.size() == 1) {
+      // For a port forward (see init_protocol.h): made here, connected by the owner.
+      UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      const int fd = sock.get();
+      send(make_message({"socket", message.fields[0], std::to_string(sock ? 0 : errno)}),
+           sock ? &fd : nullptr, sock ? 1 : 0);
     } else if (message.kind == InitMessage::Kind::kKill && message.fields.size() == 2) {
       uint64_t id = std::strtoull(message.fields[0].c_str(), nullptr, 10);
       int sig = std::atoi(message.fields[1].c_str());

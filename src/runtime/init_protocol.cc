@@ -34,6 +34,8 @@ InitMessage parse_message(std::string_view packet) {
     message.kind = InitMessage::Kind::kExec;
   else if (kind == "kill")
     message.kind = InitMessage::Kind::kKill;
+  else if (kind == "socket")
+    message.kind = InitMessage::Kind::kSocket;
   message.fields.assign(parts.begin() + 1, parts.end());
   return message;
 }

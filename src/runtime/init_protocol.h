@@ -13,10 +13,22 @@
 //          UID GID: the ids it runs as, when not the init's own
 //          fds: stdin, stdout, stderr (when TTY is "0")
 //     kill ID SIGNAL
+//     socket ID               a TCP socket made in the sandbox's network namespace
 //   init -> owner
 //     started ID PID          fds: the pty master (when TTY is "1")
 //     failed ID EXIT_CODE ERRNO WHAT
 //     exited ID STATUS        STATUS: the exit code, or 128+N for signal N
+//     socket ID ERRNO         fds: the socket (when ERRNO is 0); IDs of their own
+//
+// Why the init makes the sockets of port forwards: a socket belongs to the
+// network namespace it was made in, whoever connects it later. The owner
+// cannot enter the sandbox's namespace itself when rootless (setns of a
+// network namespace needs CAP_SYS_ADMIN in the user namespace that owns it,
+// and the owner is outside the sandbox's), and as root entering would only
+// make a second path for the same thing. The init, already inside, makes an
+// unconnected socket and hands it over; the owner connects it to the
+// sandbox's loopback, outside the sandbox's seccomp filter and Landlock
+// domain, which confine what the sandbox's own processes do, not this.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +60,7 @@ struct ExecRequest {
 };
 
 struct InitMessage {
-  enum class Kind { kStarted, kFailed, kExited, kExec, kKill, kUnknown };
+  enum class Kind { kStarted, kFailed, kExited, kExec, kKill, kSocket, kUnknown };
   Kind kind = Kind::kUnknown;
   std::vector<std::string> fields;  // after the kind
 };

@@ -50,6 +50,10 @@ long Supervisor::read_control() {
   long n = receive_packet(control_.native_handle(), &packet, &fds);
   if (n <= 0) return n;
   runtime::InitMessage m = runtime::parse_message(packet);
+  if (m.kind == runtime::InitMessage::Kind::kSocket) {
+    socket_made(m, fds);
+    return n;
+  }
   uint64_t id = m.fields.empty() ? 0 : std::strtoull(m.fields[0].c_str(), nullptr, 10);
   auto it = execs_.find(id);
   if (it == execs_.end()) {

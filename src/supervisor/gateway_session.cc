@@ -72,6 +72,9 @@ void Supervisor::on_session_message(const std::string& data) {
         fail_start(exit_code::kFailure, spec_error_);
     }
     report_status();
+    // Every welcome carries the whole set: after a gateway's restart the
+    // same set, whose listeners (and connections) stay as they are.
+    apply_forwards(welcome->forwards);
   } else if (std::holds_alternative<session::Superseded>(message) ||
              std::holds_alternative<session::Rejected>(message)) {
     // Another launch of this sandbox is current, or ours is not valid: end,
@@ -101,6 +104,8 @@ void Supervisor::on_session_message(const std::string& data) {
     credentials_ = std::move(update->credentials);
     apply_credentials();
     log::debug("credentials updated (" + std::to_string(credentials_.size()) + ")");
+  } else if (auto* forwards = std::get_if<session::Forwards>(&message)) {
+    apply_forwards(forwards->forwards);
   }
 }
 

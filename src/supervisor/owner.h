@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "runtime/init_protocol.h"
 #include "spec/sandbox_spec.h"
 #include "supervisor/console.h"
+#include "supervisor/forwards.h"
 #include "supervisor/guest_vm.h"
 
 namespace openshell::net {
@@ -111,6 +113,14 @@ class Supervisor {
   void on_session_message(const std::string& data);
   void report_status();
   protocol::session::Status status() const;
+  // port_forwards.cc: port forwards (forwards.h), relayed by this process.
+  void apply_forwards(const std::vector<protocol::session::Forward>& forwards);
+  void report_forwards();
+  // An unconnected TCP socket of the sandbox's network namespace, made by
+  // its init (runtime/init_protocol.h), to `done`; or none and why.
+  void sandbox_socket(std::function<void(UniqueFd, const std::string&)> done);
+  void socket_made(const runtime::InitMessage& message, PacketFds& fds);
+  void fail_socket_requests(const std::string& why);
   // egress.cc: the sandbox's proxy and DNS stub.
   void start_egress();
   void apply_policy(const std::string& text, int64_t revision);
@@ -167,6 +177,10 @@ class Supervisor {
   std::string socket_path_;
   std::string spec_error_;  // why the spec cannot become a container
   std::unique_ptr<egress::Proxy> proxy_;
+  std::vector<protocol::session::Forward> forwards_wanted_;  // the gateway's latest set
+  std::unique_ptr<ForwardSet> forwards_;
+  std::map<uint64_t, std::function<void(UniqueFd, const std::string&)>> socket_requests_;
+  uint64_t next_socket_ = 1;
   std::unique_ptr<logfile::RotatingFile> network_log_;  // the proxy's decisions
   // The main process's output for `sandbox connect`, and its terminal.
   Console console_;

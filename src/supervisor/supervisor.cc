@@ -171,6 +171,10 @@ void Supervisor::container_ended(int status) {
   }
   for (auto& [id, session] : std::map(execs_)) session->sandbox_gone();
   console_.ended(status, streams_open_ <= 0);
+  // Its forwards' listeners close with it: a connection to one is refused
+  // by the host's kernel, not accepted and dropped.
+  fail_socket_requests("the sandbox has ended");
+  if (forwards_) forwards_->close_all();
   boost::system::error_code ignored;
   control_.close(ignored);
   write_exit_file();

@@ -10,6 +10,7 @@
 // shown by the same calls succeeding on their own sandboxes.
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -471,6 +472,53 @@ TEST_P(Authz, OnlyAdminsMakeOrAttachProviders) {
   expect_refused(call(alice_, "DELETE", "/v1/providers/gh"), "admin_only");
   EXPECT_EQ(call(alice_, "DELETE", "/v1/sandboxes/alice-box").status, 200);
   EXPECT_EQ(call(root_, "DELETE", "/v1/providers/gh").status, 200);
+}
+
+// A port forward is its sandbox's: only its owner (or an admin) starts,
+// stops or sees one; another user's attempts are refused and change nothing.
+TEST_P(Authz, ForwardsAreTheirSandboxOwnersAlone) {
+  start_shared_gateway();
+  create(alice_, "alice-fwd");
+  create(bob_, "bob-fwd");
+  int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(probe);
+  const int port = ntohs(addr.sin_port);
+  const std::string body = json({{"port", port}}).dump();
+  const std::string alices = "/v1/sandboxes/alice-fwd/forwards";
+  Reply made = call(alice_, "POST", alices, body);
+  ASSERT_EQ(made.status, 201) << made.raw;
+  EXPECT_EQ(made.json_body().value("state", ""), "listening") << made.raw;
+  // Bob may not add to, stop or read alice's.
+  expect_refused(call(bob_, "POST", alices, body), "not_owner");
+  expect_refused(call(bob_, "DELETE", alices + "/" + std::to_string(port)), "not_owner");
+  expect_refused(call(bob_, "GET", alices), "not_owner");
+  Reply bobs_view = call(bob_, "GET", "/v1/forwards");
+  ASSERT_EQ(bobs_view.status, 200) << bobs_view.raw;
+  EXPECT_EQ(bobs_view.json_body().value("forwards", json()), json::array()) << bobs_view.raw;
+  expect_refused(call(bob_, "GET", "/v1/forwards?all=1"), "admin_only");
+  Result bob_cli = cli(bob_, "forward stop " + std::to_string(port) + " alice-fwd");
+  EXPECT_EQ(bob_cli.status, 125) << bob_cli.out;
+  EXPECT_THAT(bob_cli.out, HasSubstr("is not " + std::string(kBob) + "'s"));
+  // A BIND:PORT taken by alice's is refused to bob without naming her sandbox.
+  Reply clash = call(bob_, "POST", "/v1/sandboxes/bob-fwd/forwards", body);
+  EXPECT_EQ(clash.status, 409) << clash.raw;
+  EXPECT_EQ(clash.code(), "forward_exists");
+  EXPECT_THAT(clash.message(), Not(HasSubstr("alice-fwd")));
+  // Alice's forward is as it was; she sees it, and so does root with all=1.
+  Reply alices_view = call(alice_, "GET", "/v1/forwards");
+  ASSERT_EQ(alices_view.json_body().value("forwards", json::array()).size(), 1u) << alices_view.raw;
+  EXPECT_EQ(alices_view.json_body()["forwards"][0].value("state", ""), "listening");
+  Reply roots = call(root_, "GET", "/v1/forwards?all=1");
+  EXPECT_THAT(roots.body, HasSubstr("\"sandbox\":\"alice-fwd\""));
+  EXPECT_EQ(call(alice_, "DELETE", alices + "/" + std::to_string(port)).status, 200);
+  EXPECT_EQ(call(alice_, "DELETE", "/v1/sandboxes/alice-fwd").status, 200);
+  EXPECT_EQ(call(bob_, "DELETE", "/v1/sandboxes/bob-fwd").status, 200);
 }
 
 // The same through the command line: each user's `openshell

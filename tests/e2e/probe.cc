@@ -233,6 +233,51 @@ int exec_handoff(const char* path) {
   return 1;
 }
 
+// A TCP server on 127.0.0.1:PORT for the port forward tests, one process
+// per connection: every chunk read is written back at once, and at the end
+// of the client's writes one more line, "eof after N bytes", then the close
+// (so a half-closed client still reads its reply). Prints "serving PORT"
+// once it listens; runs until it is killed.
+int tcp_serve(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(fd, 128) != 0)
+    return result(-1);
+  ::signal(SIGCHLD, SIG_IGN);  // each connection's process reaps itself
+  std::printf("serving %d\n", port);
+  std::fflush(stdout);
+  for (;;) {
+    int conn = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    if (::fork() == 0) {
+      ::close(fd);
+      char buf[65536];
+      size_t total = 0;
+      for (;;) {
+        ssize_t n = ::read(conn, buf, sizeof buf);
+        if (n <= 0) break;
+        total += static_cast<size_t>(n);
+        for (ssize_t off = 0; off < n;) {
+          ssize_t w = ::write(conn, buf + off, static_cast<size_t>(n - off));
+          if (w <= 0) ::_exit(1);
+          off += w;
+        }
+      }
+      std::string line = "eof after " + std::to_string(total) + " bytes\n";
+      ssize_t ignored = ::write(conn, line.data(), line.size());
+      (void)ignored;
+      ::_exit(0);
+    }
+    ::close(conn);
+  }
+}
+
 int tcp_connect(const char* host, int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return result(-1);
@@ -1077,6 +1122,7 @@ int main(int argc, char** argv) {
   if (action == "packet-socket") return result(::socket(AF_PACKET, SOCK_RAW, 0));
   if (action == "tcp-socket") return result(::socket(AF_INET, SOCK_STREAM, 0));
   if (action == "connect") return tcp_connect(arg(2), std::atoi(arg(3)));
+  if (action == "tcp-serve") return tcp_serve(std::atoi(arg(2)));
   if (action == "http-unix") return http_unix(arg(2), arg(3), arg(4), argc > 5 ? argv[5] : nullptr);
   if (action == "exec-handoff") return exec_handoff(arg(2));
   if (action == "write") return write_file(arg(2), argc > 3 ? argv[3] : "osh-probe\n");

@@ -33,6 +33,8 @@ TEST(InitProtocolParse, EachKindAndItsFields) {
       {msg({"exec", "1"}), Kind::kExec, {"1"}},
       {msg({"kill", "3", "15"}), Kind::kKill, {"3", "15"}},
       {msg({"kill"}), Kind::kKill, {}},
+      {msg({"socket", "7"}), Kind::kSocket, {"7"}},
+      {msg({"socket", "7", "0"}), Kind::kSocket, {"7", "0"}},
       {msg({"kill", "", ""}), Kind::kKill, {"", ""}},
       {msg({"bogus", "1"}), Kind::kUnknown, {"1"}},
       {msg({""}), Kind::kUnknown, {}},

@@ -156,7 +156,7 @@ TEST(SupervisorSessionMessages, EachRoundTripsAsDocumented) {
               s::decode_to_gateway);
   expect_wire(s::PolicyApplied{3, "bad rule"},
               R"({"type":"policy_applied","revision":3,"error":"bad rule"})", s::decode_to_gateway);
-  expect_wire(s::Welcome{{"A=1", "B=2"}}, R"({"type":"welcome","env":["A=1","B=2"]})",
+  expect_wire(s::Welcome{{"A=1", "B=2"}, {}, {}}, R"({"type":"welcome","env":["A=1","B=2"]})",
               s::decode_to_supervisor);
   expect_wire(
       s::Superseded{"launch generation 1 is superseded by generation 2"},
@@ -168,7 +168,7 @@ TEST(SupervisorSessionMessages, EachRoundTripsAsDocumented) {
   expect_wire(s::Policy{3, "version = 1\n"},
               R"({"type":"policy","revision":3,"text":"version = 1\n"})", s::decode_to_supervisor);
   const s::Credential gh{"GITHUB_TOKEN", "ghp_x", {"api.github.com:443", "github.com:443"}};
-  expect_wire(s::Welcome{{"A=1"}, {gh}},
+  expect_wire(s::Welcome{{"A=1"}, {gh}, {}},
               R"({"type":"welcome","env":["A=1"],"credentials":[{"key":"GITHUB_TOKEN",
                   "value":"ghp_x","endpoints":["api.github.com:443","github.com:443"]}]})",
               s::decode_to_supervisor);
@@ -178,6 +178,41 @@ TEST(SupervisorSessionMessages, EachRoundTripsAsDocumented) {
               s::decode_to_supervisor);
   expect_wire(s::Credentials{}, R"({"type":"credentials","credentials":[]})",
               s::decode_to_supervisor);
+}
+
+TEST(SupervisorSessionMessages, ForwardsAndTheirStatesRoundTrip) {
+  namespace s = session;
+  const s::Forward local{"127.0.0.1", 8080}, open{"0.0.0.0", 3000};
+  expect_wire(s::Welcome{{"A=1"}, {}, {local}},
+              R"({"type":"welcome","env":["A=1"],"forwards":[{"bind":"127.0.0.1","port":8080}]})",
+              s::decode_to_supervisor);
+  expect_wire(s::Forwards{{local, open}},
+              R"({"type":"forwards","forwards":[{"bind":"127.0.0.1","port":8080},
+                  {"bind":"0.0.0.0","port":3000}]})",
+              s::decode_to_supervisor);
+  expect_wire(s::Forwards{}, R"({"type":"forwards","forwards":[]})", s::decode_to_supervisor);
+  expect_wire(
+      s::ForwardStates{{{"127.0.0.1", 8080, "listening", ""},
+                        {"0.0.0.0", 3000, "error", "0.0.0.0:3000: Address already in use"}}},
+      R"({"type":"forward_states","forwards":[
+                  {"bind":"127.0.0.1","port":8080,"state":"listening"},
+                  {"bind":"0.0.0.0","port":3000,"state":"error",
+                   "error":"0.0.0.0:3000: Address already in use"}]})",
+      s::decode_to_gateway);
+  EXPECT_EQ(error_of(s::decode_to_supervisor, R"({"type":"forwards"})"),
+            "supervisor session: \"forwards\" message: missing field \"forwards\"");
+  EXPECT_EQ(error_of(s::decode_to_supervisor,
+                     R"({"type":"forwards","forwards":[{"bind":"127.0.0.1","port":70000}]})"),
+            "supervisor session: \"forwards forward\" message: field \"port\" must be an integer "
+            "from 0 to 65535");
+  EXPECT_EQ(error_of(s::decode_to_supervisor,
+                     R"({"type":"forwards","forwards":[{"bind":"127.0.0.1","port":0}]})"),
+            "supervisor session: \"forwards forward\" message: port 0");
+  EXPECT_EQ(
+      error_of(s::decode_to_gateway,
+               R"({"type":"forward_states","forwards":[{"bind":"::1","port":1,"state":"up"}]})"),
+      "supervisor session: \"forward_states forward\" message: field \"state\" must be "
+      "listening or error");
 }
 
 TEST(SupervisorSessionMessages, BadCredentialsAreRefusedNamingTheField) {
