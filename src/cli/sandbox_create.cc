@@ -66,6 +66,7 @@ struct CreateOptions {
   std::vector<std::string> env, env_files, binds, labels, command, ca_certs, providers;
   bool no_keep = false, detach = false, insecure = false, vm = false;
   bool name_given = false;  // --name, even an empty one
+  std::string gpu;          // --gpu: "all" or N; "": none
 };
 
 int create(const CreateOptions& o) {
@@ -134,6 +135,7 @@ int create(const CreateOptions& o) {
   if (o.vm)
     spec.vm =
         plan_vm("--cpu", o.cpu, o.memory, spec.policy, spec.policy_source, o.vm_kernel, !remote);
+  spec.gpu = o.gpu;  // validate() refuses a bad value, and one with --vm
   spec.no_keep = o.no_keep;
   spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
@@ -233,6 +235,7 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   c->add_option("--vm-kernel", o->vm_kernel,
                 "The guest kernel for --vm (default: $OPENSHELL_VM_KERNEL, else "
                 "/usr/lib/openshell/vmlinux)");
+  add_gpu_option(c, &o->gpu);
   c->add_flag("-d,--detach", o->detach, "Return once it runs, without showing its output");
   add_output(c, &o->output);
   c->add_option(

@@ -171,11 +171,11 @@ long now_ms() {
   return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void drop_to(Mode mode) {
+void drop_to(Mode mode, const std::vector<gid_t>& groups) {
   if (mode == Mode::kRoot) return;
   uid_t uid = uid_of(mode);
   gid_t gid = gid_of(mode);
-  if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 ||
+  if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(gid, gid, gid) != 0 ||
       ::setresuid(uid, uid, uid) != 0) {
     std::perror("drop privileges");
     ::_exit(121);
@@ -325,7 +325,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
       ::dup2(err_pipe[1], 2);
     }
     for (int fd : options.leak_fds) ::fcntl(fd, F_SETFD, 0);
-    drop_to(mode);
+    drop_to(mode, options.groups);
     if (::chdir(g.scratch.c_str()) != 0) ::_exit(122);
     ::execve(argv[0], argv.data(), envp.data());
     std::perror("exec openshell");
