@@ -136,14 +136,15 @@ TEST_P(Gpu, RunGetsTheCdiSpecsNodesEnvMountsAndHooks) {
                       "osh-probe open-device /dev/nvidia0; osh-probe open-device /dev/nvidiactl; "
                       "echo env=$OSH_GPU_TEST,$OSH_GPU0; "
                       "cat /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
-                      "osh-probe write /usr/lib/x86_64-linux-gnu/libcuda.so.1"},
+                      "osh-probe write /usr/lib/x86_64-linux-gnu/libcuda.so.1; true"},
                      gpu_host());
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("/dev/nvidia0\n/dev/nvidia1\n/dev/nvidiactl\n"));
   // The sandbox's user (1000, not the nodes' owner) opens them through
   // their group, writes, and its ioctl reaches the driver (seccomp lets it).
   EXPECT_THAT(r.out, HasSubstr(std::string(kOpened) + "\n" + kOpened + "\n"));
-  EXPECT_THAT(r.out, HasSubstr("env=from-cdi,yes\n"));
+  // "all" is the spec's own device of that name, not device 0.
+  EXPECT_THAT(r.out, HasSubstr("env=from-cdi,\n"));
   EXPECT_THAT(r.out, HasSubstr("fake libcuda\ndenied: EROFS"));
   EXPECT_THAT(r.err, HasSubstr("CDI spec skipped: " + host_ + "/cdi/broken.json"));
   // The hooks ran with the state: createContainer before the command,
@@ -188,7 +189,7 @@ TEST_P(Gpu, GpuOneTakesOnlyTheFirstAndNoOtherNodeCanBeReached) {
 }
 
 TEST_P(Gpu, NoNodeWithoutGpu) {
-  Result r = sandbox(mode(), {}, {"sh", "-c", "ls /dev; ls /usr/lib/x86_64-linux-gnu"}, gpu_host());
+  Result r = sandbox(mode(), {}, {"sh", "-c", "ls /dev; ls /usr/lib/x86_64-linux-gnu 2>&1; true"}, gpu_host());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("nvidia")));
   EXPECT_THAT(r.out, Not(HasSubstr("libcuda")));
@@ -200,7 +201,7 @@ TEST_P(Gpu, DiscoveryWithoutCdiFindsNodesLibrariesAndNvidiaSmi) {
                      {"sh", "-c",
                       "ls /dev /dev/nvidia-caps; osh-probe open-device /dev/nvidia0; "
                       "cat /usr/lib/x86_64-linux-gnu/libcuda.so.1; nvidia-smi; "
-                      "osh-probe write /usr/bin/nvidia-smi"},
+                      "osh-probe write /usr/bin/nvidia-smi; true"},
                      discovery_host());
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("nvidia0\n"));
@@ -219,8 +220,9 @@ TEST_P(Gpu, BadValuesAreRefusedInOneLine) {
   EXPECT_EQ(three.status, 125);
   EXPECT_THAT(three.err, HasSubstr("--gpu 3: the CDI specs of nvidia.com/gpu (" + host_ +
                                    "/cdi/nvidia.yaml) name GPUs 0, 1 only\n"));
-  Result none = sandbox(mode(), {"--gpu"}, {"true"},
-                        Options{.env = {"OPENSHELL_CDI_DIRS=", "OPENSHELL_GPU_ROOT=" + marks_}});
+  Options no_gpu;
+  no_gpu.env = {"OPENSHELL_CDI_DIRS=", "OPENSHELL_GPU_ROOT=" + marks_};
+  Result none = sandbox(mode(), {"--gpu"}, {"true"}, no_gpu);
   EXPECT_EQ(none.status, 125);
   EXPECT_THAT(none.err, HasSubstr("--gpu all: no NVIDIA GPU here"));
   Result vm = openshell(mode(), {"run", "--vm", "--gpu", "--", "true"}, gpu_host());
@@ -238,7 +240,7 @@ TEST_P(Gpu, SandboxCreateGetsTheGpus) {
                  "--no-keep", "--", "sh", "-c",
                  "ls /dev; osh-probe open-device /dev/nvidia0; osh-probe open-device "
                  "/dev/nvidiactl; echo env=$OSH_GPU_TEST; cat /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
-                 "osh-probe write /usr/lib/x86_64-linux-gnu/libcuda.so.1"},
+                 "osh-probe write /usr/lib/x86_64-linux-gnu/libcuda.so.1; true"},
                 gpu_host());
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("nvidia0\n"));
@@ -302,9 +304,11 @@ TEST_P(GpuHardware, NvidiaSmiAndCudaRunInASandbox) {
     GTEST_SKIP() << "neither nvcc nor cc to build the CUDA program";
   }
   ASSERT_EQ(std::system(build.c_str()), 0) << build;
+  Options slow;
+  slow.timeout_s = 120;
   Result r = openshell(mode(), {"run", "--gpu", "--bind", dir + ":/work", "--", "sh", "-c",
                                 "nvidia-smi -L && /work/probe"},
-                       Options{.timeout_s = 120});
+                       slow);
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("GPU 0: "));
   EXPECT_THAT(r.out, HasSubstr("cuda result 42"));

@@ -138,7 +138,7 @@ TEST(CdiParse, RefusesBadFilesNamingTheField) {
             "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].path: must be an absolute "
             "path");
   EXPECT_EQ(with_node(R"({"path":"/dev/../etc/shadow"})"),
-            "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].path: must not hold '..'");
+            "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].path: must not contain '..'");
   EXPECT_EQ(with_node(R"({"path":"/dev/a","major":-1})"),
             "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].major: must be between 0 "
             "and 4095");
@@ -405,7 +405,9 @@ TEST(GpuCgroup, DeviceRulesDenyAllThenAllowEachOnV1) {
               "a");
     EXPECT_EQ(openshell::testing::read_file(root / "devices/parent/openshell-test/devices.allow"),
               "c 195:0 rwm");
-    // The fake tree has files in it: removal is left to the TempDir.
+    // A fake tree's cgroup is a plain directory: emptied for its removal.
+    for (const char* knob : {"devices.deny", "devices.allow"})
+      ::unlink((root / ("devices/parent/openshell-test/" + std::string(knob))).c_str());
   }
   EXPECT_EQ(DeviceRule({'c', 136, std::nullopt, "rwm"}).text(), "c 136:* rwm");
   Limits none;
