@@ -364,7 +364,8 @@ void add_gpu_option(CLI::App* app, std::string* gpu) {
                   "Give it the host's NVIDIA GPUs: all (a bare --gpu), or the first N; from the "
                   "CDI specs in /etc/cdi and /var/run/cdi, else /dev/nvidia* (docs/gpu.md)")
       ->expected(0, 1)
-      ->default_str("all");
+      ->default_str("all")
+      ->option_text("[N|all]");
 }
 
 // --network-log FILE, rotated at --network-log-max into FILE.1 as the

@@ -140,8 +140,7 @@ json parse_yaml(std::string_view text, const std::string& file) {
   YamlDocument next;
   if (yaml_parser_load(&p.parser, &next.doc)) {
     next.loaded = true;
-    if (yaml_document_get_root_node(&next.doc))
-      throw Error(file + ": more than one YAML document");
+    if (yaml_document_get_root_node(&next.doc)) throw Error(file + ": more than one YAML document");
   }
   return out;
 }
@@ -369,7 +368,7 @@ bool supported_version(const std::string& version) {
   return minor && patch && *minor >= 3 && *minor <= 8;
 }
 
-// vendor.com/class: the vendor a domain-like name, the class a name.
+// VENDOR/CLASS: the vendor a domain-like name, the class a name.
 bool valid_kind(const std::string& kind) {
   const size_t slash = kind.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == kind.size() || kind.size() > 255)
@@ -396,7 +395,8 @@ bool valid_device_name(const std::string& name) {
 }
 
 bool has_suffix(const std::string& s, std::string_view suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() > suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -429,7 +429,9 @@ Spec parse(std::string_view text, const std::string& file, bool yaml) {
   if (!supported_version(spec.version))
     r.fail("cdiVersion", "'" + spec.version + "' is not supported (0.3.0 to 0.8.0 are)");
   spec.kind = r.member_string(root, "", "kind", true);
-  if (!valid_kind(spec.kind)) r.fail("kind", "'" + spec.kind + "': expected vendor.com/class");
+  if (!valid_kind(spec.kind))
+    r.fail("kind",
+           "'" + spec.kind + "': expected VENDOR/CLASS, a vendor's domain and a device class");
   const json* devices = r.member(root, "devices");
   if (!devices) r.fail("devices", "missing");
   if (!devices->is_array()) r.fail("devices", "must be a list");

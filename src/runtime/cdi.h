@@ -1,5 +1,5 @@
-// Container Device Interface specs (github.com/cncf-tags/container-device-
-// interface, SPEC.md, cdiVersion 0.3.0 to 0.8.0): JSON or YAML files that a
+// Container Device Interface specs (cdiVersion 0.3.0 to 0.8.0; SPEC.md of
+// https://github.com/cncf-tags/container-device-interface): JSON or YAML files that a
 // vendor's tool (nvidia-ctk cdi generate) writes into /etc/cdi or
 // /var/run/cdi, naming each device of a kind ("nvidia.com/gpu") and the
 // container edits it takes: device nodes, mounts, environment, hooks and
@@ -57,7 +57,7 @@ struct Device {
 struct Spec {
   std::string file;  // where it was read from, for messages
   std::string version;
-  std::string kind;  // "vendor.com/class"
+  std::string kind;  // VENDOR/CLASS: "nvidia.com/gpu"
   std::vector<Device> devices;
   Edits edits;  // the spec's own containerEdits, applied with any of its devices
   const Device* find(std::string_view name) const;

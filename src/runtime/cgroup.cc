@@ -76,8 +76,8 @@ std::string DeviceRule::text() const {
 std::vector<DeviceRule> default_device_rules() {
   std::vector<DeviceRule> rules;
   for (uint32_t minor : {3u, 5u, 7u, 8u, 9u}) rules.push_back({'c', 1, minor, "rwm"});
-  rules.push_back({'c', 5, 0, "rwm"});              // /dev/tty
-  rules.push_back({'c', 5, 2, "rwm"});              // /dev/ptmx
+  rules.push_back({'c', 5, 0, "rwm"});               // /dev/tty
+  rules.push_back({'c', 5, 2, "rwm"});               // /dev/ptmx
   rules.push_back({'c', 136, std::nullopt, "rwm"});  // /dev/pts/*
   return rules;
 }

@@ -350,7 +350,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     } else {
       keep_groups = true;
       std::vector<gid_t> mine(static_cast<size_t>(std::max(::getgroups(0, nullptr), 0)));
-      mine.resize(static_cast<size_t>(std::max(::getgroups(static_cast<int>(mine.size()), mine.data()), 0)));
+      mine.resize(static_cast<size_t>(
+          std::max(::getgroups(static_cast<int>(mine.size()), mine.data()), 0)));
       for (uint32_t gid : spec.host_groups)
         if (gid != ::getegid() && std::find(mine.begin(), mine.end(), gid) == mine.end())
           log::warn("--gpu: a device node is group " + std::to_string(gid) +

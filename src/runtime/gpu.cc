@@ -24,22 +24,36 @@ namespace {
 
 // The names openshell's own /dev holds (namespaces/kernel_paths.cc): a GPU
 // node may not take one.
-const char* const kOwnDevNames[] = {"null",  "zero", "full",  "random", "urandom", "tty", "pts",
-                                    "shm",   "ptmx", "fd",    "stdin",  "stdout",  "stderr"};
+const char* const kOwnDevNames[] = {"null", "zero", "full", "random", "urandom", "tty",   "pts",
+                                    "shm",  "ptmx", "fd",   "stdin",  "stdout",  "stderr"};
 
 // The driver's user-space libraries, by the start of their names, as the
 // NVIDIA Container Toolkit's list has them (compute and utility).
-const char* const kLibraryPrefixes[] = {
-    "libcuda.so",           "libcudadebugger.so",    "libnvidia-ml.so",
-    "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so", "libnvidia-gpucomp.so",
-    "libnvidia-allocator.so", "libnvidia-cfg.so",    "libnvidia-opencl.so",
-    "libnvidia-pkcs11.so",  "libnvcuvid.so",         "libnvidia-encode.so",
-    "libnvidia-opticalflow.so", "libnvidia-fatbinaryloader.so", "libnvidia-compiler.so"};
+const char* const kLibraryPrefixes[] = {"libcuda.so",
+                                        "libcudadebugger.so",
+                                        "libnvidia-ml.so",
+                                        "libnvidia-ptxjitcompiler.so",
+                                        "libnvidia-nvvm.so",
+                                        "libnvidia-gpucomp.so",
+                                        "libnvidia-allocator.so",
+                                        "libnvidia-cfg.so",
+                                        "libnvidia-opencl.so",
+                                        "libnvidia-pkcs11.so",
+                                        "libnvcuvid.so",
+                                        "libnvidia-encode.so",
+                                        "libnvidia-opticalflow.so",
+                                        "libnvidia-fatbinaryloader.so",
+                                        "libnvidia-compiler.so"};
 
 // Where libraries usually are, when ld.so.cache does not say.
-const char* const kLibraryDirs[] = {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-                                    "/usr/lib64", "/usr/lib", "/lib64", "/lib/x86_64-linux-gnu",
-                                    "/usr/local/nvidia/lib64", "/usr/lib/nvidia"};
+const char* const kLibraryDirs[] = {"/usr/lib/x86_64-linux-gnu",
+                                    "/usr/lib/aarch64-linux-gnu",
+                                    "/usr/lib64",
+                                    "/usr/lib",
+                                    "/lib64",
+                                    "/lib/x86_64-linux-gnu",
+                                    "/usr/local/nvidia/lib64",
+                                    "/usr/lib/nvidia"};
 
 const char* const kBinaries[] = {"/usr/bin/nvidia-smi", "/usr/bin/nvidia-debugdump"};
 
@@ -152,8 +166,8 @@ class Builder {
 void apply_edits(const cdi::Edits& edits, const std::string& shown, Builder* b, Plan* plan) {
   for (const auto& e : edits.env) plan->env.push_back(e);
   for (const auto& n : edits.device_nodes)
-    b->node(n.host_path.empty() ? n.path : n.host_path, n.path, n.type == 'p' ? 0 : n.type,
-            n.major, n.minor, n.permissions, shown);
+    b->node(n.host_path.empty() ? n.path : n.host_path, n.path, n.type == 'p' ? 0 : n.type, n.major,
+            n.minor, n.permissions, shown);
   for (const auto& m : edits.mounts) {
     // Read-only unless the spec asks for rw: a sandbox never writes the
     // host's driver files by default.

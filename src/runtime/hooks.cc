@@ -67,7 +67,8 @@ std::string run_hook(const Hook& hook, const std::string& state) {
   // The state, then EOF; a hook that reads none of it is fine (SIGPIPE is
   // not ours to take: the write fails with EPIPE).
   {
-    struct sigaction ignore{}, old{};
+    struct sigaction ignore {
+    }, old{};
     ignore.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ignore, &old);
     (void)files::write_all(in_write.get(), state);
@@ -165,7 +166,8 @@ void HookBundle::remove() noexcept {
 
 HookBundle HookBundle::create(pid_t pid, const std::string& hostname) {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && tmp[0] == '/' ? tmp : "/tmp") + "/openshell-hooks-XXXXXX";
+  std::string pattern =
+      std::string(tmp && tmp[0] == '/' ? tmp : "/tmp") + "/openshell-hooks-XXXXXX";
   if (!::mkdtemp(pattern.data())) throw_errno("create a bundle directory for the hooks " + pattern);
   HookBundle bundle;
   bundle.dir_ = pattern;

@@ -169,8 +169,7 @@ TEST_P(Gpu, WithoutTheNodesGroupTheyCannotBeOpened) {
 }
 
 TEST_P(Gpu, GpuOneTakesOnlyTheFirstAndNoOtherNodeCanBeReached) {
-  Result r = sandbox(mode(),
-                     {"--gpu", "1", "--bind", host_ + "/dev/nvidia1:/mnt/nvidia1"},
+  Result r = sandbox(mode(), {"--gpu", "1", "--bind", host_ + "/dev/nvidia1:/mnt/nvidia1"},
                      {"sh", "-c",
                       "ls /dev; osh-probe open-device /dev/nvidia0; "
                       "osh-probe open-device /dev/nvidia1; osh-probe open-device /mnt/nvidia1; "
@@ -189,7 +188,8 @@ TEST_P(Gpu, GpuOneTakesOnlyTheFirstAndNoOtherNodeCanBeReached) {
 }
 
 TEST_P(Gpu, NoNodeWithoutGpu) {
-  Result r = sandbox(mode(), {}, {"sh", "-c", "ls /dev; ls /usr/lib/x86_64-linux-gnu 2>&1; true"}, gpu_host());
+  Result r = sandbox(mode(), {}, {"sh", "-c", "ls /dev; ls /usr/lib/x86_64-linux-gnu 2>&1; true"},
+                     gpu_host());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("nvidia")));
   EXPECT_THAT(r.out, Not(HasSubstr("libcuda")));
@@ -208,7 +208,8 @@ TEST_P(Gpu, DiscoveryWithoutCdiFindsNodesLibrariesAndNvidiaSmi) {
   EXPECT_THAT(r.out, HasSubstr("nvidiactl\n"));
   EXPECT_THAT(r.out, HasSubstr("nvidia-cap1\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("nvidia1\n")));
-  EXPECT_THAT(r.out, HasSubstr(std::string(kOpened) + "\nfake libcuda\nfake nvidia-smi\ndenied: EROFS"));
+  EXPECT_THAT(r.out,
+              HasSubstr(std::string(kOpened) + "\nfake libcuda\nfake nvidia-smi\ndenied: EROFS"));
   EXPECT_TRUE(file_contents(marks_ + "/created.json").empty());  // no CDI, no hook
 }
 
@@ -236,12 +237,13 @@ TEST_P(Gpu, BadValuesAreRefusedInOneLine) {
 // A gateway's sandbox: its supervisor resolves the GPUs at each launch,
 // under the default policy's Landlock rules.
 TEST_P(Gpu, SandboxCreateGetsTheGpus) {
-  Result r = os({"sandbox", "create", "--name", "gpu", "--from", rootfs(), "--gpu", "1",
-                 "--no-keep", "--", "sh", "-c",
-                 "ls /dev; osh-probe open-device /dev/nvidia0; osh-probe open-device "
-                 "/dev/nvidiactl; echo env=$OSH_GPU_TEST; cat /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
-                 "osh-probe write /usr/lib/x86_64-linux-gnu/libcuda.so.1; true"},
-                gpu_host());
+  Result r =
+      os({"sandbox", "create", "--name", "gpu", "--from", rootfs(), "--gpu", "1", "--no-keep", "--",
+          "sh", "-c",
+          "ls /dev; osh-probe open-device /dev/nvidia0; osh-probe open-device "
+          "/dev/nvidiactl; echo env=$OSH_GPU_TEST; cat /usr/lib/x86_64-linux-gnu/libcuda.so.1; "
+          "osh-probe write /usr/lib/x86_64-linux-gnu/libcuda.so.1; true"},
+         gpu_host());
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("nvidia0\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("nvidia1\n")));
@@ -306,9 +308,10 @@ TEST_P(GpuHardware, NvidiaSmiAndCudaRunInASandbox) {
   ASSERT_EQ(std::system(build.c_str()), 0) << build;
   Options slow;
   slow.timeout_s = 120;
-  Result r = openshell(mode(), {"run", "--gpu", "--bind", dir + ":/work", "--", "sh", "-c",
-                                "nvidia-smi -L && /work/probe"},
-                       slow);
+  Result r = openshell(
+      mode(),
+      {"run", "--gpu", "--bind", dir + ":/work", "--", "sh", "-c", "nvidia-smi -L && /work/probe"},
+      slow);
   ASSERT_EQ(r.status, 0) << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("GPU 0: "));
   EXPECT_THAT(r.out, HasSubstr("cuda result 42"));

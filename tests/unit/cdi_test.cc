@@ -20,10 +20,10 @@
 namespace openshell::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using openshell::testing::error_of;
 using openshell::testing::TempDir;
 using openshell::testing::write_file;
+using ::testing::HasSubstr;
 
 // What `nvidia-ctk cdi generate` writes, in its YAML shape.
 constexpr const char* kNvidiaYaml = R"(---
@@ -119,14 +119,16 @@ TEST(CdiParse, RefusesBadFilesNamingTheField) {
   };
   EXPECT_EQ(error("[]"), "/etc/cdi/x.json: not a CDI spec (expected a mapping at the top)");
   EXPECT_THAT(error("{"), HasSubstr("/etc/cdi/x.json: not JSON"));
-  EXPECT_EQ(error(R"({"cdiVersion":"1.0.0","kind":"a.com/b","devices":[]})"),
+  EXPECT_EQ(error(R"({"cdiVersion":"1.0.0","kind":"a.example/b","devices":[]})"),
             "/etc/cdi/x.json: cdiVersion: '1.0.0' is not supported (0.3.0 to 0.8.0 are)");
-  EXPECT_EQ(error(R"({"cdiVersion":"0.2.0","kind":"a.com/b","devices":[]})"),
+  EXPECT_EQ(error(R"({"cdiVersion":"0.2.0","kind":"a.example/b","devices":[]})"),
             "/etc/cdi/x.json: cdiVersion: '0.2.0' is not supported (0.3.0 to 0.8.0 are)");
   EXPECT_EQ(error(R"({"cdiVersion":"0.6.0","devices":[]})"), "/etc/cdi/x.json: kind: missing");
   EXPECT_EQ(error(R"({"cdiVersion":"0.6.0","kind":"nogpu","devices":[]})"),
-            "/etc/cdi/x.json: kind: 'nogpu': expected vendor.com/class");
-  EXPECT_EQ(error(R"({"cdiVersion":"0.6.0","kind":"a.com/b"})"), "/etc/cdi/x.json: devices: missing");
+            "/etc/cdi/x.json: kind: 'nogpu': expected VENDOR/CLASS, a vendor's domain and a device "
+            "class");
+  EXPECT_EQ(error(R"({"cdiVersion":"0.6.0","kind":"a.example/b"})"),
+            "/etc/cdi/x.json: devices: missing");
   EXPECT_EQ(error(head + R"({"name":"0"}})"), "/etc/cdi/x.json: devices: must be a list");
   EXPECT_EQ(error(head + R"([{"name":"../x","containerEdits":{}}]})"),
             "/etc/cdi/x.json: devices[0].name: '../x': letters, digits, '_', '-', '.' and ':'");
@@ -137,8 +139,9 @@ TEST(CdiParse, RefusesBadFilesNamingTheField) {
   EXPECT_EQ(with_node(R"({"path":"dev/nvidia0"})"),
             "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].path: must be an absolute "
             "path");
-  EXPECT_EQ(with_node(R"({"path":"/dev/../etc/shadow"})"),
-            "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].path: must not contain '..'");
+  EXPECT_EQ(
+      with_node(R"({"path":"/dev/../etc/shadow"})"),
+      "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].path: must not contain '..'");
   EXPECT_EQ(with_node(R"({"path":"/dev/a","major":-1})"),
             "/etc/cdi/x.json: devices[0].containerEdits.deviceNodes[0].major: must be between 0 "
             "and 4095");
@@ -165,7 +168,8 @@ TEST(CdiParse, RefusesBadFilesNamingTheField) {
   EXPECT_EQ(error(head + R"([],"containerEdits":{"hooks":[{"hookName":"poststop"}]}})"),
             "/etc/cdi/x.json: containerEdits.hooks[0].path: missing");
   EXPECT_EQ(
-      error(head + R"([],"containerEdits":{"hooks":[{"hookName":"poststop","path":"/x","timeout":0}]}})"),
+      error(head +
+            R"([],"containerEdits":{"hooks":[{"hookName":"poststop","path":"/x","timeout":0}]}})"),
       "/etc/cdi/x.json: containerEdits.hooks[0].timeout: must be between 1 and 3600");
   EXPECT_EQ(error(head + R"([],"containerEdits":{"mounts":[{"hostPath":"/a","containerPath":"/b",
              "type":"tmpfs"}]}})"),
@@ -190,7 +194,7 @@ TEST(CdiParse, RefusesBadYamlNamingTheLine) {
   EXPECT_EQ(error("cdiVersion: 0.5.0\ncdiVersion: 0.6.0\n"),
             "/etc/cdi/x.yaml:2: cdiVersion: the key is given twice");
   // A plain number is not a string: cdiVersion must be quoted or dotted.
-  EXPECT_EQ(error("cdiVersion: 5\nkind: a.com/b\ndevices: []\n"),
+  EXPECT_EQ(error("cdiVersion: 5\nkind: a.example/b\ndevices: []\n"),
             "/etc/cdi/x.yaml: cdiVersion: must be a string");
   // Aliases that repeat a subtree exponentially are bounded.
   std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
@@ -213,12 +217,12 @@ TEST(CdiLoad, RefusesFilesOthersMayWriteAndPrefersTheLaterDirectory) {
   write_file(dir / "etc/nvidia.json", with("etc"));
   write_file(dir / "run/nvidia.json", with("run"));
   write_file(dir / "run/other.json",
-             R"({"cdiVersion":"0.6.0","kind":"vendor.com/fpga","devices":[]})");
+             R"({"cdiVersion":"0.6.0","kind":"vendor.example/fpga","devices":[]})");
   write_file(dir / "run/bad.yaml", "cdiVersion: [");
   write_file(dir / "run/notes.txt", "not a spec");
   std::vector<std::string> skipped;
-  auto specs = cdi::load_kind({dir / "etc", dir / "run", dir / "missing"}, "nvidia.com/gpu",
-                              &skipped);
+  auto specs =
+      cdi::load_kind({dir / "etc", dir / "run", dir / "missing"}, "nvidia.com/gpu", &skipped);
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_EQ(specs[0].devices[0].edits.env[0], "FROM=run");
   EXPECT_EQ(specs[1].devices[0].edits.env[0], "FROM=etc");
@@ -376,13 +380,12 @@ TEST_F(GpuPlan, CdiSpecsEditsAndTheirErrors) {
 TEST(GpuGroups, MappedAtTheirOwnNumbersOutOfTheRange) {
   namespaces::IdMap map;
   map.gid = {{0, 0x70000000, 65536}};
-  EXPECT_EQ(namespaces::map_host_groups(&map, {44, 0, 44, 105}),
-            (std::vector<uint32_t>{44, 105}));
+  EXPECT_EQ(namespaces::map_host_groups(&map, {44, 0, 44, 105}), (std::vector<uint32_t>{44, 105}));
   EXPECT_EQ(map.gid, (std::vector<namespaces::IdRange>{{0, 0x70000000, 44},
-                                                        {45, 0x70000000 + 45, 60},
-                                                        {106, 0x70000000 + 106, 65430},
-                                                        {44, 44, 1},
-                                                        {105, 105, 1}}));
+                                                       {45, 0x70000000 + 45, 60},
+                                                       {106, 0x70000000 + 106, 65430},
+                                                       {44, 44, 1},
+                                                       {105, 105, 1}}));
   EXPECT_EQ(map.host_gid(44), 44u);
   EXPECT_EQ(map.host_gid(43), 0x70000000u + 43);
   EXPECT_EQ(map.host_gid(65535), 0x70000000u + 65535);
@@ -438,8 +441,7 @@ TEST(Hooks, RunWithTheStateOnStdinAndReportFailures) {
   EXPECT_THAT(state, HasSubstr(R"("status":"running")"));
   EXPECT_FALSE(openshell::testing::path_exists(dir / "third"));  // not after a failure
   EXPECT_FALSE(openshell::testing::path_exists(dir / "stop"));   // another stage
-  std::vector<Hook> slow = {
-      {HookStage::kPoststop, "/bin/sleep", {"sleep", "30"}, {}, 1}};
+  std::vector<Hook> slow = {{HookStage::kPoststop, "/bin/sleep", {"sleep", "30"}, {}, 1}};
   EXPECT_EQ(run_hooks(slow, HookStage::kPoststop, state),
             "poststop hook /bin/sleep: still running after 1 s, killed");
   std::vector<Hook> missing = {{HookStage::kPoststop, dir / "none", {}, {}, std::nullopt}};
