@@ -40,6 +40,7 @@
 #include "policy/policy.h"
 #include "runtime/cgroup_reaper.h"
 #include "runtime/container.h"
+#include "runtime/gpu.h"
 #include "runtime/private_paths.h"
 #include "spec/ca_certs.h"
 #include "spec/container_spec.h"
@@ -309,7 +310,10 @@ RunPlan plan_run(const RunOptions& o) {
     if (!o.rlimits.empty()) refuse("--rlimit", "not in the guest yet");
     if (!o.network_log.empty()) refuse("--network-log", "not for a micro-VM yet");
     if (!o.ca_certs.empty()) refuse("--ca-cert " + o.ca_certs.front(), "not for a micro-VM yet");
+    if (!o.gpu.empty()) refuse("--gpu", "a micro-VM has no device passthrough");
   }
+  runtime::gpu::parse_request(o.gpu);  // a bad value stops here, with its reason
+  sandbox.gpu = o.gpu;
   if (o.vm) {
     sandbox.vm = plan_vm("--cpus", o.cpus, o.memory, sandbox.policy, sandbox.policy_source,
                          o.vm_kernel, true);
@@ -353,6 +357,15 @@ void add_size_limit_options(CLI::App* app, std::string* memory, std::string* pid
                   "Size of /tmp, a memory file system (default: the --memory limit, else a tenth "
                   "of the RAM)");
   app->add_option("--shm-size", *shm_size, "Size of /dev/shm (default: half of /tmp's default)");
+}
+
+void add_gpu_option(CLI::App* app, std::string* gpu) {
+  app->add_option("--gpu", *gpu,
+                  "Give it the host's NVIDIA GPUs: all (a bare --gpu), or the first N; from the "
+                  "CDI specs in /etc/cdi and /var/run/cdi, else /dev/nvidia* (docs/gpu.md)")
+      ->expected(0, 1)
+      ->default_str("all")
+      ->option_text("[N|all]");
 }
 
 // --network-log FILE, rotated at --network-log-max into FILE.1 as the
@@ -441,6 +454,7 @@ void add_run_command(CLI::App& app, Action* action) {
   run->add_option("--vm-kernel", o->vm_kernel,
                   "The guest kernel for --vm (default: $OPENSHELL_VM_KERNEL, else "
                   "/usr/lib/openshell/vmlinux)");
+  add_gpu_option(run, &o->gpu);
   run->add_option("command", o->command, "The command and its arguments")->required(false);
 
   run->callback([options, action]() {

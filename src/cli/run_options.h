@@ -40,6 +40,7 @@ struct RunOptions {
   std::vector<std::string> ca_certs;  // --ca-cert: PEM files the sandbox trusts too
   bool vm = false;                    // a micro-VM: --memory and --cpus size the guest
   std::string vm_kernel;              // --vm-kernel
+  std::string gpu;                    // --gpu: "all" (a bare --gpu) or N; "": none
   std::vector<std::string> command;
 };
 

@@ -33,6 +33,10 @@ CLI::Option* repeatable(CLI::Option* option);
 void add_size_limit_options(CLI::App* app, std::string* memory, std::string* pids,
                             std::string* tmp_size, std::string* shm_size);
 
+// --gpu [N|all] (a bare --gpu is all), the same on run and sandbox create
+// (defined in run_command.cc).
+void add_gpu_option(CLI::App* app, std::string* gpu);
+
 // -o/--output table|json.
 CLI::Option* add_output(CLI::App* app, std::string* output);
 

@@ -77,6 +77,7 @@ struct CreateOptions {
   bool name_given = false;  // --name, even an empty one
   std::optional<bool> tty;  // --tty / --no-tty; unset: whether stdin is a terminal
   std::string detach_keys = kDefaultDetachKeys;
+  std::string gpu;  // --gpu: "all" or N; "": none
 };
 
 // --upload LOCAL[:DEST]: DEST is a directory of the sandbox (absolute), the
@@ -195,6 +196,7 @@ int create(const CreateOptions& o) {
   if (o.vm)
     spec.vm =
         plan_vm("--cpu", o.cpu, o.memory, spec.policy, spec.policy_source, o.vm_kernel, !remote);
+  spec.gpu = o.gpu;  // validate() refuses a bad value, and one with --vm
   spec.no_keep = o.no_keep;
   spec.restart = o.restart;
   if (o.name_given) check_name(o.name);
@@ -324,6 +326,7 @@ void add_sandbox_create(CLI::App* sandbox, Action* action) {
   c->add_option("--vm-kernel", o->vm_kernel,
                 "The guest kernel for --vm (default: $OPENSHELL_VM_KERNEL, else "
                 "/usr/lib/openshell/vmlinux)");
+  add_gpu_option(c, &o->gpu);
   c->add_flag("-d,--detach", o->detach,
               "Return once it runs, without showing its output or attaching to its terminal");
   c->add_flag_function(

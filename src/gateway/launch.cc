@@ -16,6 +16,7 @@
 #include "gateway/service.h"
 #include "image/store.h"
 #include "runtime/cleanup.h"
+#include "runtime/gpu.h"
 #include "runtime/host_ids.h"
 
 extern char** environ;
@@ -92,6 +93,10 @@ pid_t Gateway::spawn_supervisor(const SandboxRecord& record, const std::string& 
     if (const char* value = std::getenv(name))
       env_strings.push_back(std::string(name) + "=" + value);
   for (const auto& entry : config().supervisor_env()) env_strings.push_back(entry);
+  // Where the supervisor finds the host's GPUs (--gpu; runtime/gpu.h).
+  for (const char* name : {runtime::gpu::kCdiDirsVariable, runtime::gpu::kRootVariable})
+    if (const char* value = std::getenv(name))
+      env_strings.push_back(std::string(name) + "=" + value);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -76,7 +76,7 @@ bool make_read_only(int root, const char* path, ChildFailure* f) {
 }
 
 bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_inodes,
-               ChildFailure* f) {
+               const DeviceMount* extra, size_t extra_count, ChildFailure* f) {
   UniqueFd target(open_in_root(root, "dev", Create::kDirectory, f));
   if (target.get() < 0) return false;
   Option opts[] = {{"mode", "0755"}, {"size", "65536"}};
@@ -131,6 +131,17 @@ bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_i
   for (const Link& link : kLinks)
     if (::symlinkat(link.target, dev_dir.get(), link.name) != 0 && errno != EEXIST)
       return fail(f, errno, "symlink /dev/", link.name);
+
+  // The nodes given (--gpu), below their own directories where they have
+  // them (nvidia-caps/); device access stays, as for the nodes above.
+  for (size_t i = 0; i < extra_count; ++i) {
+    const char* where = extra[i].target.c_str();
+    UniqueFd node_target(open_in_root(root, where, Create::kFile, f));
+    if (node_target.get() < 0) return false;
+    if (!bind(AT_FDCWD, extra[i].source.c_str(), node_target.get(), false,
+              MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, where, f))
+      return false;
+  }
 
   // Nothing more is created in /dev: freeze it.
   return set_attrs(dev_mount.get(), MOUNT_ATTR_RDONLY, false, "/dev", f);

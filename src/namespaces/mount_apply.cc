@@ -246,7 +246,9 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   }
 
   // 5. /dev without mknod.
-  if (!build_dev(root.get(), tty_group, shm_size_.c_str(), shm_inodes_.c_str(), f)) return false;
+  if (!build_dev(root.get(), tty_group, shm_size_.c_str(), shm_inodes_.c_str(), devices_.data(),
+                 devices_.size(), f))
+    return false;
 
   // 6. /sys read-only: a fresh sysfs shows only this network namespace.
   {

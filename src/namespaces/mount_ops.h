@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "base/child_failure.h"
+#include "namespaces/mounts.h"
 
 namespace openshell::namespaces::mount_ops {
 
@@ -51,8 +52,9 @@ bool mask_path(int root, const char* path, ChildFailure* f, bool unreachable_ok 
 bool make_read_only(int root, const char* path, ChildFailure* f);
 
 // A fresh /dev below root: a small tmpfs with the host's device nodes bound
-// in (no mknod), devpts, /dev/shm and the usual links, then frozen read-only.
+// in (no mknod), devpts, /dev/shm and the usual links, and the extra nodes
+// (--gpu), then frozen read-only.
 bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_inodes,
-               ChildFailure* f);
+               const DeviceMount* extra, size_t extra_count, ChildFailure* f);
 
 }  // namespace openshell::namespaces::mount_ops

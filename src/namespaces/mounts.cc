@@ -76,6 +76,19 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
     binds_.push_back({source, in_oldroot(source), relative(text::normalize_path(b.target)),
                       b.read_only, files::is_directory(source)});
   }
+  for (const auto& d : spec_.devices) {
+    const std::string target = text::normalize_path(d.target);
+    if (auto why = text::check_absolute_path(d.target); !why.empty())
+      throw Error("device " + d.source + ": destination " + d.target + ": " + why);
+    if (target.rfind("/dev/", 0) != 0 || target.find("/..") != std::string::npos)
+      throw Error("device " + d.source + ": destination " + d.target + ": not below /dev");
+    std::string source = files::canonical(d.source, "device");
+    struct stat st;
+    if (::stat(source.c_str(), &st) != 0) throw_errno("stat the device " + source);
+    if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode))
+      throw Error("device " + source + ": not a device node");
+    devices_.push_back({in_oldroot(source), relative(target)});
+  }
   if (auto why = text::check_absolute_path(spec_.workdir); !why.empty())
     throw Error("--workdir " + spec_.workdir + ": " + why);
   spec_.workdir = text::normalize_path(spec_.workdir);

@@ -24,6 +24,13 @@
 
 namespace openshell::namespaces {
 
+// A device node for the child to bind into /dev: "/oldroot/<host path>"
+// onto "dev/<name>".
+struct DeviceMount {
+  std::string source;
+  std::string target;
+};
+
 struct BindSpec {
   std::string source;  // host path; canonicalised when the plan is made
   std::string target;  // absolute path inside the sandbox
@@ -48,6 +55,11 @@ struct FilesystemSpec {
   // file system, as overlayfs wants); empty: a throw-away layer in memory.
   std::string layer_dir;
   std::vector<BindSpec> binds;
+  // Host device nodes bound into the sandbox's /dev (--gpu): each source a
+  // character or block device, each target below /dev. Unlike binds, they
+  // keep device access (no nodev); the cgroup's device rules and the
+  // Landlock rules say what may be opened.
+  std::vector<BindSpec> devices;
   std::string workdir = "/";  // created when missing and the root is writable
   uint32_t workdir_uid = 0;   // owner (inside ids) of a workdir or home created here
   uint32_t workdir_gid = 0;
@@ -145,6 +157,7 @@ class MountPlan {
   std::string workdir_;  // relative to the new root
   std::string home_;     // relative to the new root; "" none
   std::vector<Bind> binds_;
+  std::vector<DeviceMount> devices_;
   // fs.hidden as the sandbox sees them, relative to the new root: those the
   // root shows (masked before the binds), those the binds show (after).
   std::vector<std::string> hidden_in_root_;

@@ -155,6 +155,31 @@ IdMap plan_id_map(const Identity& caller, uint32_t target_uid, uint32_t target_g
   return map;
 }
 
+std::vector<uint32_t> map_host_groups(IdMap* map, const std::vector<uint32_t>& host_gids) {
+  std::vector<uint32_t> mapped;
+  for (uint32_t gid : host_gids) {
+    if (gid == 0 || gid == UINT32_MAX) continue;
+    bool held = false;
+    for (const auto& r : map->gid) held = held || (gid >= r.outside && gid - r.outside < r.count);
+    if (held) continue;
+    std::vector<IdRange> out;
+    for (const auto& r : map->gid) {
+      if (gid < r.inside || gid - r.inside >= r.count) {
+        out.push_back(r);
+        continue;
+      }
+      const uint32_t below = gid - r.inside;
+      if (below > 0) out.push_back({r.inside, r.outside, below});
+      if (r.count - below - 1 > 0)
+        out.push_back({gid + 1, r.outside + below + 1, r.count - below - 1});
+    }
+    out.push_back({gid, gid, 1});
+    map->gid = std::move(out);
+    mapped.push_back(gid);
+  }
+  return mapped;
+}
+
 Identity current_identity() {
   Identity id{::geteuid(), ::getegid(), {}};
   // /etc/passwd directly: a static binary cannot load NSS modules.

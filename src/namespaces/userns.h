@@ -86,6 +86,13 @@ IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t
 
 Identity current_identity();
 
+// As root (a map written directly): each host group of `host_gids` (not 0,
+// not one the map already holds) becomes the sandbox's group of the same
+// number, carved out of the range that held that inside id, so that a
+// process of the sandbox can hold it (a device node's group: --gpu).
+// Returns the inside gids, the same numbers.
+std::vector<uint32_t> map_host_groups(IdMap* map, const std::vector<uint32_t>& host_gids);
+
 // A user namespace that holds only the given maps, for idmapped mounts (as
 // root). Returns its fd; throws Error.
 UniqueFd make_user_namespace(const std::vector<IdRange>& uid, const std::vector<IdRange>& gid);

@@ -68,6 +68,20 @@ std::string knob_value(const std::string& path) {
 
 }  // namespace
 
+std::string DeviceRule::text() const {
+  return std::string(1, type) + " " + std::to_string(major) + ":" +
+         (minor ? std::to_string(*minor) : std::string("*")) + " " + access;
+}
+
+std::vector<DeviceRule> default_device_rules() {
+  std::vector<DeviceRule> rules;
+  for (uint32_t minor : {3u, 5u, 7u, 8u, 9u}) rules.push_back({'c', 1, minor, "rwm"});
+  rules.push_back({'c', 5, 0, "rwm"});               // /dev/tty
+  rules.push_back({'c', 5, 2, "rwm"});               // /dev/ptmx
+  rules.push_back({'c', 136, std::nullopt, "rwm"});  // /dev/pts/*
+  return rules;
+}
+
 CgroupLayout CgroupLayout::parse(std::string_view proc_self_cgroup, std::string_view mountinfo) {
   // Our path in each hierarchy, keyed by its controller list ("" for v2).
   std::map<std::string, std::string> paths;
@@ -143,6 +157,7 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
   if (limits.memory_bytes) wants.push_back({"memory", "--memory"});
   if (limits.pids) wants.push_back({"pids", "--pids"});
   if (limits.cpus) wants.push_back({"cpu", "--cpus"});
+  if (limits.devices) wants.push_back({"devices", "--gpu"});
 
   // Decide the hierarchy of each controller.
   std::vector<Want> on_v2;
@@ -164,8 +179,13 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
     } else if (layout.controllers.count(want.controller)) {
       on_v1[want.controller] = want;
     } else {
+      // cgroup v2 filters devices with a BPF program, which openshell does
+      // not load: there, only the nodes bound into /dev bound what opens.
       not_enforced->push_back(want.flag + ": no cgroup hierarchy has the " + want.controller +
-                              " controller");
+                              " controller" +
+                              (want.controller == "devices"
+                                   ? " (cgroup v2's device filter is a BPF program, not loaded)"
+                                   : ""));
     }
   }
 
@@ -198,6 +218,9 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
         files::write_once(dir + "/memory.swap.max", "0");
       else if (files::exists(dir + "/memory.memsw.limit_in_bytes"))
         files::write_once(dir + "/memory.memsw.limit_in_bytes", bytes);
+    } else if (controller == "devices") {
+      files::write(dir + "/devices.deny", "a");
+      for (const auto& rule : *limits.devices) files::write(dir + "/devices.allow", rule.text());
     } else if (controller == "pids") {
       files::write(dir + "/pids.max", std::to_string(*limits.pids));
     } else if (controller == "cpu") {

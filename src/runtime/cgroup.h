@@ -16,11 +16,27 @@
 
 namespace openshell::runtime {
 
+// One rule of the cgroup's device list: "c 195:0 rw" (minor nullopt: any).
+struct DeviceRule {
+  char type = 'c';
+  uint32_t major = 0;
+  std::optional<uint32_t> minor;
+  std::string access = "rwm";
+  std::string text() const;
+};
+
+// What every sandbox's /dev holds (namespaces/kernel_paths.cc): null, zero,
+// full, random, urandom, tty, ptmx and the pseudo-terminals.
+std::vector<DeviceRule> default_device_rules();
+
 struct Limits {
   std::optional<uint64_t> memory_bytes;
   std::optional<uint64_t> pids;
   std::optional<double> cpus;
-  bool any() const { return memory_bytes || pids || cpus; }
+  // Set: the sandbox may open these devices and no other (the v1 devices
+  // controller: devices.deny "a", then each rule to devices.allow).
+  std::optional<std::vector<DeviceRule>> devices;
+  bool any() const { return memory_bytes || pids || cpus || devices; }
 };
 
 // Where this process's cgroups are, per hierarchy.

@@ -54,6 +54,15 @@ struct ChildContext {
   int keep_count;
   const Rlimit* rlimits;  // spec->rlimits, and any the parent added
   size_t rlimit_count;
+  // The supplementary groups to set (spec->supplementary_gids and the
+  // device groups mapped in), unless keep_groups: then none is set and the
+  // caller's stay (rootless --gpu).
+  const gid_t* groups;
+  size_t group_count;
+  bool keep_groups;
+  // createContainer or startContainer hooks: once the root is built, the
+  // child says so and waits for the parent to have run them.
+  bool hook_pause;
 };
 
 // A pids limit that no cgroup can hold (rootless without a delegated
@@ -195,7 +204,8 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   if (::setsid() < 0) fail(&f, errno, "setsid"), die();
 
   // Ids for the setup: ones the new user namespace maps.
-  if (go.can_setgroups && ::setgroups(0, nullptr) != 0) fail(&f, errno, "setgroups"), die();
+  if (go.can_setgroups && !c.keep_groups && ::setgroups(0, nullptr) != 0)
+    fail(&f, errno, "setgroups"), die();
   if (::setresgid(go.setup_gid, go.setup_gid, go.setup_gid) != 0)
     fail(&f, errno, "setresgid"), die();
   if (::setresuid(go.setup_uid, go.setup_uid, go.setup_uid) != 0)
@@ -213,6 +223,15 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   for (size_t i = 0; i < c.mounts->tree_count(); ++i)
     if (c.tree_fds[i] >= 0) ::close(c.tree_fds[i]);
   ::close(c.self_exe_fd);
+
+  // The root is built: the hooks of that moment run on the host now (an
+  // "N" each way; a parent that gives up closes the socket).
+  if (c.hook_pause) {
+    int none = -1;
+    if (!send_fd(c.socket_fd, -1)) fail(&f, errno, "tell the parent the root is ready"), die();
+    if (!receive_fd(c.socket_fd, &none, &f)) ::_exit(exit_code::kFailure);
+    if (none >= 0) ::close(none);
+  }
 
   if (::sethostname(spec.hostname.data(), spec.hostname.size()) != 0)
     fail(&f, errno, "sethostname", spec.hostname.c_str()), die();
@@ -242,11 +261,8 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   const caps::Set init_caps = spec.cap_add | (spec.exec_as_others ? caps::kInitOnly : 0);
   if (!caps::add_inheritable(init_caps & ~spec.cap_add, &f)) die();
   if (!caps::drop_bounding(spec.cap_add, c.last_cap, &f)) die();
-  if (go.can_setgroups) {
-    auto count = spec.supplementary_gids.size();
-    if (::setgroups(count, reinterpret_cast<const gid_t*>(spec.supplementary_gids.data())) != 0)
-      fail(&f, errno, "setgroups"), die();
-  }
+  if (go.can_setgroups && !c.keep_groups && ::setgroups(c.group_count, c.groups) != 0)
+    fail(&f, errno, "setgroups"), die();
   if (::setresgid(spec.gid, spec.gid, spec.gid) != 0) fail(&f, errno, "setresgid"), die();
   if (::setresuid(spec.uid, spec.uid, spec.uid) != 0) fail(&f, errno, "setresuid"), die();
   if (!caps::set_final(init_caps, c.last_cap, &f)) die();
@@ -324,6 +340,33 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   fs.exe_path.assign(exe_path, static_cast<size_t>(exe_len));
   namespaces::MountPlan mounts(fs);
 
+  // The device nodes' groups (--gpu): mapped in as root, kept rootless.
+  std::vector<gid_t> groups(spec.supplementary_gids.begin(), spec.supplementary_gids.end());
+  bool keep_groups = false;
+  if (!spec.host_groups.empty()) {
+    if (caller.host_uid == 0 && id_map.method == namespaces::IdMap::Method::kDirect) {
+      for (uint32_t gid : namespaces::map_host_groups(&id_map, spec.host_groups))
+        groups.push_back(gid);
+    } else {
+      keep_groups = true;
+      std::vector<gid_t> mine(static_cast<size_t>(std::max(::getgroups(0, nullptr), 0)));
+      mine.resize(static_cast<size_t>(
+          std::max(::getgroups(static_cast<int>(mine.size()), mine.data()), 0)));
+      for (uint32_t gid : spec.host_groups)
+        if (gid != ::getegid() && std::find(mine.begin(), mine.end(), gid) == mine.end())
+          log::warn("--gpu: a device node is group " + std::to_string(gid) +
+                    "'s, and you are not in that group: the sandbox cannot open it (see "
+                    "docs/gpu.md)");
+    }
+  }
+  bool hook_pause = false;
+  for (const Hook& hook : spec.hooks)
+    hook_pause = hook_pause || hook.stage == HookStage::kCreateContainer ||
+                 hook.stage == HookStage::kStartContainer;
+  container->hooks_ = spec.hooks;
+  container->hook_id_ =
+      spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid()) : spec.cgroup_name;
+
   // Limits: a cgroup per hierarchy that holds a needed controller.
   std::vector<Rlimit> rlimits = spec.rlimits;
   if (spec.limits.any()) {
@@ -335,6 +378,12 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     for (const auto& why : not_enforced) {
       if (why.rfind("--pids", 0) == 0) {
         nproc_fallback(spec, &rlimits);
+        continue;
+      }
+      if (why.rfind("--gpu", 0) == 0) {
+        // Rootless: no devices cgroup; /dev holds only the nodes given, and
+        // no node can be made (no mknod in a user namespace).
+        log::debug(why + " (the device rules are not enforced)");
         continue;
       }
       log::warn(why + " (the limit is NOT enforced)");
@@ -376,6 +425,10 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.spec = &spec;
   ctx.rlimits = rlimits.data();
   ctx.rlimit_count = rlimits.size();
+  ctx.groups = groups.data();
+  ctx.group_count = groups.size();
+  ctx.keep_groups = keep_groups;
+  ctx.hook_pause = hook_pause;
   ctx.mounts = &mounts;
   ctx.sync_fd = sync.read.get();
   ctx.report_fd = report.write.get();
@@ -439,6 +492,11 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   try {
     namespaces::apply_id_map(container->pid_, &id_map);
     container->cgroups_.attach(container->pid_);
+    if (!spec.hooks.empty()) {
+      container->bundle_ = HookBundle::create(container->pid_, spec.hostname);
+      if (auto why = container->run_hooks(HookStage::kCreateRuntime, "creating"); !why.empty())
+        throw Error(why);
+    }
     std::vector<UniqueFd> trees;
     if (caller.host_uid == 0) {
       UniqueFd userns(
@@ -456,6 +514,25 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   }
   sync.write.reset();
   const double t_maps = log::elapsed_ms();
+
+  // The root is built (or the child failed, and its report says why).
+  if (hook_pause) {
+    int none = -1;
+    ChildFailure ignored;
+    if (receive_fd(parent_socket.get(), &none, &ignored)) {
+      if (none >= 0) ::close(none);
+      std::string why = container->run_hooks(HookStage::kCreateContainer, "created");
+      if (why.empty()) why = container->run_hooks(HookStage::kStartContainer, "created");
+      if (!why.empty()) {
+        abandon();
+        throw Error(why);
+      }
+      if (!send_fd(parent_socket.get(), -1)) {
+        abandon();
+        throw_errno("let the sandbox go on after its hooks");
+      }
+    }
+  }
 
   // Until the main process runs, the child reports warnings and failures.
   ChildFailure failure;
@@ -512,6 +589,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     }
     container->connect_listener_.reset(listener);  // -1: the kernel gave none
   }
+  if (auto why = container->run_hooks(HookStage::kPoststart, "running"); !why.empty())
+    log::warn(why);
   const double t_running = log::elapsed_ms();
   log::debug("started pid " + std::to_string(pid) + " (" + id_map.describe() + "): prepare " +
              std::to_string(t_clone - t_begin) + " ms, clone+maps " +
@@ -530,6 +609,23 @@ Container::~Container() {
     }
   }
   cgroups_.remove();
+  poststop();
+}
+
+std::string Container::run_hooks(HookStage stage, const char* status) const {
+  if (hooks_.empty()) return "";
+  return runtime::run_hooks(hooks_, stage, hook_state_json(hook_id_, status, pid_, bundle_.dir()));
+}
+
+void Container::poststop() noexcept {
+  if (poststop_done_ || hooks_.empty()) return;
+  poststop_done_ = true;
+  try {
+    if (auto why = run_hooks(HookStage::kPoststop, "stopped"); !why.empty()) log::warn(why);
+  } catch (const std::exception& e) {
+    log::warn(std::string("poststop hooks: ") + e.what());
+  }
+  bundle_ = HookBundle();
 }
 
 void Container::signal(int sig) const {
@@ -545,6 +641,7 @@ int Container::finish(const siginfo_t& info) {
   lifeline_.reset();
   oom_kills_ = cgroups_.oom_kills();
   cgroups_.remove();
+  poststop();
   return status_;
 }
 

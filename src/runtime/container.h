@@ -11,6 +11,7 @@
 #include "base/unique_fd.h"
 #include "namespaces/userns.h"
 #include "runtime/cgroup.h"
+#include "runtime/hooks.h"
 #include "runtime/spec.h"
 
 namespace openshell::runtime {
@@ -63,6 +64,10 @@ class Container {
  private:
   Container() = default;
   int finish(const siginfo_t& info);
+  // The hooks of one stage, with the state of that moment: "" or the failure.
+  std::string run_hooks(HookStage stage, const char* status) const;
+  // The poststop hooks, once, after the end; then the bundle goes.
+  void poststop() noexcept;
 
   pid_t pid_ = -1;
   UniqueFd pidfd_;
@@ -78,6 +83,10 @@ class Container {
   bool reaped_ = false;
   int status_ = 0;
   int oom_kills_ = 0;
+  std::vector<Hook> hooks_;
+  std::string hook_id_;  // the state's id: the cgroup name
+  HookBundle bundle_;
+  bool poststop_done_ = false;
 };
 
 }  // namespace openshell::runtime

@@ -14,6 +14,7 @@
 #include "policy/policy.h"
 #include "runtime/caps.h"
 #include "runtime/cgroup.h"
+#include "runtime/hooks.h"
 #include "runtime/landlock.h"
 
 namespace openshell::runtime {
@@ -40,6 +41,15 @@ struct ContainerSpec {
   uint32_t uid = kDefaultUid;  // inside the sandbox
   uint32_t gid = kDefaultGid;
   std::vector<uint32_t> supplementary_gids;
+  // Host groups the sandbox's user holds besides (the groups of the device
+  // nodes it is given, --gpu): as root each is mapped into the sandbox at
+  // its own number and set as a supplementary group; rootless, the
+  // caller's own supplementary groups are kept (no setgroups), as crun's
+  // keep-groups does, for a user namespace can hold no other host group.
+  std::vector<uint32_t> host_groups;
+  // OCI hooks (a CDI spec's), run on the host at their moments
+  // (runtime/hooks.h); their failure before the start stops it.
+  std::vector<Hook> hooks;
   bool tty = false;              // a pseudo-terminal from the sandbox's own devpts
   unsigned short tty_rows = 24;  // its size from the start
   unsigned short tty_cols = 80;

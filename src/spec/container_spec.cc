@@ -18,6 +18,7 @@
 #include "image/flatten.h"
 #include "image/store.h"
 #include "runtime/cleanup.h"
+#include "runtime/gpu.h"
 #include "runtime/landlock.h"
 #include "runtime/private_paths.h"
 #include "runtime/users.h"
@@ -293,6 +294,18 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
     c.env.push_back("TERM=" + (!one_shot || one_shot->term.empty() ? "xterm" : one_shot->term));
   if (c.egress) c.env = merge_env(std::move(c.env), proxy_env());
   if (!bundles.empty()) c.env = merge_env(std::move(c.env), ca_bundle_env(bundles.front()));
+  // GPUs, found on this host at every launch (a driver update moves its
+  // files): nodes in /dev, the driver's files read-only, the spec's
+  // environment (under the caller's -e), hooks, and the nodes' groups.
+  std::optional<runtime::gpu::Plan> gpus;
+  if (auto request = runtime::gpu::parse_request(spec.gpu)) {
+    gpus = runtime::gpu::plan(*request, runtime::gpu::Host::from_environment());
+    for (const auto& node : gpus->nodes) c.fs.devices.push_back({node.host_path, node.path, false});
+    c.fs.binds.insert(c.fs.binds.end(), gpus->mounts.begin(), gpus->mounts.end());
+    c.env = merge_env(std::move(c.env), gpus->env);
+    c.hooks = gpus->hooks;
+    c.host_groups = gpus->groups;
+  }
   c.env = merge_env(std::move(c.env), spec.env);
 
   // Limits; a sandbox made before the defaults existed gets them here.
@@ -301,6 +314,12 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
   c.limits.cpus = spec.cpus;
   c.limits.memory_bytes = spec.memory_bytes;
   if (*limited.pids > 0) c.limits.pids = limited.pids;
+  if (gpus) {
+    // The cgroup's device list: what every sandbox's /dev has, and these.
+    c.limits.devices = runtime::default_device_rules();
+    for (const auto& node : gpus->nodes)
+      c.limits.devices->push_back({node.type, node.major, node.minor, node.access});
+  }
   c.fs.tmp_size = *limited.tmp_size_bytes;
   c.fs.shm_size = *limited.shm_size_bytes;
   if (spec.host_uid_start && spec.host_gid_start)
@@ -328,6 +347,13 @@ runtime::ContainerSpec container_spec_for(const SandboxSpec& spec, const Placeme
     for (const auto& b : spec.binds)
       (b.read_only ? confined.filesystem.read_only : confined.filesystem.read_write)
           .push_back(b.target);
+  // So are the GPUs' nodes (read, write and their ioctls) and files.
+  if (confined.has_filesystem_policy && gpus) {
+    for (const auto& node : gpus->nodes) confined.filesystem.read_write.push_back(node.path);
+    for (const auto& m : gpus->mounts)
+      (m.read_only ? confined.filesystem.read_only : confined.filesystem.read_write)
+          .push_back(m.target);
+  }
   c.landlock = runtime::landlock::plan(confined, c.fs.workdir, runtime::landlock::abi_version());
   // The default filesystem policy names directories an image may not have.
   if (policy.filesystem == policy::default_policy().filesystem) c.landlock.warn_missing = false;

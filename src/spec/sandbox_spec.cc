@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/text.h"
 #include "policy/policy.h"
+#include "runtime/gpu.h"
 #include "spec/ca_certs.h"
 
 namespace openshell {
@@ -77,6 +78,9 @@ void SandboxSpec::validate() const {
     if (from == "host")
       throw Error("--vm needs an image: the host's root cannot be a guest's disk");
   }
+  runtime::gpu::parse_request(gpu);
+  if (vm && !gpu.empty())
+    throw Error("--gpu: not with --vm (a micro-VM has no device passthrough)");
 }
 
 void SandboxSpec::apply_limit_defaults(const limits::Defaults& defaults, uint64_t total) {
@@ -129,6 +133,7 @@ std::string SandboxSpec::to_json() const {
   if (!user.empty()) j["user"] = user;
   if (tty) j["tty"] = true;
   if (vm) j["vm"] = {{"vcpus", vm->vcpus}, {"memory_mib", vm->memory_mib}, {"kernel", vm->kernel}};
+  if (!gpu.empty()) j["gpu"] = gpu;
   return j.dump();
 }
 
@@ -177,6 +182,7 @@ SandboxSpec SandboxSpec::from_json(const std::string& text) {
     s.restart = j.value("restart", std::string());
     s.storage_note = j.value("storage_note", std::string());
     s.user = j.value("user", std::string());
+    s.gpu = j.value("gpu", std::string());
     if (j.contains("vm") && !j["vm"].is_null()) {
       const json& v = j["vm"];
       if (!v.is_object()) throw Error("sandbox spec: vm: not a JSON object");

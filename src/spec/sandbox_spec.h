@@ -81,6 +81,9 @@ struct SandboxSpec {
   // Set: the sandbox is a micro-VM booting its image's root as the guest's
   // disk; cpus and memory_bytes then bound the VMM process, not the guest.
   std::optional<SandboxVm> vm;
+  // `--gpu`: "all" or a count N (the first N GPUs); "": none. Resolved at
+  // every launch into the host's devices (runtime/gpu.h, docs/gpu.md).
+  std::string gpu;
 
   // Throws Error naming the field at fault.
   void validate() const;

@@ -171,11 +171,11 @@ long now_ms() {
   return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void drop_to(Mode mode) {
+void drop_to(Mode mode, const std::vector<gid_t>& groups) {
   if (mode == Mode::kRoot) return;
   uid_t uid = uid_of(mode);
   gid_t gid = gid_of(mode);
-  if (::setgroups(0, nullptr) != 0 || ::setresgid(gid, gid, gid) != 0 ||
+  if (::setgroups(groups.size(), groups.data()) != 0 || ::setresgid(gid, gid, gid) != 0 ||
       ::setresuid(uid, uid, uid) != 0) {
     std::perror("drop privileges");
     ::_exit(121);
@@ -331,7 +331,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
       ::dup2(err_pipe[1], 2);
     }
     for (int fd : options.leak_fds) ::fcntl(fd, F_SETFD, 0);
-    drop_to(mode);
+    drop_to(mode, options.groups);
     if (::chdir(g.scratch.c_str()) != 0) ::_exit(122);
     ::execve(argv[0], argv.data(), envp.data());
     std::perror("exec openshell");
@@ -441,7 +441,7 @@ PtyProcess::PtyProcess(Mode mode, const std::vector<std::string>& args,
     ::ioctl(slave, TIOCSCTTY, 0);
     for (int fd = 0; fd < 3; ++fd) ::dup2(slave, fd);
     if (slave > 2) ::close(slave);
-    drop_to(mode);
+    drop_to(mode, {});
     if (::chdir(g.scratch.c_str()) != 0) ::_exit(122);
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(123);

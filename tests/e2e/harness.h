@@ -46,6 +46,9 @@ struct Options {
   std::vector<std::string> env;  // extra KEY=VALUE for openshell's environment
   std::string signal_when;       // once stdout holds this text...
   int signal = 0;                // ...send this signal to openshell
+  // A rootless mode's supplementary groups (none by default), as a user
+  // in those groups runs openshell.
+  std::vector<gid_t> groups;
 };
 
 // openshell ARGS... as the mode's user.

@@ -127,6 +127,28 @@ int write_file(const char* path, const char* data) {
   return result(n < 0 ? -1 : 0);
 }
 
+// A device node as a GPU's user opens it: read and write, then an ioctl
+// of the NVIDIA driver's type ('F'). The ioctl's errno says whether it
+// reached the driver (a driver without it answers ENOTTY; a filter, EPERM).
+int open_device(const char* path) {
+  int fd = ::open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return result(-1);
+  char byte = 'x';
+  ssize_t n = ::write(fd, &byte, 1);
+  if (n != 1) {
+    int err = errno;
+    ::close(fd);
+    errno = err;
+    return result(-1);
+  }
+  errno = 0;
+  long rc = ::ioctl(fd, _IOWR('F', 0x2a, int), nullptr);
+  int err = errno;
+  ::close(fd);
+  std::string ioctl_said = rc == 0 ? "0" : errno_name(err);
+  return result(0, "opened read-write, wrote 1 byte, ioctl " + ioctl_said);
+}
+
 int read_file(const char* path) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return result(-1);
@@ -1127,6 +1149,7 @@ int main(int argc, char** argv) {
   if (action == "exec-handoff") return exec_handoff(arg(2));
   if (action == "write") return write_file(arg(2), argc > 3 ? argv[3] : "osh-probe\n");
   if (action == "read") return read_file(arg(2));
+  if (action == "open-device") return open_device(arg(2));
   if (action == "mknod") return result(::mknod(arg(2), S_IFCHR | 0600, makedev(1, 3)));
   if (action == "setcap") {
     // A file capability (vfs_cap_data, VFS_CAP_REVISION_2): CAP_SETUID
