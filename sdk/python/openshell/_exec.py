@@ -5,11 +5,12 @@ byte names the stream (1 stdout, 2 stderr), and last ``exit`` or ``error``."""
 
 from __future__ import annotations
 
+import collections
 import json
 import socket
 import threading
 import time
-from typing import (IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional,
+from typing import (IO, Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
                     Sequence, Tuple, Union)
 
 from ._websocket import WebSocket
@@ -81,6 +82,9 @@ class ExecStream:
         self._done = False
         self._stdin_closed = False
         self._feeder: Optional[threading.Thread] = None
+        self._early: Deque[ExecOutput] = collections.deque()  # read by wait_started
+        self._resize_lock = threading.Lock()
+        self._pending_resize: Optional[str] = None
         # The start, and stdin when it is already whole, in one write.
         first: List[Union[str, bytes]] = [start]
         if isinstance(stdin, str):
@@ -125,8 +129,27 @@ class ExecStream:
         self._ws.send_text(json.dumps({"type": "signal", "signal": int(signal)}))
 
     def resize(self, rows: int, cols: int) -> None:
-        """The terminal's new size (only with tty=True)."""
-        self._ws.send_text(json.dumps({"type": "resize", "rows": int(rows), "cols": int(cols)}))
+        """The terminal's new size (only with tty=True). The supervisor
+        drops a resize that arrives before the command's terminal exists:
+        one asked for before ``started`` is sent when ``started`` is read
+        (see ``wait_started``)."""
+        message = json.dumps({"type": "resize", "rows": int(rows), "cols": int(cols)})
+        with self._resize_lock:
+            if not self.started:
+                self._pending_resize = message
+                return
+        self._ws.send_text(message)
+
+    def wait_started(self) -> None:
+        """Reads until the command runs (``started``); output that comes
+        meanwhile is kept for the iteration. Raises ExecError when it could
+        not be run."""
+        while not self.started and not self._done:
+            out = self._next()
+            if out is not None:
+                self._early.append(out)
+        if not self.started:
+            self._finish()
 
     def _feed(self, source: Any) -> None:
         try:
@@ -147,6 +170,8 @@ class ExecStream:
     # Output.
 
     def __iter__(self) -> Iterator[ExecOutput]:
+        while self._early:
+            yield self._early.popleft()
         while not self._done:
             out = self._next()
             if out is not None:
@@ -183,7 +208,11 @@ class ExecStream:
             self._done = True
             return None
         if kind == "started":
-            self.started = True
+            with self._resize_lock:
+                self.started = True
+                pending, self._pending_resize = self._pending_resize, None
+            if pending is not None:
+                self._ws.send_text(pending)
         elif kind == "exit":
             self.exit_code = int(m.get("code", 0))
             self._end()

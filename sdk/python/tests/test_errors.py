@@ -58,9 +58,11 @@ def test_invalid_spec_and_missing_image(client, gateway, new_name):
     assert [s for s in client.list() if s.name.startswith(("spec-", "img-"))] == []
 
 
-def test_admin_only_is_not_for_a_plain_list(client):
-    # As the gateway's own user we are an admin: ?all=1 works.
-    assert isinstance(client.list(all=True), list)
+def test_all_for_an_admin(client, sandbox):
+    # As the gateway's own user we are an admin: ?all=1 is allowed.
+    everyone = client.list(all=True)
+    assert sandbox in [s.name for s in everyone]
+    assert all(s.owner for s in everyone)
 
 
 def test_no_gateway(tmp_path):
@@ -71,7 +73,7 @@ def test_no_gateway(tmp_path):
     assert e.value.code == "connection"
 
 
-def test_a_socket_of_another_user_is_refused(tmp_path, monkeypatch):
+def test_a_run_directory_others_may_enter_is_refused(tmp_path, monkeypatch):
     home = tmp_path / "home"
     (home / "run").mkdir(parents=True)
     (home / "run").chmod(0o755)

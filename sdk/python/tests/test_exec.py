@@ -163,8 +163,8 @@ def test_tty(client, sandbox):
     assert r.stderr == b""
     with client.exec_stream(sandbox, ["sh", "-c", "read x; stty size"], tty=True, rows=50,
                             cols=132) as p:
+        p.wait_started()
         p.resize(40, 100)
-        time.sleep(0.2)
         p.send(b"go\n")
         out = b"".join(c.data for c in p)
     assert b"40 100" in out
