@@ -397,6 +397,11 @@ class Client:
 
     # Logs.
 
+    def _follow(self, target: str) -> WebSocket:
+        ws = WebSocket.connect(self._transport, target)
+        ws.settimeout(None)  # a followed log may be quiet for as long as it likes
+        return ws
+
     def _logs_target(self, name: str, source: str, tail: Optional[int],
                      since: Optional[Since], follow: bool) -> str:
         query = []
@@ -430,7 +435,7 @@ class Client:
         sandbox has finished (``.end`` then has its phase and exit code)."""
         target = self._logs_target(name, "sandbox", tail, since, follow)
         if follow:
-            return LogFollow(WebSocket.connect(self._transport, target), network=False)
+            return LogFollow(self._follow(target), network=False)
         text = self._http.text("GET", target).decode("utf-8", "replace")
         return [LogRecord.parse(line) for line in text.split("\n") if line]
 
@@ -453,6 +458,6 @@ class Client:
         ``tail`` and ``since`` as for ``logs``."""
         target = self._logs_target(name, "network", tail, since, follow)
         if follow:
-            return LogFollow(WebSocket.connect(self._transport, target), network=True)
+            return LogFollow(self._follow(target), network=True)
         text = self._http.text("GET", target).decode("utf-8", "replace")
         return [parse_network_line(line) for line in text.split("\n") if line]
