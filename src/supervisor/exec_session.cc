@@ -57,10 +57,9 @@ void ExecSession::on_message(std::string data, bool binary) {
     stdin_eof_ = true;
     write_stdin();
   } else if (auto* resize = std::get_if<exec::Resize>(&message)) {
-    if (tty_ && pty_.is_open()) {
-      winsize size{resize->rows, resize->cols, 0, 0};
-      ::ioctl(pty_.native_handle(), TIOCSWINSZ, &size);
-    }
+    // One that comes before the terminal exists is applied once it does.
+    pending_size_ = {resize->rows, resize->cols};
+    if (tty_ && pty_.is_open()) apply_size();
   } else if (auto* signal = std::get_if<exec::Signal>(&message)) {
     if (running_) owner_.kill_exec(id_, signal->signal);
   }
@@ -105,6 +104,7 @@ void ExecSession::started(UniqueFd pty_master) {
   if (tty_) {
     if (!pty_master) return failed(exit_code::kFailure, "no pseudo-terminal");
     pty_.assign(pty_master.release());
+    if (pending_size_) apply_size();
     open_streams_ = 1;
     read_stream(pty_, exec::kStdout);
   } else {
@@ -114,6 +114,12 @@ void ExecSession::started(UniqueFd pty_master) {
   }
   ws_->send(protocol::encode(exec::Started{}), false);
   write_stdin();
+}
+
+void ExecSession::apply_size() {
+  winsize size{pending_size_->first, pending_size_->second, 0, 0};
+  ::ioctl(pty_.native_handle(), TIOCSWINSZ, &size);
+  pending_size_.reset();
 }
 
 void ExecSession::failed(int exit_code, const std::string& why) {

@@ -54,6 +54,7 @@ class ExecSession : public std::enable_shared_from_this<ExecSession> {
   void finish();
   void begin(const protocol::exec::Start& start);
   void end(const protocol::exec::ServerMessage& message);
+  void apply_size();  // pending_size_ to the terminal
 
   asio::io_context& io_;
   Supervisor& owner_;
@@ -69,6 +70,7 @@ class ExecSession : public std::enable_shared_from_this<ExecSession> {
   std::string stdin_pending_;
   bool stdin_writing_ = false;
   bool stdin_eof_ = false;
+  std::optional<std::pair<uint16_t, uint16_t>> pending_size_;  // rows, cols
   asio::steady_timer drain_timer_;
 };
 

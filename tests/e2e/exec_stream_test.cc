@@ -159,6 +159,18 @@ class ExecStream : public GatewayTest {
 };
 E2E_ALL_MODES(ExecStream);
 
+// A resize sent right behind the start, before the command's terminal
+// exists, is its size all the same (the command sums rows and columns).
+TEST_P(ExecStream, AResizeBeforeTheStartedMessageStillApplies) {
+  Result created = os({"sandbox", "create", "--name", "ex", "--from", rootfs()});
+  ASSERT_EQ(created.status, 0) << created.err;
+  std::vector<std::string> got = session(
+      {R"x({"type":"start","argv":["sh","-c","sleep 0.3; set -- $(stty size); exit $(($1 + $2))"],"tty":true,"rows":10,"cols":20})x",
+       R"x({"type":"resize","rows":30,"cols":40})x"});
+  ASSERT_EQ(got.size(), 2u) << testing::PrintToString(got);
+  EXPECT_EQ(json::parse(got[1]), json::parse(R"({"type":"exit","code":70})"));
+}
+
 TEST_P(ExecStream, AWrongMessageIsAnErrorNamingItsField) {
   Result created = os({"sandbox", "create", "--name", "ex", "--from", rootfs()});
   ASSERT_EQ(created.status, 0) << created.err;
