@@ -13,14 +13,6 @@ void from_json(const json& j, Attach& m) {
   r.no_others();
 }
 
-void to_json(json& j, const Resize& m) { j = {{"rows", m.rows}, {"cols", m.cols}}; }
-void from_json(const json& j, Resize& m) {
-  FieldReader r(j, Resize::kType);
-  r.required("rows", &m.rows);
-  r.required("cols", &m.cols);
-  r.no_others();
-}
-
 void to_json(json& j, const Detach&) { j = json::object(); }
 void from_json(const json& j, Detach&) { FieldReader(j, Detach::kType).no_others(); }
 
@@ -34,20 +26,5 @@ void from_json(const json& j, Attached& m) {
 
 void to_json(json& j, const TakenOver&) { j = json::object(); }
 void from_json(const json& j, TakenOver&) { FieldReader(j, TakenOver::kType).no_others(); }
-
-void to_json(json& j, const Exit& m) { j = {{"code", m.code}}; }
-void from_json(const json& j, Exit& m) {
-  FieldReader r(j, Exit::kType);
-  r.required("code", &m.code);
-  r.no_others();
-}
-
-void to_json(json& j, const Failure& m) { j = {{"code", m.code}, {"message", m.message}}; }
-void from_json(const json& j, Failure& m) {
-  FieldReader r(j, Failure::kType);
-  r.required("code", &m.code);
-  r.required("message", &m.message);
-  r.no_others();
-}
 
 }  // namespace openshell::protocol::attach

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <variant>
 
+#include "protocol/exec_stream.h"
 #include "protocol/message.h"
 
 namespace openshell::protocol::attach {
@@ -31,12 +32,6 @@ struct Attach {
   uint16_t rows = 24;  // the client's terminal, applied to the main process's
   uint16_t cols = 80;
   bool replay = true;  // send the kept output first
-};
-
-struct Resize {
-  static constexpr const char* kType = "resize";
-  uint16_t rows = 24;
-  uint16_t cols = 80;
 };
 
 // The client leaves; the main process runs on.
@@ -55,18 +50,12 @@ struct TakenOver {
   static constexpr const char* kType = "taken_over";
 };
 
-// The main process ended: its status, 128+N for signal N.
-struct Exit {
-  static constexpr const char* kType = "exit";
-  int code = 0;
-};
-
-// There is nothing to attach to (no main process), or the stream broke.
-struct Failure {
-  static constexpr const char* kType = "error";
-  int code = 125;
-  std::string message;
-};
+// The same as exec's: a window size; the main process's end (its status,
+// 128+N for signal N); nothing to attach to (no main process), or a broken
+// stream.
+using Resize = exec::Resize;
+using Exit = exec::Exit;
+using Failure = exec::Failure;
 
 using ClientMessage = std::variant<Attach, Resize, Detach>;
 using ServerMessage = std::variant<Attached, TakenOver, Exit, Failure>;
@@ -81,17 +70,11 @@ inline ServerMessage decode_server(std::string_view text) {
 
 void to_json(json& j, const Attach& m);
 void from_json(const json& j, Attach& m);
-void to_json(json& j, const Resize& m);
-void from_json(const json& j, Resize& m);
 void to_json(json& j, const Detach& m);
 void from_json(const json& j, Detach& m);
 void to_json(json& j, const Attached& m);
 void from_json(const json& j, Attached& m);
 void to_json(json& j, const TakenOver& m);
 void from_json(const json& j, TakenOver& m);
-void to_json(json& j, const Exit& m);
-void from_json(const json& j, Exit& m);
-void to_json(json& j, const Failure& m);
-void from_json(const json& j, Failure& m);
 
 }  // namespace openshell::protocol::attach
