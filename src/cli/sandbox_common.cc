@@ -98,6 +98,8 @@ CLI::Option* add_output(CLI::App* app, std::string* output) {
 
 void remember(const Paths& paths, const std::string& name) {
   const std::string file = last_used_file(paths);
+  // Most commands name the sandbox the last one did: nothing to write.
+  if (files::try_read(file).value_or("") == name + "\n") return;
   const std::string temp = file + ".tmp." + std::to_string(::getpid());
   UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd) return;

@@ -58,8 +58,17 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
       }
       o->env = env;
       GatewayClient client;
-      require_ready(client, *name, "exec");
-      return exec(client, *name, *o);
+      // Straight to the stream: a sandbox that is not Ready refuses its
+      // upgrade, and only then is asked why (one round trip less per exec).
+      int status;
+      try {
+        status = exec(client, *name, *o);
+      } catch (const StreamRefused&) {
+        require_ready(client, *name, "exec");
+        throw;
+      }
+      remember(client.paths(), *name);
+      return status;
     };
   });
 }

@@ -44,6 +44,8 @@ std::shared_ptr<net::WebSocket> open_stream(asio::io_context& io, const GatewayC
                           });
   while (!done && io.run_one()) {
   }
+  if (!result && error.rfind("WebSocket upgrade at ", 0) == 0)
+    throw StreamRefused("connect to the gateway: " + error);
   if (!result) throw Error("connect to the gateway: " + error);
   return result;
 }

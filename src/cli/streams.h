@@ -8,6 +8,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "base/error.h"
 #include "egress/ocsf.h"
 
 namespace openshell::net {
@@ -18,8 +19,15 @@ namespace openshell::cli {
 
 class GatewayClient;
 
+// The gateway answered a stream's upgrade with an error (a sandbox in the
+// wrong phase, say): the reason holds its status and body.
+class StreamRefused : public Error {
+ public:
+  using Error::Error;
+};
+
 // A WebSocket stream of the client's gateway at target (on a connection of
-// its own), opened on io. Throws Error.
+// its own), opened on io. Throws StreamRefused, or Error.
 std::shared_ptr<net::WebSocket> open_stream(boost::asio::io_context& io,
                                             const GatewayClient& client, const std::string& target);
 
