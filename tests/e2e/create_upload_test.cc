@@ -28,7 +28,7 @@ class CreateUpload : public GatewayTest {
 E2E_ALL_MODES(CreateUpload);
 
 TEST_P(CreateUpload, FilesArriveBeforeTheMainProcessStarts) {
-  const std::string dir = project("proj");
+  const std::string dir = project("create-upload-proj");
   const std::string base = dir.substr(dir.rfind('/') + 1);
   const std::string note = write_file(scratch() + "/note-" + mode_name(mode()) + ".txt", "note\n");
   const std::string note_base = note.substr(note.rfind('/') + 1);
@@ -53,7 +53,7 @@ TEST_P(CreateUpload, FilesArriveBeforeTheMainProcessStarts) {
 }
 
 TEST_P(CreateUpload, AFailedUploadLeavesNoSandbox) {
-  const std::string dir = project("bad");
+  const std::string dir = project("create-upload-bad");
   Result missing = os({"sandbox", "create", "--name", "m", "--from", rootfs(), "--upload",
                        scratch() + "/no-such-dir"});
   EXPECT_EQ(missing.status, 125);
