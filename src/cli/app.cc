@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <CLI/CLI.hpp>
@@ -14,47 +15,90 @@
 
 namespace openshell::cli {
 
-int main(int argc, char** argv) {
-  CLI::App app{
+namespace {
+
+// The sandbox subcommand argv names, when it is `openshell [GLOBAL...]
+// sandbox SUBCOMMAND ...`; empty otherwise.
+std::string_view sandbox_subcommand(int argc, char** argv) {
+  std::string_view words[2];
+  int found = 0;
+  for (int i = 1; i < argc && found < 2; ++i) {
+    std::string_view w = argv[i];
+    if (w == "-v" || w == "--verbose" || w.starts_with("--gateway=") ||
+        w.starts_with("--gateway-endpoint="))
+      continue;
+    if (w == "-g" || w == "--gateway" || w == "--gateway-endpoint") {
+      ++i;
+      continue;
+    }
+    if (w.starts_with("-")) return {};
+    words[found++] = w;
+  }
+  return found == 2 && words[0] == "sandbox" ? words[1] : std::string_view{};
+}
+
+// The command tree with its global options bound to *verbose and
+// *selection. With `only`, the sandbox subcommand of that name alone: a
+// command's own parse, help and errors read only its branch, and building
+// the whole tree (a thousand options and their strings) was most of a
+// `sandbox exec`'s own time. Allocated and never freed: tearing it down
+// at exit is time with nothing to show for it.
+CLI::App* make_app(Action* action, bool* verbose, GatewaySelection* selection,
+                   std::string_view only) {
+  auto* app = new CLI::App{
       "openshell runs commands in sandboxes whose files, processes, system calls and network are "
       "confined by a policy.",
       "openshell"};
-  app.require_subcommand(1);
+  app->require_subcommand(1);
   // The global options (-v, -g, --gateway-endpoint) may also come after the
   // command's name: each command passes the options it lacks up to here.
-  app.fallthrough(true);
-  app.set_version_flag("--version", std::string("openshell ") + OPENSHELL_VERSION);
-  bool verbose = false;
-  app.add_flag("-v,--verbose", verbose, "Say what openshell does, with timings")
+  app->fallthrough(true);
+  app->set_version_flag("--version", std::string("openshell ") + OPENSHELL_VERSION);
+  app->add_flag("-v,--verbose", *verbose, "Say what openshell does, with timings")
       ->configurable(false);
-  GatewaySelection selection;
-  app.add_option("-g,--gateway", selection.name,
-                 "The registered gateway to talk to (see 'openshell gateway list'; default: "
-                 "$OPENSHELL_GATEWAY, else the active one, else this user's local gateway)")
+  app->add_option("-g,--gateway", selection->name,
+                  "The registered gateway to talk to (see 'openshell gateway list'; default: "
+                  "$OPENSHELL_GATEWAY, else the active one, else this user's local gateway)")
       ->type_name("NAME");
-  app.add_option("--gateway-endpoint", selection.endpoint,
-                 "The gateway at this URL: unix:///PATH, https://HOST:PORT or http://HOST:PORT "
-                 "(an https URL uses a registered gateway's credentials for it, else this "
-                 "user's from 'openshell gateway generate-certs')")
+  app->add_option("--gateway-endpoint", selection->endpoint,
+                  "The gateway at this URL: unix:///PATH, https://HOST:PORT or http://HOST:PORT "
+                  "(an https URL uses a registered gateway's credentials for it, else this "
+                  "user's from 'openshell gateway generate-certs')")
       ->type_name("URL");
-  app.footer(
+  app->footer(
       "Exit status: the command's own; 125 when openshell failed, 126 when the command cannot "
       "be executed, 127 when it was not found.\nSee openshell(1) and openshell-COMMAND(1).");
-
-  Action action;
-  add_run_command(app, &action);
-  add_sandbox_commands(app, &action);
-  add_image_commands(app, &action);
-  add_policy_commands(app, &action);
-  add_provider_commands(app, &action);
-  add_forward_commands(app, &action);
-  add_gateway_commands(app, &action);
-  add_status_command(app, &action);
-  add_doctor_command(app, &action);
+  if (!only.empty()) {
+    add_sandbox_commands(*app, action, only);
+    // A word that names no sandbox subcommand: the whole tree, for its error.
+    const CLI::App* sandbox = app->get_subcommand("sandbox");
+    if (!sandbox->get_subcommands([](const CLI::App*) { return true; }).empty()) return app;
+    delete app;
+    return make_app(action, verbose, selection, {});
+  }
+  add_run_command(*app, action);
+  add_sandbox_commands(*app, action);
+  add_image_commands(*app, action);
+  add_policy_commands(*app, action);
+  add_provider_commands(*app, action);
+  add_forward_commands(*app, action);
+  add_gateway_commands(*app, action);
+  add_status_command(*app, action);
+  add_doctor_command(*app, action);
   // Last: the scripts describe the whole tree.
-  add_completion_commands(app, &action);
-  add_vmm_command(app, &action);
-  add_guest_commands(app, &action);
+  add_completion_commands(*app, action);
+  add_vmm_command(*app, action);
+  add_guest_commands(*app, action);
+  return app;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Action action;
+  bool verbose = false;
+  GatewaySelection selection;
+  CLI::App& app = *make_app(&action, &verbose, &selection, sandbox_subcommand(argc, argv));
 
   if (argc == 1) {
     std::fputs(app.help().c_str(), stdout);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <string_view>
 
 namespace CLI {
 class App;
@@ -15,8 +16,9 @@ using Action = std::function<int()>;
 // `openshell run`: a one-shot sandbox, no daemon.
 void add_run_command(CLI::App& app, Action* action);
 
-// `openshell sandbox ...` and `openshell logs`.
-void add_sandbox_commands(CLI::App& app, Action* action);
+// `openshell sandbox ...` and `openshell logs`. With `only` (a sandbox
+// subcommand's name or alias), that subcommand alone: see app.cc.
+void add_sandbox_commands(CLI::App& app, Action* action, std::string_view only = {});
 
 // `openshell policy ...`.
 void add_policy_commands(CLI::App& app, Action* action);
