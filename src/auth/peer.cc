@@ -70,10 +70,12 @@ std::string peer_in_sandbox(int fd) {
     return errno_message("the peer's credentials (SO_PEERCRED)", errno);
   if (cred.pid <= 0) return "the peer's process is not visible from this pid namespace";
 
-  std::string self;
-  if (!read_text("/proc/self/status", &self)) return "cannot read /proc/self/status";
-  int own_depth = nspid_depth(self);
-  if (own_depth == 0) return "/proc/self/status has no NSpid line";
+  // Our own depth never changes: read once (a thread-safe static).
+  static const int own_depth = [] {
+    std::string self;
+    return read_text("/proc/self/status", &self) ? nspid_depth(self) : 0;
+  }();
+  if (own_depth == 0) return "/proc/self/status has no NSpid line (or cannot be read)";
 
   int pidfd = -1;
   length = sizeof pidfd;

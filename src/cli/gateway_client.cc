@@ -117,7 +117,14 @@ void start_gateway_in_background(const Paths& paths) {
 GatewayClient::GatewayClient(bool autostart) : GatewayClient(chosen_gateway(), autostart) {}
 
 GatewayClient::GatewayClient(GatewayChoice choice, bool autostart)
-    : paths_(Paths::resolve()), choice_(std::move(choice)) {
+    : paths_(Paths::resolve()), choice_(std::move(choice)), autostart_(autostart) {
+  connect();
+}
+
+GatewayClient::GatewayClient(Deferred) : paths_(Paths::resolve()), choice_(chosen_gateway()) {}
+
+void GatewayClient::connect() {
+  if (client_) return;
   if (!choice_.local_default()) {
     // Asked for by name or URL: it is there or it is not; never started here.
     if (choice_.endpoint.kind == net::Endpoint::Kind::kTls && choice_.endpoint.tls.ca.empty())
@@ -140,11 +147,16 @@ GatewayClient::GatewayClient(GatewayChoice choice, bool autostart)
   int err = 0;
   client_ = try_connect(paths_, &err);
   if (client_) return;
-  if (!autostart || (err != ENOENT && err != ECONNREFUSED))
+  if (!autostart_ || (err != ENOENT && err != ECONNREFUSED))
     throw_errno("connect to the gateway at " + paths_.socket(), err);
   start_gateway_in_background(paths_);
   client_ = try_connect(paths_, &err);
   if (!client_) throw_errno("connect to the gateway at " + paths_.socket(), err);
+}
+
+net::Client& GatewayClient::connection() {
+  connect();
+  return *client_;
 }
 
 GatewayClient::~GatewayClient() = default;
@@ -155,7 +167,7 @@ void GatewayClient::check_before_connecting() const {
 
 json GatewayClient::call(const std::string& method, const std::string& target,
                          const std::string& body) {
-  net::Response response = client_->request(method, target, body);
+  net::Response response = connection().request(method, target, body);
   json j = json::parse(response.body, nullptr, false);
   if (response.status >= 200 && response.status < 300) {
     if (j.is_discarded()) throw Error("the gateway answered with something that is not JSON");
@@ -169,11 +181,11 @@ json GatewayClient::call(const std::string& method, const std::string& target,
 }
 
 net::Response GatewayClient::request(const std::string& method, const std::string& target) {
-  return client_->request(method, target);
+  return connection().request(method, target);
 }
 
 std::string GatewayClient::call_text(const std::string& method, const std::string& target) {
-  net::Response response = client_->request(method, target);
+  net::Response response = connection().request(method, target);
   if (response.status >= 200 && response.status < 300) return response.body;
   json j = json::parse(response.body, nullptr, false);
   if (j.is_object() && j.contains("error") && j["error"].is_object())

@@ -44,6 +44,11 @@ class GatewayClient {
   // Throws Error.
   explicit GatewayClient(bool autostart = true);
   GatewayClient(GatewayChoice choice, bool autostart);
+  // The same, with the connection made (and the gateway started) only when
+  // a request needs it: a command that goes straight to a stream (exec)
+  // opens no request connection it would not use.
+  struct Deferred {};
+  explicit GatewayClient(Deferred);
   ~GatewayClient();
 
   // A JSON request; a non-2xx answer throws GatewayError with the gateway's
@@ -65,10 +70,17 @@ class GatewayClient {
   bool remote() const { return choice_.remote(); }
   // Before a stream connects: the local socket's directory is still private.
   void check_before_connecting() const;
+  // Whether the request connection is made; connect() makes it (starting
+  // the local gateway when none listens and autostart allows).
+  bool connected() const { return client_ != nullptr; }
+  void connect();
 
  private:
+  net::Client& connection();
+
   Paths paths_;
   GatewayChoice choice_;
+  bool autostart_ = true;
   std::unique_ptr<net::Client> client_;
 };
 

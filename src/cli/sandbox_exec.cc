@@ -57,12 +57,20 @@ void add_sandbox_exec(CLI::App* sandbox, Action* action) {
         env.push_back(std::string("TERM=") + (term && *term ? term : "xterm"));
       }
       o->env = env;
-      GatewayClient client;
-      // Straight to the stream: a sandbox that is not Ready refuses its
-      // upgrade, and only then is asked why (one round trip less per exec).
+      // Straight to the stream, on its one connection: a sandbox that is
+      // not Ready refuses the upgrade, and only then is asked why; a
+      // gateway that does not answer is started (or named) then, and the
+      // stream opened again (nothing ran: it never reached a sandbox).
+      GatewayClient client{GatewayClient::Deferred{}};
       int status;
       try {
-        status = exec(client, *name, *o);
+        try {
+          status = exec(client, *name, *o);
+        } catch (const StreamUnreachable&) {
+          if (client.connected()) throw;
+          client.connect();
+          status = exec(client, *name, *o);
+        }
       } catch (const StreamRefused&) {
         require_ready(client, *name, "exec");
         throw;

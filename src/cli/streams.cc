@@ -46,7 +46,7 @@ std::shared_ptr<net::WebSocket> open_stream(asio::io_context& io, const GatewayC
   }
   if (!result && error.rfind("WebSocket upgrade at ", 0) == 0)
     throw StreamRefused("connect to the gateway: " + error);
-  if (!result) throw Error("connect to the gateway: " + error);
+  if (!result) throw StreamUnreachable("connect to the gateway: " + error);
   return result;
 }
 

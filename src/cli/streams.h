@@ -26,8 +26,15 @@ class StreamRefused : public Error {
   using Error::Error;
 };
 
+// The stream's connection or its upgrade failed before the gateway
+// answered it: nothing of the request reached a sandbox.
+class StreamUnreachable : public Error {
+ public:
+  using Error::Error;
+};
+
 // A WebSocket stream of the client's gateway at target (on a connection of
-// its own), opened on io. Throws StreamRefused, or Error.
+// its own), opened on io. Throws StreamRefused, or StreamUnreachable.
 std::shared_ptr<net::WebSocket> open_stream(boost::asio::io_context& io,
                                             const GatewayClient& client, const std::string& target);
 

@@ -126,9 +126,11 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
   auto parts = text::split(req.path, '/');  // "", "v1", ...
   if (parts.size() < 2 || parts[1] != "v1")
     throw ApiError(404, "not_found", "no such API path: " + req.path);
+  // Who calls is asked once (it reads /etc/passwd), not once per route tried.
+  const Principal who = principal_of(exchange->peer(), ::geteuid());
   for (const Route& r : routes()) {
-    Call call{exchange, "", "", principal_of(exchange->peer(), ::geteuid())};
     if (r.websocket ? !req.websocket : req.method != r.method) continue;
+    Call call{exchange, "", "", who};
     if (!path_matches(parts, r.pattern, &call.name, &call.item)) continue;
     authorize(r, call);
     return r.handler(*this, call);

@@ -66,6 +66,20 @@ struct ChildPrivileges {
   int last_cap = 0;
 };
 
+// The signals the init was started with ignored (SIGPIPE, say), found
+// once: its children get their default dispositions back.
+sigset_t inherited_ignored;
+
+void find_ignored_signals() {
+  sigemptyset(&inherited_ignored);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old {};
+    if (sig != SIGKILL && sig != SIGSTOP && ::sigaction(sig, nullptr, &old) == 0 &&
+        old.sa_handler == SIG_IGN)
+      sigaddset(&inherited_ignored, sig);
+  }
+}
+
 // Async-signal-safe: the ids, then the capabilities; an errno on failure.
 int set_privileges(const ChildPrivileges& p, const char** what) {
   if (p.user) {
@@ -97,8 +111,10 @@ int set_privileges(const ChildPrivileges& p, const char** what) {
                              const ChildPrivileges& privileges) {
   sigset_t none;
   sigemptyset(&none);
+  // The init installs no handler (an exec resets those anyway): only what
+  // it inherited ignored needs its default back.
   for (int sig = 1; sig < NSIG; ++sig)
-    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    if (sigismember(&inherited_ignored, sig) == 1) ::signal(sig, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   int err = 0;
   if (tty_fd >= 0) {
@@ -165,6 +181,7 @@ class Init {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     for (int fd : {report_fd_, life_fd_, tty_fd_, control_fd_})
       if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    find_ignored_signals();
 
     // Every signal is read from a signalfd; for PID 1 a blocked signal from
     // the parent namespace is queued, where an unhandled one would be dropped.
