@@ -56,6 +56,14 @@ TEST_P(Cli, UnknownCommandsAndOptionsAreNamed) {
        "openshell: unknown option -u (see 'openshell sandbox list --help')\n"},
       {{"sandbox", "exec", "x"},
        "openshell: no command given (exec NAME -- CMD) (see 'openshell sandbox exec --help')\n"},
+      // `sandbox SUBCOMMAND` parses with its own branch of the tree only:
+      // a misspelt one still gets the nearest name, an alias its command,
+      // and global options before it still count.
+      {{"sandbox", "exce", "x"}, "openshell: unknown command 'exce' (did you mean exec?)\n"},
+      {{"sandbox", "rm", "-u"},
+       "openshell: unknown option -u (see 'openshell sandbox delete --help')\n"},
+      {{"-v", "-g", "nosuch", "sandbox", "ls", "-u"},
+       "openshell: unknown option -u (see 'openshell sandbox list --help')\n"},
   };
   for (const auto& [args, line] : cases) {
     Result r = os(args);
@@ -82,6 +90,38 @@ TEST_P(Cli, FromAPathThatIsNoDirectory) {
                              ": not a directory (an image archive is imported with 'openshell "
                              "image import FILE NAME')\n");
   ::unlink(file.c_str());
+}
+
+// exec goes straight to its stream: with no gateway listening it starts
+// one (as every command does) and the command runs once.
+TEST_P(Cli, ExecStartsTheGatewayWhenNoneListens) {
+  create("nogw");
+  ASSERT_EQ(os({"gateway", "stop"}).status, 0);
+  Result r = os({"sandbox", "exec", "nogw", "--", "sh", "-c",
+                 "echo ran >> /sandbox/count; "
+                 "cat /sandbox/count"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "ran\n");
+  EXPECT_EQ(os({"gateway", "status", "-o", "json"}).status, 0);
+  // A named gateway that does not listen is named, never started.
+  Result named = os({"--gateway-endpoint", "unix://" + home_ + "/run/none.sock", "sandbox", "exec",
+                     "nogw", "--", "true"});
+  EXPECT_EQ(named.status, 125);
+  EXPECT_THAT(named.err, HasSubstr("none.sock"));
+  EXPECT_EQ(named.out, "");
+}
+
+// `sandbox exec --help` is the command's own help (its branch alone is built).
+TEST_P(Cli, SandboxSubcommandHelpIsItsOwn) {
+  Result r = os({"sandbox", "exec", "--help"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Usage: openshell sandbox exec [OPTIONS]"));
+  EXPECT_THAT(r.out, HasSubstr("--workdir"));
+  EXPECT_THAT(r.out, HasSubstr("Example: openshell sandbox exec demo -- ls -l"));
+  Result group = os({"sandbox", "--help"});
+  EXPECT_EQ(group.status, 0) << group.err;
+  for (const char* sub : {"create", "exec", "connect", "delete", "commit", "logs"})
+    EXPECT_THAT(group.out, HasSubstr(sub));
 }
 
 // `exec -n NAME -- CMD` with a one-word CMD (it was "command is required");
