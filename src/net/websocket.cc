@@ -1,9 +1,15 @@
 // WebSocket connections, both sides, with queued and ordered sends.
 // A server may also take over a connection another process accepted.
+#include <sys/random.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <memory>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -21,9 +27,28 @@ namespace {
 
 constexpr auto kHandshakeTimeout = std::chrono::seconds(30);
 
+// Beast's mask generator seeds itself from std::random_device, whose
+// start-up probes the CPU (cpuid, expensive in a VM) on every client
+// process; the kernel's random bytes seed it the same once per process.
+void seed_masks_once() {
+  static const bool seeded = [] {
+    uint32_t words[8] = {};
+    size_t got = 0;
+    while (got < sizeof words) {
+      ssize_t n = ::getrandom(reinterpret_cast<char*>(words) + got, sizeof words - got, 0);
+      if (n <= 0 && errno != EINTR) return false;  // beast's own seed then
+      if (n > 0) got += static_cast<size_t>(n);
+    }
+    std::seed_seq seq(std::begin(words), std::end(words));
+    websocket::seed_prng(seq);
+    return true;
+  }();
+  (void)seeded;
+}
+
 class WebSocketImpl final : public WebSocket, public std::enable_shared_from_this<WebSocketImpl> {
  public:
-  explicit WebSocketImpl(Local::socket socket) : ws_(std::move(socket)) {
+  explicit WebSocketImpl(Local::socket socket) : ws_((seed_masks_once(), std::move(socket))) {
     ws_.read_message_max(kMessageLimit);
     ws_.auto_fragment(false);
     ws_.write_buffer_bytes(64u << 10);
