@@ -31,12 +31,13 @@ namespace exec_stream = protocol::exec;
 using nlohmann::json;
 
 std::shared_ptr<net::WebSocket> open_stream(asio::io_context& io, const GatewayClient& client,
-                                            const std::string& target) {
+                                            const std::string& target,
+                                            net::WebSocket::Headers headers) {
   std::shared_ptr<net::WebSocket> result;
   std::string error;
   bool done = false;
   client.check_before_connecting();
-  net::WebSocket::connect(io, client.gateway().endpoint, target,
+  net::WebSocket::connect(io, client.gateway().endpoint, target, std::move(headers),
                           [&](std::shared_ptr<net::WebSocket> ws, std::string why) {
                             result = std::move(ws);
                             error = std::move(why);
@@ -116,9 +117,6 @@ LogEnd follow_logs(const GatewayClient& client, const std::string& name,
 
 int exec(const GatewayClient& client, const std::string& name, const ExecOptions& options) {
   asio::io_context io;
-  auto ws = open_stream(
-      io, client,
-      "/v1/sandboxes/" + net::percent_encode(name) + "/exec" + (options.copy ? "?copy=1" : ""));
   // Signals are caught from before the command starts: one sent as soon as
   // it runs is passed on, never fatal to this process.
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
@@ -135,7 +133,17 @@ int exec(const GatewayClient& client, const std::string& name, const ExecOptions
   start.tty = tty;
   start.rows = rows;
   start.cols = cols;
-  ws->send(protocol::encode(start), false);
+  // The start rides in the upgrade request where it fits; a supervisor
+  // that took it from there says so, else it is sent as a message.
+  net::WebSocket::Headers headers;
+  if (auto value = exec_stream::start_header(start))
+    headers.emplace_back(exec_stream::kStartHeader, std::move(*value));
+  auto ws = open_stream(
+      io, client,
+      "/v1/sandboxes/" + net::percent_encode(name) + "/exec" + (options.copy ? "?copy=1" : ""),
+      std::move(headers));
+  if (ws->response_header(exec_stream::kStartHeader) != exec_stream::kStartAccepted)
+    ws->send(protocol::encode(start), false);
   const std::string eof = protocol::encode(exec_stream::Eof{});
 
   std::optional<int> status;

@@ -10,10 +10,7 @@
 
 #include "base/error.h"
 #include "egress/ocsf.h"
-
-namespace openshell::net {
-class WebSocket;
-}
+#include "net/http.h"
 
 namespace openshell::cli {
 
@@ -36,7 +33,8 @@ class StreamUnreachable : public Error {
 // A WebSocket stream of the client's gateway at target (on a connection of
 // its own), opened on io. Throws StreamRefused, or StreamUnreachable.
 std::shared_ptr<net::WebSocket> open_stream(boost::asio::io_context& io,
-                                            const GatewayClient& client, const std::string& target);
+                                            const GatewayClient& client, const std::string& target,
+                                            net::WebSocket::Headers headers = {});
 
 struct LogOptions {
   std::string tail = "all";  // a number of records, or "all"

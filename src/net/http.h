@@ -100,15 +100,24 @@ class WebSocket {
   // The same at any endpoint (net/endpoint.h).
   static void connect(asio::io_context& io, const Endpoint& endpoint, const std::string& target,
                       std::function<void(std::shared_ptr<WebSocket>, std::string error)> done);
+  // The same, with these header fields in the upgrade request.
+  using Headers = std::vector<std::pair<std::string, std::string>>;
+  static void connect(asio::io_context& io, const Endpoint& endpoint, const std::string& target,
+                      Headers headers,
+                      std::function<void(std::shared_ptr<WebSocket>, std::string error)> done);
+  // Client: a header field of the server's upgrade answer ("" without it).
+  virtual std::string response_header(std::string_view name) const { return {}; }
 
   // Server: a connection handed over by another process (the fd and the
   // upgrade request it had read); completes the handshake. Returns nullptr
   // and sets *error when the request is not a valid upgrade. Takes ownership
   // of fd (closed on failure too). The returned socket can be used at once:
   // sends wait for the handshake; a failed handshake ends in on_close.
+  // response_headers go into the upgrade's answer.
   static std::shared_ptr<WebSocket> accept_handed_over(asio::io_context& io, int fd,
                                                        const std::string& raw_request,
-                                                       std::string* error);
+                                                       std::string* error,
+                                                       Headers response_headers = {});
 };
 
 // One request being answered by the server.

@@ -58,11 +58,12 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
     timeout.keep_alive_pings = false;
     ws_.set_option(timeout);
     // One decorator serves both roles (a second set_option would replace it).
-    ws_.set_option(websocket::stream_base::decorator([](auto& message) {
+    ws_.set_option(websocket::stream_base::decorator([this](auto& message) {
       if constexpr (std::is_same_v<std::decay_t<decltype(message)>, websocket::response_type>)
         message.set(bhttp::field::server, "openshell");
       else
         message.set(bhttp::field::user_agent, "openshell");
+      for (const auto& [name, value] : extra_headers_) message.set(name, value);
     }));
     if (ws_.next_layer().is_open()) peer_ = peer_credentials(ws_.next_layer().native_handle());
   }
@@ -98,6 +99,14 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
 
   size_t queued_bytes() const override { return queued_bytes_; }
   PeerCredentials peer() const override { return peer_; }
+  std::string response_header(std::string_view name) const override {
+    for (const auto& [n, v] : response_headers_)
+      if (beast::iequals(n, beast::string_view(name.data(), name.size()))) return v;
+    return {};
+  }
+  // Fields added to the upgrade request (client) or its answer (server),
+  // before the handshake starts.
+  void add_headers(Headers headers) { extra_headers_ = std::move(headers); }
 
   // Server side: answers the upgrade request.
   void accept(BeastRequest request) {
@@ -107,7 +116,7 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
 
   // Client side: connects, then upgrades.
   static void connect(asio::io_context& io, const std::string& socket_path,
-                      const std::string& target,
+                      const std::string& target, Headers headers,
                       std::function<void(std::shared_ptr<WebSocket>, std::string)> done) {
     auto fail_later = [&io, done](std::string reason) {
       asio::post(io, [done, reason = std::move(reason)] {
@@ -127,6 +136,7 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
       return;
     }
     auto ws = std::make_shared<WebSocketImpl>(std::move(socket));
+    ws->add_headers(std::move(headers));
     ws->ws_.next_layer().async_connect(
         endpoint, [ws, socket_path, target, done](beast::error_code ec) {
           guarded(
@@ -153,10 +163,11 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
 
   // Client side over a socket already connected (TCP, or a TLS pump's end).
   static void connect_over(Local::socket socket, const PeerCredentials& peer,
-                           const std::string& target,
+                           const std::string& target, Headers headers,
                            std::function<void(std::shared_ptr<WebSocket>, std::string)> done) {
     auto ws = std::make_shared<WebSocketImpl>(std::move(socket));
     ws->peer_ = peer;
+    ws->add_headers(std::move(headers));
     ws->handshake(target, std::move(done));
   }
 
@@ -196,6 +207,8 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
       done(nullptr, reason);
       return;
     }
+    for (const auto& field : response)
+      response_headers_.emplace_back(str(field.name_string()), str(field.value()));
     on_handshake({});
     done(shared_from_this(), "");
   }
@@ -327,6 +340,8 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
   std::shared_ptr<CloseHandler> on_close_;
   std::string close_reason_;
   std::string finish_reason_;
+  Headers extra_headers_;         // ours, in the upgrade request or its answer
+  Headers response_headers_;      // the server's answer's (client side)
   bool open_ = false;             // handshake done
   bool started_ = false;          // start() called
   bool reading_ = false;          // an async_read is pending
@@ -341,10 +356,12 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
 class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
  public:
   using Done = std::function<void(std::shared_ptr<WebSocket>, std::string)>;
-  TcpConnect(asio::io_context& io, Endpoint endpoint, std::string target, Done done)
+  TcpConnect(asio::io_context& io, Endpoint endpoint, std::string target,
+             WebSocket::Headers headers, Done done)
       : io_(io),
         endpoint_(std::move(endpoint)),
         target_(std::move(target)),
+        headers_(std::move(headers)),
         done_(std::move(done)),
         resolver_(io),
         socket_(io) {}
@@ -400,7 +417,7 @@ class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
     if (endpoint_.kind == Endpoint::Kind::kTcp) {
       Local::socket local(io_);
       local.assign(Local(), socket_.release());
-      WebSocketImpl::connect_over(std::move(local), peer_, target_, done_);
+      WebSocketImpl::connect_over(std::move(local), peer_, target_, headers_, done_);
       return;
     }
     stream_ = std::make_unique<TlsStream>(std::move(socket_), *context_);
@@ -426,7 +443,7 @@ class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
     Endpoint endpoint = endpoint_;
     Done done = done_;
     WebSocketImpl::connect_over(
-        std::move(local), peer_, target_,
+        std::move(local), peer_, target_, headers_,
         [pump, endpoint, done](std::shared_ptr<WebSocket> ws, std::string why) {
           if (!ws && pump->tls_error())
             why = connect_failure(endpoint, pump->tls_error(), pump->stream().native_handle());
@@ -437,6 +454,7 @@ class TcpConnect : public std::enable_shared_from_this<TcpConnect> {
   asio::io_context& io_;
   Endpoint endpoint_;
   std::string target_;
+  WebSocket::Headers headers_;
   Done done_;
   Tcp::resolver resolver_;
   Tcp::socket socket_;
@@ -467,19 +485,27 @@ using namespace detail;
 void WebSocket::connect(asio::io_context& io, const std::string& socket_path,
                         const std::string& target,
                         std::function<void(std::shared_ptr<WebSocket>, std::string error)> done) {
-  WebSocketImpl::connect(io, socket_path, target, std::move(done));
+  WebSocketImpl::connect(io, socket_path, target, {}, std::move(done));
 }
 
 void WebSocket::connect(asio::io_context& io, const Endpoint& endpoint, const std::string& target,
                         std::function<void(std::shared_ptr<WebSocket>, std::string error)> done) {
+  connect(io, endpoint, target, {}, std::move(done));
+}
+
+void WebSocket::connect(asio::io_context& io, const Endpoint& endpoint, const std::string& target,
+                        Headers headers,
+                        std::function<void(std::shared_ptr<WebSocket>, std::string error)> done) {
   if (endpoint.kind == Endpoint::Kind::kUnix)
-    return WebSocketImpl::connect(io, endpoint.socket_path, target, std::move(done));
-  std::make_shared<TcpConnect>(io, endpoint, target, std::move(done))->start();
+    return WebSocketImpl::connect(io, endpoint.socket_path, target, std::move(headers),
+                                  std::move(done));
+  std::make_shared<TcpConnect>(io, endpoint, target, std::move(headers), std::move(done))->start();
 }
 
 std::shared_ptr<WebSocket> WebSocket::accept_handed_over(asio::io_context& io, int fd,
                                                          const std::string& raw_request,
-                                                         std::string* error) {
+                                                         std::string* error,
+                                                         Headers response_headers) {
   UniqueFd owned(fd);
   auto failed = [&](const std::string& why) -> std::shared_ptr<WebSocket> {
     if (error) *error = "handed-over connection: " + why;
@@ -507,6 +533,7 @@ std::shared_ptr<WebSocket> WebSocket::accept_handed_over(asio::io_context& io, i
   if (ec) return failed(ec.message());
   owned.release();
   auto ws = std::make_shared<WebSocketImpl>(std::move(socket));
+  ws->add_headers(std::move(response_headers));
   ws->accept(std::move(request));
   return ws;
 }

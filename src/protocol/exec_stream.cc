@@ -1,6 +1,40 @@
 #include "protocol/exec_stream.h"
 
+#include "base/text.h"
+
 namespace openshell::protocol::exec {
+
+std::optional<std::string> start_header(const Start& start) {
+  std::string value = text::percent_encode(encode(start));
+  if (value.size() > kStartHeaderMax) return std::nullopt;
+  return value;
+}
+
+std::optional<Start> start_in_request(std::string_view raw) {
+  const std::string_view name = kStartHeader;
+  // The header block: the lines after the request line, to the empty one.
+  size_t at = raw.find("\r\n");
+  while (at != std::string_view::npos) {
+    const size_t begin = at + 2;
+    const size_t end = raw.find("\r\n", begin);
+    if (end == std::string_view::npos || end == begin) break;
+    std::string_view line = raw.substr(begin, end - begin);
+    const size_t colon = line.find(':');
+    if (colon == name.size() && text::iequals(line.substr(0, colon), name)) {
+      std::string_view value = text::trim(line.substr(colon + 1));
+      auto json_text = text::percent_decode(value);
+      if (!json_text || json_text->size() > kStartHeaderMax) return std::nullopt;
+      try {
+        ClientMessage message = decode_client(*json_text);
+        if (auto* start = std::get_if<Start>(&message)) return *start;
+      } catch (const ProtocolError&) {
+      }
+      return std::nullopt;
+    }
+    at = end;
+  }
+  return std::nullopt;
+}
 
 void to_json(json& j, const Start& m) {
   j = {{"argv", m.argv}, {"env", m.env}, {"tty", m.tty}, {"rows", m.rows}, {"cols", m.cols}};

@@ -80,6 +80,21 @@ inline ServerMessage decode_server(std::string_view text) {
   return decode<ServerMessage>(text, kProtocol);
 }
 
+// The start message may ride in the upgrade request instead, as this
+// header field (its JSON, percent-encoded), so that the supervisor starts
+// the command while its answer travels: one round trip less. A supervisor
+// that did answers the upgrade with the same field set to "accepted"; a
+// client that does not see it sends the start message as usual.
+inline constexpr const char* kStartHeader = "Openshell-Exec-Start";
+inline constexpr const char* kStartAccepted = "accepted";
+inline constexpr size_t kStartHeaderMax = 8192;  // longer: sent as a message
+
+// The header field's value for start; nullopt when it would be too long.
+std::optional<std::string> start_header(const Start& start);
+// The start message of an upgrade request's header field; nullopt without
+// one, or when it is not a valid start message (which the client then sends).
+std::optional<Start> start_in_request(std::string_view raw_request);
+
 void to_json(json& j, const Start& m);
 void from_json(const json& j, Start& m);
 void to_json(json& j, const Eof& m);

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "auth/peer.h"
 #include "base/error.h"
@@ -15,6 +16,7 @@
 #include "base/unique_fd.h"
 #include "net/http.h"
 #include "protocol/exec_handoff.h"
+#include "protocol/exec_stream.h"
 #include "runtime/init_protocol.h"
 #include "spec/container_spec.h"
 #include "supervisor/exec_session.h"
@@ -144,15 +146,25 @@ void Supervisor::accept_exec() {
             log::error(e.what());
             continue;
           }
+          // `sandbox connect` (GET .../attach) joins the main process's console.
+          const bool attach = handoff_path(handoff.request).ends_with("/attach");
+          // A copy supervisor serves one copy, and only one.
+          if (!attach && !spec_.vm && copy_ && next_exec_ > 1) continue;
+          // An exec whose start message came in the request starts at once
+          // (a VM's guest exec reads it from the stream as ever).
+          std::optional<exec::Start> early;
+          if (!attach && !spec_.vm && state_ == State::kRunning)
+            early = exec::start_in_request(handoff.request);
+          net::WebSocket::Headers answer;
+          if (early) answer.emplace_back(exec::kStartHeader, exec::kStartAccepted);
           std::string error;
           auto ws = net::WebSocket::accept_handed_over(io_, handoff.connection.release(),
-                                                       handoff.request, &error);
+                                                       handoff.request, &error, answer);
           if (!ws) {
             log::error("exec handover: " + error);
             continue;
           }
-          // `sandbox connect` (GET .../attach) joins the main process's console.
-          if (handoff_path(handoff.request).ends_with("/attach")) {
+          if (attach) {
             console_.attach(ws);
             continue;
           }
@@ -160,14 +172,15 @@ void Supervisor::accept_exec() {
             start_guest_exec(ws);
             continue;
           }
-          // A copy supervisor serves one copy, and only one.
-          if (copy_ && next_exec_ > 1) continue;
           if (copy_) ++open_execs_;
           uint64_t id = next_exec_++;
           auto session = std::make_shared<ExecSession>(io_, *this, ws, id);
           execs_[id] = session;
           session->start();
-          if (state_ != State::kRunning) session->sandbox_gone();
+          if (state_ != State::kRunning)
+            session->sandbox_gone();
+          else if (early)
+            session->start_early(*early);
         }
         accept_exec();
       });

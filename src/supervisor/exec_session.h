@@ -39,6 +39,11 @@ class ExecSession : public std::enable_shared_from_this<ExecSession> {
         drain_timer_(io) {}
 
   void start();
+  // The start message the upgrade request carried (exec::kStartHeader):
+  // the command starts now, as if the message had come first.
+  void start_early(const protocol::exec::Start& start) {
+    if (!requested_) begin(start);
+  }
   // From the init.
   void started(UniqueFd pty_master);
   void failed(int exit_code, const std::string& why);

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ using json = nlohmann::json;
 
 namespace e2e {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A client's text frame (masked, as RFC 6455 requires of clients).
 std::string text_frame(const std::string& payload) {
@@ -67,8 +71,11 @@ std::vector<std::string> text_messages(const std::string& bytes) {
 // `messages` once the upgrade is answered, and reads until the server closes
 // (its close frame, 20 s at most): the bytes after the 101 head, or "" when none came. The
 // child does only system calls: everything is built before the fork.
+// `fields` are more header lines of the request ("Name: value\r\n" each);
+// the answer's head goes to *head when given.
 std::string exec_session(Mode mode, const std::string& socket_path, const std::string& name,
-                         const std::vector<std::string>& messages) {
+                         const std::vector<std::string>& messages, const std::string& fields = "",
+                         std::string* head = nullptr) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (socket_path.size() >= sizeof addr.sun_path) return "";
@@ -77,7 +84,8 @@ std::string exec_session(Mode mode, const std::string& socket_path, const std::s
       "GET /v1/sandboxes/" + name +
       "/exec HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
       "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-      "Sec-WebSocket-Version: 13\r\n\r\n";
+      "Sec-WebSocket-Version: 13\r\n" +
+      fields + "\r\n";
   std::string frames;
   for (const auto& m : messages) frames += text_frame(m);
   int out[2];
@@ -95,7 +103,7 @@ std::string exec_session(Mode mode, const std::string& socket_path, const std::s
     if (::send(fd, upgrade.data(), upgrade.size(), MSG_NOSIGNAL) !=
         static_cast<ssize_t>(upgrade.size()))
       ::_exit(123);
-    static char got[1 << 16];  // the bytes after the head
+    static char got[1 << 16];  // the head, then the bytes after it
     size_t have = 0;
     bool upgraded = false;
     char tail[4] = {0, 0, 0, 0};  // the last four bytes of the head so far
@@ -104,7 +112,8 @@ std::string exec_session(Mode mode, const std::string& socket_path, const std::s
       if (::poll(&p, 1, 20000) != 1) ::_exit(124);
       if (!upgraded) {
         char c;
-        if (::read(fd, &c, 1) != 1) ::_exit(127);
+        if (::read(fd, &c, 1) != 1 || have == sizeof got) ::_exit(127);
+        got[have++] = c;
         std::memmove(tail, tail + 1, 3);
         tail[3] = c;
         if (std::memcmp(tail, "\r\n\r\n", 4) == 0) {
@@ -119,7 +128,9 @@ std::string exec_session(Mode mode, const std::string& socket_path, const std::s
       if (n > 0) have += static_cast<size_t>(n);
       // Done at the server's close frame (or the connection's end).
       bool closed = n <= 0;
-      for (size_t at = 0; !closed && at + 2 <= have;) {
+      size_t frames_at = 0;
+      while (frames_at + 4 <= have && std::memcmp(got + frames_at, "\r\n\r\n", 4) != 0) ++frames_at;
+      for (size_t at = frames_at + 4; !closed && at + 2 <= have;) {
         size_t length = static_cast<unsigned char>(got[at + 1]) & 0x7f, head = 2;
         if (length == 126) {
           if (at + 4 > have) break;
@@ -147,7 +158,26 @@ std::string exec_session(Mode mode, const std::string& socket_path, const std::s
   ::waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "the client ended with " << status << " (124: no close within 20 s)";
-  return bytes;
+  const size_t end = bytes.find("\r\n\r\n");
+  if (end == std::string::npos) return "";
+  if (head) *head = bytes.substr(0, end + 4);
+  return bytes.substr(end + 4);
+}
+
+// RFC 3986 percent-encoding of every byte but the unreserved ones.
+std::string percent_encoded(const std::string& text) {
+  static const char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
 }
 
 class ExecStream : public GatewayTest {
@@ -169,6 +199,39 @@ TEST_P(ExecStream, AResizeBeforeTheStartedMessageStillApplies) {
        R"x({"type":"resize","rows":30,"cols":40})x"});
   ASSERT_EQ(got.size(), 2u) << testing::PrintToString(got);
   EXPECT_EQ(json::parse(got[1]), json::parse(R"({"type":"exit","code":70})"));
+}
+
+// The start message may come in the upgrade request (docs/api.md): the
+// answer says it was taken, and the command runs with no message sent. A
+// field that holds no start message is not taken, and the message is
+// awaited as ever.
+TEST_P(ExecStream, AStartInTheUpgradeRequestRunsWithoutTheMessage) {
+  Result created = os({"sandbox", "create", "--name", "ex", "--from", rootfs()});
+  ASSERT_EQ(created.status, 0) << created.err;
+  const std::string socket = home_ + "/run/gateway.sock";
+  const std::string start = R"({"type":"start","argv":["sh","-c","echo early; exit 7"]})";
+  std::string head;
+  std::string bytes = exec_session(
+      mode(), socket, "ex", {}, "Openshell-Exec-Start: " + percent_encoded(start) + "\r\n", &head);
+  EXPECT_THAT(head, HasSubstr("HTTP/1.1 101 "));
+  EXPECT_THAT(head, HasSubstr("Openshell-Exec-Start: accepted\r\n"));
+  EXPECT_THAT(bytes, HasSubstr("early\n"));
+  std::vector<std::string> got = text_messages(bytes);
+  ASSERT_EQ(got.size(), 2u) << testing::PrintToString(got);
+  EXPECT_EQ(json::parse(got[0]), json::parse(R"({"type":"started"})"));
+  EXPECT_EQ(json::parse(got[1]), json::parse(R"({"type":"exit","code":7})"));
+
+  for (const std::string& field : {std::string("%7Bnot json"), percent_encoded(R"({"type":"eof"})"),
+                                   percent_encoded(R"({"type":"start","argv":[]})")}) {
+    head.clear();
+    got = text_messages(exec_session(mode(), socket, "ex",
+                                     {R"({"type":"start","argv":["sh","-c","exit 3"]})"},
+                                     "Openshell-Exec-Start: " + field + "\r\n", &head));
+    EXPECT_THAT(head, HasSubstr("HTTP/1.1 101 ")) << field;
+    EXPECT_THAT(head, Not(HasSubstr("accepted"))) << field;
+    ASSERT_EQ(got.size(), 2u) << field << " " << testing::PrintToString(got);
+    EXPECT_EQ(json::parse(got[1]), json::parse(R"({"type":"exit","code":3})")) << field;
+  }
 }
 
 TEST_P(ExecStream, AWrongMessageIsAnErrorNamingItsField) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "base/text.h"
 #include "protocol/exec_handoff.h"
 #include "protocol/exec_stream.h"
 #include "protocol/supervisor_session.h"
@@ -321,3 +322,50 @@ TEST(ExecHandoffPacket, IsTheTagThenTheRequestByteForByte) {
 
 }  // namespace
 }  // namespace openshell::protocol
+
+namespace openshell::protocol::exec {
+namespace {
+
+// The start message in an upgrade request's header field: what a client
+// puts there, the supervisor reads back; anything else is not a start.
+TEST(ExecStartHeader, RoundTripsAndRefusesWhatIsNoStart) {
+  Start start;
+  start.argv = {"sh", "-c", "echo \"a b\"; exit 3"};
+  start.env = {"K=v w", "UNI=\xc3\xa9"};
+  start.workdir = "/tmp";
+  start.tty = true;
+  auto value = start_header(start);
+  ASSERT_TRUE(value.has_value());
+  EXPECT_EQ(value->find_first_of(" \r\n\":"), std::string::npos) << *value;
+  const std::string request =
+      "GET /v1/sandboxes/x/exec HTTP/1.1\r\nHost: localhost\r\n"
+      "openshell-exec-start:  " +
+      *value + "\r\nUpgrade: websocket\r\n\r\n";
+  auto back = start_in_request(request);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->argv, start.argv);
+  EXPECT_EQ(back->env, start.env);
+  EXPECT_EQ(back->workdir, start.workdir);
+  EXPECT_TRUE(back->tty);
+
+  auto with = [](const std::string& field) {
+    return start_in_request("GET / HTTP/1.1\r\n" + field + "\r\nHost: x\r\n\r\n");
+  };
+  EXPECT_FALSE(with("Host: y"));
+  EXPECT_FALSE(with("Openshell-Exec-Start: %7Bnot json"));
+  EXPECT_FALSE(with("Openshell-Exec-Start: %zz"));
+  EXPECT_FALSE(with("Openshell-Exec-Start: " + text::percent_encode(encode(Eof{}))));
+  EXPECT_FALSE(
+      with("Openshell-Exec-Start: " + text::percent_encode(R"({"type":"start","argv":[]})")));
+  EXPECT_FALSE(with("Openshell-Exec-Start-Not: " + *value));
+  // After the head, nothing is a field.
+  EXPECT_FALSE(start_in_request("GET / HTTP/1.1\r\nHost: x\r\n\r\nOpenshell-Exec-Start: " + *value +
+                                "\r\n"));
+
+  Start big;
+  big.argv = {std::string(kStartHeaderMax, 'x')};
+  EXPECT_FALSE(start_header(big).has_value());
+}
+
+}  // namespace
+}  // namespace openshell::protocol::exec

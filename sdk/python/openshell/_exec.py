@@ -29,6 +29,12 @@ _CHUNK = 65536
 SIGKILL = 9
 
 
+# The upgrade request's field for the start message (percent-encoded JSON;
+# docs/api.md), and its longest value: a longer one goes as a message.
+START_HEADER = "Openshell-Exec-Start"
+START_HEADER_MAX = 8192
+
+
 def start_message(argv: Sequence[str], env: Env, workdir: Optional[str], user: Optional[str],
                   tty: bool, rows: int, cols: int) -> str:
     if isinstance(argv, (str, bytes)):
@@ -70,7 +76,7 @@ class ExecStream:
     ``send``, ``close_stdin``, ``signal`` and ``resize`` may be called from
     any thread while another iterates."""
 
-    def __init__(self, ws: WebSocket, start: str, stdin: Stdin = None,
+    def __init__(self, ws: WebSocket, start: Optional[str], stdin: Stdin = None,
                  timeout: Optional[float] = None) -> None:
         self._ws = ws
         self.exit_code: Optional[int] = None
@@ -85,8 +91,9 @@ class ExecStream:
         self._early: Deque[ExecOutput] = collections.deque()  # read by wait_started
         self._resize_lock = threading.Lock()
         self._pending_resize: Optional[str] = None
-        # The start, and stdin when it is already whole, in one write.
-        first: List[Union[str, bytes]] = [start]
+        # The start (unless the upgrade request carried it), and stdin when
+        # it is already whole, in one write.
+        first: List[Union[str, bytes]] = [start] if start is not None else []
         if isinstance(stdin, str):
             stdin = stdin.encode("utf-8")
         if isinstance(stdin, (bytes, bytearray, memoryview)):
@@ -94,7 +101,8 @@ class ExecStream:
             first.extend(data[i:i + _CHUNK] for i in range(0, len(data), _CHUNK))
             first.append(_EOF)
             self._stdin_closed = True
-        ws.send_messages(first)
+        if first:
+            ws.send_messages(first)
         if stdin is not None and not self._stdin_closed:
             self._feeder = threading.Thread(target=self._feed, args=(stdin,),
                                             name="openshell-exec-stdin", daemon=True)

@@ -10,7 +10,7 @@ import os
 import socket
 import struct
 import threading
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 from ._transport import Transport
 from .errors import ConnectionFailed, ProtocolError, from_response
@@ -63,6 +63,8 @@ class WebSocket:
     def __init__(self, sock: socket.socket, leftover: bytes = b"") -> None:
         self._sock = sock
         self._buf = bytearray(leftover)
+        # The upgrade answer's header fields, names in lower case.
+        self.response_headers: Dict[str, str] = {}
         self._send_lock = threading.Lock()
         self._close_sent = False
         self.closed = False  # the server's close arrived, or the connection ended
@@ -73,23 +75,26 @@ class WebSocket:
         self._partial = bytearray()
 
     @classmethod
-    def connect(cls, transport: Transport, target: str,
-                timeout: Optional[float] = None) -> "WebSocket":
-        """GET target with an upgrade. An error answer raises the API's
-        exception (a 404, a 409 wrong_phase, ...)."""
+    def connect(cls, transport: Transport, target: str, timeout: Optional[float] = None,
+                headers: Optional[Dict[str, str]] = None) -> "WebSocket":
+        """GET target with an upgrade (and these header fields). An error
+        answer raises the API's exception (a 404, a 409 wrong_phase, ...)."""
         sock = transport.connect(timeout)
         try:
-            return cls._handshake(sock, target)
+            return cls._handshake(sock, target, headers or {})
         except BaseException:
             sock.close()
             raise
 
     @classmethod
-    def _handshake(cls, sock: socket.socket, target: str) -> "WebSocket":
+    def _handshake(cls, sock: socket.socket, target: str,
+                   extra: Dict[str, str]) -> "WebSocket":
         key = base64.b64encode(os.urandom(16))
+        fields = b"".join(name.encode("ascii") + b": " + value.encode("ascii") + b"\r\n"
+                          for name, value in extra.items())
         request = (b"GET " + target.encode("utf-8") + b" HTTP/1.1\r\nHost: localhost\r\n"
                    b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " + key +
-                   b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+                   b"\r\nSec-WebSocket-Version: 13\r\n" + fields + b"\r\n")
         try:
             sock.sendall(request)
             data = bytearray()
@@ -134,7 +139,9 @@ class WebSocket:
             raise ProtocolError("GET %s: the upgrade's Sec-WebSocket-Accept is wrong" % target)
         if headers.get("upgrade", "").lower() != "websocket":
             raise ProtocolError("GET %s: the answer does not upgrade to websocket" % target)
-        return cls(sock, rest)
+        ws = cls(sock, rest)
+        ws.response_headers = headers
+        return ws
 
     # Sending.
 

@@ -10,7 +10,7 @@ from typing import (Any, Callable, Dict, List, Literal, Mapping, Optional, Seque
 from urllib.parse import quote
 
 from . import _copy, _paths, _registry
-from ._exec import Env, ExecStream, Stdin, start_message
+from ._exec import START_HEADER, START_HEADER_MAX, Env, ExecStream, Stdin, start_message
 from ._logs import LogFollow, parse_network_line
 from ._policy import PolicyAPI
 from ._registry import Endpoint, TlsFiles
@@ -330,9 +330,16 @@ class Client:
                    timeout: Optional[float] = None, rows: int = 24, cols: int = 80,
                    copy: bool = False) -> ExecStream:
         start = start_message(argv, env, workdir, user, tty, rows, cols)
+        # The start rides in the upgrade request where it fits (the command
+        # starts while the answer travels); a supervisor that took it says so.
+        early = quote(start, safe="")
+        headers = {START_HEADER: early} if len(early) <= START_HEADER_MAX else {}
         ws = WebSocket.connect(self._transport,
-                               self._sandbox_path(name, "/exec" + ("?copy=1" if copy else "")))
+                               self._sandbox_path(name, "/exec" + ("?copy=1" if copy else "")),
+                               headers=headers)
         ws.settimeout(None)
+        if headers and ws.response_headers.get(START_HEADER.lower()) == "accepted":
+            start = None
         try:
             return ExecStream(ws, start, stdin, timeout)
         except BaseException:

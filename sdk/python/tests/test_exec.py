@@ -23,6 +23,21 @@ def test_stdout_stderr_and_exit_code(client, sandbox):
     assert client.exec(sandbox, ["true"]).check().exit_code == 0
 
 
+def test_start_in_the_upgrade_request_or_as_a_message(client, sandbox, monkeypatch):
+    # The start rides in the upgrade request where it fits, else it is sent
+    # as the stream's first message: the same command, the same result.
+    import openshell.client as client_module
+    argv = ["sh", "-c", 'echo "$K"; cat; exit 6']
+    early = client.exec(sandbox, argv, env={"K": "v w"}, stdin=b"in")
+    monkeypatch.setattr(client_module, "START_HEADER_MAX", 0)
+    sent = client.exec(sandbox, argv, env={"K": "v w"}, stdin=b"in")
+    assert early == sent == openshell.ExecResult(b"v w\nin", b"", 6)
+    # A start too long for the field (a long argument) goes as a message too.
+    monkeypatch.undo()
+    long_word = "x" * 20000
+    assert client.exec(sandbox, ["echo", long_word]).stdout == long_word.encode() + b"\n"
+
+
 def test_signal_status(client, sandbox):
     assert client.exec(sandbox, ["sh", "-c", "kill -9 $$"]).exit_code == 137
 
