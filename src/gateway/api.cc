@@ -139,7 +139,7 @@ void Gateway::route(const std::shared_ptr<net::Exchange>& exchange) {
 }
 
 // The one check of who may call what, before any handler runs.
-void Gateway::authorize(const Route& route, const Call& call) {
+void Gateway::authorize(const Route& route, Call& call) {
   // A verified certificate always names someone; an empty name would pass
   // for the owner of the sandboxes that predate owners.
   if (call.who.name.empty())
@@ -163,6 +163,7 @@ void Gateway::authorize(const Route& route, const Call& call) {
         refuse(call, "not_owner",
                "sandbox '" + call.name + "' is not " + call.who.name +
                    "'s (only its owner or an admin may see or touch it)");
+      call.record = std::move(record);
       return;
     }
   }

@@ -15,7 +15,8 @@ namespace openshell::gateway {
 void Gateway::exec(const Call& call) {
   const std::shared_ptr<net::Exchange>& exchange = call.exchange;
   const std::string& name = call.name;
-  SandboxRecord record = find(name);
+  // Read by authorize() a moment ago, on this loop: nothing changed it since.
+  SandboxRecord record = call.record ? *call.record : find(name);
   // A download or an upload (?copy=1) reaches a sandbox that is not running
   // too, through a copy supervisor of its own.
   const bool copy = exchange->request().query.count("copy") > 0;
@@ -30,7 +31,7 @@ void Gateway::exec(const Call& call) {
 
 // connect: handed over as an exec is; the supervisor keeps the console.
 void Gateway::attach(const Call& call) {
-  SandboxRecord record = find(call.name);
+  SandboxRecord record = call.record ? *call.record : find(call.name);
   if (record.phase != Phase::kReady)
     throw ApiError(409, "wrong_phase",
                    "sandbox '" + call.name + "' is " + std::string(phase_name(record.phase)) +

@@ -104,6 +104,9 @@ class Gateway {
     std::string name;  // the path's {name}, where the route has one
     std::string item;  // its other parameter ({port}), where it has one
     Principal who;
+    // The sandbox as authorize() found it (an owner's route), so that a
+    // handler on the hot path (exec, attach) need not read it again.
+    std::optional<SandboxRecord> record;
   };
   // Who may call a route; checked by route() before any handler runs.
   enum class Access {
@@ -131,7 +134,7 @@ class Gateway {
   // is not the caller's to check).
   void check_host_paths(const Call& call, const SandboxSpec& spec,
                         const std::string& given_kernel = "");
-  void authorize(const Route& route, const Call& call);
+  void authorize(const Route& route, Call& call);
 
   // API
   void handle(std::shared_ptr<net::Exchange> exchange);
