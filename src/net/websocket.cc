@@ -106,7 +106,7 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
   }
   // Fields added to the upgrade request (client) or its answer (server),
   // before the handshake starts.
-  void add_headers(Headers headers) { extra_headers_ = std::move(headers); }
+  void set_extra_headers(Headers headers) { extra_headers_ = std::move(headers); }
 
   // Server side: answers the upgrade request.
   void accept(BeastRequest request) {
@@ -136,7 +136,7 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
       return;
     }
     auto ws = std::make_shared<WebSocketImpl>(std::move(socket));
-    ws->add_headers(std::move(headers));
+    ws->set_extra_headers(std::move(headers));
     ws->ws_.next_layer().async_connect(
         endpoint, [ws, socket_path, target, done](beast::error_code ec) {
           guarded(
@@ -167,7 +167,7 @@ class WebSocketImpl final : public WebSocket, public std::enable_shared_from_thi
                            std::function<void(std::shared_ptr<WebSocket>, std::string)> done) {
     auto ws = std::make_shared<WebSocketImpl>(std::move(socket));
     ws->peer_ = peer;
-    ws->add_headers(std::move(headers));
+    ws->set_extra_headers(std::move(headers));
     ws->handshake(target, std::move(done));
   }
 
@@ -533,7 +533,7 @@ std::shared_ptr<WebSocket> WebSocket::accept_handed_over(asio::io_context& io, i
   if (ec) return failed(ec.message());
   owned.release();
   auto ws = std::make_shared<WebSocketImpl>(std::move(socket));
-  ws->add_headers(std::move(response_headers));
+  ws->set_extra_headers(std::move(response_headers));
   ws->accept(std::move(request));
   return ws;
 }
