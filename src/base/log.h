@@ -7,6 +7,11 @@ namespace openshell::log {
 
 void set_verbose(bool on);
 
+// Also write each line to fd (runc's --log), as text or as runc's JSON
+// lines ({"level","msg","time"}) that engines read back; -1: no file.
+// to_stderr false: the file only (a monitor whose stderr is a container's).
+void set_file(int fd, bool json, bool to_stderr = true);
+
 // "openshell: warning: ..." - always shown.
 void warn(const std::string& message);
 // "openshell: ..." - shown with -v only.

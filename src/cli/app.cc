@@ -85,6 +85,10 @@ CLI::App* make_app(Action* action, bool* verbose, GatewaySelection* selection,
   add_gateway_commands(*app, action);
   add_status_command(*app, action);
   add_doctor_command(*app, action);
+  // Dispatched before this tree is built (cli/main.cc): listed for --help.
+  app->add_subcommand("oci",
+                      "The OCI runtime, runc's command line (engines run it as openshell-runc): "
+                      "see 'openshell oci --help'");
   // Last: the scripts describe the whole tree.
   add_completion_commands(*app, action);
   add_vmm_command(*app, action);

@@ -9,6 +9,7 @@
 
 #include "base/process_name.h"
 #include "cli/app.h"
+#include "cli/oci.h"
 #include "runtime/guest_init.h"
 #include "runtime/init.h"
 #include "vm/initramfs.h"
@@ -26,6 +27,12 @@ int main(int argc, char** argv) {
     if (!kernel_init && argc > 2) config = argv[2];
     return openshell::runtime::guest::run_as_pid1(config);
   }
+  // Engines run the OCI runtime as runc, under a name of its own.
+  const char* base = std::strrchr(argv[0], '/');
+  base = base ? base + 1 : argv[0];
+  if (std::strcmp(base, "openshell-runc") == 0) return openshell::cli::oci_main(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "oci") == 0)
+    return openshell::cli::oci_main(argc - 1, argv + 1);
   std::vector<std::string> words = openshell::process_name::role_arguments(argc, argv);
   if (words.empty()) return openshell::cli::main(argc, argv);
   std::vector<char*> role_argv;

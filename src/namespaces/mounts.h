@@ -35,6 +35,18 @@ struct BindSpec {
   std::string source;  // host path; canonicalised when the plan is made
   std::string target;  // absolute path inside the sandbox
   bool read_only = false;
+  bool no_exec = false;  // MOUNT_ATTR_NOEXEC on the bind
+};
+
+// A file system of its own at a path in the sandbox (an OCI config's tmpfs or mqueue mount).
+struct FsMount {
+  std::string type;    // "tmpfs" or "mqueue"; anything else is refused by MountPlan
+  std::string target;  // absolute path inside the sandbox, no ".."
+  std::string data;    // mount options for the file system, e.g. "size=65536k,mode=755"
+  bool read_only = false;
+  bool no_exec = false;
+  bool no_suid = true;
+  bool no_dev = true;
 };
 
 enum class RootKind {
@@ -84,6 +96,11 @@ struct FilesystemSpec {
   // /proc mounted read-only, so that no process opens another's
   // /proc/PID/mem for writing (where no Landlock policy covers /proc).
   bool proc_read_only = false;
+  std::vector<FsMount> fs_mounts;
+  std::vector<std::string> masked_paths;
+  std::vector<std::string> read_only_paths;
+  std::vector<std::pair<std::string, std::string>> sysctls;
+  bool private_tmp = true;
 };
 
 // Paths the sandbox never sees: files become /dev/null, directories an empty

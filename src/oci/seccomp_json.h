@@ -15,16 +15,23 @@ namespace openshell::oci {
 
 struct SeccompFilter {
   std::vector<sock_filter> code;
-  // SECCOMP_FILTER_FLAG_* the profile's "flags" asked for (those the kernel
-  // takes at install; libseccomp's attributes cover the rest).
+  // SECCOMP_FILTER_FLAG_LOG and _SPEC_ALLOW, when the profile's "flags" ask
+  // for them: flags of seccomp(2) itself, not part of the program, so the
+  // install must pass them. TSYNC is never here: the child has one thread.
   unsigned flags = 0;
   runtime::seccomp::Program program() const {
-    return {code.data(), static_cast<unsigned short>(code.size())};
+    return {code.data(), static_cast<unsigned short>(code.size()), flags};
   }
 };
 
-// Throws Error naming the field, e.g.
-// "config.json: linux.seccomp.syscalls[3].action: \"SCMP_ACT_FOO\" is not an action".
+// Reads the profile as runc does: a system call name libseccomp does not
+// know is skipped (profiles name calls newer than the kernel), a rule that
+// repeats the default action is dropped, conditions all on one argument are
+// alternatives and on several must all hold. SCMP_ACT_NOTIFY and a listener
+// are refused. The no_new_privs bit is left to the caller.
+//
+// Throws Error, one line naming the field, e.g.
+// "config.json: linux.seccomp.syscalls[3].action: \"SCMP_ACT_FOO\" is not a seccomp action".
 SeccompFilter compile_seccomp(const nlohmann::json& profile);
 
 }  // namespace openshell::oci

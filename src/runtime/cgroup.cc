@@ -108,7 +108,8 @@ CgroupLayout CgroupLayout::parse(std::string_view proc_self_cgroup, std::string_
       auto it = paths.find("");
       if (it == paths.end() || layout.unified) continue;
       // The mount shows the hierarchy from `root`; our path is relative to the top.
-      layout.unified = Hierarchy{join_path(mountpoint, below_root(it->second, root))};
+      layout.unified =
+          Hierarchy{join_path(mountpoint, below_root(it->second, root)), mountpoint, root};
     } else if (fstype == "cgroup") {
       for (const auto& option : text::split(fields[dash + 3], ',')) {
         if (option == "rw" || option == "ro" || option.find('=') != std::string::npos) continue;
@@ -116,13 +117,18 @@ CgroupLayout CgroupLayout::parse(std::string_view proc_self_cgroup, std::string_
         for (const auto& [controllers, path] : paths) {
           for (const auto& c : text::split(controllers, ','))
             if (c == option && !layout.controllers.count(option)) {
-              layout.controllers[option] = Hierarchy{join_path(mountpoint, below_root(path, root))};
+              layout.controllers[option] =
+                  Hierarchy{join_path(mountpoint, below_root(path, root)), mountpoint, root};
             }
         }
       }
     }
   }
   return layout;
+}
+
+std::string CgroupLayout::Hierarchy::at(const std::string& cgroup_path) const {
+  return join_path(mountpoint, below_root(cgroup_path, root));
 }
 
 CgroupLayout CgroupLayout::discover() {
@@ -147,7 +153,12 @@ CgroupSet::~CgroupSet() { remove(); }
 CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
                             const Limits& limits, std::vector<std::string>* not_enforced) {
   CgroupSet set;
-  if (!limits.any()) return set;
+  const bool own_path = !name.empty() && name[0] == '/';
+  if (!limits.any() && !own_path) return set;
+  if (own_path &&
+      (name.find("/../") != std::string::npos || name.find("/./") != std::string::npos ||
+       name.size() < 2 || name.substr(name.size() - 3) == "/.."))
+    throw Error("cgroup path " + name + ": no \".\" or \"..\" components");
 
   struct Want {
     std::string controller;
@@ -158,14 +169,22 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
   if (limits.pids) wants.push_back({"pids", "--pids"});
   if (limits.cpus) wants.push_back({"cpu", "--cpus"});
   if (limits.devices) wants.push_back({"devices", "--gpu"});
+  // An own path is made for the engine's statistics and freezing too; a
+  // controller missing here is no limit lost (flag "").
+  if (own_path)
+    for (const char* c : {"memory", "pids", "cpu", "cpuacct", "freezer", "blkio"})
+      if (std::none_of(wants.begin(), wants.end(),
+                       [&](const Want& w) { return w.controller == c; }))
+        wants.push_back({c, ""});
 
   // Decide the hierarchy of each controller.
   std::vector<Want> on_v2;
   std::map<std::string, Want> on_v1;
   for (const auto& want : wants) {
     bool v2 = false;
-    if (layout.unified) {
-      std::string parent = layout.unified->dir;
+    if (layout.unified && !(own_path && want.flag.empty())) {
+      std::string parent =
+          own_path ? layout.unified->at(name.substr(0, name.rfind('/'))) : layout.unified->dir;
       auto enabled = text::split(knob_value(parent + "/cgroup.subtree_control"), ' ');
       v2 = std::find(enabled.begin(), enabled.end(), want.controller) != enabled.end();
       if (!v2) {
@@ -178,7 +197,7 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
       on_v2.push_back(want);
     } else if (layout.controllers.count(want.controller)) {
       on_v1[want.controller] = want;
-    } else {
+    } else if (!want.flag.empty()) {
       // cgroup v2 filters devices with a BPF program, which openshell does
       // not load: there, only the nodes bound into /dev bound what opens.
       not_enforced->push_back(want.flag + ": no cgroup hierarchy has the " + want.controller +
@@ -189,15 +208,22 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
     }
   }
 
-  auto make_dir = [&](const std::string& parent,
+  auto make_dir = [&](const CgroupLayout::Hierarchy& hierarchy,
                       const std::vector<Want>& for_wants) -> std::string {
-    std::string dir = parent + "/" + name;
+    std::string dir = own_path ? hierarchy.at(name) : hierarchy.dir + "/" + name;
+    if (own_path) {
+      // Its parents stay, as other containers' may share them.
+      for (size_t slash = dir.find('/', hierarchy.mountpoint.size() + 1);
+           slash != std::string::npos; slash = dir.find('/', slash + 1))
+        if (::mkdir(dir.substr(0, slash).c_str(), 0755) != 0 && errno != EEXIST) break;
+    }
     if (::mkdir(dir.c_str(), 0755) != 0) {
       int err = errno;
       if (permission_error(err)) {
         for (const auto& w : for_wants)
-          not_enforced->push_back(w.flag + ": " +
-                                  errno_message("cannot create cgroup " + dir, err));
+          if (!w.flag.empty())
+            not_enforced->push_back(w.flag + ": " +
+                                    errno_message("cannot create cgroup " + dir, err));
         return {};
       }
       throw_errno("create cgroup " + dir, err);
@@ -207,7 +233,10 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
   };
 
   auto write_limits = [&](const std::string& dir, const std::string& controller, bool v2) {
-    if (controller == "memory") {
+    if (controller == "memory" && !limits.memory_bytes) {
+      set.memory_dir_ = dir;  // for oom_kills()
+      set.memory_v2_ = v2;
+    } else if (controller == "memory") {
       set.memory_dir_ = dir;
       set.memory_v2_ = v2;
       std::string bytes = std::to_string(*limits.memory_bytes);
@@ -218,12 +247,12 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
         files::write_once(dir + "/memory.swap.max", "0");
       else if (files::exists(dir + "/memory.memsw.limit_in_bytes"))
         files::write_once(dir + "/memory.memsw.limit_in_bytes", bytes);
-    } else if (controller == "devices") {
+    } else if (controller == "devices" && limits.devices) {
       files::write(dir + "/devices.deny", "a");
       for (const auto& rule : *limits.devices) files::write(dir + "/devices.allow", rule.text());
-    } else if (controller == "pids") {
+    } else if (controller == "pids" && limits.pids) {
       files::write(dir + "/pids.max", std::to_string(*limits.pids));
-    } else if (controller == "cpu") {
+    } else if (controller == "cpu" && limits.cpus) {
       auto quota = static_cast<uint64_t>(std::llround(*limits.cpus * kCpuPeriodUs));
       if (quota < 1000) quota = 1000;  // the kernel's minimum quota is 1 ms
       if (v2) {
@@ -236,7 +265,7 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
   };
 
   if (!on_v2.empty()) {
-    std::string dir = make_dir(layout.unified->dir, on_v2);
+    std::string dir = make_dir(*layout.unified, on_v2);
     if (!dir.empty()) {
       for (const auto& w : on_v2) write_limits(dir, w.controller, true);
       set.unified_fd_.reset(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -246,12 +275,13 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
   // v1 hierarchies may hold several controllers (cpu,cpuacct): one dir each.
   std::map<std::string, std::string> made;
   for (const auto& [controller, want] : on_v1) {
-    const std::string& parent = layout.controllers.at(controller).dir;
+    const CgroupLayout::Hierarchy& hierarchy = layout.controllers.at(controller);
+    const std::string& parent = hierarchy.dir;  // one per hierarchy (cpu,cpuacct share it)
     std::string dir;
     if (auto it = made.find(parent); it != made.end()) {
       dir = it->second;
     } else {
-      dir = make_dir(parent, {want});
+      dir = make_dir(hierarchy, {want});
       if (dir.empty()) continue;
       made[parent] = dir;
       set.v1_dirs_.push_back(dir);

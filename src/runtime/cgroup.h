@@ -43,6 +43,12 @@ struct Limits {
 struct CgroupLayout {
   struct Hierarchy {
     std::string dir;  // absolute directory of this process's cgroup in it
+    // Where the hierarchy is mounted, and which of its cgroups the mount
+    // shows at the top ("/" mostly): at() turns a cgroup's path into its
+    // directory here.
+    std::string mountpoint;
+    std::string root = "/";
+    std::string at(const std::string& cgroup_path) const;
   };
   std::optional<Hierarchy> unified;              // cgroup v2
   std::map<std::string, Hierarchy> controllers;  // v1: controller name -> hierarchy
@@ -63,6 +69,12 @@ class CgroupSet {
   // Creates one child cgroup named `name` per hierarchy that the limits need,
   // and writes the limits. A limit that no writable hierarchy can hold is
   // named in *not_enforced ("--memory: ...") instead of failing.
+  //
+  // A name that starts with "/" is a cgroup path of its own (an OCI
+  // config's cgroupsPath): made, with its missing parents, in every v1
+  // hierarchy of the memory, pids, cpu, cpuacct, freezer and blkio
+  // controllers and in the unified one, limits or not. Only the last
+  // component is removed again.
   static CgroupSet create(const CgroupLayout& layout, const std::string& name, const Limits& limits,
                           std::vector<std::string>* not_enforced);
 

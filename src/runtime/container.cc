@@ -20,6 +20,7 @@
 
 #include "base/child_failure.h"
 #include "base/error.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/packet.h"
 #include "namespaces/network.h"
@@ -46,6 +47,7 @@ struct ChildContext {
   int* tree_fds;  // room for mounts->tree_count() fds from the parent
   int last_cap;
   seccomp::Program seccomp;
+  seccomp::Program extra_seccomp;  // the caller's, beside ours
   char* const* init_argv;
   char* const* envp;
   char* tty_fd_arg;  // written by the child: the slave's fd number
@@ -63,6 +65,10 @@ struct ChildContext {
   // createContainer or startContainer hooks: once the root is built, the
   // child says so and waits for the parent to have run them.
   bool hook_pause;
+  // The network or UTS namespace is an engine's, joined before the clone:
+  // its loopback and host name are not ours to set.
+  bool joined_net;
+  bool joined_uts;
 };
 
 // A pids limit that no cgroup can hold (rootless without a delegated
@@ -233,9 +239,9 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
     if (none >= 0) ::close(none);
   }
 
-  if (::sethostname(spec.hostname.data(), spec.hostname.size()) != 0)
+  if (!c.joined_uts && ::sethostname(spec.hostname.data(), spec.hostname.size()) != 0)
     fail(&f, errno, "sethostname", spec.hostname.c_str()), die();
-  if (!namespaces::bring_up_loopback(&f)) die();
+  if (!c.joined_net && !namespaces::bring_up_loopback(&f)) die();
   if (spec.egress) {
     // Made here, in the sandbox's network namespace; served by the parent.
     int proxy = -1, dns = -1;
@@ -298,6 +304,7 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   }
 
   // Last: the filter also covers what the steps above needed.
+  if (c.extra_seccomp.length && !seccomp::install(c.extra_seccomp, &f)) die();
   if (c.seccomp.length && !seccomp::install(c.seccomp, &f)) die();
   if (spec.egress) {
     if (!send_fd(c.socket_fd, connect_listener))
@@ -311,6 +318,22 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   ::syscall(SYS_execveat, init_exe_fd, "", c.init_argv, c.envp, AT_EMPTY_PATH);
   fail(&f, errno, "exec the sandbox init");
   report_and_exit(c.report_fd, &f);
+}
+
+// waitid for the init; for an orphan (not our child) the pidfd's POLLIN
+// says it ended, and the status stays its parent's to learn (0 here).
+int wait_for(int pidfd, bool orphan, siginfo_t* info, int options) {
+  if (!orphan)
+    return ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), info, options);
+  pollfd p{pidfd, POLLIN, 0};
+  int n = ::poll(&p, 1, (options & WNOHANG) ? 0 : -1);
+  if (n < 0) return -1;
+  *info = siginfo_t{};
+  if (n == 0) return 0;  // si_pid 0: still running
+  info->si_pid = 1;
+  info->si_code = CLD_EXITED;
+  info->si_status = 0;
+  return 0;
 }
 
 std::vector<char*> c_strings(std::vector<std::string>& strings) {
@@ -364,14 +387,17 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     hook_pause = hook_pause || hook.stage == HookStage::kCreateContainer ||
                  hook.stage == HookStage::kStartContainer;
   container->hooks_ = spec.hooks;
-  container->hook_id_ =
-      spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid()) : spec.cgroup_name;
+  container->hook_id_ = !spec.hook_id.empty()      ? spec.hook_id
+                        : spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid())
+                                                   : spec.cgroup_name;
+  container->hook_bundle_ = spec.hook_bundle;
 
   // Limits: a cgroup per hierarchy that holds a needed controller.
   std::vector<Rlimit> rlimits = spec.rlimits;
-  if (spec.limits.any()) {
-    std::string name =
-        spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid()) : spec.cgroup_name;
+  if (spec.limits.any() || !spec.cgroup_path.empty()) {
+    std::string name = !spec.cgroup_path.empty()  ? spec.cgroup_path
+                       : spec.cgroup_name.empty() ? "openshell-" + std::to_string(::getpid())
+                                                  : spec.cgroup_name;
     std::vector<std::string> not_enforced;
     container->cgroups_ =
         CgroupSet::create(CgroupLayout::discover(), name, spec.limits, &not_enforced);
@@ -404,8 +430,9 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   if (!self_exe) throw_errno("open /proc/self/exe");
 
   // The init's command line:
-  //   openshell-init __init REPORT LIFE TTY CONTROL CAPS -- ARGV...
-  // CAPS: what its children keep ("-": all it has).
+  //   openshell-init __init REPORT LIFE TTY CONTROL CAPS FLAGS -- ARGV...
+  // CAPS: what its children keep ("-": all it has). FLAGS: "o" when it
+  // outlives its parent (spec.orphan), else "-".
   char tty_fd_arg[16] = "-1";
   std::vector<std::string> argv_strings = {"openshell-init",
                                            "__init",
@@ -414,6 +441,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
                                            "",  // the tty slot, pointed at tty_fd_arg below
                                            std::to_string(init_control.get()),
                                            spec.exec_as_others ? std::to_string(spec.cap_add) : "-",
+                                           spec.orphan ? "o" : "-",
                                            "--"};
   argv_strings.insert(argv_strings.end(), spec.argv.begin(), spec.argv.end());
   std::vector<char*> init_argv = c_strings(argv_strings);
@@ -440,6 +468,9 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.tree_fds = tree_fds.data();
   ctx.last_cap = caps::last_cap();
   if (spec.seccomp) ctx.seccomp = seccomp::default_program();
+  ctx.extra_seccomp = spec.seccomp_program;
+  ctx.joined_net = !spec.join_net.empty();
+  ctx.joined_uts = !spec.join_uts.empty();
   ctx.init_argv = init_argv.data();
   ctx.envp = envp.data();
   ctx.tty_fd_arg = tty_fd_arg;
@@ -456,23 +487,67 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   std::copy(std::begin(keep), std::end(keep), ctx.keep_fds);
   ctx.keep_count = static_cast<int>(std::size(keep));
 
+  // Namespaces to join: entered by this thread for the clone, which takes
+  // them from it, and left again after.
+  struct Join {
+    const std::string* path;
+    int type;
+    const char* name;
+  };
+  const Join joins[] = {{&spec.join_net, CLONE_NEWNET, "net"},
+                        {&spec.join_ipc, CLONE_NEWIPC, "ipc"},
+                        {&spec.join_uts, CLONE_NEWUTS, "uts"}};
+  uint64_t new_namespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID;
+  std::vector<std::pair<UniqueFd, int>> restore;  // our own, to return to
+  auto leave_joined = [&]() {
+    for (auto& [own, type] : restore)
+      if (::setns(own.get(), type) != 0)
+        log::warn(errno_message("return to this process's own namespace", errno));
+    restore.clear();
+  };
+  for (const Join& join : joins) {
+    if (join.path->empty()) {
+      new_namespaces |= static_cast<uint64_t>(join.type);
+      continue;
+    }
+    UniqueFd target(::open(join.path->c_str(), O_RDONLY | O_CLOEXEC));
+    if (!target) {
+      int err = errno;
+      leave_joined();
+      throw_errno(std::string("open the ") + join.name + " namespace " + *join.path, err);
+    }
+    UniqueFd own(
+        ::open((std::string("/proc/thread-self/ns/") + join.name).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!own || ::setns(target.get(), join.type) != 0) {
+      int err = errno;
+      leave_joined();
+      throw_errno(std::string("join the ") + join.name + " namespace " + *join.path, err);
+    }
+    restore.emplace_back(std::move(own), join.type);
+  }
+
   int pidfd = -1;
   clone_args args{};
-  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS |
-               CLONE_NEWIPC | CLONE_PIDFD;
+  args.flags = new_namespaces | CLONE_PIDFD | (spec.orphan ? CLONE_PARENT : 0);
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
+  // With CLONE_PARENT the kernel takes the signal our parent gets for us
+  // (clone3 refuses one of ours).
+  args.exit_signal = spec.orphan ? 0 : SIGCHLD;
   if (container->cgroups_.unified_fd() >= 0) {
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(container->cgroups_.unified_fd());
   }
   const double t_clone = log::elapsed_ms();
   long pid = ::syscall(SYS_clone3, &args, sizeof args);
-  if (pid < 0) throw_errno("clone3 (new user, mount, pid, network, uts and ipc namespaces)");
   if (pid == 0) contain(ctx);
+  const int clone_error = errno;
+  leave_joined();
+  if (pid < 0)
+    throw_errno("clone3 (new user, mount, pid, network, uts and ipc namespaces)", clone_error);
 
   container->pid_ = static_cast<pid_t>(pid);
   container->pidfd_.reset(pidfd);
+  container->orphan_ = spec.orphan;
   container->lifeline_ = std::move(life.write);
   container->control_ = std::move(control);
   init_control.reset();
@@ -484,7 +559,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   auto abandon = [&]() {
     ::syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
     siginfo_t info;
-    ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+    wait_for(pidfd, spec.orphan, &info, WEXITED);
     container->reaped_ = true;
   };
 
@@ -492,8 +567,14 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   try {
     namespaces::apply_id_map(container->pid_, &id_map);
     container->cgroups_.attach(container->pid_);
+    if (spec.oom_score_adj) {
+      const std::string path = "/proc/" + std::to_string(pid) + "/oom_score_adj";
+      if (int err = files::write_once(path, std::to_string(*spec.oom_score_adj)); err != 0)
+        throw_errno("set the OOM score adjustment " + std::to_string(*spec.oom_score_adj), err);
+    }
     if (!spec.hooks.empty()) {
-      container->bundle_ = HookBundle::create(container->pid_, spec.hostname);
+      if (spec.hook_bundle.empty())
+        container->bundle_ = HookBundle::create(container->pid_, spec.hostname);
       if (auto why = container->run_hooks(HookStage::kCreateRuntime, "creating"); !why.empty())
         throw Error(why);
     }
@@ -574,7 +655,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     if (!receive_fd(parent_socket.get(), &master, &ignored) || master < 0) {
       // The child exited before sending it: its status says why.
       siginfo_t info{};
-      ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+      wait_for(pidfd, spec.orphan, &info, WEXITED);
       container->reaped_ = true;
       throw Error("the sandbox ended before its terminal was ready");
     }
@@ -603,9 +684,7 @@ Container::~Container() {
   if (!reaped_ && pidfd_) {
     ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
     siginfo_t info;
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
-                    WEXITED) < 0 &&
-           errno == EINTR) {
+    while (wait_for(pidfd_.get(), orphan_, &info, WEXITED) < 0 && errno == EINTR) {
     }
   }
   cgroups_.remove();
@@ -614,7 +693,9 @@ Container::~Container() {
 
 std::string Container::run_hooks(HookStage stage, const char* status) const {
   if (hooks_.empty()) return "";
-  return runtime::run_hooks(hooks_, stage, hook_state_json(hook_id_, status, pid_, bundle_.dir()));
+  return runtime::run_hooks(
+      hooks_, stage,
+      hook_state_json(hook_id_, status, pid_, hook_bundle_.empty() ? bundle_.dir() : hook_bundle_));
 }
 
 void Container::poststop() noexcept {
@@ -648,8 +729,7 @@ int Container::finish(const siginfo_t& info) {
 int Container::wait() {
   if (reaped_) return status_;
   siginfo_t info{};
-  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
-                  WEXITED) != 0) {
+  while (wait_for(pidfd_.get(), orphan_, &info, WEXITED) != 0) {
     if (errno != EINTR) throw_errno("wait for the sandbox");
   }
   return finish(info);
@@ -661,9 +741,7 @@ bool Container::poll_exit(int* status) {
     return true;
   }
   siginfo_t info{};
-  if (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
-               WEXITED | WNOHANG) != 0)
-    return false;
+  if (wait_for(pidfd_.get(), orphan_, &info, WEXITED | WNOHANG) != 0) return false;
   if (info.si_pid == 0) return false;
   *status = finish(info);
   return true;

@@ -36,6 +36,7 @@ class Container {
   // processes in the sandbox, and hear of their exits.
   int control_fd() const { return control_.get(); }
   const namespaces::IdMap& id_map() const { return id_map_; }
+  const CgroupSet& cgroups() const { return cgroups_; }
 
   // With spec.egress: the proxy's listening socket and the DNS stub's
   // socket, made inside the sandbox's network namespace (-1 otherwise). The
@@ -81,11 +82,13 @@ class Container {
   CgroupSet cgroups_;
   namespaces::IdMap id_map_;
   bool reaped_ = false;
+  bool orphan_ = false;  // spec.orphan: not our child
   int status_ = 0;
   int oom_kills_ = 0;
   std::vector<Hook> hooks_;
   std::string hook_id_;  // the state's id: the cgroup name
   HookBundle bundle_;
+  std::string hook_bundle_;  // spec.hook_bundle, else bundle_'s
   bool poststop_done_ = false;
 };
 

@@ -168,8 +168,10 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 
 class Init {
  public:
-  Init(int report_fd, int life_fd, int tty_fd, int control_fd, std::optional<caps::Set> child_caps)
-      : report_fd_(report_fd),
+  Init(int report_fd, int life_fd, int tty_fd, int control_fd, std::optional<caps::Set> child_caps,
+       bool orphan)
+      : orphan_(orphan),
+        report_fd_(report_fd),
         life_fd_(life_fd),
         tty_fd_(tty_fd),
         control_fd_(control_fd),
@@ -178,7 +180,8 @@ class Init {
   int run(char** command) {
     // Nothing in the sandbox may open /proc/1/mem, /proc/1/exe and the like.
     ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    // An orphan's parent is the engine's, which ends soon (oci create).
+    if (!orphan_) ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     for (int fd : {report_fd_, life_fd_, tty_fd_, control_fd_})
       if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     find_ignored_signals();
@@ -207,7 +210,11 @@ class Init {
     // The report pipe's last copy goes with the main process's exec: its EOF
     // tells the owner that the sandbox runs.
     if (report_fd_ >= 0) ::close(report_fd_);
-    if (tty_fd_ >= 0) ::close(tty_fd_);
+    // Without a main process yet, the terminal waits for it ("main").
+    if (tty_fd_ >= 0 && command[0]) {
+      ::close(tty_fd_);
+      tty_fd_ = -1;
+    }
     return loop();
   }
 
@@ -287,7 +294,17 @@ class Init {
     if (n == 0 || n == -ECONNRESET) return false;
     if (n < 0) return n == -EAGAIN || n == -EINTR || n == -EMSGSIZE;
     InitMessage message = parse_message(packet);
-    if (message.kind == InitMessage::Kind::kExec) {
+    if (message.kind == InitMessage::Kind::kMain) {
+      auto request = decode_exec(message);
+      if (!request || main_pid_ > 0 || main_started_) {
+        send(make_message({"failed", request ? std::to_string(request->id) : "0",
+                           std::to_string(exit_code::kFailure), "0",
+                           request ? "the main process was started already" : "bad request"}));
+      } else {
+        const int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
+        start(*request, stdio);
+      }
+    } else if (message.kind == InitMessage::Kind::kExec) {
       if (auto request = decode_exec(message)) {
         const int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
         start(*request, stdio);
@@ -316,7 +333,11 @@ class Init {
       send(make_message({"failed", id, std::to_string(code), std::to_string(err), what}));
     };
     UniqueFd master, slave;
-    if (request.tty) {
+    if (request.main && request.tty && tty_fd_ >= 0) {
+      // The pty made at the start: its master is the owner's already.
+      slave.reset(tty_fd_);
+      tty_fd_ = -1;
+    } else if (request.tty) {
       // A pty from the sandbox's own devpts; the master goes to the owner.
       master.reset(::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
       int unlock = 0;
@@ -356,7 +377,12 @@ class Init {
           exec_failed ? "cannot run " + request.argv[0] : std::string("set up the process");
       return fail(message[0], message[1], what.c_str());
     }
-    execs_[pid] = request.id;
+    if (request.main) {
+      main_pid_ = pid;
+      main_started_ = true;
+    } else {
+      execs_[pid] = request.id;
+    }
     const int tty = master.get();
     send(make_message({"started", id, std::to_string(pid)}), tty >= 0 ? &tty : nullptr,
          tty >= 0 ? 1 : 0);
@@ -366,6 +392,8 @@ class Init {
     return ChildPrivileges{user, child_caps_ ? &*child_caps_ : nullptr, last_cap_};
   }
 
+  bool orphan_;
+  bool main_started_ = false;
   int report_fd_, life_fd_, tty_fd_, control_fd_;
   std::optional<caps::Set> child_caps_;  // none: the init has no more than its children
   int last_cap_ = caps::last_cap();
@@ -377,8 +405,8 @@ class Init {
 }  // namespace
 
 int init_main(int argc, char** argv) {
-  // openshell-init __init REPORT LIFE TTY CONTROL CAPS -- [ARGV...]
-  if (argc < 8 || std::strcmp(argv[7], "--") != 0) {
+  // openshell-init __init REPORT LIFE TTY CONTROL CAPS FLAGS -- [ARGV...]
+  if (argc < 9 || std::strcmp(argv[8], "--") != 0) {
     static const char usage[] = "openshell: __init is internal to the runtime\n";
     ssize_t ignored = ::write(2, usage, sizeof usage - 1);
     (void)ignored;
@@ -395,7 +423,8 @@ int init_main(int argc, char** argv) {
     if (errno || !end || *end || end == argv[6]) return exit_code::kFailure;
     child_caps = set;
   }
-  return Init(fds[0], fds[1], fds[2], fds[3], child_caps).run(argv + 8);
+  const bool orphan = std::strchr(argv[7], 'o') != nullptr;
+  return Init(fds[0], fds[1], fds[2], fds[3], child_caps, orphan).run(argv + 9);
 }
 
 }  // namespace openshell::runtime

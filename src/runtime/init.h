@@ -4,7 +4,7 @@
 
 namespace openshell::runtime {
 
-// The init's entry point, for `openshell __init REPORT LIFE TTY CONTROL --
+// The init's entry point, for `openshell __init REPORT LIFE TTY CONTROL CAPS FLAGS --
 // [ARGV...]` as the runtime execs it (the fds by number, -1 for none).
 // Returns the main process's status, as the init's own exit status.
 int init_main(int argc, char** argv);

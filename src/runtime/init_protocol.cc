@@ -32,6 +32,8 @@ InitMessage parse_message(std::string_view packet) {
     message.kind = InitMessage::Kind::kExited;
   else if (kind == "exec")
     message.kind = InitMessage::Kind::kExec;
+  else if (kind == "main")
+    message.kind = InitMessage::Kind::kMain;
   else if (kind == "kill")
     message.kind = InitMessage::Kind::kKill;
   else if (kind == "socket")
@@ -41,13 +43,10 @@ InitMessage parse_message(std::string_view packet) {
 }
 
 std::string encode_exec(const ExecRequest& r) {
-  std::vector<std::string> parts = {"exec",
-                                    std::to_string(r.id),
-                                    r.tty ? "1" : "0",
-                                    std::to_string(r.rows),
-                                    std::to_string(r.cols),
-                                    r.workdir,
-                                    std::to_string(r.argv.size())};
+  std::vector<std::string> parts = {
+      r.main ? "main" : "exec",     std::to_string(r.id),   r.tty ? "1" : "0",
+      std::to_string(r.rows),       std::to_string(r.cols), r.workdir,
+      std::to_string(r.argv.size())};
   parts.insert(parts.end(), r.argv.begin(), r.argv.end());
   parts.push_back(std::to_string(r.env.size()));
   parts.insert(parts.end(), r.env.begin(), r.env.end());
@@ -59,8 +58,11 @@ std::string encode_exec(const ExecRequest& r) {
 }
 
 std::optional<ExecRequest> decode_exec(const InitMessage& m) {
-  if (m.kind != InitMessage::Kind::kExec || m.fields.size() < 6) return std::nullopt;
+  if ((m.kind != InitMessage::Kind::kExec && m.kind != InitMessage::Kind::kMain) ||
+      m.fields.size() < 6)
+    return std::nullopt;
   ExecRequest r;
+  r.main = m.kind == InitMessage::Kind::kMain;
   auto id = text::parse_uint(m.fields[0]);
   auto rows = text::parse_uint(m.fields[2], 65535);
   auto cols = text::parse_uint(m.fields[3], 65535);

@@ -12,6 +12,10 @@
 //     exec ID TTY ROWS COLS WORKDIR ARGC ARG... ENVC ENV... [UID GID]
 //          UID GID: the ids it runs as, when not the init's own
 //          fds: stdin, stdout, stderr (when TTY is "0")
+//     main ID ...             as exec, for the sandbox's main process, when
+//                             it was started without one (an OCI create,
+//                             then start): the init ends with it. With TTY
+//                             "1" it gets the pty made at the start.
 //     kill ID SIGNAL
 //     socket ID               a TCP socket made in the sandbox's network namespace
 //   init -> owner
@@ -57,10 +61,11 @@ struct ExecRequest {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // the whole environment ("K=V")
   std::optional<ExecUser> user;  // none: the init's (the main process's) ids
+  bool main = false;             // "main": the sandbox's main process
 };
 
 struct InitMessage {
-  enum class Kind { kStarted, kFailed, kExited, kExec, kKill, kSocket, kUnknown };
+  enum class Kind { kStarted, kFailed, kExited, kExec, kMain, kKill, kSocket, kUnknown };
   Kind kind = Kind::kUnknown;
   std::vector<std::string> fields;  // after the kind
 };

@@ -20,7 +20,7 @@ Program default_program() {
 
 bool install(const Program& program, ChildFailure* failure) noexcept {
   sock_fprog prog{program.length, const_cast<sock_filter*>(program.filter)};
-  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, program.flags, &prog) != 0)
     return child::fail(failure, errno, "install the seccomp filter");
   return true;
 }

@@ -10,6 +10,8 @@ namespace openshell::runtime::seccomp {
 struct Program {
   const sock_filter* filter = nullptr;
   unsigned short length = 0;
+  // SECCOMP_FILTER_FLAG_* passed to seccomp(2) with it (LOG, SPEC_ALLOW).
+  unsigned flags = 0;
 };
 
 // The built-in default profile.

@@ -16,6 +16,7 @@
 #include "runtime/cgroup.h"
 #include "runtime/hooks.h"
 #include "runtime/landlock.h"
+#include "runtime/seccomp.h"
 
 namespace openshell::runtime {
 
@@ -50,6 +51,10 @@ struct ContainerSpec {
   // OCI hooks (a CDI spec's), run on the host at their moments
   // (runtime/hooks.h); their failure before the start stops it.
   std::vector<Hook> hooks;
+  // The hooks' state names this id and bundle (an OCI container's); by
+  // default the cgroup's name and a bundle directory made for them.
+  std::string hook_id;
+  std::string hook_bundle;
   bool tty = false;              // a pseudo-terminal from the sandbox's own devpts
   unsigned short tty_rows = 24;  // its size from the start
   unsigned short tty_cols = 80;
@@ -57,6 +62,11 @@ struct ContainerSpec {
   std::vector<Rlimit> rlimits;  // core dumps are off unless a core limit is given here
   caps::Set cap_add = 0;
   bool seccomp = true;
+  // A program of the caller's (an OCI config's linux.seccomp), installed
+  // beside the default profile when it has a length: the kernel applies
+  // the stricter answer of the two to each call, so a profile can narrow
+  // the sandbox but never widen it. It must outlive start().
+  seccomp::Program seccomp_program;
   // The init may start exec'd processes as other ids of the sandbox (exec
   // --user): it keeps CAP_SETUID and CAP_SETGID for itself, out of the
   // bounding set, and drops them in each child before its exec, so that
@@ -72,6 +82,23 @@ struct ContainerSpec {
   // own kernel's ABI).
   policy::Policy landlock_policy;
   std::string cgroup_name;  // default: openshell-<pid>
+  // Absolute instead ("/default/abc"): this path in every hierarchy that
+  // holds a controller, made whether or not a limit is set (an OCI
+  // config's cgroupsPath, where engines read the container's statistics).
+  std::string cgroup_path;
+  // Namespaces joined instead of made (an OCI config's paths): the net,
+  // IPC and UTS namespaces at these paths ("" makes a new one). Joining
+  // takes privilege over the namespace: root's, for one an engine made.
+  std::string join_net;
+  std::string join_ipc;
+  std::string join_uts;
+  // The kernel's OOM score of the sandbox's processes (-1000..1000).
+  std::optional<int> oom_score_adj;
+  // The init becomes a sibling of the caller (CLONE_PARENT), a child of the
+  // caller's parent, and is not killed when that parent ends: `oci create`,
+  // whose engine reaps the container's init as its own child. Container::
+  // wait() then learns the end from the pidfd, but no status.
+  bool orphan = false;
   // The main process's stdio (the caller's by default).
   int stdin_fd = 0;
   int stdout_fd = 1;

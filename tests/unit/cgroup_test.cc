@@ -279,6 +279,40 @@ TEST_F(CgroupSetTest, V1ControllersInSeparateHierarchies) {
   EXPECT_FALSE(path_exists(cpu + "/sbx/cpu.max"));
 }
 
+// An OCI config's cgroupsPath: that path below each hierarchy's top, with
+// its parents, whatever cgroup this process is in, and limits or not.
+TEST_F(CgroupSetTest, AnAbsolutePathIsMadeInEveryHierarchy) {
+  std::string memory_top = mkdir("memory");
+  std::string cpu_top = mkdir("cpu,cpuacct");
+  std::string freezer_top = mkdir("freezer");
+  CgroupLayout layout;
+  layout.controllers["memory"] = {mkdir("memory/own"), memory_top, "/"};
+  layout.controllers["cpu"] = {mkdir("cpu,cpuacct/own"), cpu_top, "/"};
+  layout.controllers["cpuacct"] = layout.controllers["cpu"];
+  layout.controllers["freezer"] = {mkdir("freezer/own"), freezer_top, "/"};
+  std::vector<std::string> not_enforced;
+  CgroupSet set = CgroupSet::create(layout, "/default/ctr", Limits{}, &not_enforced);
+  EXPECT_THAT(not_enforced, IsEmpty());
+  EXPECT_THAT(set.dirs(),
+              UnorderedElementsAre(memory_top + "/default/ctr", cpu_top + "/default/ctr",
+                                   freezer_top + "/default/ctr"));
+  EXPECT_TRUE(path_exists(freezer_top + "/default/ctr"));
+  // A limit lands in its own hierarchy's directory.
+  set.remove();
+  Limits limits;
+  limits.pids = 7;
+  std::string pids_top = mkdir("pids");
+  layout.controllers["pids"] = {mkdir("pids/own"), pids_top, "/"};
+  CgroupSet with = CgroupSet::create(layout, "/default/ctr", limits, &not_enforced);
+  EXPECT_EQ(read_file(pids_top + "/default/ctr/pids.max"), "7");
+  // Only the last part goes: /default may hold other containers.
+  unlink_files(pids_top + "/default/ctr");
+  with.remove();
+  EXPECT_FALSE(path_exists(memory_top + "/default/ctr"));
+  EXPECT_TRUE(path_exists(memory_top + "/default"));
+  EXPECT_THROW(CgroupSet::create(layout, "/default/../escape", Limits{}, &not_enforced), Error);
+}
+
 TEST_F(CgroupSetTest, HybridUsesV1WhenUnifiedLacksTheController) {
   // Like this machine: cgroup2 holds only hugetlb.
   std::string unified = mkdir("unified");

@@ -92,6 +92,21 @@ TEST(InitProtocolExec, RoundTripKeepsTheUser) {
   EXPECT_EQ(r->env, sample().env);
 }
 
+// "main": the same body, for the sandbox's main process (an OCI start).
+TEST(InitProtocolExec, MainIsAnExecOfItsOwnKind) {
+  ExecRequest request = sample();
+  request.main = true;
+  const std::string packet = encode_exec(request);
+  EXPECT_EQ(packet.substr(0, 5), std::string("main\0", 5));
+  InitMessage m = parse_message(packet);
+  EXPECT_EQ(m.kind, InitMessage::Kind::kMain);
+  auto decoded = decode_exec(m);
+  ASSERT_TRUE(decoded);
+  EXPECT_TRUE(decoded->main);
+  EXPECT_EQ(decoded->argv, request.argv);
+  EXPECT_FALSE(decode_exec(parse_message(encode_exec(sample())))->main);
+}
+
 TEST(InitProtocolExec, MalformedUsersAreRefused) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"uid without gid", {"exec", "1", "0", "24", "80", "/", "1", "sh", "0", "0"}},

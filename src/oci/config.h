@@ -1,0 +1,58 @@
+// An OCI bundle's config.json (runtime-spec 1.0 to 1.2) read into what the
+// runtime starts: the same runtime::ContainerSpec that `openshell run` fills,
+// so there is no second runtime. Everything the spec asks for that the
+// runtime cannot do is refused, one line naming the field; where the spec
+// leaves room, the sandbox's own hardening stays (a user namespace always,
+// no_new_privs always, a private mount, pid and cgroup namespace always).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "oci/seccomp_json.h"
+#include "runtime/hooks.h"
+#include "runtime/init_protocol.h"
+#include "runtime/spec.h"
+
+namespace openshell::oci {
+
+// The annotation naming a policy file (as `openshell run --policy` takes)
+// whose filesystem (Landlock) and network (egress proxy) parts are to
+// apply; read and recorded, not applied yet (docs/oci.md).
+inline constexpr const char* kPolicyAnnotation = "org.openshell.policy";
+
+struct Bundle {
+  std::string dir;  // absolute
+  nlohmann::json config;
+  std::string oci_version;
+  std::map<std::string, std::string> annotations;
+  // The init's start, with no main process (that comes with `start`).
+  runtime::ContainerSpec spec;
+  // The main process, as the init is asked to start it.
+  runtime::ExecRequest process;
+  bool terminal = false;
+  // The compiled profile spec.seccomp_program points into (kept here, so
+  // the Bundle must not be copied once read: it is handed out by pointer).
+  SeccompFilter seccomp;
+  // Run by the OCI commands themselves at their moments (start, delete).
+  std::vector<runtime::Hook> poststart;
+  std::vector<runtime::Hook> poststop;
+  std::string policy_file;  // kPolicyAnnotation's value, "" none
+};
+
+// Reads dir/config.json. Throws Error: "config.json: FIELD: why".
+std::unique_ptr<Bundle> read_bundle(const std::string& dir);
+
+// The same from a parsed config (tests); dir is where relative paths start.
+std::unique_ptr<Bundle> bundle_from_json(const nlohmann::json& config, const std::string& dir);
+
+// The config `openshell oci spec` writes: a busybox-style sh in rootfs/,
+// as runc spec writes one.
+nlohmann::json example_config(bool rootless);
+
+}  // namespace openshell::oci

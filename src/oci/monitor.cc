@@ -1,0 +1,333 @@
+#include "oci/monitor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/packet.h"
+#include "base/time.h"
+#include "base/unique_fd.h"
+#include "namespaces/id_pool.h"
+#include "oci/state.h"
+#include "runtime/container.h"
+#include "runtime/init_protocol.h"
+
+namespace openshell::oci {
+
+namespace {
+
+constexpr uint64_t kMainId = 1;
+
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path)
+    throw Error("socket path " + path + " is too long (" + std::to_string(path.size()) +
+                " bytes; at most " + std::to_string(sizeof addr.sun_path - 1) + ")");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string error_reply(int code, const std::string& message) {
+  return runtime::make_message({"error", std::to_string(code), message});
+}
+
+class Monitor {
+ public:
+  Monitor(std::unique_ptr<Bundle> bundle, const CreateOptions& options)
+      : bundle_(std::move(bundle)), options_(options) {}
+
+  // Starts the container; throws Error.
+  void create() {
+    const std::string dir = options_.root + "/" + options_.id;
+    // The main process's stdio is the engine's (create's): kept aside for
+    // `start`; the monitor itself and the init write nowhere near it.
+    for (int i = 0; i < 3; ++i) saved_stdio_[i].reset(::fcntl(i, F_DUPFD_CLOEXEC, 3));
+    UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    for (int i = 0; i < 3 && null; ++i) ::dup2(null.get(), i);
+
+    listener_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!listener_) throw_errno("socket");
+    const std::string sock = dir + "/monitor.sock";
+    sockaddr_un addr = unix_address(sock);
+    if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener_.get(), 16) != 0)
+      throw_errno("listen on " + sock);
+
+    runtime::ContainerSpec& spec = bundle_->spec;
+    if (::geteuid() == 0) {
+      ids_ = namespaces::claim_host_range("", true);
+      spec.host_range = ids_.range();
+    }
+    // The init is the child of whoever forked us (create, run): the engine
+    // that ran it reaps it once that has exited.
+    spec.orphan = true;
+    spec.hook_id = options_.id;
+    spec.hook_bundle = bundle_->dir;
+    if (bundle_->terminal && options_.console_socket.empty())
+      throw Error("process.terminal is true: give --console-socket, where the terminal goes");
+    container_ = runtime::Container::start(spec);
+    if (bundle_->terminal) send_console(options_.console_socket, container_->tty_master());
+
+    state_.id = options_.id;
+    state_.bundle = bundle_->dir;
+    state_.oci_version = bundle_->oci_version;
+    state_.created = time::format_ns(time::now_ns());
+    state_.pid = container_->pid();
+    state_.pid_start = process_start(state_.pid);
+    state_.monitor_pid = ::getpid();
+    state_.owner = ::geteuid();
+    state_.annotations = bundle_->annotations;
+    state_.cgroup_dirs = container_->cgroups().dirs();
+    state_.rootfs = spec.fs.rootfs;
+    write_state(options_.root, state_);
+  }
+
+  pid_t pid() const { return container_->pid(); }
+
+  int serve() {
+    for (;;) {
+      std::vector<pollfd> fds = {{container_->pidfd(), POLLIN, 0},
+                                 {container_->control_fd(), POLLIN, 0},
+                                 {listener_.get(), POLLIN, 0}};
+      std::vector<int> order;
+      for (const auto& [fd, client] : clients_) {
+        fds.push_back({fd, POLLIN, 0});
+        order.push_back(fd);
+      }
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        throw_errno("poll");
+      }
+      if (fds[1].revents && !from_init()) break;
+      if (fds[0].revents) break;  // the init ended
+      if (fds[2].revents & POLLIN) accept_clients();
+      for (size_t i = 0; i < order.size(); ++i)
+        if (fds[3 + i].revents) from_client(order[i]);
+    }
+    return 0;
+  }
+
+ private:
+  struct Client {
+    UniqueFd fd;
+    uint64_t exec_id = 0;  // the exec it asked for, 0 none
+    bool start = false;    // waits for the main process
+  };
+
+  void accept_clients() {
+    for (;;) {
+      int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      clients_[fd].fd.reset(fd);
+    }
+  }
+
+  void reply(int fd, const std::string& message, int pass = -1) {
+    send_packet(fd, message, pass >= 0 ? &pass : nullptr, pass >= 0 ? 1 : 0, MSG_DONTWAIT);
+  }
+
+  void drop(int fd) {
+    auto it = clients_.find(fd);
+    if (it == clients_.end()) return;
+    // An exec whose client (`oci exec`, or its relay) is gone ends too: the
+    // engine that watched the relay can no longer see it.
+    if (it->second.exec_id && running_execs_.count(it->second.exec_id))
+      send_to_init({"kill", std::to_string(it->second.exec_id), std::to_string(SIGKILL)});
+    clients_.erase(it);
+  }
+
+  void send_to_init(const std::vector<std::string>& parts, const int* fds = nullptr,
+                    int count = 0) {
+    send_packet(container_->control_fd(), runtime::make_message(parts), fds, count);
+  }
+
+  void from_client(int fd) {
+    std::string packet;
+    PacketFds passed;
+    long n = receive_packet(fd, &packet, &passed);
+    if (n == -EAGAIN || n == -EINTR) return;
+    if (n <= 0) return drop(fd);
+    runtime::InitMessage m = runtime::parse_message(packet);
+    Client& client = clients_[fd];
+    const std::string kind = packet.substr(0, packet.find('\0'));
+    if (kind == "start") {
+      if (started_ || start_client_ >= 0)
+        return reply(fd, error_reply(1, "the container has been started already"));
+      runtime::ExecRequest main = bundle_->process;
+      main.id = kMainId;
+      main.main = true;
+      std::string request = runtime::encode_exec(main);
+      int stdio[3] = {saved_stdio_[0].get(), saved_stdio_[1].get(), saved_stdio_[2].get()};
+      if (send_packet(container_->control_fd(), request, main.tty ? nullptr : stdio,
+                      main.tty ? 0 : 3) != 0)
+        return reply(fd, error_reply(1, "the container's init is gone"));
+      client.start = true;
+      start_client_ = fd;
+      return;
+    }
+    if (m.kind == runtime::InitMessage::Kind::kExec) {
+      auto request = runtime::decode_exec(m);
+      if (!request || client.exec_id) return reply(fd, error_reply(1, "bad exec request"));
+      request->id = next_id_++;
+      request->main = false;
+      int stdio[3] = {passed[0].get(), passed[1].get(), passed[2].get()};
+      if (send_packet(container_->control_fd(), runtime::encode_exec(*request), stdio, 3) != 0)
+        return reply(fd, error_reply(1, "the container's init is gone"));
+      client.exec_id = request->id;
+      exec_clients_[request->id] = fd;
+      return;
+    }
+    if (m.kind == runtime::InitMessage::Kind::kKill && m.fields.size() == 1 && client.exec_id) {
+      send_to_init({"kill", std::to_string(client.exec_id), m.fields[0]});
+      return;
+    }
+    reply(fd, error_reply(1, "unknown request " + kind));
+  }
+
+  // false once the init closed its end.
+  bool from_init() {
+    std::string packet;
+    PacketFds passed;
+    long n = receive_packet(container_->control_fd(), &packet, &passed);
+    if (n == -EAGAIN || n == -EINTR) return true;
+    if (n <= 0) return false;
+    runtime::InitMessage m = runtime::parse_message(packet);
+    if (m.fields.empty()) return true;
+    const uint64_t id = std::strtoull(m.fields[0].c_str(), nullptr, 10);
+    if (id == kMainId) {
+      main_answer(m);
+      return true;
+    }
+    auto it = exec_clients_.find(id);
+    const int client = it == exec_clients_.end() ? -1 : it->second;
+    if (m.kind == runtime::InitMessage::Kind::kStarted && m.fields.size() >= 2) {
+      running_execs_.insert(id);
+      if (client >= 0)
+        reply(client, runtime::make_message({"started", m.fields[1]}), passed[0].get());
+    } else if (m.kind == runtime::InitMessage::Kind::kFailed && m.fields.size() >= 4) {
+      if (client >= 0) reply(client, failure_reply(m));
+      exec_clients_.erase(id);
+    } else if (m.kind == runtime::InitMessage::Kind::kExited && m.fields.size() >= 2) {
+      running_execs_.erase(id);
+      if (client >= 0) reply(client, runtime::make_message({"exited", m.fields[1]}));
+      exec_clients_.erase(id);
+    }
+    return true;
+  }
+
+  static std::string failure_reply(const runtime::InitMessage& m) {
+    // failed ID EXIT_CODE ERRNO WHAT
+    int err = std::atoi(m.fields[2].c_str());
+    std::string what = m.fields[3];
+    return error_reply(std::atoi(m.fields[1].c_str()), err ? errno_message(what, err) : what);
+  }
+
+  void main_answer(const runtime::InitMessage& m) {
+    const int client = start_client_;
+    start_client_ = -1;
+    if (m.kind == runtime::InitMessage::Kind::kStarted) {
+      started_ = true;
+      state_.started = true;
+      for (auto& fd : saved_stdio_) fd.reset();
+      try {
+        write_state(options_.root, state_);
+      } catch (const Error& e) {
+        log::warn(e.what());
+      }
+      if (!bundle_->poststart.empty()) {
+        std::string why = runtime::run_hooks(bundle_->poststart, runtime::HookStage::kPoststart,
+                                             spec_state(state_, "running").dump());
+        if (!why.empty()) log::warn(why);
+      }
+      if (client >= 0) reply(client, runtime::make_message({"ok"}));
+    } else if (m.kind == runtime::InitMessage::Kind::kFailed && m.fields.size() >= 4) {
+      if (client >= 0) reply(client, failure_reply(m));
+    }
+  }
+
+  std::unique_ptr<Bundle> bundle_;
+  CreateOptions options_;
+  namespaces::RangeClaim ids_;
+  std::unique_ptr<runtime::Container> container_;
+  UniqueFd listener_;
+  UniqueFd saved_stdio_[3];
+  State state_;
+  std::map<int, Client> clients_;
+  std::map<uint64_t, int> exec_clients_;
+  std::set<uint64_t> running_execs_;
+  uint64_t next_id_ = kMainId + 1;
+  int start_client_ = -1;
+  bool started_ = false;
+};
+
+}  // namespace
+
+int run_monitor(std::unique_ptr<Bundle> bundle, const CreateOptions& options, int report_fd) {
+  ::signal(SIGPIPE, SIG_IGN);
+  Monitor monitor(std::move(bundle), options);
+  try {
+    monitor.create();
+  } catch (const Error& e) {
+    write_all(report_fd, "error " + std::to_string(e.exit_code()) + " " + e.what() + "\n");
+    ::close(report_fd);
+    return 1;
+  } catch (const std::exception& e) {
+    write_all(report_fd, std::string("error 1 ") + e.what() + "\n");
+    ::close(report_fd);
+    return 1;
+  }
+  write_all(report_fd, "ok " + std::to_string(monitor.pid()) + "\n");
+  ::close(report_fd);
+  try {
+    return monitor.serve();
+  } catch (const std::exception& e) {
+    log::error(e.what());
+    return 1;
+  }
+}
+
+int connect_monitor(const std::string& root, const std::string& id) {
+  const std::string path = root + "/" + id + "/monitor.sock";
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno("socket");
+  sockaddr_un addr = unix_address(path);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw Error("container " + id +
+                " is not running (its monitor does not answer: " + std::strerror(errno) + ")");
+  return fd.release();
+}
+
+void send_console(const std::string& socket_path, int master_fd) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw_errno("socket");
+  sockaddr_un addr = unix_address(socket_path);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw_errno("connect to the console socket " + socket_path);
+  // runc sends the pty's name as the message and the master beside it.
+  if (int rc = send_packet(fd.get(), "/dev/ptmx", &master_fd, 1); rc != 0)
+    throw_errno("send the terminal to the console socket " + socket_path, -rc);
+}
+
+}  // namespace openshell::oci
