@@ -1,8 +1,11 @@
-// The kernel's interfaces in the sandbox: a /dev made without mknod, and the
-// /proc and /sys paths it may not see (masked) or may only read.
+// The kernel's interfaces in the sandbox: a /dev made without mknod, the
+// /proc and /sys paths it may not see (masked) or may only read, and the
+// kernel parameters written through its /proc/sys.
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,8 +78,23 @@ bool make_read_only(int root, const char* path, ChildFailure* f) {
               f);
 }
 
+bool write_sysctl(int root, const char* path, const char* key, const std::string& value,
+                  ChildFailure* f) {
+  open_how how{};
+  how.flags = O_WRONLY | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root, path, &how, sizeof how)));
+  if (fd.get() < 0) return fail(f, errno, "sysctl", key);
+  // One write: the kernel parses a parameter from the start of each.
+  const ssize_t n = ::write(fd.get(), value.data(), value.size());
+  if (n < 0) return fail(f, errno, "sysctl", key);
+  if (static_cast<size_t>(n) != value.size()) return fail(f, EIO, "sysctl", key);
+  return true;
+}
+
 bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_inodes,
-               const DeviceMount* extra, size_t extra_count, ChildFailure* f) {
+               const DeviceMount* extra, size_t extra_count, const std::string* dirs,
+               size_t dir_count, ChildFailure* f) {
   UniqueFd target(open_in_root(root, "dev", Create::kDirectory, f));
   if (target.get() < 0) return false;
   Option opts[] = {{"mode", "0755"}, {"size", "65536"}};
@@ -141,6 +159,12 @@ bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_i
     if (!bind(AT_FDCWD, extra[i].source.c_str(), node_target.get(), false,
               MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, where, f))
       return false;
+  }
+
+  // Mount points of the caller's own file systems (/dev/mqueue).
+  for (size_t i = 0; i < dir_count; ++i) {
+    UniqueFd dir(open_in_root(root, dirs[i].c_str(), Create::kDirectory, f));
+    if (dir.get() < 0) return false;
   }
 
   // Nothing more is created in /dev: freeze it.

@@ -234,20 +234,26 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   if (host_root && !mirror_host_root(root.get(), f)) return false;
 
   // 4. A fresh /proc, mounted while the host's is still visible (the kernel
-  //    allows a new proc only where a full one is already in view).
+  //    allows a new proc only where a full one is already in view). The
+  //    caller's kernel parameters are written through it (it shows this
+  //    process's network and IPC namespaces), before it may turn read-only.
   {
     UniqueFd target(open_in_root(root.get(), "proc", Create::kDirectory, f));
     if (target.get() < 0) return false;
+    const bool read_only_later = spec_.proc_read_only && !sysctls_.empty();
     UniqueFd mnt(mount_fs("proc", nullptr, 0,
                           MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC |
-                              (spec_.proc_read_only ? MOUNT_ATTR_RDONLY : 0),
+                              (spec_.proc_read_only && !read_only_later ? MOUNT_ATTR_RDONLY : 0),
                           target.get(), "proc", f));
     if (mnt.get() < 0) return false;
+    for (const Sysctl& s : sysctls_)
+      if (!write_sysctl(root.get(), s.path.c_str(), s.key.c_str(), s.value, f)) return false;
+    if (read_only_later && !set_attrs(mnt.get(), MOUNT_ATTR_RDONLY, false, "proc", f)) return false;
   }
 
   // 5. /dev without mknod.
   if (!build_dev(root.get(), tty_group, shm_size_.c_str(), shm_inodes_.c_str(), devices_.data(),
-                 devices_.size(), f))
+                 devices_.size(), dev_dirs_.data(), dev_dirs_.size(), f))
     return false;
 
   // 6. /sys read-only: a fresh sysfs shows only this network namespace.
@@ -268,10 +274,11 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
 
   // 7. A private /tmp in memory: writable whatever the image's owners are
   //    (a user namespace cannot copy up a directory owned by an id it does
-  //    not map); and on the host's root, an empty /run, so that the host's
-  //    service sockets stay out of sight.
+  //    not map), unless the caller keeps the root's own; and on the host's
+  //    root, an empty /run, so that the host's service sockets stay out of
+  //    sight.
   {
-    const char* dirs[] = {"tmp", host_root ? "run" : nullptr};
+    const char* dirs[] = {spec_.private_tmp ? "tmp" : nullptr, host_root ? "run" : nullptr};
     for (const char* dir : dirs) {
       if (!dir) continue;
       UniqueFd target(open_in_root(root.get(), dir, Create::kDirectory, f));
@@ -295,6 +302,23 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   for (const auto& path : hidden_in_root_)
     if (!mask_path(root.get(), path.c_str(), f, true)) return false;
 
+  // 8b. The caller's own file systems (tmpfs, mqueue), in order. One to be
+  //     read-only turns so after the binds, which may land inside it.
+  UniqueFd fs_trees[kMaxFsMounts];
+  for (size_t i = 0; i < fs_mounts_.size() && i < kMaxFsMounts; ++i) {
+    const Fs& m = fs_mounts_[i];
+    UniqueFd target(open_in_root(root.get(), m.target.c_str(), Create::kDirectory, f));
+    if (target.get() < 0) return false;
+    Option opts[kMaxFsOptions];
+    size_t n = 0;
+    for (; n < m.options.size() && n < kMaxFsOptions; ++n)
+      opts[n] = {m.options[n].key.c_str(),
+                 m.options[n].flag ? nullptr : m.options[n].value.c_str()};
+    fs_trees[i].reset(mount_fs(m.type.c_str(), opts, static_cast<int>(n), m.attrs, target.get(),
+                               m.target.c_str(), f));
+    if (fs_trees[i].get() < 0) return false;
+  }
+
   // 9. The caller's bind mounts.
   for (size_t i = 0; i < binds_.size(); ++i) {
     const Bind& b = binds_[i];
@@ -309,13 +333,24 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
         return fail(f, errno, "bind mount on /", b.target.c_str());
       continue;
     }
-    unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b.read_only ? MOUNT_ATTR_RDONLY : 0);
+    unsigned attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (b.read_only ? MOUNT_ATTR_RDONLY : 0) |
+                     (b.no_exec ? MOUNT_ATTR_NOEXEC : 0);
     if (!bind(AT_FDCWD, b.source.c_str(), target.get(), true, attrs, b.target.c_str(), f))
       return false;
   }
   // What of openshell's a bind of a parent directory brought back.
   for (const auto& path : hidden_in_binds_)
     if (!mask_path(root.get(), path.c_str(), f, true)) return false;
+  for (size_t i = 0; i < fs_mounts_.size() && i < kMaxFsMounts; ++i)
+    if (fs_mounts_[i].read_only &&
+        !set_attrs(fs_trees[i].get(), MOUNT_ATTR_RDONLY, false, fs_mounts_[i].target.c_str(), f))
+      return false;
+  // The caller's masked and read-only paths, once every mount is in place
+  // (as an OCI runtime applies them), through the primitives of step 8.
+  for (const auto& path : masked_)
+    if (!mask_path(root.get(), path.c_str(), f)) return false;
+  for (const auto& path : read_only_)
+    if (!make_read_only(root.get(), path.c_str(), f)) return false;
 
   // 9b. Names resolve through the sandbox's own DNS stub: a read-only
   //     /etc/resolv.conf of ours over the image's.

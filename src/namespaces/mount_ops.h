@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "base/child_failure.h"
 #include "namespaces/mounts.h"
@@ -52,9 +53,17 @@ bool mask_path(int root, const char* path, ChildFailure* f, bool unreachable_ok 
 bool make_read_only(int root, const char* path, ChildFailure* f);
 
 // A fresh /dev below root: a small tmpfs with the host's device nodes bound
-// in (no mknod), devpts, /dev/shm and the usual links, and the extra nodes
-// (--gpu), then frozen read-only.
+// in (no mknod), devpts, /dev/shm and the usual links, the extra nodes
+// (--gpu) and the directories given (mount points below /dev, relative to
+// root: "dev/mqueue"), then frozen read-only.
 bool build_dev(int root, bool tty_group, const char* shm_size, const char* shm_inodes,
-               const DeviceMount* extra, size_t extra_count, ChildFailure* f);
+               const DeviceMount* extra, size_t extra_count, const std::string* dirs,
+               size_t dir_count, ChildFailure* f);
+
+// Writes `value` to the kernel parameter at `path` below root
+// ("proc/sys/net/ipv4/ip_forward"), following no symlink; a failure names
+// the parameter as `key` gives it.
+bool write_sysctl(int root, const char* path, const char* key, const std::string& value,
+                  ChildFailure* f);
 
 }  // namespace openshell::namespaces::mount_ops

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <map>
+#include <string_view>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -74,8 +75,10 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
       throw Error("--bind " + b.source + ":" + b.target + ": cannot replace the root");
     std::string source = files::canonical(b.source, "--bind source");
     binds_.push_back({source, in_oldroot(source), relative(text::normalize_path(b.target)),
-                      b.read_only, files::is_directory(source)});
+                      b.read_only, b.no_exec, files::is_directory(source)});
   }
+  render_fs_mounts();
+  render_kernel_settings();
   for (const auto& d : spec_.devices) {
     const std::string target = text::normalize_path(d.target);
     if (auto why = text::check_absolute_path(d.target); !why.empty())
@@ -108,14 +111,100 @@ MountPlan::MountPlan(const FilesystemSpec& spec) : spec_(spec) {
     const std::string own = text::is_dns_label(spec_.hosts_name) ? " " + spec_.hosts_name : "";
     hosts_ = "127.0.0.1\tlocalhost" + own + "\n::1\tlocalhost ip6-localhost ip6-loopback\n";
   }
+  if (spec_.root == RootKind::kHost && !spec_.private_tmp)
+    throw Error(
+        "the host's root always has a private /tmp (private_tmp = false is for a root "
+        "directory or an image)");
   if (spec_.root == RootKind::kDirectory && !spec_.plain_root) {
     for (const char* dir : {"proc", "dev", "sys", "tmp"})
-      mount_points_.push_back({dir, true, false});
+      if (spec_.private_tmp || std::string_view(dir) != "tmp")
+        mount_points_.push_back({dir, true, false});
+    for (const Fs& m : fs_mounts_)
+      if (m.target.rfind("dev/", 0) != 0) mount_points_.push_back({m.target, true, false});
     for (const Bind& b : binds_) mount_points_.push_back({b.target, b.directory, false});
     if (spec_.dns_stub) mount_points_.push_back({"etc/resolv.conf", false, false});
     if (!hosts_.empty()) mount_points_.push_back({"etc/hosts", false, false});
     if (!workdir_.empty()) mount_points_.push_back({workdir_, true, true});
     if (!home_.empty()) mount_points_.push_back({home_, true, true});
+  }
+}
+
+namespace {
+
+// An absolute path inside the sandbox, relative to the new root; throws
+// naming `what` (and refusing the root itself).
+std::string sandbox_relative(const std::string& path, const std::string& what) {
+  if (auto why = text::check_absolute_path(path); !why.empty())
+    throw Error(what + " " + path + ": " + why);
+  const std::string normal = text::normalize_path(path);
+  if (normal == "/") throw Error(what + " " + path + ": cannot be the root");
+  return normal.substr(1);
+}
+
+}  // namespace
+
+// The caller's file systems: each option of `data` a key[=value] for
+// fsconfig(), each target relative to the new root.
+void MountPlan::render_fs_mounts() {
+  if (spec_.fs_mounts.size() > kMaxFsMounts)
+    throw Error("more than " + std::to_string(kMaxFsMounts) + " file system mounts");
+  for (const FsMount& m : spec_.fs_mounts) {
+    const std::string named = "mount " + m.target;
+    if (m.type != "tmpfs" && m.type != "mqueue")
+      throw Error(named + ": type \"" + m.type + "\" is not supported (tmpfs, mqueue)");
+    if (auto why = text::check_absolute_path(m.target); !why.empty())
+      throw Error(named + ": destination " + why);
+    const std::string target = text::normalize_path(m.target);
+    if (target == "/") throw Error(named + ": cannot replace the root");
+    // Its nodes are bound from the host's (no mknod): a tmpfs over it would
+    // leave the sandbox without /dev/null.
+    if (target == "/dev") throw Error(named + ": the sandbox's /dev is its own");
+    Fs fs{m.type, target.substr(1), {}, 0, m.read_only};
+    if (!m.data.empty()) {
+      if (m.type != "tmpfs")
+        throw Error(named + ": " + m.type + " takes no options (\"" + m.data + "\")");
+      for (const auto& item : text::split(m.data, ',')) {
+        if (item.empty()) throw Error(named + ": an empty option in \"" + m.data + "\"");
+        const size_t eq = item.find('=');
+        if (eq == 0) throw Error(named + ": option \"" + item + "\" has no name");
+        // fsconfig() takes no string over 256 bytes.
+        if (item.size() > 255) throw Error(named + ": option \"" + item + "\" is too long");
+        if (eq == std::string::npos)
+          fs.options.push_back({item, "", true});
+        else
+          fs.options.push_back({item.substr(0, eq), item.substr(eq + 1), false});
+      }
+      if (fs.options.size() > kMaxFsOptions)
+        throw Error(named + ": more than " + std::to_string(kMaxFsOptions) + " options");
+    }
+    fs.attrs = (m.no_suid ? MOUNT_ATTR_NOSUID : 0) | (m.no_dev ? MOUNT_ATTR_NODEV : 0) |
+               (m.no_exec ? MOUNT_ATTR_NOEXEC : 0);
+    if (fs.target.rfind("dev/", 0) == 0) dev_dirs_.push_back(fs.target);
+    fs_mounts_.push_back(std::move(fs));
+  }
+}
+
+// The caller's masked and read-only paths and kernel parameters.
+void MountPlan::render_kernel_settings() {
+  for (const auto& path : spec_.masked_paths)
+    masked_.push_back(sandbox_relative(path, "masked path"));
+  for (const auto& path : spec_.read_only_paths)
+    read_only_.push_back(sandbox_relative(path, "read-only path"));
+  for (const auto& [key, value] : spec_.sysctls) {
+    const std::string named = "sysctl \"" + key + "\"";
+    if (key.empty()) throw Error("sysctl: an empty key");
+    for (char c : key)
+      if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && !(c >= '0' && c <= '9') &&
+          c != '_' && c != '.' && c != '-' && c != '/')
+        throw Error(named + ": a key holds only letters, digits and _ . - /");
+    if (key.find("..") != std::string::npos) throw Error(named + ": a key must not contain \"..\"");
+    if (key[0] == '/') throw Error(named + ": a key must not start with '/'");
+    std::string path = key;
+    for (char& c : path)
+      if (c == '.') c = '/';
+    if (path[0] == '/' || path.back() == '/' || path.find("//") != std::string::npos)
+      throw Error(named + ": the key has an empty part");
+    sysctls_.push_back({key, "proc/sys/" + path, value});
   }
 }
 
@@ -186,8 +275,10 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
           make_user_namespace({{st.st_uid, *sandbox_uid, 1}}, {{st.st_gid, *sandbox_gid, 1}});
     userns_fd = owner_ns.get();
     // Recursive where every submount allows it, else the top mount alone.
-    UniqueFd tree = idmapped(b.host_source, true, b.read_only ? MOUNT_ATTR_RDONLY : 0);
-    if (!tree) tree = idmapped(b.host_source, false, b.read_only ? MOUNT_ATTR_RDONLY : 0);
+    const unsigned extra =
+        (b.read_only ? MOUNT_ATTR_RDONLY : 0) | (b.no_exec ? MOUNT_ATTR_NOEXEC : 0);
+    UniqueFd tree = idmapped(b.host_source, true, extra);
+    if (!tree) tree = idmapped(b.host_source, false, extra);
     trees.push_back(std::move(tree));
   }
   return trees;

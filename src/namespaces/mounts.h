@@ -1,7 +1,8 @@
 // The sandbox's file system view: a root (overlay of a directory, or the
 // host's / read-only), fresh /proc, a minimal /dev made without mknod, /sys
-// read-only, masked kernel paths and the caller's bind mounts, then pivot_root
-// into it with the host's tree detached.
+// read-only, masked kernel paths, the caller's own file systems (tmpfs,
+// mqueue) and bind mounts, then pivot_root into it with the host's tree
+// detached.
 //
 // The plan is rendered in the parent (all strings, no decisions left) and
 // applied in the child between clone and exec with raw syscalls only. Mount
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/child_failure.h"
@@ -42,7 +44,9 @@ struct BindSpec {
 struct FsMount {
   std::string type;    // "tmpfs" or "mqueue"; anything else is refused by MountPlan
   std::string target;  // absolute path inside the sandbox, no ".."
-  std::string data;    // mount options for the file system, e.g. "size=65536k,mode=755"
+  // Mount options for the file system, e.g. "size=65536k,mode=755" (tmpfs only; "" none): split
+  // on commas into key[=value] options.
+  std::string data;
   bool read_only = false;
   bool no_exec = false;
   bool no_suid = true;
@@ -96,10 +100,20 @@ struct FilesystemSpec {
   // /proc mounted read-only, so that no process opens another's
   // /proc/PID/mem for writing (where no Landlock policy covers /proc).
   bool proc_read_only = false;
+  // Mounted after the masked/read-only kernel paths (step 8) and before the binds (step 9), in
+  // order, so that a bind may land inside one. The target is made (a directory) when missing.
   std::vector<FsMount> fs_mounts;
+  // Beyond kMaskedPaths / kReadOnlyPaths: absolute paths inside the sandbox (missing ones skipped,
+  // like ours). Applied once every mount and bind is in place, as an OCI runtime applies them, so
+  // that they also cover what those show.
   std::vector<std::string> masked_paths;
   std::vector<std::string> read_only_paths;
+  // Kernel parameters written through the sandbox's own /proc/sys right after /proc is mounted
+  // (step 4), before /proc/sys becomes read-only: "net.ipv4.ip_forward" -> "1" (dots become
+  // slashes; a key may also use slashes). A failure stops the start with a line naming the key.
   std::vector<std::pair<std::string, std::string>> sysctls;
+  // false: no tmpfs of ours on /tmp (an OCI container keeps its image's /tmp). The host's root
+  // always has its own.
   bool private_tmp = true;
 };
 
@@ -152,7 +166,30 @@ class MountPlan {
     std::string source;       // "/oldroot/..." as seen from the staging root
     std::string target;       // relative to the new root: "data/x"
     bool read_only;
+    bool no_exec;
     bool directory;
+  };
+
+  // An FsMount rendered: its options split, its target relative to the new root.
+  struct FsOption {
+    std::string key;
+    std::string value;
+    bool flag;  // "key" alone (FSCONFIG_SET_FLAG)
+  };
+  struct Fs {
+    std::string type;
+    std::string target;  // relative to the new root: "run"
+    std::vector<FsOption> options;
+    unsigned attrs;  // MOUNT_ATTR_NOSUID/NODEV/NOEXEC at the mount
+    bool read_only;  // set after the binds, so that a bind may land inside it
+  };
+  static constexpr size_t kMaxFsMounts = 64;
+  static constexpr size_t kMaxFsOptions = 32;
+
+  struct Sysctl {
+    std::string key;   // as given, for messages
+    std::string path;  // "proc/sys/net/ipv4/ip_forward", relative to the new root
+    std::string value;
   };
 
   struct Lower {
@@ -162,6 +199,8 @@ class MountPlan {
   };
 
   void render_hidden();
+  void render_fs_mounts();
+  void render_kernel_settings();
 
   FilesystemSpec spec_;
   std::vector<Lower> lowers_;  // kDirectory: top first
@@ -179,6 +218,13 @@ class MountPlan {
   // root shows (masked before the binds), those the binds show (after).
   std::vector<std::string> hidden_in_root_;
   std::vector<std::string> hidden_in_binds_;
+  std::vector<Fs> fs_mounts_;
+  // The fs_mounts' targets below /dev, made before /dev is frozen.
+  std::vector<std::string> dev_dirs_;
+  // fs.masked_paths and fs.read_only_paths, relative to the new root.
+  std::vector<std::string> masked_;
+  std::vector<std::string> read_only_;
+  std::vector<Sysctl> sysctls_;
   // Rendered tmpfs options ("" where the kernel's default applies).
   std::string tmp_size_, tmp_inodes_, shm_size_, shm_inodes_;
   std::string staging_options_;  // mount(2) data of the staging tmpfs
