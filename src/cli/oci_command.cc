@@ -161,6 +161,15 @@ pid_t create_container(const Globals& g, const CreateFlags& f) {
   if (monitor == 0) {
     report.read.reset();
     ::setsid();
+    // Nothing of the engine's beyond stdio stays open here: it may wait for
+    // the ends of pipes it gave create.
+    int report_fd = ::fcntl(report.write.get(), F_DUPFD_CLOEXEC, 3);
+    report.write.reset();
+    if (report_fd != 3) {
+      ::dup3(report_fd, 3, O_CLOEXEC);
+      ::close(report_fd);
+    }
+    ::close_range(4, ~0U, 0);
     // The monitor's own lines go to --log only: its stderr is the container's.
     if (!g.log_file.empty()) {
       int fd = ::open(g.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -168,7 +177,7 @@ pid_t create_container(const Globals& g, const CreateFlags& f) {
     } else {
       log::set_file(-1, false, false);
     }
-    ::_exit(oci::run_monitor(std::move(bundle), options, report.write.release()));
+    ::_exit(oci::run_monitor(std::move(bundle), options, 3));
   }
   report.write.reset();
   std::string answer;
@@ -433,6 +442,7 @@ runtime::ExecRequest exec_request(const oci::State& state, const ExecFlags& f) {
                    {"linux", json::object()}};
     auto bundle = oci::bundle_from_json(config, state.bundle);
     r = bundle->process;
+    r.main = false;
     if (bundle->spec.uid != 0 || bundle->spec.gid != 0)
       r.user = runtime::ExecUser{bundle->spec.uid, bundle->spec.gid};
   } else {

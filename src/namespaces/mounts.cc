@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/log.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "namespaces/overlay.h"
@@ -252,7 +253,20 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
     return tree;
   };
   std::vector<UniqueFd> trees;
-  for (const Lower& lower : lowers_) trees.push_back(idmapped(lower.host, false, 0));
+  for (const Lower& lower : lowers_) {
+    UniqueFd tree = idmapped(lower.host, false, 0);
+    if (!tree) {
+      // A file system that takes no id mapping (an engine's overlayfs
+      // root): the tree as it is, so that the child need not walk the
+      // host's path to it (an engine's state directory is root's alone).
+      // Its owners read as nobody inside.
+      tree.reset(::open_tree(AT_FDCWD, lower.host.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+      if (tree)
+        log::debug("the root " + lower.host +
+                   " takes no id mapping: its files' owners read as nobody inside");
+    }
+    trees.push_back(std::move(tree));
+  }
   UniqueFd layer;
   if (!spec_.layer_dir.empty())
     layer.reset(

@@ -63,7 +63,10 @@ class Monitor {
     const std::string dir = options_.root + "/" + options_.id;
     // The main process's stdio is the engine's (create's): kept aside for
     // `start`; the monitor itself and the init write nowhere near it.
-    for (int i = 0; i < 3; ++i) saved_stdio_[i].reset(::fcntl(i, F_DUPFD_CLOEXEC, 3));
+    // With a terminal the process has the pty instead, and the engine may
+    // wait for create's own stdio to close.
+    if (!bundle_->terminal)
+      for (int i = 0; i < 3; ++i) saved_stdio_[i].reset(::fcntl(i, F_DUPFD_CLOEXEC, 3));
     UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
     for (int i = 0; i < 3 && null; ++i) ::dup2(null.get(), i);
 

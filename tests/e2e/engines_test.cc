@@ -1,0 +1,181 @@
+// Real engines drive `openshell-runc`: containerd 1.6's own runc v2 shim
+// (the path the CRI plugin, and so the kubelet, takes) through
+// `ctr run --runc-binary`. containerd is started by the suite with its own
+// root, state and socket, and removed with them afterwards.
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <gmock/gmock.h>
+
+#include "harness.h"
+#include "image_helpers.h"
+
+using testing::HasSubstr;
+
+namespace e2e {
+namespace {
+
+using namespace image_helpers;
+
+bool have(const std::string& program) {
+  return sh("command -v " + program + " >/dev/null").status == 0;
+}
+
+class Containerd : public testing::Test {
+ public:
+  static void SetUpTestSuite() {
+    if (binary().empty() || ::geteuid() != 0) {
+      skip_ = "needs root";
+      return;
+    }
+    if (!have("containerd") || !have("ctr") || !have("containerd-shim-runc-v2")) {
+      skip_ = "needs containerd (apt-get install containerd)";
+      return;
+    }
+    dir_ = scratch() + "/containerd";
+    std::filesystem::create_directories(dir_);
+    link_ = dir_ + "/openshell-runc";
+    std::filesystem::create_symlink(binary(), link_);
+    std::ofstream(dir_ + "/config.toml")
+        << "version = 2\nroot = \"" << dir_ << "/root\"\nstate = \"" << dir_
+        << "/state\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \""
+        << dir_ << "/sock\"\n[ttrpc]\n  address = \"" << dir_ << "/sock.ttrpc\"\n";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::string log = dir_ + "/containerd.log";
+      std::freopen(log.c_str(), "w", stderr);
+      std::freopen("/dev/null", "w", stdout);
+      ::execlp("containerd", "containerd", "--config", (dir_ + "/config.toml").c_str(), nullptr);
+      ::_exit(127);
+    }
+    for (int i = 0; i < 200 && !std::filesystem::exists(dir_ + "/sock"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // The busybox image, with the probe.
+    const char* script = std::getenv("OSH_IMAGE_SCRIPT");
+    const char* probe = std::getenv("OSH_PROBE");
+    Shell image = sh(q(script ? script : "rootfs-tools/build-busybox-image") + " " +
+                     q(dir_ + "/layout") + " " + (probe ? q(probe) : "") + " >/dev/null && cd " +
+                     q(dir_ + "/layout") + " && tar cf ../image.tar . && " + ctr() +
+                     " image import --index-name busybox:latest ../image.tar");
+    if (image.status != 0) skip_ = "cannot import the busybox image: " + image.out;
+  }
+  static void TearDownTestSuite() {
+    if (pid_ > 0) {
+      sh(ctr() + " task ls -q | xargs -r -n1 " + ctr() + " task kill -s KILL; sleep 0.5; " + ctr() +
+         " task ls -q | xargs -r -n1 " + ctr() + " task delete; " + ctr() +
+         " container ls -q | xargs -r -n1 " + ctr() + " container delete");
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+      // Its snapshots' mounts, then its files.
+      sh("grep -o ' " + dir_ + "/[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount");
+      std::filesystem::remove_all(dir_);
+    }
+  }
+
+ protected:
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    forget_started_processes();
+    processes_before_ = leftover_processes();
+    static int n = 0;
+    id_ = "osh-ctr-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+  }
+  void TearDown() override {
+    if (!skip_.empty()) return;
+    sh(ctr() + " task kill -s KILL " + id_ + "; sleep 0.3; " + ctr() + " task delete " + id_ +
+       "; " + ctr() + " container delete " + id_);
+    auto now = leftover_processes();
+    std::erase_if(now, [&](const std::string& p) {
+      return std::find(processes_before_.begin(), processes_before_.end(), p) !=
+             processes_before_.end();
+    });
+    EXPECT_EQ(now, std::vector<std::string>{}) << "processes left behind";
+    // openshell's record of the container is gone with it.
+    EXPECT_FALSE(std::filesystem::exists("/run/containerd/runc/osh/" + id_));
+  }
+
+  static std::string ctr() { return "ctr --address " + q(dir_ + "/sock") + " -n osh"; }
+  std::string run(const std::string& flags, const std::string& command) {
+    return ctr() + " run --runc-binary " + q(link_) + " " + flags + " busybox:latest " + id_ + " " +
+           command;
+  }
+  std::string task(const std::string& what) { return ctr() + " task " + what; }
+
+  static std::string skip_, dir_, link_;
+  static pid_t pid_;
+  std::vector<std::string> processes_before_;
+  std::string id_;
+};
+std::string Containerd::skip_, Containerd::dir_, Containerd::link_;
+pid_t Containerd::pid_ = -1;
+
+TEST_F(Containerd, RunEndsWithTheProcesssStatus) {
+  Shell r = sh(run("--rm", "sh -c 'echo hello from ctr; exit 5'"));
+  EXPECT_EQ(r.status, 5) << r.out;
+  EXPECT_EQ(r.out, "hello from ctr\n");
+}
+
+TEST_F(Containerd, ExecKillPauseStatsDelete) {
+  ASSERT_EQ(sh(run("-d", "sleep 100")).status, 0);
+  Shell ls = sh(task("ls"));
+  EXPECT_THAT(ls.out, testing::ContainsRegex(id_ + " +[0-9]+ +RUNNING"));
+  // exec: its output and status, through the shim's relay.
+  Shell e = sh(task("exec --exec-id e1 " + id_ + " sh -c 'echo exec out; exit 3'"));
+  EXPECT_EQ(e.status, 3) << e.out;
+  EXPECT_EQ(e.out, "exec out\n");
+  Shell missing = sh(task("exec --exec-id e2 " + id_ + " no-such-command"));
+  EXPECT_NE(missing.status, 0);
+  EXPECT_THAT(missing.out, HasSubstr("cannot run no-such-command"));
+  Shell ps = sh(task("ps " + id_));
+  EXPECT_EQ(ps.status, 0) << ps.out;
+  // Statistics from the container's own cgroups.
+  Shell metrics = sh(task("metrics " + id_));
+  EXPECT_EQ(metrics.status, 0) << metrics.out;
+  EXPECT_THAT(metrics.out, HasSubstr("memory.usage_in_bytes"));
+  EXPECT_EQ(sh(task("pause " + id_)).status, 0);
+  EXPECT_THAT(sh(task("ls")).out, testing::ContainsRegex(id_ + " +[0-9]+ +PAUSED"));
+  EXPECT_EQ(sh(task("resume " + id_)).status, 0);
+  EXPECT_THAT(sh(task("ls")).out, testing::ContainsRegex(id_ + " +[0-9]+ +RUNNING"));
+  EXPECT_EQ(sh(task("kill " + id_)).status, 0);
+  bool stopped = false;
+  for (int i = 0; i < 100 && !stopped; ++i) {
+    stopped = sh(task("ls")).out.find("STOPPED") != std::string::npos;
+    if (!stopped) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(stopped) << sh(task("ls")).out;
+  EXPECT_EQ(sh(task("delete " + id_)).status, 0);
+}
+
+TEST_F(Containerd, ATerminal) {
+  // ctr wants a terminal of its own for -t: script(1) gives it one.
+  Shell t = sh("script -qec " + q(run("--rm -t", "sh -c 'tty; exit 4'")) + " /dev/null");
+  EXPECT_EQ(t.status, 4) << t.out;
+  EXPECT_THAT(t.out, HasSubstr("/dev/pts/0"));
+}
+
+TEST_F(Containerd, TheEscapeBatteryFails) {
+  // --privileged: every capability and no seccomp profile from the engine;
+  // openshell's own confinement stands.
+  for (const char* attempt :
+       {"mount", "unshare-user", "setns", "keyctl", "bpf", "io_uring", "perf_event_open",
+        "kexec_load", "init_module", "raw-socket", "sethostname"}) {
+    Shell r = sh(run("--rm --privileged", std::string("osh-probe ") + attempt));
+    EXPECT_EQ(r.status, 1) << attempt << ": " << r.out;
+    EXPECT_THAT(r.out, testing::StartsWith("denied: ")) << attempt;
+  }
+  Shell control = sh(run("--rm --privileged", "osh-probe tcp-socket"));
+  EXPECT_EQ(control.status, 0) << control.out;
+}
+
+}  // namespace
+}  // namespace e2e
