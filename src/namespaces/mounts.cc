@@ -252,6 +252,16 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
     if (::mount_setattr(tree.get(), "", at, &attr, sizeof attr) != 0) return UniqueFd();
     return tree;
   };
+  auto plain_tree = [](const std::string& path, unsigned extra) {
+    UniqueFd tree(
+        ::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+    if (!tree) return UniqueFd();
+    mount_attr attr{};
+    attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | extra;
+    if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0)
+      return UniqueFd();
+    return tree;
+  };
   std::vector<UniqueFd> trees;
   for (const Lower& lower : lowers_) {
     UniqueFd tree = idmapped(lower.host, false, 0);
@@ -277,9 +287,14 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
   std::map<std::pair<uid_t, gid_t>, UniqueFd> owner_namespaces;
   for (const Bind& b : binds_) {
     struct stat st;
+    const unsigned extra =
+        (b.read_only ? MOUNT_ATTR_RDONLY : 0) | (b.no_exec ? MOUNT_ATTR_NOEXEC : 0);
     if (!sandbox_uid || !sandbox_gid || ::stat(b.host_source.c_str(), &st) != 0 || st.st_uid == 0 ||
         st.st_gid == 0) {
-      trees.emplace_back();
+      // Not shifted: the tree as it is (owners read as nobody inside), so
+      // that the child need not walk the host's path to it (an engine's
+      // state directory is root's alone).
+      trees.push_back(plain_tree(b.host_source, extra));
       continue;
     }
     // The owner's ids read as the sandbox user's kernel ids; nothing else maps.
@@ -289,8 +304,6 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
           make_user_namespace({{st.st_uid, *sandbox_uid, 1}}, {{st.st_gid, *sandbox_gid, 1}});
     userns_fd = owner_ns.get();
     // Recursive where every submount allows it, else the top mount alone.
-    const unsigned extra =
-        (b.read_only ? MOUNT_ATTR_RDONLY : 0) | (b.no_exec ? MOUNT_ATTR_NOEXEC : 0);
     UniqueFd tree = idmapped(b.host_source, true, extra);
     if (!tree) tree = idmapped(b.host_source, false, extra);
     trees.push_back(std::move(tree));

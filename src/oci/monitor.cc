@@ -1,9 +1,12 @@
 #include "oci/monitor.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/packet.h"
+#include "base/text.h"
 #include "base/time.h"
 #include "base/unique_fd.h"
 #include "namespaces/id_pool.h"
@@ -29,13 +33,20 @@ namespace {
 
 constexpr uint64_t kMainId = 1;
 
-sockaddr_un unix_address(const std::string& path) {
+// A socket's address; a path too long for sun_path (an engine's deep
+// state directories) goes through its directory's fd, held in *dir.
+sockaddr_un unix_address(const std::string& path, UniqueFd* dir) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
-    throw Error("socket path " + path + " is too long (" + std::to_string(path.size()) +
-                " bytes; at most " + std::to_string(sizeof addr.sun_path - 1) + ")");
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  std::string use = path;
+  if (path.size() >= sizeof addr.sun_path) {
+    const size_t slash = path.rfind('/');
+    dir->reset(::open(path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!*dir) throw_errno("open " + path.substr(0, slash));
+    use = "/proc/self/fd/" + std::to_string(dir->get()) + path.substr(slash);
+    if (use.size() >= sizeof addr.sun_path) throw Error("socket path " + path + " is too long");
+  }
+  std::memcpy(addr.sun_path, use.c_str(), use.size() + 1);
   return addr;
 }
 
@@ -51,6 +62,60 @@ void write_all(int fd, const std::string& text) {
 
 std::string error_reply(int code, const std::string& message) {
   return runtime::make_message({"error", std::to_string(code), message});
+}
+
+// As root, the mount points the config names are made in the root before
+// the start, by root on the host, as runc makes them: the sandbox's own
+// ids may not write an engine's root (its owners are not theirs). Each
+// path resolves inside the root (RESOLVE_IN_ROOT): a symlink in the image
+// cannot point it at the host.
+void make_mount_point(int root, const std::string& target, bool directory) {
+  std::string path;
+  auto parts = text::split(target, '/');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].empty()) continue;
+    path += (path.empty() ? "" : "/") + parts[i];
+    const bool last = i + 1 == parts.size();
+    open_how how{};
+    how.flags = O_PATH | O_CLOEXEC;
+    how.resolve = RESOLVE_IN_ROOT;
+    int fd = static_cast<int>(::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
+    if (fd >= 0) {
+      ::close(fd);
+      continue;
+    }
+    if (errno != ENOENT) return;  // the child says why, if it matters
+    // The parent exists (made or found above); the missing part is made
+    // below it, through a fd that resolved inside the root.
+    const size_t slash = path.rfind('/');
+    const std::string parent = slash == std::string::npos ? "." : path.substr(0, slash);
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+    UniqueFd dir(static_cast<int>(::syscall(SYS_openat2, root, parent.c_str(), &how, sizeof how)));
+    if (!dir) return;
+    if (!last || directory) {
+      if (::mkdirat(dir.get(), name.c_str(), 0755) != 0 && errno != EEXIST) return;
+    } else {
+      UniqueFd dir_rw(::openat(dir.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      int made = dir_rw ? ::openat(dir_rw.get(), name.c_str(),
+                                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)
+                        : -1;
+      if (made >= 0) ::close(made);
+    }
+  }
+}
+
+void make_mount_points(const runtime::ContainerSpec& spec) {
+  if (::geteuid() != 0 || spec.fs.read_only) return;
+  UniqueFd root(::open(spec.fs.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return;
+  for (const auto& bind : spec.fs.binds) {
+    struct stat st {};
+    const bool directory = ::stat(bind.source.c_str(), &st) != 0 || S_ISDIR(st.st_mode);
+    make_mount_point(root.get(), bind.target, directory);
+  }
+  for (const auto& mount : spec.fs.fs_mounts) make_mount_point(root.get(), mount.target, true);
+  make_mount_point(root.get(), spec.fs.workdir, true);
 }
 
 class Monitor {
@@ -73,7 +138,8 @@ class Monitor {
     listener_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!listener_) throw_errno("socket");
     const std::string sock = dir + "/monitor.sock";
-    sockaddr_un addr = unix_address(sock);
+    UniqueFd dir_fd;
+    sockaddr_un addr = unix_address(sock, &dir_fd);
     if (::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
         ::listen(listener_.get(), 16) != 0)
       throw_errno("listen on " + sock);
@@ -90,6 +156,7 @@ class Monitor {
     spec.hook_bundle = bundle_->dir;
     if (bundle_->terminal && options_.console_socket.empty())
       throw Error("process.terminal is true: give --console-socket, where the terminal goes");
+    make_mount_points(spec);
     container_ = runtime::Container::start(spec);
     if (bundle_->terminal) send_console(options_.console_socket, container_->tty_master());
 
@@ -315,7 +382,8 @@ int connect_monitor(const std::string& root, const std::string& id) {
   const std::string path = root + "/" + id + "/monitor.sock";
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!fd) throw_errno("socket");
-  sockaddr_un addr = unix_address(path);
+  UniqueFd dir_fd;
+  sockaddr_un addr = unix_address(path, &dir_fd);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     throw Error("container " + id +
                 " is not running (its monitor does not answer: " + std::strerror(errno) + ")");
@@ -325,7 +393,8 @@ int connect_monitor(const std::string& root, const std::string& id) {
 void send_console(const std::string& socket_path, int master_fd) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) throw_errno("socket");
-  sockaddr_un addr = unix_address(socket_path);
+  UniqueFd dir_fd;
+  sockaddr_un addr = unix_address(socket_path, &dir_fd);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     throw_errno("connect to the console socket " + socket_path);
   // runc sends the pty's name as the message and the master beside it.

@@ -361,6 +361,16 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ssize_t exe_len = ::readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
   if (exe_len <= 0) throw_errno("readlink /proc/self/exe");
   fs.exe_path.assign(exe_path, static_cast<size_t>(exe_len));
+  // A joined network namespace is not the sandbox's user namespace's:
+  // its net.* parameters are written from here, as root, while this thread
+  // is in it for the clone (/proc/sys/net is the opener's namespace's).
+  std::vector<std::pair<std::string, std::string>> net_sysctls;
+  if (caller.host_uid == 0)
+    std::erase_if(fs.sysctls, [&](const auto& kv) {
+      if (kv.first.rfind("net.", 0) != 0 && kv.first.rfind("net/", 0) != 0) return false;
+      net_sysctls.push_back(kv);
+      return true;
+    });
   namespaces::MountPlan mounts(fs);
 
   // The device nodes' groups (--gpu): mapped in as root, kept rootless.
@@ -452,7 +462,9 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ChildContext ctx{};
   ctx.spec = &spec;
   ctx.rlimits = rlimits.data();
-  ctx.rlimit_count = rlimits.size();
+  // As root the parent sets them (prlimit below): raising a hard limit
+  // takes a privilege the sandbox's user namespace does not give.
+  ctx.rlimit_count = caller.host_uid == 0 ? 0 : rlimits.size();
   ctx.groups = groups.data();
   ctx.group_count = groups.size();
   ctx.keep_groups = keep_groups;
@@ -526,6 +538,23 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     restore.emplace_back(std::move(own), join.type);
   }
 
+  auto write_net_sysctls = [&]() {
+    for (const auto& [key, value] : net_sysctls) {
+      std::string path = "/proc/sys/" + key;
+      std::replace(path.begin() + 10, path.end(), '.', '/');
+      if (int err = files::write_once(path, value); err != 0) throw_errno("sysctl " + key, err);
+    }
+  };
+  if (!spec.join_net.empty()) {
+    try {
+      write_net_sysctls();
+    } catch (...) {
+      leave_joined();
+      throw;
+    }
+    net_sysctls.clear();
+  }
+
   int pidfd = -1;
   clone_args args{};
   args.flags = new_namespaces | CLONE_PIDFD | (spec.orphan ? CLONE_PARENT : 0);
@@ -567,6 +596,42 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   try {
     namespaces::apply_id_map(container->pid_, &id_map);
     container->cgroups_.attach(container->pid_);
+    if (caller.host_uid == 0)
+      for (const Rlimit& r : rlimits) {
+        rlimit value{r.soft, r.hard};
+        const auto resource = static_cast<__rlimit_resource>(r.resource);
+        if (::prlimit(static_cast<pid_t>(pid), resource, &value, nullptr) == 0) continue;
+        // Above our own hard limit without CAP_SYS_RESOURCE (a root that
+        // lacks it): ours, said so.
+        rlimit own{};
+        if (errno != EPERM || ::getrlimit(resource, &own) != 0 || own.rlim_max >= r.hard)
+          throw_errno(std::string("--rlimit ") + r.name);
+        rlimit clamped{std::min(r.soft, own.rlim_max), own.rlim_max};
+        if (::prlimit(static_cast<pid_t>(pid), resource, &clamped, nullptr) != 0)
+          throw_errno(std::string("--rlimit ") + r.name);
+        log::warn(std::string("--rlimit ") + r.name + ": " + std::to_string(r.hard) +
+                  " is above this process's hard limit and it may not raise it (no "
+                  "CAP_SYS_RESOURCE): " +
+                  std::to_string(own.rlim_max) + " instead");
+      }
+    if (!net_sysctls.empty()) {
+      // The sandbox's own network namespace, entered for the writes: as
+      // root, values of the host's ids (a ping group range of gids the
+      // sandbox's user namespace does not map) are the kernel's to take.
+      UniqueFd own(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+      UniqueFd theirs(
+          ::open(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC));
+      if (!own || !theirs || ::setns(theirs.get(), CLONE_NEWNET) != 0)
+        throw_errno("enter the sandbox's network namespace");
+      try {
+        write_net_sysctls();
+      } catch (...) {
+        ::setns(own.get(), CLONE_NEWNET);
+        throw;
+      }
+      if (::setns(own.get(), CLONE_NEWNET) != 0)
+        throw_errno("leave the sandbox's network namespace");
+    }
     if (spec.oom_score_adj) {
       const std::string path = "/proc/" + std::to_string(pid) + "/oom_score_adj";
       if (int err = files::write_once(path, std::to_string(*spec.oom_score_adj)); err != 0)
