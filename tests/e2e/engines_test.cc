@@ -157,8 +157,12 @@ TEST_F(Containerd, ExecKillPauseStatsDelete) {
 }
 
 TEST_F(Containerd, ATerminal) {
-  // ctr wants a terminal of its own for -t: script(1) gives it one.
-  Shell t = sh("script -qec " + q(run("--rm -t", "sh -c 'tty; exit 4'")) + " /dev/null");
+  // ctr wants a terminal of its own for -t: script(1) gives it one, and
+  // runs the command from a file (its quoting stays the shell's).
+  const std::string command =
+      write_file(dir_ + "/" + id_ + ".sh",
+                 "#!/bin/sh\nexec " + run("--rm -t", "sh -c 'tty; exit 4'") + "\n", 0755);
+  Shell t = sh("script -qec " + q(command) + " /dev/null");
   EXPECT_EQ(t.status, 4) << t.out;
   EXPECT_THAT(t.out, HasSubstr("/dev/pts/0"));
 }
