@@ -116,6 +116,15 @@ std::vector<std::string> monitor_reply(int fd, PacketFds* fds = nullptr) {
   return parts;
 }
 
+// What run and exec pass on to the container's process.
+sigset_t forwarded_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH})
+    sigaddset(&set, sig);
+  return set;
+}
+
 // --- create / start / run -------------------------------------------------
 
 struct CreateFlags {
@@ -317,10 +326,8 @@ std::pair<std::string, UniqueFd> own_console_socket(const std::string& root,
   const std::string path = root + "/" + id + ".console";
   ::unlink(path.c_str());
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) throw Error("state root too long: " + root);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd dir;
+  sockaddr_un addr = oci::unix_address(path, &dir);
   if (!fd || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::listen(fd.get(), 1) != 0)
     throw_errno("listen on " + path);
@@ -362,10 +369,12 @@ int run_container(const Globals& g, CreateFlags f) {
     pid = create_container(g, f);
   } catch (...) {
     if (console) {
+      // The accept returns once the listener is shut down; then it goes.
       ::shutdown(console->second.get(), SHUT_RDWR);
+      if (accepter.joinable()) accepter.join();
+      if (master_fd >= 0) ::close(master_fd);
       console->second.reset();
       ::unlink(console->first.c_str());
-      if (accepter.joinable()) accepter.detach();
     }
     throw;
   }
@@ -385,10 +394,7 @@ int run_container(const Globals& g, CreateFlags f) {
   std::thread relay;
   if (master) relay = std::thread([&] { relay_terminal(master.get(), pidfd.get()); });
   // Forward the signals a caller sends to the container.
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH})
-    sigaddset(&set, sig);
+  const sigset_t set = forwarded_signals();
   UniqueFd signals(::signalfd(-1, &set, SFD_CLOEXEC));
   int status = 0;
   for (;;) {
@@ -484,10 +490,7 @@ runtime::ExecRequest exec_request(const oci::State& state, const ExecFlags& f) {
 // Waits for the exec's end on the monitor connection, passing on the
 // signals this process gets; returns its status.
 int follow_exec(int conn) {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH})
-    sigaddset(&set, sig);
+  const sigset_t set = forwarded_signals();
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
   UniqueFd signals(::signalfd(-1, &set, SFD_CLOEXEC));
   for (;;) {

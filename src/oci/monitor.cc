@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/packet.h"
 #include "base/text.h"
@@ -32,33 +33,6 @@ namespace openshell::oci {
 namespace {
 
 constexpr uint64_t kMainId = 1;
-
-// A socket's address; a path too long for sun_path (an engine's deep
-// state directories) goes through its directory's fd, held in *dir.
-sockaddr_un unix_address(const std::string& path, UniqueFd* dir) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::string use = path;
-  if (path.size() >= sizeof addr.sun_path) {
-    const size_t slash = path.rfind('/');
-    dir->reset(::open(path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!*dir) throw_errno("open " + path.substr(0, slash));
-    use = "/proc/self/fd/" + std::to_string(dir->get()) + path.substr(slash);
-    if (use.size() >= sizeof addr.sun_path) throw Error("socket path " + path + " is too long");
-  }
-  std::memcpy(addr.sun_path, use.c_str(), use.size() + 1);
-  return addr;
-}
-
-void write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
 
 std::string error_reply(int code, const std::string& message) {
   return runtime::make_message({"error", std::to_string(code), message});
@@ -354,21 +328,36 @@ class Monitor {
 
 }  // namespace
 
+sockaddr_un unix_address(const std::string& path, UniqueFd* dir) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string use = path;
+  if (path.size() >= sizeof addr.sun_path) {
+    const size_t slash = path.rfind('/');
+    dir->reset(::open(path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!*dir) throw_errno("open " + path.substr(0, slash));
+    use = "/proc/self/fd/" + std::to_string(dir->get()) + path.substr(slash);
+    if (use.size() >= sizeof addr.sun_path) throw Error("socket path " + path + " is too long");
+  }
+  std::memcpy(addr.sun_path, use.c_str(), use.size() + 1);
+  return addr;
+}
+
 int run_monitor(std::unique_ptr<Bundle> bundle, const CreateOptions& options, int report_fd) {
   ::signal(SIGPIPE, SIG_IGN);
   Monitor monitor(std::move(bundle), options);
   try {
     monitor.create();
   } catch (const Error& e) {
-    write_all(report_fd, "error " + std::to_string(e.exit_code()) + " " + e.what() + "\n");
+    files::write_all(report_fd, "error " + std::to_string(e.exit_code()) + " " + e.what() + "\n");
     ::close(report_fd);
     return 1;
   } catch (const std::exception& e) {
-    write_all(report_fd, std::string("error 1 ") + e.what() + "\n");
+    files::write_all(report_fd, std::string("error 1 ") + e.what() + "\n");
     ::close(report_fd);
     return 1;
   }
-  write_all(report_fd, "ok " + std::to_string(monitor.pid()) + "\n");
+  files::write_all(report_fd, "ok " + std::to_string(monitor.pid()) + "\n");
   ::close(report_fd);
   try {
     return monitor.serve();

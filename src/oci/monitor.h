@@ -15,9 +15,12 @@
 //     exited STATUS
 #pragma once
 
+#include <sys/un.h>
+
 #include <memory>
 #include <string>
 
+#include "base/unique_fd.h"
 #include "oci/config.h"
 
 namespace openshell::oci {
@@ -35,6 +38,11 @@ int run_monitor(std::unique_ptr<Bundle> bundle, const CreateOptions& options, in
 
 // The client side: one connection to ID's monitor. Throws Error.
 int connect_monitor(const std::string& root, const std::string& id);
+
+// A unix socket's address. A path too long for sun_path (an engine's deep
+// state directories) goes through its directory's fd, held open in *dir
+// for as long as the address is used. Throws Error.
+sockaddr_un unix_address(const std::string& path, UniqueFd* dir);
 
 // Sends a pty master to an engine's console socket (SCM_RIGHTS), as runc
 // does. Throws Error.
