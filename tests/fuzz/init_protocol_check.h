@@ -1,7 +1,7 @@
 // What must hold for any packet that arrives from inside a sandbox on the
 // init's control channel, whoever wrote it: parsing never crashes, a parsed
 // packet re-encodes to the same bytes, and an exec request that decodes
-// survives an encode/decode round trip unchanged. Shared by the fuzz target
+// (or main request) survives an encode/decode round trip unchanged. Shared by the fuzz target
 // and the unit test that replays its corpus.
 #pragma once
 
@@ -30,13 +30,18 @@ inline std::string init_protocol_violation(std::string_view packet) {
   }
   auto request = runtime::decode_exec(message);
   if (!request) return "";
-  if (message.kind != InitMessage::Kind::kExec) return "a packet other than exec decoded as exec";
+  // "main" is an exec request of its own kind (the sandbox's main process).
+  if (message.kind != InitMessage::Kind::kExec && message.kind != InitMessage::Kind::kMain)
+    return "a packet other than exec or main decoded as exec";
+  if (request->main != (message.kind == InitMessage::Kind::kMain))
+    return "an exec request's main flag is not its packet's kind";
   if (request->argv.empty()) return "an exec request decoded without argv";
   auto again = runtime::decode_exec(runtime::parse_message(runtime::encode_exec(*request)));
   if (!again) return "an encoded exec request does not decode";
   if (again->id != request->id || again->tty != request->tty || again->rows != request->rows ||
       again->cols != request->cols || again->workdir != request->workdir ||
-      again->argv != request->argv || again->env != request->env || again->user != request->user)
+      again->argv != request->argv || again->env != request->env || again->user != request->user ||
+      again->main != request->main)
     return "an exec request changed in an encode/decode round trip";
   return "";
 }
