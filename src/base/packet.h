@@ -14,7 +14,9 @@
 namespace openshell {
 
 inline constexpr size_t kMaxPacket = 256 * 1024;
-inline constexpr int kMaxPacketFds = 3;
+// Fds beyond stdio that a process may be handed (oci --preserve-fds).
+inline constexpr int kMaxExtraFds = 32;
+inline constexpr int kMaxPacketFds = 3 + kMaxExtraFds;
 
 // The descriptors of one packet, in the order they were sent; the rest
 // invalid.

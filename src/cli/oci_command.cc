@@ -144,12 +144,23 @@ void write_pid_file(const std::string& path, pid_t pid) {
   files::write_atomically(absolute(path), std::to_string(pid), 0644);
 }
 
+// --preserve-fds N: fds 3 to 3+N-1 of this process, each open, go to the
+// process as the same numbers (runc's meaning).
+void check_preserve_fds(int n) {
+  if (n < 0 || n > kMaxExtraFds)
+    throw Error("--preserve-fds " + std::to_string(n) + ": between 0 and " +
+                std::to_string(kMaxExtraFds));
+  for (int fd = 3; fd < 3 + n; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0)
+      throw Error("--preserve-fds " + std::to_string(n) + ": fd " + std::to_string(fd) +
+                  " is not open");
+}
+
 // Starts the monitor and returns the init's pid once the container is
 // created; throws Error (and leaves nothing) otherwise.
 pid_t create_container(const Globals& g, const CreateFlags& f) {
   oci::check_id(f.id);
-  if (f.preserve_fds > 0)
-    throw Error("--preserve-fds " + std::to_string(f.preserve_fds) + ": not supported yet");
+  check_preserve_fds(f.preserve_fds);
   auto bundle = oci::read_bundle(absolute(f.bundle));
   make_dirs(g.root);
   const std::string dir = g.root + "/" + f.id;
@@ -170,15 +181,19 @@ pid_t create_container(const Globals& g, const CreateFlags& f) {
   if (monitor == 0) {
     report.read.reset();
     ::setsid();
-    // Nothing of the engine's beyond stdio stays open here: it may wait for
-    // the ends of pipes it gave create.
-    int report_fd = ::fcntl(report.write.get(), F_DUPFD_CLOEXEC, 3);
+    // Nothing of the engine's beyond stdio (and --preserve-fds' fds) stays
+    // open here: it may wait for the ends of pipes it gave create. The
+    // report goes to 3, the preserved fds to 4, 5, ...: each moved above
+    // where any of them goes first, then into place.
+    const int n = f.preserve_fds, above = 4 + n;
+    int report_fd = ::fcntl(report.write.get(), F_DUPFD_CLOEXEC, above);
     report.write.reset();
-    if (report_fd != 3) {
-      ::dup3(report_fd, 3, O_CLOEXEC);
-      ::close(report_fd);
-    }
-    ::close_range(4, ~0U, 0);
+    std::vector<int> kept;
+    for (int i = 0; i < n; ++i) kept.push_back(::fcntl(3 + i, F_DUPFD_CLOEXEC, above));
+    ::dup3(report_fd, 3, O_CLOEXEC);
+    for (int i = 0; i < n; ++i) ::dup3(kept[static_cast<size_t>(i)], 4 + i, O_CLOEXEC);
+    ::close_range(static_cast<unsigned>(above), ~0U, 0);
+    options.preserve_fds = n;
     // The monitor's own lines go to --log only: its stderr is the container's.
     if (!g.log_file.empty()) {
       int fd = ::open(g.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
@@ -482,7 +497,6 @@ runtime::ExecRequest exec_request(const oci::State& state, const ExecFlags& f) {
   if (!f.cap.empty())
     throw Error("--cap: not supported (an exec has the container's capabilities)");
   if (!f.additional_gids.empty()) throw Error("--additional-gids: not supported yet");
-  if (f.preserve_fds > 0) throw Error("--preserve-fds: not supported yet");
   terminal_size(&r.rows, &r.cols);
   return r;
 }
@@ -519,9 +533,12 @@ int exec_in_container(const Globals& g, const ExecFlags& f) {
   runtime::ExecRequest request = exec_request(state, f);
   if (request.tty && f.detach && f.console_socket.empty())
     throw Error("--tty with --detach needs --console-socket");
+  check_preserve_fds(f.preserve_fds);
   UniqueFd conn(oci::connect_monitor(g.root, f.id));
-  int stdio[3] = {0, 1, 2};
-  if (send_packet(conn.get(), runtime::encode_exec(request), stdio, 3) != 0)
+  // stdio, then --preserve-fds' fds, which the process gets as 3, 4, ...
+  int fds_out[kMaxPacketFds];
+  for (int i = 0; i < 3 + f.preserve_fds; ++i) fds_out[i] = i;
+  if (send_packet(conn.get(), runtime::encode_exec(request), fds_out, 3 + f.preserve_fds) != 0)
     throw Error("container " + f.id + ": its monitor does not listen");
   PacketFds fds;
   auto started = monitor_reply(conn.get(), &fds);
@@ -572,7 +589,8 @@ json features() {
   return {
       {"ociVersionMin", "1.0.0"},
       {"ociVersionMax", "1.2.0"},
-      {"hooks", {"prestart", "createRuntime", "createContainer", "poststart", "poststop"}},
+      {"hooks",
+       {"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}},
       {"mountOptions",
        {"ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "bind", "rbind", "private",
         "rprivate", "slave", "rslave", "relatime", "strictatime", "noatime"}},
@@ -652,7 +670,8 @@ void add_create_flags(CLI::App* cmd, CreateFlags* f) {
   cmd->add_option("--console-socket", f->console_socket,
                   "A unix socket to send the terminal's master to (process.terminal)")
       ->type_name("PATH");
-  cmd->add_option("--preserve-fds", f->preserve_fds, "Pass this many fds beyond stdio (not yet)")
+  cmd->add_option("--preserve-fds", f->preserve_fds,
+                  "Pass fds 3 to 3+N-1 on to the process, as the same numbers")
       ->type_name("N");
   cmd->add_flag("--no-pivot", f->no_pivot, "Accepted; openshell always pivots");
   cmd->add_flag("--no-new-keyring", f->no_new_keyring, "Accepted; the session keyring stays");
@@ -779,7 +798,8 @@ int oci_main(int argc, char** argv) {
   e->add_option("-g,--additional-gids", exec.additional_gids, "Not yet");
   e->add_option("-c,--cap", exec.cap, "Refused: an exec has the container's capabilities");
   e->add_flag("--no-new-privs", exec.no_new_privs, "Always on");
-  e->add_option("--preserve-fds", exec.preserve_fds, "Not yet");
+  e->add_option("--preserve-fds", exec.preserve_fds,
+                "Pass fds 3 to 3+N-1 on to the process, as the same numbers");
   e->callback([&] { action = [&] { return exec_in_container(g, exec); }; });
 
   std::string ps_id, ps_format = "table";

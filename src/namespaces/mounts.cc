@@ -239,11 +239,30 @@ void MountPlan::render_hidden() {
   }
 }
 
+namespace {
+
+// A tree cloned from a shared mount is a peer of it: what the sandbox later
+// mounts on it (its /proc, its /dev) would propagate back to the host's
+// copy, and pivot_root refuses a shared new root. Every tree handed over is
+// made private first; a tree that cannot be is not handed over.
+UniqueFd private_tree(const std::string& path, bool recursive) {
+  unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
+  UniqueFd tree(::open_tree(AT_FDCWD, path.c_str(), flags));
+  if (!tree) return tree;
+  mount_attr attr{};
+  attr.propagation = MS_PRIVATE;
+  if (::mount_setattr(tree.get(), "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr,
+                      sizeof attr) != 0)
+    return UniqueFd();
+  return tree;
+}
+
+}  // namespace
+
 std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid,
                                                 uint32_t gid) const {
   auto idmapped = [&userns_fd](const std::string& path, bool recursive, unsigned extra) {
-    unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
-    UniqueFd tree(::open_tree(AT_FDCWD, path.c_str(), flags));
+    UniqueFd tree = private_tree(path, recursive);
     if (!tree) return UniqueFd();
     mount_attr attr{};
     attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | extra;
@@ -253,8 +272,7 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
     return tree;
   };
   auto plain_tree = [](const std::string& path, unsigned extra) {
-    UniqueFd tree(
-        ::open_tree(AT_FDCWD, path.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+    UniqueFd tree = private_tree(path, true);
     if (!tree) return UniqueFd();
     mount_attr attr{};
     attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | extra;
@@ -270,7 +288,7 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
       // root): the tree as it is, so that the child need not walk the
       // host's path to it (an engine's state directory is root's alone).
       // Its owners read as nobody inside.
-      tree.reset(::open_tree(AT_FDCWD, lower.host.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+      tree = private_tree(lower.host, false);
       if (tree)
         log::debug("the root " + lower.host +
                    " takes no id mapping: its files' owners read as nobody inside");
@@ -278,9 +296,7 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
     trees.push_back(std::move(tree));
   }
   UniqueFd layer;
-  if (!spec_.layer_dir.empty())
-    layer.reset(
-        ::open_tree(AT_FDCWD, spec_.layer_dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!spec_.layer_dir.empty()) layer = private_tree(spec_.layer_dir, false);
   trees.push_back(std::move(layer));
   const auto sandbox_uid = map.host_uid(uid);
   const auto sandbox_gid = map.host_gid(gid);

@@ -16,6 +16,8 @@
 #include "base/log.h"
 #include "base/text.h"
 #include "runtime/caps.h"
+#include "runtime/landlock.h"
+#include "spec/container_spec.h"
 
 namespace openshell::oci {
 
@@ -532,8 +534,6 @@ void read_hooks(const json& h, Bundle* b) {
       refuse(f,
              "is not a hook (prestart, createRuntime, createContainer, "
              "startContainer, poststart, poststop)");
-    if (*stage == runtime::HookStage::kStartContainer)
-      refuse(f, "is not supported yet (it runs inside the container's namespaces)");
     array_at(list, f);
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string hf = item(f, i);
@@ -553,12 +553,59 @@ void read_hooks(const json& h, Bundle* b) {
       }
       if (*stage == runtime::HookStage::kPoststart)
         b->poststart.push_back(hook);
+      else if (*stage == runtime::HookStage::kStartContainer)
+        b->start_container.push_back(hook);
       else if (*stage == runtime::HookStage::kPoststop)
         b->poststop.push_back(hook);
       else
         b->spec.hooks.push_back(hook);
     }
   }
+}
+
+// The policy the annotation names: its filesystem part becomes Landlock
+// rules (the config's bind targets stay reachable as bound, as `openshell
+// run --bind` keeps them); its network part makes the egress proxy, which
+// the monitor serves, the container's only way out. Its process part is
+// not used: the config's process.user is the engine's to give.
+void apply_policy(Bundle* b) {
+  const std::string field = std::string("annotations.") + kPolicyAnnotation;
+  auto text = files::try_read(b->policy_file);
+  if (!text) refuse(field, errno_message("read " + b->policy_file, errno ? errno : ENOENT));
+  policy::Policy policy;
+  try {
+    policy = policy::parse(*text, b->policy_file);
+  } catch (const Error& e) {
+    refuse(field, e.what());
+  }
+  runtime::ContainerSpec& s = b->spec;
+  if (!policy.network.empty()) {
+    // The proxy is the only way out only where nothing else is: a network
+    // namespace of the container's own, holding nothing but loopback.
+    if (!s.join_net.empty())
+      refuse(field,
+             "its network_policies need a network namespace of the container's own "
+             "(linux.namespaces: {\"type\": \"network\"} without a path), where the "
+             "egress proxy is the only way out");
+    if (spec::inspects_traffic(policy))
+      refuse(field,
+             "an endpoint with protocol (traffic inspection) is not available to OCI "
+             "containers yet; give endpoints without protocol, or tls = \"skip\"");
+    s.egress = true;
+    s.fs.dns_stub = true;
+    b->process.env = spec::merge_env(spec::proxy_env(), b->process.env);
+  }
+  if (policy.has_filesystem_policy) {
+    policy::Policy confined = policy;
+    for (const auto& bind : s.fs.binds)
+      (bind.read_only ? confined.filesystem.read_only : confined.filesystem.read_write)
+          .push_back(bind.target);
+    s.landlock = runtime::landlock::plan(confined, s.fs.workdir, runtime::landlock::abi_version());
+    s.landlock_policy.has_filesystem_policy = true;
+    s.landlock_policy.filesystem = confined.filesystem;
+    s.landlock_policy.landlock = confined.landlock;
+  }
+  b->policy = std::move(policy);
 }
 
 }  // namespace
@@ -615,8 +662,10 @@ std::unique_ptr<Bundle> bundle_from_json(const json& config, const std::string& 
     for (const auto& [key, value] : v->items())
       b->annotations[key] = string_at(value, "annotations." + key);
   }
-  if (auto it = b->annotations.find(kPolicyAnnotation); it != b->annotations.end())
+  if (auto it = b->annotations.find(kPolicyAnnotation); it != b->annotations.end()) {
     b->policy_file = in_bundle(dir, it->second);
+    apply_policy(b.get());
+  }
   return b;
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "oci/seccomp_json.h"
+#include "policy/policy.h"
 #include "runtime/hooks.h"
 #include "runtime/init_protocol.h"
 #include "runtime/spec.h"
@@ -22,8 +23,8 @@
 namespace openshell::oci {
 
 // The annotation naming a policy file (as `openshell run --policy` takes)
-// whose filesystem (Landlock) and network (egress proxy) parts are to
-// apply; read and recorded, not applied yet (docs/oci.md).
+// whose filesystem part (Landlock) and network part (the egress proxy, in
+// the monitor) apply (docs/oci.md).
 inline constexpr const char* kPolicyAnnotation = "org.openshell.policy";
 
 struct Bundle {
@@ -39,10 +40,14 @@ struct Bundle {
   // The compiled profile spec.seccomp_program points into (kept here, so
   // the Bundle must not be copied once read: it is handed out by pointer).
   SeccompFilter seccomp;
-  // Run by the OCI commands themselves at their moments (start, delete).
+  // Run by the OCI commands themselves at their moments: startContainer by
+  // the monitor in the container's namespaces before the main process,
+  // poststart after it started, poststop by delete.
+  std::vector<runtime::Hook> start_container;
   std::vector<runtime::Hook> poststart;
   std::vector<runtime::Hook> poststop;
-  std::string policy_file;  // kPolicyAnnotation's value, "" none
+  std::string policy_file;               // kPolicyAnnotation's value, "" none
+  std::optional<policy::Policy> policy;  // read from policy_file
 };
 
 // Reads dir/config.json. Throws Error: "config.json: FIELD: why".

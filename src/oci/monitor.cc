@@ -1,13 +1,16 @@
 #include "oci/monitor.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/openat2.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,10 +22,12 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "base/logfile.h"
 #include "base/packet.h"
 #include "base/text.h"
 #include "base/time.h"
 #include "base/unique_fd.h"
+#include "cli/egress_thread.h"
 #include "namespaces/id_pool.h"
 #include "oci/state.h"
 #include "runtime/container.h"
@@ -106,6 +111,7 @@ class Monitor {
     // wait for create's own stdio to close.
     if (!bundle_->terminal)
       for (int i = 0; i < 3; ++i) saved_stdio_[i].reset(::fcntl(i, F_DUPFD_CLOEXEC, 3));
+    for (int i = 0; i < options_.preserve_fds; ++i) preserved_.emplace_back(4 + i);
     UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
     for (int i = 0; i < 3 && null; ++i) ::dup2(null.get(), i);
 
@@ -132,6 +138,15 @@ class Monitor {
       throw Error("process.terminal is true: give --console-socket, where the terminal goes");
     make_mount_points(spec);
     container_ = runtime::Container::start(spec);
+    // The policy's network part: the proxy and DNS stub on the container's
+    // loopback, served on a thread of this process while the init lives.
+    // Its decisions, one JSON line each, go to ROOT/ID/network.log.
+    if (spec.egress) {
+      auto log = std::make_unique<logfile::RotatingFile>(dir + "/network.log");
+      if (!log->is_open()) throw Error(dir + "/network.log: " + log->error());
+      egress_ =
+          std::make_unique<cli::EgressThread>(*container_, spec, *bundle_->policy, std::move(log));
+    }
     if (bundle_->terminal) send_console(options_.console_socket, container_->tty_master());
 
     state_.id = options_.id;
@@ -219,13 +234,22 @@ class Monitor {
     if (kind == "start") {
       if (started_ || start_client_ >= 0)
         return reply(fd, error_reply(1, "the container has been started already"));
+      if (std::string why = run_start_hooks(); !why.empty()) return reply(fd, error_reply(1, why));
       runtime::ExecRequest main = bundle_->process;
       main.id = kMainId;
       main.main = true;
       std::string request = runtime::encode_exec(main);
-      int stdio[3] = {saved_stdio_[0].get(), saved_stdio_[1].get(), saved_stdio_[2].get()};
-      if (send_packet(container_->control_fd(), request, main.tty ? nullptr : stdio,
-                      main.tty ? 0 : 3) != 0)
+      // stdio (a terminal's process has the pty instead: /dev/null holds
+      // the places of the preserved fds that follow).
+      UniqueFd null;
+      if (main.tty && !preserved_.empty()) null.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+      int fds_out[kMaxPacketFds];
+      int count = 0;
+      if (!main.tty || null)
+        for (int i = 0; i < 3; ++i)
+          fds_out[count++] = main.tty ? null.get() : saved_stdio_[i].get();
+      for (const UniqueFd& kept : preserved_) fds_out[count++] = kept.get();
+      if (send_packet(container_->control_fd(), request, fds_out, count) != 0)
         return reply(fd, error_reply(1, "the container's init is gone"));
       client.start = true;
       start_client_ = fd;
@@ -236,8 +260,14 @@ class Monitor {
       if (!request || client.exec_id) return reply(fd, error_reply(1, "bad exec request"));
       request->id = next_id_++;
       request->main = false;
-      int stdio[3] = {passed[0].get(), passed[1].get(), passed[2].get()};
-      if (send_packet(container_->control_fd(), runtime::encode_exec(*request), stdio, 3) != 0)
+      // stdio, and what the exec preserves as 3, 4, ...
+      int fds_out[kMaxPacketFds];
+      int count = 0;
+      while (count < kMaxPacketFds && passed[static_cast<size_t>(count)].valid())
+        fds_out[count] = passed[static_cast<size_t>(count)].get(), ++count;
+      if (count < 3) return reply(fd, error_reply(1, "an exec needs stdin, stdout and stderr"));
+      if (send_packet(container_->control_fd(), runtime::encode_exec(*request), fds_out, count) !=
+          0)
         return reply(fd, error_reply(1, "the container's init is gone"));
       client.exec_id = request->id;
       exec_clients_[request->id] = fd;
@@ -248,6 +278,52 @@ class Monitor {
       return;
     }
     reply(fd, error_reply(1, "unknown request " + kind));
+  }
+
+  // The startContainer hooks: in the container's namespaces, as its root,
+  // after `start` and before the main process (runtime-spec); "" or why one
+  // failed. A child of ours joins the namespaces (one thread: it may join a
+  // user namespace) and runs them there, each with the state on its stdin.
+  std::string run_start_hooks() {
+    if (bundle_->start_container.empty()) return "";
+    const std::string state = spec_state(state_, "created").dump();
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return errno_message("pipe", errno);
+    UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+    const pid_t pid = ::fork();
+    if (pid < 0) return errno_message("fork", errno);
+    if (pid == 0) {
+      read_end.reset();
+      std::string why;
+      constexpr int kAll = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                           CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+      if (::setns(container_->pidfd(), kAll) != 0) {
+        why = errno_message("startContainer hooks: join the container's namespaces", errno);
+      } else {
+        (void)::setgroups(0, nullptr);  // refused where the map denies it: keeps none anyway
+        if (::setresgid(0, 0, 0) != 0 || ::setresuid(0, 0, 0) != 0)
+          why = errno_message("startContainer hooks: become the container's root", errno);
+        else
+          why = runtime::run_hooks(bundle_->start_container, runtime::HookStage::kStartContainer,
+                                   state);
+      }
+      files::write_all(write_end.get(), why);
+      ::_exit(0);
+    }
+    write_end.reset();
+    std::string why;
+    char buf[512];
+    for (ssize_t n; (n = ::read(read_end.get(), buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      why.append(buf, static_cast<size_t>(n));
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (why.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      why = "startContainer hooks: the process that runs them failed";
+    return why;
   }
 
   // false once the init closed its end.
@@ -295,6 +371,7 @@ class Monitor {
       started_ = true;
       state_.started = true;
       for (auto& fd : saved_stdio_) fd.reset();
+      preserved_.clear();
       try {
         write_state(options_.root, state_);
       } catch (const Error& e) {
@@ -315,8 +392,10 @@ class Monitor {
   CreateOptions options_;
   namespaces::RangeClaim ids_;
   std::unique_ptr<runtime::Container> container_;
+  std::unique_ptr<cli::EgressThread> egress_;  // ends before container_
   UniqueFd listener_;
   UniqueFd saved_stdio_[3];
+  std::vector<UniqueFd> preserved_;  // --preserve-fds, until the start
   State state_;
   std::map<int, Client> clients_;
   std::map<uint64_t, int> exec_clients_;

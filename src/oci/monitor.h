@@ -29,6 +29,9 @@ struct CreateOptions {
   std::string id;
   std::string root;  // the state root
   std::string console_socket;
+  // --preserve-fds: the monitor holds them at 4, 5, ... until `start`
+  // hands them to the main process as 3, 4, ...
+  int preserve_fds = 0;
 };
 
 // In the forked monitor: starts the container, then writes "ok PID\n" or

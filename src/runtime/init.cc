@@ -103,12 +103,13 @@ int set_privileges(const ChildPrivileges& p, const char** what) {
   return 0;
 }
 
-// In a freshly forked child: default signal handling, stdio set up, the
-// ids and capabilities, then exec. On failure writes the errno to error_fd
-// and exits.
+// In a freshly forked child: default signal handling, stdio set up (and
+// `extra` fds as 3, 4, ...), the ids and capabilities, then exec. On
+// failure writes the errno to error_fd and exits.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int tty_fd, const int* stdio,
                              const char* workdir, int error_fd, int report_fd,
-                             const ChildPrivileges& privileges) {
+                             const ChildPrivileges& privileges, const int* extra = nullptr,
+                             int n_extra = 0) {
   sigset_t none;
   sigemptyset(&none);
   // The init installs no handler (an exec resets those anyway): only what
@@ -129,6 +130,26 @@ int set_privileges(const ChildPrivileges& p, const char** what) {
     for (int i = 0; i < 3 && stdio && !err; ++i)
       if (stdio[i] >= 0 && stdio[i] != i && ::dup2(stdio[i], i) < 0) err = errno;
   }
+  // The extra fds at 3, 4, ...: first everything this child still uses
+  // (and the extras themselves) above where they go, then each in place.
+  const int above = 3 + n_extra;
+  if (n_extra > 0 && !err) {
+    auto lift = [&](int* fd) {
+      if (*fd < 0 || *fd >= above) return;
+      int moved = ::fcntl(*fd, F_DUPFD_CLOEXEC, above);
+      if (moved < 0) err = errno;
+      *fd = moved;
+    };
+    lift(&error_fd);
+    lift(&report_fd);
+    int lifted[kMaxExtraFds];
+    for (int i = 0; i < n_extra && i < kMaxExtraFds && !err; ++i) {
+      lifted[i] = ::fcntl(extra[i], F_DUPFD_CLOEXEC, above);
+      if (lifted[i] < 0) err = errno;
+    }
+    for (int i = 0; i < n_extra && i < kMaxExtraFds && !err; ++i)
+      if (::dup2(lifted[i], 3 + i) < 0) err = errno;
+  }
   const char* what = "set up the process";
   if (!err) err = set_privileges(privileges, &what);
   if (!err && workdir && ::chdir(workdir) != 0) err = errno, what = "set up the process";
@@ -142,8 +163,9 @@ int set_privileges(const ChildPrivileges& p, const char** what) {
     report(report_fd, err, what, nullptr, code);
     ::_exit(code);
   }
-  // Everything beyond stdio closes on exec, the error channels included.
-  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  // Everything beyond stdio (and the extras) closes on exec, the error
+  // channels included.
+  ::close_range(static_cast<unsigned>(above), ~0U, CLOSE_RANGE_CLOEXEC);
   if (envp)
     ::execvpe(argv[0], argv, envp);
   else
@@ -301,13 +323,11 @@ class Init {
                            std::to_string(exit_code::kFailure), "0",
                            request ? "the main process was started already" : "bad request"}));
       } else {
-        const int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
-        start(*request, stdio);
+        start(*request, fds);
       }
     } else if (message.kind == InitMessage::Kind::kExec) {
       if (auto request = decode_exec(message)) {
-        const int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
-        start(*request, stdio);
+        start(*request, fds);
       } else {
         send(
             make_message({"failed", "0", std::to_string(exit_code::kFailure), "0", "bad request"}));
@@ -327,7 +347,16 @@ class Init {
     return true;
   }
 
-  void start(ExecRequest& request, const int* stdio) {
+  // fds: stdio, then the fds the process gets as 3, 4, ... (as many as
+  // came, in order).
+  void start(ExecRequest& request, const PacketFds& fds) {
+    const int stdio[3] = {fds[0].get(), fds[1].get(), fds[2].get()};
+    int extra[kMaxExtraFds];
+    int n_extra = 0;
+    while (n_extra < kMaxExtraFds && fds[3 + n_extra].valid()) {
+      extra[n_extra] = fds[3 + n_extra].get();
+      ++n_extra;
+    }
     const std::string id = std::to_string(request.id);
     auto fail = [&](int err, int code, const char* what) {
       send(make_message({"failed", id, std::to_string(code), std::to_string(err), what}));
@@ -359,7 +388,8 @@ class Init {
     pid_t pid = ::vfork();
     if (pid == 0)
       exec_child(argv.data(), envp.data(), slave.get(), stdio, request.workdir.c_str(),
-                 error_write.get(), -1, privileges(request.user ? &*request.user : nullptr));
+                 error_write.get(), -1, privileges(request.user ? &*request.user : nullptr), extra,
+                 n_extra);
     const int fork_error = errno;
     error_write.reset();
     slave.reset();

@@ -1,7 +1,8 @@
 // Real engines drive `openshell-runc`: containerd 1.6's own runc v2 shim
 // (the path the CRI plugin, and so the kubelet, takes) through
-// `ctr run --runc-binary`. containerd is started by the suite with its own
-// root, state and socket, and removed with them afterwards.
+// `ctr run --runc-binary`, and Docker 20.10 with `--add-runtime`. Each
+// engine is started by its suite with its own root, state and socket, and
+// removed with them afterwards.
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -179,6 +180,128 @@ TEST_F(Containerd, TheEscapeBatteryFails) {
   }
   Shell control = sh(run("--rm --privileged", "osh-probe tcp-socket"));
   EXPECT_EQ(control.status, 0) << control.out;
+}
+
+// Docker 20.10: a dockerd of the suite's own (its data root, exec root,
+// socket and pid file in the scratch directory; no bridge, no iptables),
+// with openshell-runc added as the runtime "openshell".
+class Docker : public testing::Test {
+ public:
+  static void SetUpTestSuite() {
+    if (binary().empty() || ::geteuid() != 0) {
+      skip_ = "needs root";
+      return;
+    }
+    if (!have("dockerd") || !have("docker")) {
+      skip_ = "needs Docker (apt-get install docker.io)";
+      return;
+    }
+    dir_ = scratch() + "/docker";
+    std::filesystem::create_directories(dir_);
+    const std::string link = dir_ + "/openshell-runc";
+    std::filesystem::create_symlink(binary(), link);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::string log = dir_ + "/dockerd.log";
+      std::freopen(log.c_str(), "w", stderr);
+      std::freopen("/dev/null", "w", stdout);
+      const std::string data = "--data-root=" + dir_ + "/root",
+                        exec = "--exec-root=" + dir_ + "/exec",
+                        pidfile = "--pidfile=" + dir_ + "/pid",
+                        host = "--host=unix://" + dir_ + "/sock",
+                        runtime = "--add-runtime=openshell=" + link,
+                        config = "--config-file=" + dir_ + "/daemon.json";
+      std::ofstream(dir_ + "/daemon.json") << "{}\n";
+      ::execlp("dockerd", "dockerd", data.c_str(), exec.c_str(), pidfile.c_str(), host.c_str(),
+               config.c_str(), runtime.c_str(), "--bridge=none", "--iptables=false",
+               "--ip6tables=false", "--userland-proxy=false", nullptr);
+      ::_exit(127);
+    }
+    bool up = false;
+    for (int i = 0; i < 300 && !up; ++i) {
+      up = sh(docker() + " info >/dev/null 2>&1").status == 0;
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!up) {
+      skip_ = "dockerd did not start: " + file_contents(dir_ + "/dockerd.log").substr(0, 2000);
+      return;
+    }
+    // The tests' busybox root (with the probe), as an image.
+    Shell image = sh("tar -C " + q(rootfs()) + " -c . | " + docker() + " import - osh-busybox");
+    if (image.status != 0) skip_ = "cannot import the busybox image: " + image.out;
+  }
+  static void TearDownTestSuite() {
+    if (pid_ <= 0) return;
+    sh(docker() + " ps -aq | xargs -r " + docker() + " rm -f");
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+    // The containerd it started ends with it; then its mounts, its files.
+    sh("grep -o ' " + dir_ + "/[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount");
+    std::filesystem::remove_all(dir_);
+  }
+
+ protected:
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    forget_started_processes();
+    processes_before_ = leftover_processes();
+    static int n = 0;
+    name_ = "osh-docker-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+  }
+  void TearDown() override {
+    if (!skip_.empty()) return;
+    sh(docker() + " rm -f " + name_ + " >/dev/null 2>&1");
+    auto now = leftover_processes();
+    std::erase_if(now, [&](const std::string& p) {
+      return std::find(processes_before_.begin(), processes_before_.end(), p) !=
+             processes_before_.end();
+    });
+    EXPECT_EQ(now, std::vector<std::string>{}) << "processes left behind";
+  }
+
+  static std::string docker() {
+    return "timeout 60 docker --host " + q("unix://" + dir_ + "/sock");
+  }
+  std::string run(const std::string& flags, const std::string& command) {
+    return docker() + " run --runtime openshell --network none --name " + name_ + " " + flags +
+           " osh-busybox " + command;
+  }
+
+  static std::string skip_, dir_;
+  static pid_t pid_;
+  std::vector<std::string> processes_before_;
+  std::string name_;
+};
+std::string Docker::skip_, Docker::dir_;
+pid_t Docker::pid_ = -1;
+
+TEST_F(Docker, RunExecStop) {
+  Shell r = sh(run("--rm", "sh -c 'echo hello from docker; exit 5'"));
+  EXPECT_EQ(r.status, 5) << r.out;
+  EXPECT_EQ(r.out, "hello from docker\n");
+  ASSERT_EQ(sh(run("-d", "sleep 100")).status, 0);
+  Shell e = sh(docker() + " exec " + name_ + " sh -c 'echo exec out; exit 3'");
+  EXPECT_EQ(e.status, 3) << e.out;
+  EXPECT_EQ(e.out, "exec out\n");
+  Shell ps = sh(docker() + " ps --format '{{.Names}} {{.Status}}'");
+  EXPECT_THAT(ps.out, HasSubstr(name_ + " Up")) << ps.out;
+  // sleep ignores nothing: SIGTERM ends it well before the timeout.
+  Shell stop = sh(docker() + " stop -t 5 " + name_);
+  EXPECT_EQ(stop.status, 0) << stop.out;
+  Shell state = sh(docker() + " inspect -f '{{.State.Status}} {{.State.ExitCode}}' " + name_);
+  EXPECT_EQ(state.out, "exited 143\n");
+  Shell logs = sh(docker() + " logs " + name_);
+  EXPECT_EQ(logs.status, 0);
+}
+
+TEST_F(Docker, TheEscapeBatteryFails) {
+  for (const char* attempt :
+       {"mount", "unshare-user", "setns", "keyctl", "bpf", "io_uring", "perf_event_open",
+        "kexec_load", "init_module", "raw-socket", "sethostname"}) {
+    Shell r = sh(run("--rm --privileged", std::string("osh-probe ") + attempt));
+    EXPECT_EQ(r.status, 1) << attempt << ": " << r.out;
+    EXPECT_THAT(r.out, testing::StartsWith("denied: ")) << attempt;
+  }
 }
 
 }  // namespace

@@ -331,6 +331,12 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
       ::dup2(err_pipe[1], 2);
     }
     for (int fd : options.leak_fds) ::fcntl(fd, F_SETFD, 0);
+    if (!options.pass_fds.empty()) {
+      const int above = 3 + static_cast<int>(options.pass_fds.size()) + 64;
+      std::vector<int> lifted;
+      for (int fd : options.pass_fds) lifted.push_back(::fcntl(fd, F_DUPFD_CLOEXEC, above));
+      for (size_t i = 0; i < lifted.size(); ++i) ::dup2(lifted[i], 3 + static_cast<int>(i));
+    }
     drop_to(mode, options.groups);
     if (::chdir(g.scratch.c_str()) != 0) ::_exit(122);
     ::execve(argv[0], argv.data(), envp.data());

@@ -43,6 +43,7 @@ struct Options {
   bool pty = false;  // run under a pseudo-terminal (stdin, stdout, stderr all on it)
   unsigned short rows = 0, cols = 0;
   std::vector<int> leak_fds;     // fds left open (not close-on-exec) into openshell
+  std::vector<int> pass_fds;     // given to openshell as its fds 3, 4, ... (--preserve-fds)
   std::vector<std::string> env;  // extra KEY=VALUE for openshell's environment
   std::string signal_when;       // once stdout holds this text...
   int signal = 0;                // ...send this signal to openshell

@@ -2,11 +2,13 @@
 // engine drives it: a bundle (config.json and a root), then create, start,
 // state, exec, kill and delete; and a container confined exactly as
 // `openshell run` confines a sandbox.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -20,6 +22,17 @@ using testing::HasSubstr;
 
 namespace e2e {
 namespace {
+
+// An fd the test opened, closed at the end of its scope.
+struct UniqueFdForTest {
+  explicit UniqueFdForTest(int f) : fd(f) {}
+  ~UniqueFdForTest() { reset(); }
+  void reset() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  int fd;
+};
 
 class Oci : public ModeTest {
  protected:
@@ -201,17 +214,26 @@ TEST_P(Oci, TheEscapeBatteryFails) {
       {"raw-socket"},      {"packet-socket"},
       {"chroot", "/tmp"},  {"sethostname"},
       {"mknod", "/dev/x"}, {"write", "/proc/sys/kernel/hostname", "escaped"}};
+  // One container tries them all, one probe after another: a line each,
+  // its status and the first line it printed.
+  std::string script;
   for (const auto& attempt : attempts) {
-    json c = config({});
-    c["process"]["args"] = json::array({"osh-probe"});
-    for (const auto& a : attempt) c["process"]["args"].push_back(a);
-    c["process"]["capabilities"] = {
-        {"bounding", all}, {"permitted", all}, {"effective", all}, {"ambient", all}};
-    write_config(c);
-    Result r = oci({"run", "--bundle", bundle_, id_});
-    EXPECT_EQ(r.status, 1) << attempt[0] << ": " << r.out << r.err;
-    EXPECT_THAT(r.out, testing::StartsWith("denied: ")) << attempt[0] << ": " << r.err;
+    script += "out=$(osh-probe";
+    for (const auto& a : attempt) script += " '" + a + "'";
+    script += " 2>&1); echo \"$? $(echo \"$out\" | head -n 1)\"; ";
   }
+  json c = config({"sh", "-c", script});
+  c["process"]["capabilities"] = {
+      {"bounding", all}, {"permitted", all}, {"effective", all}, {"ambient", all}};
+  write_config(c);
+  Result r = oci({"run", "--bundle", bundle_, id_});
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), attempts.size()) << r.out;
+  for (size_t i = 0; i < attempts.size(); ++i)
+    EXPECT_THAT(lines[i], testing::StartsWith("1 denied: ")) << attempts[i][0] << ": " << r.out;
 }
 
 TEST_P(Oci, AProfileNarrowsTheSandbox) {
@@ -236,6 +258,62 @@ TEST_P(Oci, AProfileNarrowsTheSandbox) {
   EXPECT_THAT(wide.out, testing::StartsWith("denied: EPERM"));
 }
 
+// The annotation's policy: Landlock on the files it does not list, and the
+// network only through the monitor's egress proxy, to what it allows.
+TEST_P(Oci, ThePolicyAnnotationConfinesFilesAndNetwork) {
+  TestServer server;
+  const std::string port = std::to_string(server.port());
+  const std::string hosts = write_file(bundle_ + "/hosts", "127.0.0.1 localhost\n");
+  write_file(bundle_ + "/policy.toml",
+             "version = 1\n[filesystem_policy]\nread_only = [\"/bin\", \"/usr\", \"/lib\", "
+             "\"/proc\", \"/dev\"]\nread_write = "
+             "[\"/dev/null\"]\n[network_policies.local]\nendpoints = [ { host = "
+             "\"localhost\", port = " +
+                 port + ", allowed_ips = [\"127.0.0.1/32\"] } ]\n");
+  json c = config({"sh", "-c",
+                   "cat /etc/passwd >/dev/null 2>&1; echo \"etc $?\"; "
+                   "ls /bin/sh >/dev/null; echo \"bin $?\"; "
+                   "wget -q -O- http://localhost:" +
+                       port +
+                       "/; echo \"allowed $?\"; "
+                       "wget -q -O- http://localhost:1/ 2>&1 | grep -o '403 Forbidden'; "
+                       "env -u http_proxy wget -q -T 2 -O- http://127.0.0.1:" +
+                       port +
+                       "/ 2>/dev/null; "
+                       "echo \"direct $?\"; echo \"proxy $HTTP_PROXY\""});
+  c["annotations"] = {{"org.openshell.policy", "policy.toml"}};
+  write_config(c);
+  Options o;
+  o.env = {"OPENSHELL_HOSTS_FILE=" + hosts};
+  Result r = oci({"run", "--bundle", bundle_, id_}, o);
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("etc 1\n")) << "read outside the policy: " << r.out;
+  EXPECT_THAT(r.out, HasSubstr("bin 0\n")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("hello from the test server\nallowed 0\n")) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("403 Forbidden\n")) << r.out;
+  EXPECT_THAT(r.out, testing::ContainsRegex("direct [1-9][0-9]*\n"))
+      << "a way out beside the proxy: " << r.out;
+  EXPECT_THAT(r.out, testing::Not(HasSubstr("direct 0"))) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("proxy http://127.0.0.1:3128\n")) << r.out;
+  EXPECT_EQ(server.connections(), 1) << "only the allowed request reaches the server";
+
+  // One that cannot apply is refused at create, naming the annotation.
+  json joined_config = c;
+  joined_config["linux"]["namespaces"] = {{{"type", "pid"}}, {{"type", "mount"}}};
+  joined_config.erase("hostname");
+  write_config(joined_config);
+  Result joined = oci({"run", "--bundle", bundle_, id_}, o);
+  EXPECT_EQ(joined.status, 1);
+  EXPECT_THAT(joined.err, HasSubstr("annotations.org.openshell.policy: its network_policies need "
+                                    "a network namespace of the container's own"));
+  c["annotations"] = {{"org.openshell.policy", "missing.toml"}};
+  write_config(c);
+  Result missing = oci({"run", "--bundle", bundle_, id_}, o);
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_THAT(missing.err,
+              HasSubstr("annotations.org.openshell.policy: read " + bundle_ + "/missing.toml"));
+}
+
 TEST_P(Oci, HooksSeeTheContainersState) {
   const std::string log = bundle_ + "/hooks.log";
   const std::string hook =
@@ -256,6 +334,58 @@ TEST_P(Oci, HooksSeeTheContainersState) {
     EXPECT_THAT(seen, HasSubstr(std::string(stage) + " {")) << seen;
   EXPECT_THAT(seen, HasSubstr("\"id\":\"" + id_ + "\""));
   EXPECT_THAT(seen, HasSubstr("\"bundle\":\"" + bundle_ + "\""));
+}
+
+// startContainer hooks run at start, inside the container (its files, its
+// hostname, its root), before the main process.
+TEST_P(Oci, StartContainerHooksRunInsideBeforeTheProcess) {
+  json c = config({"sh", "-c", "cat /dev/shm/hook; echo main $(id -u)"});
+  c["hooks"] = {{"startContainer",
+                 {{{"path", "/bin/sh"},
+                   {"args",
+                    {"sh", "-c",
+                     "echo \"$(hostname) $(id -u) $(grep -o '\"status\":\"[a-z]*\"')\" > "
+                     "/dev/shm/hook"}}}}}};
+  write_config(c);
+  Result r = oci({"run", "--bundle", bundle_, id_});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "oci-test 0 \"status\":\"created\"\nmain 0\n");
+  // A failing one fails the start, naming it; the main process never runs.
+  c["hooks"] = {{"startContainer", {{{"path", "/bin/false"}}}}};
+  write_config(c);
+  Result failed = oci({"run", "--bundle", bundle_, id_});
+  EXPECT_EQ(failed.status, 1);
+  EXPECT_THAT(failed.err, HasSubstr("startContainer hook /bin/false: exited with 1"));
+  EXPECT_EQ(failed.out, "");
+}
+
+// --preserve-fds N: the caller's fds 3 to 3+N-1 are the process's 3 to
+// 3+N-1, for create/start (held by the monitor until the start) and exec.
+TEST_P(Oci, PreservedFdsReachTheProcess) {
+  const std::string in = write_file(bundle_ + "/in.txt", "from fd 3\n");
+  UniqueFdForTest file(::open(in.c_str(), O_RDONLY | O_CLOEXEC));
+  int ends[2];
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
+  UniqueFdForTest read_end(ends[0]), write_end(ends[1]);
+  write_config(config({"sh", "-c", "cat <&3; echo to fd 4 >&4"}));
+  Options o;
+  o.pass_fds = {file.fd, write_end.fd};
+  Result r = oci({"run", "--preserve-fds", "2", "--bundle", bundle_, id_}, o);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "from fd 3\n");
+  write_end.reset();
+  char buf[64] = {};
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(
+                                 std::max<ssize_t>(0, ::read(read_end.fd, buf, sizeof buf)))),
+            "to fd 4\n");
+  // Without them the process has none.
+  Result none = oci({"run", "--bundle", bundle_, id_});
+  EXPECT_NE(none.status, 0) << none.out;
+  EXPECT_EQ(none.out, "");
+
+  Result too_many = oci({"run", "--preserve-fds", "40", "--bundle", bundle_, id_});
+  EXPECT_EQ(too_many.status, 1);
+  EXPECT_THAT(too_many.err, HasSubstr("--preserve-fds 40: between 0 and 32"));
 }
 
 TEST_P(Oci, BadConfigIsOneLineNamingTheField) {

@@ -200,11 +200,6 @@ TEST(OciConfig, RefusalsNameTheField) {
             "config.json: linux.uidMappings: is not supported yet: openshell maps the sandbox's "
             "ids itself (a user namespace of its own always)");
   EXPECT_EQ(with([](json& c) {
-              c["hooks"] = {{"startContainer", {{{"path", "/bin/x"}}}}};
-            }),
-            "config.json: hooks.startContainer: is not supported yet (it runs inside the "
-            "container's namespaces)");
-  EXPECT_EQ(with([](json& c) {
               c["hooks"] = {{"prestart", {{{"path", "x"}}}}};
             }),
             "config.json: hooks.prestart[0].path: must be absolute");
