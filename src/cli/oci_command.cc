@@ -32,6 +32,7 @@
 #include "base/text.h"
 #include "base/unique_fd.h"
 #include "cli/commands.h"
+#include "cli/egress_thread.h"
 #include "cli/oci.h"
 #include "cli/table.h"
 #include "cli/terminal.h"
@@ -194,6 +195,11 @@ pid_t create_container(const Globals& g, const CreateFlags& f) {
     for (int i = 0; i < n; ++i) ::dup3(kept[static_cast<size_t>(i)], 4 + i, O_CLOEXEC);
     ::close_range(static_cast<unsigned>(above), ~0U, 0);
     options.preserve_fds = n;
+    options.start_egress = [](runtime::Container& container, const runtime::ContainerSpec& spec,
+                              const policy::Policy& policy,
+                              std::unique_ptr<logfile::RotatingFile> log) -> std::shared_ptr<void> {
+      return std::make_shared<EgressThread>(container, spec, policy, std::move(log));
+    };
     // The monitor's own lines go to --log only: its stderr is the container's.
     if (!g.log_file.empty()) {
       int fd = ::open(g.log_file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);

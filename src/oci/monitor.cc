@@ -27,7 +27,6 @@
 #include "base/text.h"
 #include "base/time.h"
 #include "base/unique_fd.h"
-#include "cli/egress_thread.h"
 #include "namespaces/id_pool.h"
 #include "oci/state.h"
 #include "runtime/container.h"
@@ -144,8 +143,8 @@ class Monitor {
     if (spec.egress) {
       auto log = std::make_unique<logfile::RotatingFile>(dir + "/network.log");
       if (!log->is_open()) throw Error(dir + "/network.log: " + log->error());
-      egress_ =
-          std::make_unique<cli::EgressThread>(*container_, spec, *bundle_->policy, std::move(log));
+      if (!options_.start_egress) throw Error("no egress proxy to serve the policy's network part");
+      egress_ = options_.start_egress(*container_, spec, *bundle_->policy, std::move(log));
     }
     if (bundle_->terminal) send_console(options_.console_socket, container_->tty_master());
 
@@ -392,7 +391,7 @@ class Monitor {
   CreateOptions options_;
   namespaces::RangeClaim ids_;
   std::unique_ptr<runtime::Container> container_;
-  std::unique_ptr<cli::EgressThread> egress_;  // ends before container_
+  std::shared_ptr<void> egress_;  // ends before container_
   UniqueFd listener_;
   UniqueFd saved_stdio_[3];
   std::vector<UniqueFd> preserved_;  // --preserve-fds, until the start

@@ -17,11 +17,14 @@
 
 #include <sys/un.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "base/logfile.h"
 #include "base/unique_fd.h"
 #include "oci/config.h"
+#include "runtime/container.h"
 
 namespace openshell::oci {
 
@@ -32,6 +35,12 @@ struct CreateOptions {
   // --preserve-fds: the monitor holds them at 4, 5, ... until `start`
   // hands them to the main process as 3, 4, ...
   int preserve_fds = 0;
+  // Serves the egress proxy of a container whose policy has a network part
+  // (the CLI's: it owns the proxy thread), for as long as the result lives.
+  std::function<std::shared_ptr<void>(runtime::Container&, const runtime::ContainerSpec&,
+                                      const policy::Policy&,
+                                      std::unique_ptr<logfile::RotatingFile>)>
+      start_egress;
 };
 
 // In the forked monitor: starts the container, then writes "ok PID\n" or

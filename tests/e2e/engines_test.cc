@@ -32,6 +32,24 @@ bool have(const std::string& program) {
   return sh("command -v " + program + " >/dev/null").status == 0;
 }
 
+// An engine the suite started: ended, then its mounts (snapshots, roots)
+// and its files.
+void stop_engine(pid_t pid, const std::string& dir) {
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
+  sh("grep -o ' " + dir + "/[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount");
+  std::filesystem::remove_all(dir);
+}
+
+// No process of the test's is left: those running before it do not count.
+void expect_no_processes_since(const std::vector<std::string>& before) {
+  auto now = leftover_processes();
+  std::erase_if(now, [&](const std::string& p) {
+    return std::find(before.begin(), before.end(), p) != before.end();
+  });
+  EXPECT_EQ(now, std::vector<std::string>{}) << "processes left behind";
+}
+
 class Containerd : public testing::Test {
  public:
   static void SetUpTestSuite() {
@@ -75,11 +93,7 @@ class Containerd : public testing::Test {
       sh(ctr() + " task ls -q | xargs -r -n1 " + ctr() + " task kill -s KILL; sleep 0.5; " + ctr() +
          " task ls -q | xargs -r -n1 " + ctr() + " task delete; " + ctr() +
          " container ls -q | xargs -r -n1 " + ctr() + " container delete");
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-      // Its snapshots' mounts, then its files.
-      sh("grep -o ' " + dir_ + "/[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount");
-      std::filesystem::remove_all(dir_);
+      stop_engine(pid_, dir_);
     }
   }
 
@@ -95,12 +109,7 @@ class Containerd : public testing::Test {
     if (!skip_.empty()) return;
     sh(ctr() + " task kill -s KILL " + id_ + "; sleep 0.3; " + ctr() + " task delete " + id_ +
        "; " + ctr() + " container delete " + id_);
-    auto now = leftover_processes();
-    std::erase_if(now, [&](const std::string& p) {
-      return std::find(processes_before_.begin(), processes_before_.end(), p) !=
-             processes_before_.end();
-    });
-    EXPECT_EQ(now, std::vector<std::string>{}) << "processes left behind";
+    expect_no_processes_since(processes_before_);
     // openshell's record of the container is gone with it.
     EXPECT_FALSE(std::filesystem::exists("/run/containerd/runc/osh/" + id_));
   }
@@ -193,7 +202,7 @@ class Docker : public testing::Test {
       return;
     }
     if (!have("dockerd") || !have("docker")) {
-      skip_ = "needs Docker (apt-get install docker.io)";
+      skip_ = "needs Docker 20.10 (dockerd and docker)";
       return;
     }
     dir_ = scratch() + "/docker";
@@ -233,11 +242,7 @@ class Docker : public testing::Test {
   static void TearDownTestSuite() {
     if (pid_ <= 0) return;
     sh(docker() + " ps -aq | xargs -r " + docker() + " rm -f");
-    ::kill(pid_, SIGTERM);
-    ::waitpid(pid_, nullptr, 0);
-    // The containerd it started ends with it; then its mounts, its files.
-    sh("grep -o ' " + dir_ + "/[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount");
-    std::filesystem::remove_all(dir_);
+    stop_engine(pid_, dir_);  // the containerd it started ends with it
   }
 
  protected:
@@ -251,12 +256,7 @@ class Docker : public testing::Test {
   void TearDown() override {
     if (!skip_.empty()) return;
     sh(docker() + " rm -f " + name_ + " >/dev/null 2>&1");
-    auto now = leftover_processes();
-    std::erase_if(now, [&](const std::string& p) {
-      return std::find(processes_before_.begin(), processes_before_.end(), p) !=
-             processes_before_.end();
-    });
-    EXPECT_EQ(now, std::vector<std::string>{}) << "processes left behind";
+    expect_no_processes_since(processes_before_);
   }
 
   static std::string docker() {
