@@ -5,12 +5,13 @@
 
 #include "base/error.h"
 #include "oci/config.h"
+#include "test_util.h"
 
 namespace openshell::oci {
 namespace {
 
 using nlohmann::json;
-using testing::HasSubstr;
+using ::testing::HasSubstr;
 
 json minimal() {
   return {
@@ -120,7 +121,7 @@ TEST(OciConfig, LinuxFieldsLandInTheSpec) {
   c["linux"]["maskedPaths"] = {"/proc/kcore"};
   c["linux"]["readonlyPaths"] = {"/proc/sys"};
   c["linux"]["seccomp"] = {{"defaultAction", "SCMP_ACT_ALLOW"}};
-  c["annotations"] = {{"org.openshell.policy", "policy.yaml"}, {"x", "y"}};
+  c["annotations"] = {{"x", "y"}};
   c["hooks"] = {{"prestart", {{{"path", "/bin/a"}}}},
                 {"poststart", {{{"path", "/bin/b"}}}},
                 {"poststop", {{{"path", "/bin/c"}, {"timeout", 5}}}}};
@@ -137,13 +138,40 @@ TEST(OciConfig, LinuxFieldsLandInTheSpec) {
   EXPECT_EQ(b->spec.fs.read_only_paths, std::vector<std::string>{"/proc/sys"});
   EXPECT_GT(b->spec.seccomp_program.length, 0);
   EXPECT_EQ(b->spec.seccomp_program.filter, b->seccomp.code.data());
-  EXPECT_EQ(b->policy_file, "/b/policy.yaml");
   EXPECT_EQ(b->annotations.at("x"), "y");
   ASSERT_EQ(b->spec.hooks.size(), 1u);  // prestart is createRuntime, run by the runtime
   EXPECT_EQ(b->spec.hooks[0].stage, runtime::HookStage::kCreateRuntime);
   ASSERT_EQ(b->poststart.size(), 1u);
   ASSERT_EQ(b->poststop.size(), 1u);
   EXPECT_EQ(b->poststop[0].timeout_s, 5);
+}
+
+// The policy annotation names a file in the bundle: its network part turns
+// on the egress proxy (and the proxy's variables join the process's env),
+// its filesystem part the Landlock rules; a missing file is refused by name.
+TEST(OciConfig, ThePolicyAnnotationTurnsOnTheProxyAndLandlock) {
+  openshell::testing::TempDir dir;
+  openshell::testing::write_file(dir / "policy.toml",
+             "version = 1\n[filesystem_policy]\nread_only = [\"/bin\"]\n"
+             "[network_policies.local]\nendpoints = [ { host = \"localhost\", port = 80 } ]\n");
+  json c = minimal();
+  c["annotations"] = {{"org.openshell.policy", "policy.toml"}};
+  auto b = bundle_from_json(c, dir.path());
+  EXPECT_EQ(b->policy_file, dir / "policy.toml");
+  ASSERT_TRUE(b->policy);
+  EXPECT_TRUE(b->spec.egress);
+  EXPECT_TRUE(b->spec.fs.dns_stub);
+  EXPECT_THAT(b->process.env, ::testing::Contains(HasSubstr("http_proxy=")));
+  EXPECT_TRUE(b->spec.landlock.enabled);
+
+  c["annotations"] = {{"org.openshell.policy", "missing.toml"}};
+  try {
+    bundle_from_json(c, dir.path());
+    ADD_FAILURE() << "a missing policy file was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("annotations.org.openshell.policy: read " + dir.path() +
+                                    "/missing.toml"));
+  }
 }
 
 TEST(OciConfig, RefusalsNameTheField) {

@@ -193,6 +193,18 @@ class Driver {
   }
 
   int interrupts() const { return interrupts_; }
+  // The used ring can be seen before the interrupt that follows it: waits
+  // (up to 5 s) for one to have been raised, counted or still pending.
+  bool wait_interrupt() {
+    if (interrupts_ > 0) return true;
+    pollfd p{device_.interrupt_fd(), POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return false;
+    uint64_t count;
+    [[maybe_unused]] ssize_t n = ::read(device_.interrupt_fd(), &count, sizeof count);
+    ++interrupts_;
+    set(virtio_mmio::kInterruptAck, get(virtio_mmio::kInterruptStatus));
+    return true;
+  }
 
  private:
   VirtioMmio& device_;
