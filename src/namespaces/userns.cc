@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "base/error.h"
@@ -194,8 +195,63 @@ Identity current_identity() {
   return id;
 }
 
+std::vector<IdRange> parse_id_map(std::string_view text) {
+  std::vector<IdRange> out;
+  for (const auto& raw : text::split(text, '\n')) {
+    std::vector<std::string> fields;
+    for (const auto& field : text::split(text::trim(raw), ' '))
+      if (!field.empty()) fields.push_back(std::string(field));
+    if (fields.size() != 3) continue;
+    auto inside = text::parse_uint(fields[0], UINT32_MAX);
+    auto outside = text::parse_uint(fields[1], UINT32_MAX);
+    auto count = text::parse_uint(fields[2], UINT32_MAX);
+    if (!inside || !outside || !count || *count == 0) continue;
+    out.push_back({static_cast<uint32_t>(*inside), static_cast<uint32_t>(*outside),
+                   static_cast<uint32_t>(*count)});
+  }
+  return out;
+}
+
+bool is_initial_map(const std::vector<IdRange>& map) {
+  return map.size() == 1 && map[0] == IdRange{0, 0, UINT32_MAX};
+}
+
+bool in_initial_user_namespace() {
+  auto text = files::try_read("/proc/self/uid_map");
+  return !text || is_initial_map(parse_id_map(*text));
+}
+
+bool is_host_root() { return ::geteuid() == 0 && in_initial_user_namespace(); }
+
+IdMap plan_nested_root_map(const std::vector<IdRange>& own_uid, const std::vector<IdRange>& own_gid,
+                           uint32_t target_uid, uint32_t target_gid) {
+  // Range for range: the kernel takes a line only when its ids lie in one
+  // line of the parent's map, so adjacent ones are not joined.
+  auto identity = [](const std::vector<IdRange>& own) {
+    std::vector<IdRange> out;
+    for (const auto& r : own) out.push_back({r.inside, r.inside, r.count});
+    std::sort(out.begin(), out.end(),
+              [](const IdRange& a, const IdRange& b) { return a.inside < b.inside; });
+    return out;
+  };
+  IdMap map;
+  map.uid = identity(own_uid);
+  map.gid = identity(own_gid);
+  if (!map.host_uid(target_uid))
+    throw Error("user id " + std::to_string(target_uid) +
+                " is not mapped in the runtime's user namespace (/proc/self/uid_map)");
+  if (!map.host_gid(target_gid))
+    throw Error("group id " + std::to_string(target_gid) +
+                " is not mapped in the runtime's user namespace (/proc/self/gid_map)");
+  return map;
+}
+
 IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid,
                            std::optional<HostRange> root_range) {
+  if (caller.host_uid == 0 && !in_initial_user_namespace())
+    return plan_nested_root_map(parse_id_map(files::try_read("/proc/self/uid_map").value_or("")),
+                                parse_id_map(files::try_read("/proc/self/gid_map").value_or("")),
+                                target_uid, target_gid);
   std::optional<SubordinateRange> subuid, subgid;
   bool helpers = false;
   if (caller.host_uid == 0 && root_range) {

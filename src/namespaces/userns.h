@@ -8,7 +8,12 @@
 //    user is the caller (so bound host files stay theirs) and every other
 //    inside id comes from the subordinate range;
 //  - otherwise: a single-id map, the sandbox user <-> the caller, and
-//    setgroups denied.
+//    setgroups denied;
+//  - root of a user namespace that is not the initial one (the runtime
+//    under rootless Podman, in Podman's own namespace): each id of that
+//    namespace is itself inside, a namespace nested in it, since every id
+//    there is already the invoking user's; or the map the engine gives
+//    (an OCI config's linux.uidMappings), in that namespace's ids.
 #pragma once
 
 #include <sys/types.h>
@@ -78,7 +83,29 @@ IdMap plan_id_map(const Identity& caller, uint32_t target_uid, uint32_t target_g
                   std::optional<SubordinateRange> subuid, std::optional<SubordinateRange> subgid,
                   bool helpers_available);
 
+// The map of a user namespace as /proc/PID/uid_map writes it ("inside
+// outside count" a line); lines that do not parse are skipped.
+std::vector<IdRange> parse_id_map(std::string_view text);
+
+// Whether a map is the initial user namespace's (0 0 4294967295).
+bool is_initial_map(const std::vector<IdRange>& map);
+
+// Whether this process runs in the initial user namespace (true when its
+// map cannot be read). Root outside it holds no privilege over the host.
+bool in_initial_user_namespace();
+
+// Whether this process is root of the host: uid 0 in the initial user
+// namespace (root of a nested one is someone else on the host).
+bool is_host_root();
+
+// For root of a nested user namespace whose maps are own_uid/own_gid: the
+// same ids inside, range for range. Throws Error when the target
+// ids are not among them.
+IdMap plan_nested_root_map(const std::vector<IdRange>& own_uid, const std::vector<IdRange>& own_gid,
+                           uint32_t target_uid, uint32_t target_gid);
+
 // Reads /etc/subuid, /etc/subgid and looks for newuidmap/newgidmap, then plans.
+// Root of a nested user namespace gets plan_nested_root_map of its own maps.
 // root_range (as root only): the sandbox's own range instead of root's
 // subordinate one; ignored for other callers, whose own ranges apply.
 IdMap plan_id_map_for_host(const Identity& caller, uint32_t target_uid, uint32_t target_gid,

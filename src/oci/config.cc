@@ -15,6 +15,7 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/text.h"
+#include "namespaces/userns.h"
 #include "runtime/caps.h"
 #include "runtime/landlock.h"
 #include "spec/container_spec.h"
@@ -242,6 +243,20 @@ void read_process(const json& p, Bundle* b) {
 
 // --- mounts ----------------------------------------------------------------
 
+// The nodes every sandbox's /dev has of its own.
+const std::set<std::string> kOwnDevices = {"/dev/null",    "/dev/zero", "/dev/full", "/dev/random",
+                                           "/dev/urandom", "/dev/tty",  "/dev/ptmx"};
+
+// A bind of a host device node into /dev: how rootless Podman gives
+// devices (--device, --privileged), for it can make no node. It is taken
+// as a linux.devices entry is: the host's node bound into the sandbox's
+// /dev as it is built (after which /dev takes no new mount point).
+bool is_device_bind(const std::string& source, const std::string& target) {
+  struct stat st {};
+  return target.rfind("/dev/", 0) == 0 && ::stat(source.c_str(), &st) == 0 &&
+         (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode));
+}
+
 struct MountOptions {
   bool read_only = false, no_exec = false, no_suid = false, no_dev = false, bind = false;
   std::vector<std::string> data;  // the file system's own (size=, mode=, ...)
@@ -325,6 +340,13 @@ void read_mounts(const json& mounts, Bundle* b) {
       bind.target = target;
       bind.read_only = o.read_only;
       bind.no_exec = o.no_exec;
+      if (is_device_bind(bind.source, target)) {
+        const bool listed = std::any_of(fs.devices.begin(), fs.devices.end(),
+                                        [&](const auto& d) { return d.target == target; });
+        if (!listed && !kOwnDevices.count(target))
+          fs.devices.push_back({bind.source, target, o.read_only});
+        continue;
+      }
       // A bind of the host's shared memory, where ours already is: theirs.
       fs.binds.push_back(bind);
       continue;
@@ -398,6 +420,74 @@ void read_namespaces(const json& v, Bundle* b) {
   if (!listed.count("uts")) b->spec.join_uts = "/proc/self/ns/uts";
 }
 
+// One of linux.uidMappings, gidMappings: its ranges, checked as the kernel
+// would take them (at most 340, none overlapping inside or outside).
+std::vector<namespaces::IdRange> id_ranges(const json& v, const std::string& f) {
+  array_at(v, f);
+  if (v.size() > 340) refuse(f, "has more than 340 ranges (the kernel's limit)");
+  std::vector<namespaces::IdRange> ranges;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string rf = item(f, i);
+    const json& r = object_at(v[i], rf);
+    uint32_t fields[3] = {};
+    const char* keys[3] = {"containerID", "hostID", "size"};
+    for (int k = 0; k < 3; ++k) {
+      const json* n = member(r, keys[k]);
+      if (!n) refuse(rf + "." + keys[k], "is required");
+      fields[k] = static_cast<uint32_t>(unsigned_at(*n, rf + "." + keys[k], UINT32_MAX));
+    }
+    namespaces::IdRange range{fields[0], fields[1], fields[2]};
+    if (range.count == 0) refuse(rf + ".size", "must be above 0");
+    if (uint64_t{range.inside} + range.count > UINT32_MAX ||
+        uint64_t{range.outside} + range.count > UINT32_MAX)
+      refuse(rf, "goes past the last id (4294967294)");
+    for (const auto& other : ranges) {
+      auto overlap = [](uint32_t a, uint32_t b, uint32_t count_a, uint32_t count_b) {
+        return uint64_t{a} < uint64_t{b} + count_b && uint64_t{b} < uint64_t{a} + count_a;
+      };
+      if (overlap(range.inside, other.inside, range.count, other.count) ||
+          overlap(range.outside, other.outside, range.count, other.count))
+        refuse(rf, "overlaps an earlier range");
+    }
+    ranges.push_back(range);
+  }
+  return ranges;
+}
+
+void read_id_maps(const json& l, Context context, Bundle* b) {
+  const json* uid = member(l, "uidMappings");
+  const json* gid = member(l, "gidMappings");
+  const bool uid_given = uid && !(uid->is_array() && uid->empty());
+  const bool gid_given = gid && !(gid->is_array() && gid->empty());
+  if (!uid_given && !gid_given) return;
+  const char* key = uid_given ? "linux.uidMappings" : "linux.gidMappings";
+  // As root of the host, each container has host ids of its own; an
+  // ordinary user's are its subordinate ones. Only a runtime that is root
+  // of a nested namespace (whose ids are all the invoking user's) takes
+  // the engine's map.
+  if (!context.nested_root)
+    refuse(key,
+           "is not supported yet: openshell maps the sandbox's ids itself (a user namespace "
+           "of its own always)");
+  if (!uid_given) refuse("linux.uidMappings", "is required with linux.gidMappings");
+  if (!gid_given) refuse("linux.gidMappings", "is required with linux.uidMappings");
+  namespaces::IdMap map;
+  map.method = namespaces::IdMap::Method::kDirect;
+  map.uid = id_ranges(*uid, "linux.uidMappings");
+  map.gid = id_ranges(*gid, "linux.gidMappings");
+  if (!map.host_uid(b->spec.uid))
+    refuse("process.user.uid",
+           std::to_string(b->spec.uid) + " is not in linux.uidMappings' container ids");
+  if (!map.host_gid(b->spec.gid))
+    refuse("process.user.gid",
+           std::to_string(b->spec.gid) + " is not in linux.gidMappings' container ids");
+  for (uint32_t extra : b->spec.supplementary_gids)
+    if (!map.host_gid(extra))
+      refuse("process.user.additionalGids",
+             std::to_string(extra) + " is not in linux.gidMappings' container ids");
+  b->spec.id_map = std::move(map);
+}
+
 void read_resources(const json& r, Bundle* b) {
   const std::string f = "linux.resources";
   object_at(r, f);
@@ -443,16 +533,13 @@ void read_resources(const json& r, Bundle* b) {
 
 void read_devices(const json& v, Bundle* b) {
   array_at(v, "linux.devices");
-  static const std::set<std::string> ours = {"/dev/null",   "/dev/zero",    "/dev/full",
-                                             "/dev/random", "/dev/urandom", "/dev/tty",
-                                             "/dev/ptmx"};
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string f = item("linux.devices", i);
     const json& d = object_at(v[i], f);
     const json* p = member(d, "path");
     if (!p) refuse(f + ".path", "is required");
     const std::string path = string_at(*p, f + ".path");
-    if (ours.count(path)) continue;
+    if (kOwnDevices.count(path)) continue;
     if (path.rfind("/dev/", 0) != 0 || !absolute_clean(path))
       refuse(f + ".path", "\"" + path + "\" must be below /dev");
     // The host's own node of that number, bound in (no mknod in a user
@@ -469,7 +556,7 @@ void read_devices(const json& v, Bundle* b) {
   }
 }
 
-void read_linux(const json& l, Bundle* b) {
+void read_linux(const json& l, Context context, Bundle* b) {
   object_at(l, "linux");
   if (const json* v = member(l, "namespaces"))
     read_namespaces(*v, b);
@@ -478,11 +565,7 @@ void read_linux(const json& l, Bundle* b) {
     b->spec.join_ipc = "/proc/self/ns/ipc";
     b->spec.join_uts = "/proc/self/ns/uts";
   }
-  for (const char* key : {"uidMappings", "gidMappings"})
-    if (const json* v = member(l, key); v && v->is_array() && !v->empty())
-      refuse(std::string("linux.") + key,
-             "is not supported yet: openshell maps the sandbox's ids itself (a user namespace "
-             "of its own always)");
+  read_id_maps(l, context, b);
   if (const json* v = member(l, "devices")) read_devices(*v, b);
   if (const json* v = member(l, "resources")) read_resources(*v, b);
   if (const json* v = member(l, "cgroupsPath")) {
@@ -610,7 +693,10 @@ void apply_policy(Bundle* b) {
 
 }  // namespace
 
-std::unique_ptr<Bundle> bundle_from_json(const json& config, const std::string& dir) {
+Context current_context() { return {::geteuid() == 0 && !namespaces::in_initial_user_namespace()}; }
+
+std::unique_ptr<Bundle> bundle_from_json(const json& config, const std::string& dir,
+                                         Context context) {
   auto b = std::make_unique<Bundle>();
   b->dir = dir;
   b->config = config;
@@ -651,7 +737,7 @@ std::unique_ptr<Bundle> bundle_from_json(const json& config, const std::string& 
   read_process(*process, b.get());
   if (const json* v = member(config, "mounts")) read_mounts(*v, b.get());
   if (const json* v = member(config, "linux"))
-    read_linux(*v, b.get());
+    read_linux(*v, context, b.get());
   else
     refuse("linux", "is required on Linux");
   if (hostname_given && !s.join_uts.empty())
@@ -675,7 +761,7 @@ std::unique_ptr<Bundle> read_bundle(const std::string& dir) {
   if (!text) throw Error(errno_message("read " + path, errno ? errno : ENOENT));
   json config = json::parse(*text, nullptr, false);
   if (config.is_discarded()) throw Error(path + ": not valid JSON");
-  return bundle_from_json(config, dir);
+  return bundle_from_json(config, dir, current_context());
 }
 
 json example_config(bool rootless) {

@@ -50,11 +50,23 @@ struct Bundle {
   std::optional<policy::Policy> policy;  // read from policy_file
 };
 
+// Where the runtime runs, which decides what a config may ask for.
+struct Context {
+  // Root of a user namespace that is not the initial one: the runtime
+  // under rootless Podman, in Podman's own namespace, whose every id is
+  // the invoking user's already. A config's linux.uidMappings and
+  // gidMappings (in that namespace's ids) are taken then; root of the host
+  // and an ordinary user map the container's ids themselves.
+  bool nested_root = false;
+};
+Context current_context();
+
 // Reads dir/config.json. Throws Error: "config.json: FIELD: why".
 std::unique_ptr<Bundle> read_bundle(const std::string& dir);
 
 // The same from a parsed config (tests); dir is where relative paths start.
-std::unique_ptr<Bundle> bundle_from_json(const nlohmann::json& config, const std::string& dir);
+std::unique_ptr<Bundle> bundle_from_json(const nlohmann::json& config, const std::string& dir,
+                                         Context context = {});
 
 // The config `openshell oci spec` writes: a busybox-style sh in rootfs/,
 // as runc spec writes one.

@@ -28,6 +28,7 @@
 #include "base/time.h"
 #include "base/unique_fd.h"
 #include "namespaces/id_pool.h"
+#include "namespaces/userns.h"
 #include "oci/state.h"
 #include "runtime/container.h"
 #include "runtime/init_protocol.h"
@@ -124,7 +125,9 @@ class Monitor {
       throw_errno("listen on " + sock);
 
     runtime::ContainerSpec& spec = bundle_->spec;
-    if (::geteuid() == 0) {
+    // Root of a nested user namespace (rootless Podman's runtime) has no
+    // host ids to give out: its own namespace's ids are the container's.
+    if (namespaces::is_host_root()) {
       ids_ = namespaces::claim_host_range("", true);
       spec.host_range = ids_.range();
     }

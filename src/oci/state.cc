@@ -10,13 +10,16 @@
 #include "base/error.h"
 #include "base/files.h"
 #include "base/text.h"
+#include "namespaces/userns.h"
 
 namespace openshell::oci {
 
 using nlohmann::json;
 
 std::string default_state_root() {
-  if (::geteuid() == 0) return "/run/openshell-runc";
+  // Root of a nested user namespace (rootless Podman's) cannot write the
+  // host's /run: it takes the invoking user's runtime directory, as runc.
+  if (namespaces::is_host_root()) return "/run/openshell-runc";
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
   if (xdg && xdg[0] == '/') return std::string(xdg) + "/openshell-runc";
   return "/tmp/openshell-runc-" + std::to_string(::geteuid());

@@ -351,8 +351,21 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   std::unique_ptr<Container> container(new Container());
 
   namespaces::Identity caller = namespaces::current_identity();
-  container->id_map_ =
-      namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid, spec.host_range);
+  // Root of the host, not of a nested user namespace (rootless Podman's),
+  // whose root holds no privilege over the host's ids and mounts.
+  const bool host_root = caller.host_uid == 0 && namespaces::in_initial_user_namespace();
+  if (spec.id_map) {
+    if (host_root || caller.host_uid != 0)
+      throw Error("an id map of the caller's is taken only from root of a nested user namespace");
+    if (!spec.id_map->host_uid(spec.uid))
+      throw Error("user id " + std::to_string(spec.uid) + " is not in the given id map");
+    if (!spec.id_map->host_gid(spec.gid))
+      throw Error("group id " + std::to_string(spec.gid) + " is not in the given id map");
+    container->id_map_ = *spec.id_map;
+  } else {
+    container->id_map_ =
+        namespaces::plan_id_map_for_host(caller, spec.uid, spec.gid, spec.host_range);
+  }
   namespaces::IdMap& id_map = container->id_map_;
   namespaces::FilesystemSpec fs = spec.fs;
   fs.workdir_uid = spec.uid;
@@ -364,8 +377,10 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   // A joined network namespace is not the sandbox's user namespace's:
   // its net.* parameters are written from here, as root, while this thread
   // is in it for the clone (/proc/sys/net is the opener's namespace's).
+  // Root of a nested user namespace writes a new one's from inside: it
+  // could enter it from here, but not go back to the host's.
   std::vector<std::pair<std::string, std::string>> net_sysctls;
-  if (caller.host_uid == 0)
+  if (caller.host_uid == 0 && (host_root || !spec.join_net.empty()))
     std::erase_if(fs.sysctls, [&](const auto& kv) {
       if (kv.first.rfind("net.", 0) != 0 && kv.first.rfind("net/", 0) != 0) return false;
       net_sysctls.push_back(kv);
@@ -377,7 +392,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   std::vector<gid_t> groups(spec.supplementary_gids.begin(), spec.supplementary_gids.end());
   bool keep_groups = false;
   if (!spec.host_groups.empty()) {
-    if (caller.host_uid == 0 && id_map.method == namespaces::IdMap::Method::kDirect) {
+    if (host_root && id_map.method == namespaces::IdMap::Method::kDirect) {
       for (uint32_t gid : namespaces::map_host_groups(&id_map, spec.host_groups))
         groups.push_back(gid);
     } else {
@@ -644,7 +659,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
         throw Error(why);
     }
     std::vector<UniqueFd> trees;
-    if (caller.host_uid == 0) {
+    if (host_root) {
       UniqueFd userns(
           ::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
       if (userns) trees = mounts.idmapped_trees(userns.get(), id_map, spec.uid, spec.gid);

@@ -39,6 +39,10 @@ struct ContainerSpec {
   // root's subordinate range, shared (sandboxes made before ranges were
   // per sandbox keep it, their files are its).
   std::optional<namespaces::HostRange> host_range;
+  // Root of a nested user namespace only (rootless Podman's runtime): the
+  // map an engine gives (an OCI config's linux.uidMappings), in that
+  // namespace's ids, written as it is instead of the planned one.
+  std::optional<namespaces::IdMap> id_map;
   uint32_t uid = kDefaultUid;  // inside the sandbox
   uint32_t gid = kDefaultGid;
   std::vector<uint32_t> supplementary_gids;

@@ -250,5 +250,64 @@ TEST(OciConfig, ExampleConfigIsAccepted) {
   }
 }
 
+TEST(OciConfig, IdMappingsAreTakenOnlyByRootOfANestedUserNamespace) {
+  json c = minimal();
+  c["process"]["user"] = {{"uid", 1001}, {"gid", 1001}, {"additionalGids", {1001}}};
+  // Podman's keep-id, rootless: the user's own id (Podman's 0) is 1001 inside.
+  c["linux"]["uidMappings"] = {{{"containerID", 0}, {"hostID", 1}, {"size", 1001}},
+                               {{"containerID", 1001}, {"hostID", 0}, {"size", 1}},
+                               {{"containerID", 1002}, {"hostID", 1002}, {"size", 64535}}};
+  c["linux"]["gidMappings"] = c["linux"]["uidMappings"];
+  auto b = bundle_from_json(c, "/b", Context{true});
+  ASSERT_TRUE(b->spec.id_map.has_value());
+  EXPECT_EQ(b->spec.id_map->method, namespaces::IdMap::Method::kDirect);
+  EXPECT_EQ(b->spec.id_map->uid.size(), 3u);
+  EXPECT_EQ(b->spec.id_map->host_uid(1001), std::optional<uint32_t>(0));
+  EXPECT_EQ(b->spec.id_map->host_gid(0), std::optional<uint32_t>(1));
+  EXPECT_EQ(b->spec.id_map->host_uid(65537), std::nullopt);
+  // Without mappings, none is given: the runtime plans its own.
+  EXPECT_FALSE(bundle_from_json(minimal(), "/b", Context{true})->spec.id_map.has_value());
+  // Root of the host, or an ordinary user: refused, as before.
+  EXPECT_EQ(refusal(c),
+            "config.json: linux.uidMappings: is not supported yet: openshell maps the sandbox's "
+            "ids itself (a user namespace of its own always)");
+}
+
+TEST(OciConfig, IdMappingsAreChecked) {
+  auto nested = [](auto edit) {
+    json c = minimal();
+    c["linux"]["uidMappings"] = {{{"containerID", 0}, {"hostID", 0}, {"size", 65536}}};
+    c["linux"]["gidMappings"] = {{{"containerID", 0}, {"hostID", 0}, {"size", 65536}}};
+    edit(c);
+    try {
+      bundle_from_json(c, "/b", Context{true});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(nested([](json&) {}), "(accepted)");
+  EXPECT_EQ(nested([](json& c) { c["linux"].erase("gidMappings"); }),
+            "config.json: linux.gidMappings: is required with linux.uidMappings");
+  EXPECT_EQ(nested([](json& c) { c["linux"]["uidMappings"][0]["size"] = 0; }),
+            "config.json: linux.uidMappings[0].size: must be above 0");
+  EXPECT_EQ(nested([](json& c) { c["linux"]["gidMappings"][0].erase("hostID"); }),
+            "config.json: linux.gidMappings[0].hostID: is required");
+  EXPECT_EQ(
+      nested([](json& c) {
+        c["linux"]["uidMappings"].push_back({{"containerID", 70000}, {"hostID", 100}, {"size", 1}});
+      }),
+      "config.json: linux.uidMappings[1]: overlaps an earlier range");
+  EXPECT_EQ(nested([](json& c) {
+              c["process"]["user"] = {{"uid", 70000}};
+            }),
+            "config.json: process.user.uid: 70000 is not in linux.uidMappings' container ids");
+  EXPECT_EQ(nested([](json& c) {
+              c["process"]["user"] = {{"additionalGids", {90000}}};
+            }),
+            "config.json: process.user.additionalGids: 90000 is not in linux.gidMappings' "
+            "container ids");
+}
+
 }  // namespace
 }  // namespace openshell::oci

@@ -248,5 +248,53 @@ TEST(IdMap, IsSingleNeedsOneIdInOneRange) {
   EXPECT_FALSE(map.is_single());
 }
 
+// --- a nested user namespace's root (the runtime under rootless Podman) ------
+
+TEST(ParseIdMap, ReadsProcsColumns) {
+  EXPECT_THAT(parse_id_map("         0       1001          1\n         1     100000      65536\n"),
+              ElementsAre(IdRange{0, 1001, 1}, IdRange{1, 100000, 65536}));
+  EXPECT_THAT(parse_id_map("0 0 4294967295\n"), ElementsAre(IdRange{0, 0, UINT32_MAX}));
+  EXPECT_THAT(parse_id_map("0 1\nx y z\n5 6 0\n\n7 8 9"), ElementsAre(IdRange{7, 8, 9}));
+}
+
+TEST(ParseIdMap, OnlyTheWholeRangeIsTheInitialNamespace) {
+  EXPECT_TRUE(is_initial_map(parse_id_map("         0          0 4294967295\n")));
+  EXPECT_FALSE(is_initial_map(parse_id_map("0 0 4294967294\n")));
+  EXPECT_FALSE(is_initial_map(parse_id_map("0 1001 1\n1 100000 65536\n")));
+  EXPECT_FALSE(is_initial_map({}));
+}
+
+TEST(PlanNestedRoot, EachIdOfTheOwnNamespaceIsItself) {
+  // Podman's namespace: 0 is the user, 1-65536 and 65537-131072 its two
+  // subordinate ranges; inside, the same ids, range for range (the kernel
+  // refuses a line that spans two of the parent's).
+  const std::vector<IdRange> own_uid = {{0, 1001, 1}, {1, 100000, 65536}, {65537, 500000, 65536}};
+  const std::vector<IdRange> own_gid = {{0, 1001, 1}, {1, 200000, 1000}};
+  IdMap map = plan_nested_root_map(own_uid, own_gid, 0, 0);
+  EXPECT_EQ(map.method, IdMap::Method::kDirect);
+  EXPECT_FALSE(map.deny_setgroups);
+  EXPECT_THAT(map.uid,
+              ElementsAre(IdRange{0, 0, 1}, IdRange{1, 1, 65536}, IdRange{65537, 65537, 65536}));
+  EXPECT_THAT(map.gid, ElementsAre(IdRange{0, 0, 1}, IdRange{1, 1, 1000}));
+  EXPECT_THAT(map.host_uid(65537), Optional(65537u));
+  EXPECT_EQ(map.host_gid(1001), std::nullopt);
+}
+
+TEST(PlanNestedRoot, InOrderWithGapsKept) {
+  IdMap map = plan_nested_root_map({{1000, 1000, 1}, {0, 5000, 10}}, {{0, 7, 1}}, 1000, 0);
+  EXPECT_THAT(map.uid, ElementsAre(IdRange{0, 0, 10}, IdRange{1000, 1000, 1}));
+  EXPECT_THAT(map.gid, ElementsAre(IdRange{0, 0, 1}));
+}
+
+TEST(PlanNestedRoot, TargetOutsideTheNamespaceThrows) {
+  try {
+    plan_nested_root_map({{0, 1001, 1}}, {{0, 1001, 1}}, 1000, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("user id 1000 is not mapped in the runtime's user namespace"));
+  }
+  EXPECT_THROW(plan_nested_root_map({{0, 1001, 1}}, {{0, 1001, 1}}, 0, 5), Error);
+}
+
 }  // namespace
 }  // namespace openshell::namespaces
