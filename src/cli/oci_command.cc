@@ -268,7 +268,14 @@ std::string freezer_knob(const oci::State& state, bool* v2) {
 
 // Removes what is left of a stopped container: its cgroups, its record;
 // runs its poststop hooks. With force, a live one is killed first.
+// A container that does not exist is deleted with --force (as runc): what
+// an aborted create left (a directory without state.json) goes too.
 void delete_container(const Globals& g, const std::string& id, bool force) {
+  oci::check_id(id);
+  if (force && !files::exists(g.root + "/" + id + "/state.json")) {
+    files::remove_tree(g.root + "/" + id);
+    return;
+  }
   oci::State state = oci::read_state(g.root, id);
   const std::string status = oci::live_status(state);
   if ((status == "running" || status == "paused") && !force)
@@ -300,7 +307,7 @@ void delete_container(const Globals& g, const std::string& id, bool force) {
   // poststop: from the bundle's config, when it is still there.
   try {
     if (files::exists(state.bundle + "/config.json")) {
-      auto bundle = oci::read_bundle(state.bundle);
+      auto bundle = oci::read_bundle(state.bundle, oci::ReadFor::kInspect);
       if (!bundle->poststop.empty()) {
         std::string why = runtime::run_hooks(bundle->poststop, runtime::HookStage::kPoststop,
                                              oci::spec_state(state, "stopped").dump());
@@ -366,7 +373,7 @@ int receive_console(int listener) {
 
 int run_container(const Globals& g, CreateFlags f) {
   block_forwarded_signals();
-  auto bundle = oci::read_bundle(absolute(f.bundle));
+  auto bundle = oci::read_bundle(absolute(f.bundle), oci::ReadFor::kInspect);
   const bool terminal = bundle->terminal;
   bundle.reset();
   std::optional<std::pair<std::string, UniqueFd>> console;
@@ -479,7 +486,7 @@ runtime::ExecRequest exec_request(const oci::State& state, const ExecFlags& f) {
     r.workdir = f.cwd.empty() ? "/" : f.cwd;
     // The main process's environment, from the bundle, then --env.
     try {
-      auto bundle = oci::read_bundle(state.bundle);
+      auto bundle = oci::read_bundle(state.bundle, oci::ReadFor::kInspect);
       r.env = bundle->process.env;
       if (f.cwd.empty()) r.workdir = bundle->process.workdir;
     } catch (const Error&) {

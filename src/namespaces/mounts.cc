@@ -260,8 +260,9 @@ UniqueFd private_tree(const std::string& path, bool recursive) {
 }  // namespace
 
 std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid,
-                                                uint32_t gid) const {
-  auto idmapped = [&userns_fd](const std::string& path, bool recursive, unsigned extra) {
+                                                uint32_t gid, bool shift) const {
+  auto idmapped = [&userns_fd, shift](const std::string& path, bool recursive, unsigned extra) {
+    if (!shift) return UniqueFd();
     UniqueFd tree = private_tree(path, recursive);
     if (!tree) return UniqueFd();
     mount_attr attr{};
@@ -305,8 +306,8 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
     struct stat st;
     const unsigned extra =
         (b.read_only ? MOUNT_ATTR_RDONLY : 0) | (b.no_exec ? MOUNT_ATTR_NOEXEC : 0);
-    if (!sandbox_uid || !sandbox_gid || ::stat(b.host_source.c_str(), &st) != 0 || st.st_uid == 0 ||
-        st.st_gid == 0) {
+    if (!shift || !sandbox_uid || !sandbox_gid || ::stat(b.host_source.c_str(), &st) != 0 ||
+        st.st_uid == 0 || st.st_gid == 0) {
       // Not shifted: the tree as it is (owners read as nobody inside), so
       // that the child need not walk the host's path to it (an engine's
       // state directory is root's alone).

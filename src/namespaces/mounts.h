@@ -146,8 +146,10 @@ class MountPlan {
   // An entry is invalid where the file system cannot do it (or the source
   // belongs to root); the child then mounts it plainly and its owners show
   // as nobody inside.
-  std::vector<UniqueFd> idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid,
-                                       uint32_t gid) const;
+  // shift false (an engine gave the id map, and the files are in its
+  // ids already): every tree as it is, none id-mapped.
+  std::vector<UniqueFd> idmapped_trees(int userns_fd, const IdMap& map, uint32_t uid, uint32_t gid,
+                                       bool shift = true) const;
 
   // Child side. Builds the root and pivots into it; afterwards the process's
   // root and cwd are the sandbox's "/" and the host's tree is gone.

@@ -461,20 +461,35 @@ void read_id_maps(const json& l, Context context, Bundle* b) {
   const bool gid_given = gid && !(gid->is_array() && gid->empty());
   if (!uid_given && !gid_given) return;
   const char* key = uid_given ? "linux.uidMappings" : "linux.gidMappings";
-  // As root of the host, each container has host ids of its own; an
-  // ordinary user's are its subordinate ones. Only a runtime that is root
-  // of a nested namespace (whose ids are all the invoking user's) takes
-  // the engine's map.
-  if (!context.nested_root)
+  // Root of the host takes the engine's map (Podman's --uidmap and
+  // --userns=auto, Kubernetes' hostUsers: false), whose ids the engine
+  // gave the files, but never one that maps the host's root in; root of a
+  // nested namespace (rootless Podman's) takes it in that namespace's ids.
+  // An ordinary user's containers map from its subordinate ids, as
+  // openshell plans them.
+  if (!context.nested_root && !context.host_root)
     refuse(key,
-           "is not supported yet: openshell maps the sandbox's ids itself (a user namespace "
-           "of its own always)");
+           "is taken from root only: run as an ordinary user, openshell maps the sandbox's "
+           "ids itself (from /etc/subuid)");
   if (!uid_given) refuse("linux.uidMappings", "is required with linux.gidMappings");
   if (!gid_given) refuse("linux.gidMappings", "is required with linux.uidMappings");
   namespaces::IdMap map;
   map.method = namespaces::IdMap::Method::kDirect;
   map.uid = id_ranges(*uid, "linux.uidMappings");
   map.gid = id_ranges(*gid, "linux.gidMappings");
+  if (context.host_root) {
+    auto maps_host_root = [](const std::vector<namespaces::IdRange>& ranges) {
+      return std::any_of(ranges.begin(), ranges.end(),
+                         [](const namespaces::IdRange& r) { return r.outside == 0; });
+    };
+    if (maps_host_root(map.uid))
+      refuse("linux.uidMappings",
+             "maps the host's root (hostID 0) into the container, which openshell never does");
+    if (maps_host_root(map.gid))
+      refuse("linux.gidMappings",
+             "maps the host's root group (hostID 0) into the container, which openshell never "
+             "does");
+  }
   if (!map.host_uid(b->spec.uid))
     refuse("process.user.uid",
            std::to_string(b->spec.uid) + " is not in linux.uidMappings' container ids");
@@ -593,7 +608,7 @@ void read_linux(const json& l, Context context, Bundle* b) {
     if (!absolute_clean(p)) refuse("linux.maskedPaths", "\"" + p + "\" must be absolute");
   for (const auto& p : b->spec.fs.read_only_paths)
     if (!absolute_clean(p)) refuse("linux.readonlyPaths", "\"" + p + "\" must be absolute");
-  if (const json* v = member(l, "seccomp")) {
+  if (const json* v = member(l, "seccomp"); v && context.compile_seccomp) {
     b->seccomp = compile_seccomp(*v);
     b->spec.seccomp_program = b->seccomp.program();
   }
@@ -693,7 +708,13 @@ void apply_policy(Bundle* b) {
 
 }  // namespace
 
-Context current_context() { return {::geteuid() == 0 && !namespaces::in_initial_user_namespace()}; }
+Context current_context() {
+  Context c;
+  const bool root = ::geteuid() == 0, initial = namespaces::in_initial_user_namespace();
+  c.nested_root = root && !initial;
+  c.host_root = root && initial;
+  return c;
+}
 
 std::unique_ptr<Bundle> bundle_from_json(const json& config, const std::string& dir,
                                          Context context) {
@@ -755,13 +776,15 @@ std::unique_ptr<Bundle> bundle_from_json(const json& config, const std::string& 
   return b;
 }
 
-std::unique_ptr<Bundle> read_bundle(const std::string& dir) {
+std::unique_ptr<Bundle> read_bundle(const std::string& dir, ReadFor purpose) {
   const std::string path = dir + "/config.json";
   auto text = files::try_read(path);
   if (!text) throw Error(errno_message("read " + path, errno ? errno : ENOENT));
   json config = json::parse(*text, nullptr, false);
   if (config.is_discarded()) throw Error(path + ": not valid JSON");
-  return bundle_from_json(config, dir, current_context());
+  Context context = current_context();
+  context.compile_seccomp = purpose == ReadFor::kStart;
+  return bundle_from_json(config, dir, context);
 }
 
 json example_config(bool rootless) {

@@ -58,11 +58,23 @@ struct Context {
   // gidMappings (in that namespace's ids) are taken then; root of the host
   // and an ordinary user map the container's ids themselves.
   bool nested_root = false;
+  // Root of the host: takes the engine's maps too, in host ids (never one
+  // that maps host id 0 in).
+  bool host_root = false;
+  // Whether linux.seccomp is compiled into a filter. Not where nothing
+  // starts from the read (delete's poststop hooks, exec's environment):
+  // the compile is most of a read's time.
+  bool compile_seccomp = true;
 };
 Context current_context();
 
+// What a read of the bundle is for.
+enum class ReadFor { kStart, kInspect };
+
 // Reads dir/config.json. Throws Error: "config.json: FIELD: why".
-std::unique_ptr<Bundle> read_bundle(const std::string& dir);
+// kInspect leaves the seccomp filter uncompiled (the profile still checked
+// as JSON is not).
+std::unique_ptr<Bundle> read_bundle(const std::string& dir, ReadFor purpose = ReadFor::kStart);
 
 // The same from a parsed config (tests); dir is where relative paths start.
 std::unique_ptr<Bundle> bundle_from_json(const nlohmann::json& config, const std::string& dir,

@@ -127,7 +127,7 @@ class Monitor {
     runtime::ContainerSpec& spec = bundle_->spec;
     // Root of a nested user namespace (rootless Podman's runtime) has no
     // host ids to give out: its own namespace's ids are the container's.
-    if (namespaces::is_host_root()) {
+    if (namespaces::is_host_root() && !spec.id_map) {
       ids_ = namespaces::claim_host_range("", true);
       spec.host_range = ids_.range();
     }

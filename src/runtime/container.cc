@@ -355,8 +355,14 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   // whose root holds no privilege over the host's ids and mounts.
   const bool host_root = caller.host_uid == 0 && namespaces::in_initial_user_namespace();
   if (spec.id_map) {
-    if (host_root || caller.host_uid != 0)
-      throw Error("an id map of the caller's is taken only from root of a nested user namespace");
+    if (caller.host_uid != 0) throw Error("an id map of the caller's is taken only from root");
+    auto maps_zero = [](const std::vector<namespaces::IdRange>& ranges) {
+      for (const auto& r : ranges)
+        if (r.outside == 0) return true;
+      return false;
+    };
+    if (host_root && (maps_zero(spec.id_map->uid) || maps_zero(spec.id_map->gid)))
+      throw Error("the given id map maps the host's root into the sandbox");
     if (!spec.id_map->host_uid(spec.uid))
       throw Error("user id " + std::to_string(spec.uid) + " is not in the given id map");
     if (!spec.id_map->host_gid(spec.gid))
@@ -662,7 +668,8 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     if (host_root) {
       UniqueFd userns(
           ::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
-      if (userns) trees = mounts.idmapped_trees(userns.get(), id_map, spec.uid, spec.gid);
+      if (userns)
+        trees = mounts.idmapped_trees(userns.get(), id_map, spec.uid, spec.gid, !spec.id_map);
     }
     trees.resize(mounts.tree_count());
     for (const UniqueFd& tree : trees)

@@ -155,6 +155,11 @@ TEST_P(Oci, CreateStartStateKillDelete) {
   Result gone = oci({"state", id_});
   EXPECT_EQ(gone.status, 1);
   EXPECT_EQ(file_contents_of_dir(root_), "");
+  // As runc: deleting what is not there fails, unless forced.
+  Result missing = oci({"delete", id_});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_THAT(missing.err, HasSubstr("container " + id_ + " does not exist"));
+  EXPECT_EQ(oci({"delete", "--force", id_}).status, 0);
 }
 
 TEST_P(Oci, ExecRunsBesideTheMainProcess) {

@@ -372,11 +372,17 @@ TEST_P(Runtime, ExecPsStop) {
 
 TEST_P(Runtime, AnEnginesIdMap) {
   if (!engine_->rootless()) {
-    // As root each container has host ids of its own: a map is refused,
-    // with the reason.
-    Podman r = podman(run("--rm --uidmap 0:200000:65536 --gidmap 0:200000:65536", "true"));
-    EXPECT_NE(r.status, 0) << r.all();
-    EXPECT_THAT(r.err, HasSubstr("config.json: linux.uidMappings: is not supported yet"));
+    // As root, the engine's map in host ids: Podman gave the image's files
+    // those ids, so the container's root owns its root and can write it.
+    Podman r = podman(run("--rm --uidmap 0:1500000000:65536 --gidmap 0:1500000000:65536",
+                          "sh -c 'id -u; stat -c %u:%g /bin/busybox; touch /new && echo wrote; "
+                          "cat /proc/self/uid_map'"));
+    EXPECT_EQ(r.status, 0) << r.all();
+    EXPECT_THAT(r.out, testing::MatchesRegex("0\n0:0\nwrote\n +0 +1500000000 +65536\n"));
+    // Never one that maps the host's root in: refused, with the reason.
+    Podman zero = podman(run("--rm --uidmap 0:0:65536 --gidmap 0:0:65536", "true"));
+    EXPECT_NE(zero.status, 0) << zero.all();
+    EXPECT_THAT(zero.err, HasSubstr("config.json: linux.uidMappings: maps the host's root"));
     return;
   }
   // Rootless, the map is in Podman's namespace's ids, all the user's:

@@ -151,9 +151,10 @@ TEST(OciConfig, LinuxFieldsLandInTheSpec) {
 // its filesystem part the Landlock rules; a missing file is refused by name.
 TEST(OciConfig, ThePolicyAnnotationTurnsOnTheProxyAndLandlock) {
   openshell::testing::TempDir dir;
-  openshell::testing::write_file(dir / "policy.toml",
-             "version = 1\n[filesystem_policy]\nread_only = [\"/bin\"]\n"
-             "[network_policies.local]\nendpoints = [ { host = \"localhost\", port = 80 } ]\n");
+  openshell::testing::write_file(
+      dir / "policy.toml",
+      "version = 1\n[filesystem_policy]\nread_only = [\"/bin\"]\n"
+      "[network_policies.local]\nendpoints = [ { host = \"localhost\", port = 80 } ]\n");
   json c = minimal();
   c["annotations"] = {{"org.openshell.policy", "policy.toml"}};
   auto b = bundle_from_json(c, dir.path());
@@ -225,8 +226,8 @@ TEST(OciConfig, RefusalsNameTheField) {
   EXPECT_EQ(with([](json& c) {
               c["linux"]["uidMappings"] = {{{"containerID", 0}, {"hostID", 1000}, {"size", 1}}};
             }),
-            "config.json: linux.uidMappings: is not supported yet: openshell maps the sandbox's "
-            "ids itself (a user namespace of its own always)");
+            "config.json: linux.uidMappings: is taken from root only: run as an ordinary user, "
+            "openshell maps the sandbox's ids itself (from /etc/subuid)");
   EXPECT_EQ(with([](json& c) {
               c["hooks"] = {{"prestart", {{{"path", "x"}}}}};
             }),
@@ -250,7 +251,7 @@ TEST(OciConfig, ExampleConfigIsAccepted) {
   }
 }
 
-TEST(OciConfig, IdMappingsAreTakenOnlyByRootOfANestedUserNamespace) {
+TEST(OciConfig, IdMappingsAreTakenFromRootOnly) {
   json c = minimal();
   c["process"]["user"] = {{"uid", 1001}, {"gid", 1001}, {"additionalGids", {1001}}};
   // Podman's keep-id, rootless: the user's own id (Podman's 0) is 1001 inside.
@@ -267,10 +268,29 @@ TEST(OciConfig, IdMappingsAreTakenOnlyByRootOfANestedUserNamespace) {
   EXPECT_EQ(b->spec.id_map->host_uid(65537), std::nullopt);
   // Without mappings, none is given: the runtime plans its own.
   EXPECT_FALSE(bundle_from_json(minimal(), "/b", Context{true})->spec.id_map.has_value());
-  // Root of the host, or an ordinary user: refused, as before.
+  // An ordinary user: refused (its ids come from its subordinate range).
   EXPECT_EQ(refusal(c),
-            "config.json: linux.uidMappings: is not supported yet: openshell maps the sandbox's "
-            "ids itself (a user namespace of its own always)");
+            "config.json: linux.uidMappings: is taken from root only: run as an ordinary user, "
+            "openshell maps the sandbox's ids itself (from /etc/subuid)");
+  // Root of the host: Podman's --uidmap, in host ids; never host id 0.
+  Context host_root;
+  host_root.host_root = true;
+  c["process"]["user"] = {{"uid", 0}, {"gid", 0}};
+  c["linux"]["uidMappings"] = {{{"containerID", 0}, {"hostID", 300000}, {"size", 65536}}};
+  c["linux"]["gidMappings"] = c["linux"]["uidMappings"];
+  b = bundle_from_json(c, "/b", host_root);
+  ASSERT_TRUE(b->spec.id_map.has_value());
+  EXPECT_EQ(b->spec.id_map->host_uid(0), std::optional<uint32_t>(300000));
+  c["linux"]["gidMappings"] = {{{"containerID", 0}, {"hostID", 0}, {"size", 1}},
+                               {{"containerID", 1}, {"hostID", 300001}, {"size", 65535}}};
+  try {
+    bundle_from_json(c, "/b", host_root);
+    ADD_FAILURE() << "a map of the host's root group was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "config.json: linux.gidMappings: maps the host's root group (hostID 0) into the "
+                 "container, which openshell never does");
+  }
 }
 
 TEST(OciConfig, IdMappingsAreChecked) {
