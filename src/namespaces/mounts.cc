@@ -290,9 +290,12 @@ std::vector<UniqueFd> MountPlan::idmapped_trees(int userns_fd, const IdMap& map,
       // host's path to it (an engine's state directory is root's alone).
       // Its owners read as nobody inside.
       tree = private_tree(lower.host, false);
-      if (tree)
-        log::debug("the root " + lower.host +
-                   " takes no id mapping: its files' owners read as nobody inside");
+      if (tree && shift)
+        log::warn("the root " + lower.host +
+                  " cannot be id-mapped (its file system takes no id mapping): its files' owners "
+                  "read as nobody "
+                  "inside, and what only they may change cannot be changed (an engine's id map "
+                  "makes them the container's: docs/oci.md, Ownership)");
     }
     trees.push_back(std::move(tree));
   }

@@ -135,6 +135,20 @@ TEST_F(Containerd, RunEndsWithTheProcesssStatus) {
   EXPECT_EQ(r.out, "hello from ctr\n");
 }
 
+// With an id map (ctr's --uidmap: containerd gives the snapshot's files
+// those host ids), the container's root owns its image and may change it.
+// Without one its files are the host's root's, which no container's root
+// is: they read as nobody, as under rootless runtimes.
+TEST_F(Containerd, TheContainersRootOwnsItsImageWithAnIdMap) {
+  Shell r = sh(run("--rm --uidmap 0:1500000000:65536 --gidmap 0:1500000000:65536",
+                   "sh -c 'stat -c %u:%g /etc; echo x >>/etc/passwd && mkdir /new && chown 5 /new "
+                   "&& stat -c %u /new; cat /proc/self/uid_map'"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_THAT(r.out, testing::MatchesRegex("0:0\n5\n +0 +1500000000 +65536\n"));
+  Shell plain = sh(run("--rm", "stat -c %u /etc"));
+  EXPECT_EQ(plain.out, "65534\n");
+}
+
 TEST_F(Containerd, ExecKillPauseStatsDelete) {
   ASSERT_EQ(sh(run("-d", "sleep 100")).status, 0);
   Shell ls = sh(task("ls"));

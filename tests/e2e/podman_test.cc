@@ -394,6 +394,22 @@ TEST_P(Runtime, AnEnginesIdMap) {
   EXPECT_EQ(r.out, uid + "\n" + gid + "\n");
 }
 
+// The image's files are the container root's: it owns them and may change
+// them. Rootless, Podman's own namespace makes them so; as root, an id map
+// (--uidmap, --userns=auto) does, Podman giving the files those ids.
+// Without one, as root, they are the host's root's, which no container's
+// root is: they read as nobody.
+TEST_P(Runtime, TheContainersRootOwnsItsImage) {
+  const std::string map =
+      engine_->rootless() ? "" : " --uidmap 0:1500000000:65536 --gidmap 0:1500000000:65536";
+  Podman r = podman(run("--rm" + map,
+                        "sh -c 'stat -c %u:%g /bin/busybox /etc; echo x >>/etc/passwd "
+                        "&& mkdir /new && chown 5:5 /new && stat -c %u /new'"));
+  EXPECT_EQ(r.status, 0) << r.all();
+  EXPECT_EQ(r.out, "0:0\n0:0\n5\n") << r.all();
+  if (!engine_->rootless()) EXPECT_EQ(podman(run("--rm", "stat -c %u /etc")).out, "65534\n");
+}
+
 TEST_P(Runtime, TheEscapeBatteryFails) {
   // --privileged: every capability Podman gives, no seccomp profile of its
   // own; openshell's confinement stands, for the main process and for an
