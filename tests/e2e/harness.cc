@@ -375,7 +375,18 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   }
   const long deadline = now_ms() + options.timeout_s * 1000L;
   bool signalled = false;
+  // Once openshell has exited, what it left running (a detached
+  // container's process holds the pipes it was given) may keep them open:
+  // its output is what came before the pipes fell quiet for a moment.
+  int status = 0;
+  bool exited = false;
+  long quiet_since = 0;
   while (out_fd >= 0 || err_fd >= 0) {
+    if (!exited && ::waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      quiet_since = now_ms();
+    }
+    if (exited && now_ms() - quiet_since > 300) break;
     if (options.signal && !signalled && result.out.find(options.signal_when) != std::string::npos) {
       ::kill(pid, options.signal);
       signalled = true;
@@ -388,9 +399,11 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
       break;
     }
     pollfd fds[3] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}, {in_fd, POLLOUT, 0}};
-    if (::poll(fds, 3, static_cast<int>(std::min(left, 200L))) < 0 && errno != EINTR) break;
+    if (::poll(fds, 3, static_cast<int>(std::min(left, exited ? 50L : 200L))) < 0 && errno != EINTR)
+      break;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !fds[i].revents) continue;
+      quiet_since = now_ms();
       char buf[8192];
       ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
       if (n > 0) {
@@ -413,8 +426,7 @@ Result openshell(Mode mode, const std::vector<std::string>& args, const Options&
   if (options.pty && out_fd == master) result.pty_settings_after = pty_settings(master);
   for (int fd : {out_fd, err_fd, in_fd})
     if (fd >= 0) ::close(fd);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!exited && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   note_sandboxes(mode, options.env);
