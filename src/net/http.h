@@ -106,7 +106,7 @@ class WebSocket {
                       Headers headers,
                       std::function<void(std::shared_ptr<WebSocket>, std::string error)> done);
   // Client: a header field of the server's upgrade answer ("" without it).
-  virtual std::string response_header(std::string_view name) const { return {}; }
+  virtual std::string response_header(std::string_view /*name*/) const { return {}; }
 
   // Server: a connection handed over by another process (the fd and the
   // upgrade request it had read); completes the handshake. Returns nullptr

@@ -163,6 +163,10 @@ class Monitor {
     state_.cgroup_dirs = container_->cgroups().dirs();
     state_.rootfs = spec.fs.rootfs;
     write_state(options_.root, state_);
+    // As runc's, the cgroups stay until `delete` (which removes them by the
+    // state's list): an engine reads a container's stats and watches its
+    // OOM events after its processes are gone.
+    container_->keep_cgroups();
   }
 
   pid_t pid() const { return container_->pid(); }

@@ -143,6 +143,7 @@ CgroupSet& CgroupSet::operator=(CgroupSet&& other) noexcept {
     v1_dirs_ = std::move(other.v1_dirs_);
     memory_dir_ = std::move(other.memory_dir_);
     memory_v2_ = other.memory_v2_;
+    keep_ = other.keep_;
     unified_fd_ = std::move(other.unified_fd_);
   }
   return *this;
@@ -310,6 +311,7 @@ int CgroupSet::oom_kills() const {
 }
 
 void CgroupSet::remove() noexcept {
+  if (keep_) return;
   // Tasks of a sandbox that just ended may still be leaving the cgroup: on
   // a loaded machine that has taken more than a second. Wait up to 10 s
   // (as the reaper does for an owner that died), then say what is left.

@@ -86,6 +86,10 @@ class CgroupSet {
   int oom_kills() const;
   // Removes the cgroups, waiting briefly for exiting tasks. Idempotent.
   void remove() noexcept;
+  // From now on remove() leaves the cgroups where they are: their owner
+  // removes them later by dirs() (an OCI container's stay until `delete`,
+  // for the engine's stats and OOM watch of a container that has exited).
+  void keep() noexcept { keep_ = true; }
 
   const std::vector<std::string>& dirs() const { return dirs_; }
   bool empty() const { return dirs_.empty(); }
@@ -95,6 +99,7 @@ class CgroupSet {
   std::vector<std::string> v1_dirs_;  // those to attach by pid
   std::string memory_dir_;            // the one holding the memory limit (v1 or v2)
   bool memory_v2_ = false;
+  bool keep_ = false;
   UniqueFd unified_fd_;
 };
 

@@ -37,6 +37,8 @@ class Container {
   int control_fd() const { return control_.get(); }
   const namespaces::IdMap& id_map() const { return id_map_; }
   const CgroupSet& cgroups() const { return cgroups_; }
+  // The cgroups outlive the container; their owner removes them (CgroupSet::keep).
+  void keep_cgroups() noexcept { cgroups_.keep(); }
 
   // With spec.egress: the proxy's listening socket and the DNS stub's
   // socket, made inside the sandbox's network namespace (-1 otherwise). The

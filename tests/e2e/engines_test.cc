@@ -180,13 +180,34 @@ TEST_F(Containerd, ExecKillPauseStatsDelete) {
   EXPECT_EQ(sh(task("delete " + id_)).status, 0);
 }
 
+// Logs: the shim writes the container's stdout and stderr where
+// --log-uri says, as for runc. stderr comes first, and stdout a moment
+// later: containerd 1.6's shim closes a file log as soon as stdout ends
+// (copyPipes gives the stdout copier the file itself, not the counted
+// wrapper that stderr's copier shares), so what stderr still has in its
+// pipe then is lost, whatever the runtime.
+TEST_F(Containerd, TheProcesssOutputGoesToItsLog) {
+  const std::string log = dir_ + "/" + id_ + ".log";
+  Shell r = sh(run("--rm --log-uri " + q("file://" + log),
+                   "sh -c 'echo to stderr >&2; sleep 0.3; echo to stdout; exit 2'"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  std::string text;
+  for (int i = 0; i < 50 && text.find("to stdout") == std::string::npos; ++i) {
+    text = file_contents(log);
+    if (text.find("to stdout") == std::string::npos)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(text, "to stderr\nto stdout\n");
+  std::filesystem::remove(log);
+}
+
 TEST_F(Containerd, ATerminal) {
   // ctr wants a terminal of its own for -t: script(1) gives it one, and
   // runs the command from a file (its quoting stays the shell's).
   const std::string command =
       write_file(dir_ + "/" + id_ + ".sh",
                  "#!/bin/sh\nexec " + run("--rm -t", "sh -c 'tty; exit 4'") + "\n", 0755);
-  Shell t = sh("script -qec " + q(command) + " /dev/null");
+  Shell t = sh("SHELL=/bin/sh timeout -k 5 40 script -qec " + q(command) + " /dev/null </dev/null");
   EXPECT_EQ(t.status, 4) << t.out;
   EXPECT_THAT(t.out, HasSubstr("/dev/pts/0"));
 }

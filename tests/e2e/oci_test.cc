@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -160,6 +161,27 @@ TEST_P(Oci, CreateStartStateKillDelete) {
   EXPECT_EQ(missing.status, 1);
   EXPECT_THAT(missing.err, HasSubstr("container " + id_ + " does not exist"));
   EXPECT_EQ(oci({"delete", "--force", id_}).status, 0);
+}
+
+// As runc's: a container's cgroups outlive its processes until `delete`,
+// where an engine reads the stats and OOM events of one that has exited.
+TEST_P(Oci, TheCgroupsStayUntilDelete) {
+  json c = config({"true"});
+  c["linux"]["cgroupsPath"] = "/" + id_;
+  write_config(c);
+  ASSERT_EQ(oci({"create", "--bundle", bundle_, id_}).status, 0);
+  const std::string pids_dir = "/sys/fs/cgroup/pids/" + id_;
+  if (!std::filesystem::exists(pids_dir)) {
+    oci({"delete", "--force", id_});
+    GTEST_SKIP() << "no pids cgroup made here (" << pids_dir << "): cgroups need root";
+  }
+  ASSERT_EQ(oci({"start", id_}).status, 0);
+  EXPECT_TRUE(wait_status("stopped")) << state().dump();
+  // The monitor is gone with the init; the cgroup is still there.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(std::filesystem::exists(pids_dir));
+  EXPECT_EQ(oci({"delete", id_}).status, 0);
+  EXPECT_FALSE(std::filesystem::exists(pids_dir));
 }
 
 TEST_P(Oci, ExecRunsBesideTheMainProcess) {

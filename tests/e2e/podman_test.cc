@@ -208,9 +208,13 @@ class PodmanEngine {
   bool rootless() const { return rootless_; }
 
   // podman ARGS as the engine's user, with its own directories, killed
-  // after timeout_s.
-  std::string command(const std::string& args, int timeout_s = 30) const {
-    std::string prefix = "timeout -k 5 " + std::to_string(timeout_s) + " ";
+  // after timeout_s. On a terminal, timeout stays in the terminal's
+  // foreground process group (--foreground): in a group of its own, Podman's
+  // first tcsetattr on the terminal stops it with SIGTTOU, for good.
+  enum class Tty { kNo, kYes };
+  std::string command(const std::string& args, int timeout_s = 30, Tty tty = Tty::kNo) const {
+    std::string prefix = std::string("timeout ") + (tty == Tty::kYes ? "--foreground " : "") +
+                         "-k 5 " + std::to_string(timeout_s) + " ";
     std::string podman = "podman --root " + q(dir_ + "/storage") + " --runroot " +
                          q((rootless_ ? runtime_dir_ : dir_) + "/run") + " --tmpdir " +
                          q((rootless_ ? runtime_dir_ : dir_) + "/tmp") + " --network-config-dir " +
@@ -318,13 +322,18 @@ TEST_P(Runtime, ATerminal) {
   // the command from a file (its quoting stays the shell's; nothing is
   // written to the working directory). The process lingers a moment after
   // its output: Podman 4.3's attach loses the last output of a process that
-  // ends at once, with runc too (4 runs in 20 here).
+  // ends at once, with runc too (4 runs in 20 here). script runs the file
+  // through $SHELL: named here, so the test does not follow the caller's
+  // environment (bash runs the file in the terminal's own process group;
+  // dash, script's choice with no SHELL, in a child of it).
   const std::string command =
       write_file(engine_->dir() + "/" + name_ + ".sh",
                  "#!/bin/sh\nexec " +
-                     engine_->command(run("--rm -it", "sh -c 'tty; sleep 0.5; exit 4'")) + "\n",
+                     engine_->command(run("--rm -it", "sh -c 'tty; sleep 0.5; exit 4'"), 30,
+                                      PodmanEngine::Tty::kYes) +
+                     "\n",
                  0755);
-  Shell t = sh("timeout -k 5 40 script -qec " + q(command) + " /dev/null");
+  Shell t = sh("SHELL=/bin/sh timeout -k 5 40 script -qec " + q(command) + " /dev/null </dev/null");
   EXPECT_EQ(t.status, 4) << t.out;
   EXPECT_THAT(t.out, HasSubstr("/dev/pts/"));
 }
@@ -407,7 +416,9 @@ TEST_P(Runtime, TheContainersRootOwnsItsImage) {
                         "&& mkdir /new && chown 5:5 /new && stat -c %u /new'"));
   EXPECT_EQ(r.status, 0) << r.all();
   EXPECT_EQ(r.out, "0:0\n0:0\n5\n") << r.all();
-  if (!engine_->rootless()) EXPECT_EQ(podman(run("--rm", "stat -c %u /etc")).out, "65534\n");
+  if (!engine_->rootless()) {
+    EXPECT_EQ(podman(run("--rm", "stat -c %u /etc")).out, "65534\n");
+  }
 }
 
 TEST_P(Runtime, TheEscapeBatteryFails) {
