@@ -94,6 +94,9 @@ class Containerd : public testing::Test {
          " task ls -q | xargs -r -n1 " + ctr() + " task delete; " + ctr() +
          " container ls -q | xargs -r -n1 " + ctr() + " container delete");
       stop_engine(pid_, dir_);
+      // The cgroup of ctr's namespace, parent of every container's (the
+      // runtime removes only a container's own, as runc does).
+      remove_empty_cgroups("osh");
     }
   }
 
@@ -278,6 +281,7 @@ class Docker : public testing::Test {
     if (pid_ <= 0) return;
     sh(docker() + " ps -aq | xargs -r " + docker() + " rm -f");
     stop_engine(pid_, dir_);  // the containerd it started ends with it
+    remove_empty_cgroups("docker");
   }
 
  protected:

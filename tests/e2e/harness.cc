@@ -790,6 +790,23 @@ std::vector<std::string> leftover_cgroups() {
   return out;
 }
 
+void remove_empty_cgroups(const std::string& name) {
+  std::error_code ec;
+  for (const auto& hierarchy : std::filesystem::directory_iterator("/sys/fs/cgroup", ec)) {
+    const std::filesystem::path top = hierarchy.path() / name;
+    if (!std::filesystem::is_directory(top, ec)) continue;
+    std::vector<std::string> dirs;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(top, ec))
+      if (e.is_directory(ec)) dirs.push_back(e.path().string());
+    // Deepest first, then the top.
+    std::sort(dirs.begin(), dirs.end(), [](const std::string& a, const std::string& b) {
+      return std::count(a.begin(), a.end(), '/') > std::count(b.begin(), b.end(), '/');
+    });
+    for (const std::string& dir : dirs) ::rmdir(dir.c_str());
+    ::rmdir(top.c_str());
+  }
+}
+
 std::vector<std::string> leftover_processes() {
   std::vector<std::string> out;
   DIR* proc = ::opendir("/proc");

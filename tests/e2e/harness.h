@@ -111,6 +111,11 @@ std::string write_file(const std::string& path, const std::string& content, mode
 // the tests' copy of the binary. Others' sandboxes are not counted.
 std::vector<std::string> leftover_mounts();
 std::vector<std::string> leftover_cgroups();
+// Removes the cgroup `name` (an engine's parent of its containers' cgroups:
+// containerd's namespace, docker, libpod_parent) from every hierarchy,
+// with its empty children; what still holds a task or a cgroup of someone
+// else's running stays (rmdir refuses it).
+void remove_empty_cgroups(const std::string& name);
 std::vector<std::string> leftover_processes();
 // A new test: the runs of earlier ones no longer count as its own.
 void forget_started_processes();

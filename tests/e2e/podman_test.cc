@@ -173,6 +173,8 @@ class PodmanEngine {
     // Its storage's mounts (overlay's, as root), then its files.
     sh("grep -o ' " + dir_ + "/[^ ]*' /proc/self/mountinfo | sort -r | xargs -r -n1 umount");
     std::filesystem::remove_all(dir_);
+    // The parent of its containers' cgroups (and conmon's), as root.
+    if (!rootless_) remove_empty_cgroups("libpod_parent");
     if (!runtime_dir_.empty()) std::filesystem::remove_all(runtime_dir_);
     std::filesystem::remove_all(std::filesystem::path(link_).parent_path());
     // Root's Podman keeps a blob cache there whatever --root says: when the
