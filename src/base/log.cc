@@ -65,6 +65,7 @@ void emit(const std::string& line, const char* level = "info") {
 }  // namespace
 
 void set_verbose(bool on) { g_verbose = on; }
+bool verbose() { return g_verbose; }
 
 void set_file(int fd, bool json, bool to_stderr) {
   g_file = fd;

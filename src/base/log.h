@@ -6,6 +6,7 @@
 namespace openshell::log {
 
 void set_verbose(bool on);
+bool verbose();  // -v: debug() lines are shown
 
 // Also write each line to fd (runc's --log), as text or as runc's JSON
 // lines ({"level","msg","time"}) that engines read back; -1: no file.

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/files.h"
+#include "base/log.h"
 #include "base/sandbox_limits.h"
 #include "base/text.h"
 #include "base/time.h"
@@ -245,6 +246,29 @@ bool launch_failed(const json& sandbox) {
 int exit_status_of(const json& sandbox) {
   if (sandbox.contains("exit_code")) return sandbox["exit_code"].get<int>();
   return sandbox.value("phase", "") == "Error" ? exit_code::kFailure : 0;
+}
+
+std::string with_timings_query(const std::string& path) {
+  if (!log::verbose()) return path;
+  return path + (path.find('?') == std::string::npos ? "?" : "&") + "timings=1";
+}
+
+void report_timings(const char* verb, nlohmann::json* sandbox, double round_trip_ms) {
+  if (!log::verbose() || !sandbox->is_object()) return;
+  auto fixed = [](double ms) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f", ms);
+    return std::string(buf);
+  };
+  std::string line = std::string(verb) + ": round trip " + fixed(round_trip_ms) + " ms";
+  if (auto it = sandbox->find("timings"); it != sandbox->end() && it->is_array()) {
+    line += "; in the gateway, ms since the request:";
+    for (const auto& step : *it)
+      line += " " + step.value("step", "?") + " " + fixed(step.value("ms", 0.0)) + ",";
+    line.pop_back();
+    sandbox->erase(it);
+  }
+  log::debug(line);
 }
 
 }  // namespace openshell::cli

@@ -71,6 +71,12 @@ std::string why(const nlohmann::json& sandbox);
 // Whether the sandbox could not be launched at all (not: its main process
 // ended, which is a result like any other).
 bool launch_failed(const nlohmann::json& sandbox);
+// With -v: asks the gateway for a launch's timings (create, start) by
+// adding "timings=1" to the request's query.
+std::string with_timings_query(const std::string& path);
+// With -v: says where the gateway's time went in one line (from the
+// answer's "timings", which goes), and the round trip the CLI saw.
+void report_timings(const char* verb, nlohmann::json* sandbox, double round_trip_ms);
 
 // A finished sandbox's main process status as this command's exit status.
 int exit_status_of(const nlohmann::json& sandbox);

@@ -135,10 +135,13 @@ void Gateway::launch(SandboxRecord& record) {
   sync_placeholders(record);  // the providers attached now
   const std::string file = paths_.launch_file(record.id);
   mint_launch_file(record, file);
+  trace(record.id, "launch file");
   pid_t pid = spawn_supervisor(record, file, {}, -1);
+  trace(record.id, "supervisor spawned");
   record.supervisor_pid = pid;
   record.supervisor_start = start_time(pid);
   save(record);
+  trace(record.id, "supervisor stored");
   watch_supervisor(record.id, pid, record.generation);
 }
 
@@ -331,6 +334,7 @@ void Gateway::relaunch(SandboxRecord& record, const std::string& reason,
   record.supervisor_pid = 0;
   record.supervisor_start = 0;
   set_phase(record, Phase::kStarting, reason, message);  // on disk before the launch
+  trace(record.id, "stored");
   ::unlink((paths_.sandbox(record.id) + "/exit.json").c_str());
   try {
     launch(record);

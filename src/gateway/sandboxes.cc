@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "base/log.h"
@@ -226,9 +227,40 @@ static void check_vm_host(const SandboxVm& vm, bool gateway_kernel) {
                                   : "--vm-kernel " + vm.kernel + ": " + why);
 }
 
+void Gateway::trace(const std::string& id, const char* step) {
+  auto it = traces_.find(id);
+  if (it == traces_.end()) return;
+  const auto since = std::chrono::steady_clock::now() - it->second.begin;
+  const double ms = std::chrono::duration<double, std::milli>(since).count();
+  it->second.steps.push_back({{"step", step}, {"ms", std::round(ms * 1000) / 1000}});
+}
+
+json Gateway::take_trace(const std::string& id) {
+  auto it = traces_.find(id);
+  if (it == traces_.end()) return nullptr;
+  trace(id, "answer");
+  json steps = std::move(it->second.steps);
+  traces_.erase(it);
+  return steps;
+}
+
+namespace {
+bool wants_timings(const net::Request& req) {
+  auto it = req.query.find("timings");
+  return it != req.query.end() && it->second != "0" && it->second != "false";
+}
+
+// The record's view, with the launch's timings when they were asked for.
+json with_timings(json view, json timings) {
+  if (!timings.is_null()) view["timings"] = std::move(timings);
+  return view;
+}
+}  // namespace
+
 void Gateway::create(const Call& call) {
   const std::shared_ptr<net::Exchange>& exchange = call.exchange;
   const net::Request& req = exchange->request();
+  const auto begin = std::chrono::steady_clock::now();
   json body = json::parse(req.body, nullptr, false);
   if (!body.is_object()) throw ApiError(400, "bad_request", "the body must be a JSON object");
   std::string name = body.value("name", "");
@@ -332,9 +364,12 @@ void Gateway::create(const Call& call) {
   record.created_ms = record.updated_ms = now_ms();
   record.conditions.push_back(
       Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
+  if (wants_timings(req)) traces_[id] = LaunchTrace{begin};
+  trace(id, "checked");
   try {
     store_->insert(record);  // the intent is on disk before anything is done
   } catch (...) {
+    traces_.erase(id);
     release_id_range(record);  // no record, no sandbox: its ids are free again
     throw;
   }
@@ -350,6 +385,7 @@ void Gateway::create(const Call& call) {
       id, "Created",
       "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
       record.created_ms);
+  trace(id, "stored");
 
   // The sandbox's directory: launch file, logs, and its writable layer.
   const std::string dir = paths_.sandbox(id);
@@ -386,6 +422,7 @@ void Gateway::create(const Call& call) {
     }
     // The image's layers stay in the store while the sandbox exists.
     if (spec.image) image::Store(paths_.images()).hold(id, spec.image->layers);
+    trace(id, "directory");
     if (start)
       launch(record);
     else
@@ -395,14 +432,16 @@ void Gateway::create(const Call& call) {
     set_phase(record, Phase::kError, "LaunchFailed", e.what());
   }
   std::string wait = req.query.count("wait") ? req.query.at("wait") : "ready";
-  if (wait == "none") return exchange->respond(json_response(201, view(record)));
+  if (wait == "none")
+    return exchange->respond(json_response(201, with_timings(view(record), take_trace(id))));
   wait_for(
       id,
       [](const SandboxRecord* r) {
         return !r || (r->phase != Phase::kProvisioning && r->phase != Phase::kStarting);
       },
       [this, exchange, id](const SandboxRecord* r) {
-        if (r) return exchange->respond(json_response(201, view(*r)));
+        json timings = take_trace(id);
+        if (r) return exchange->respond(json_response(201, with_timings(view(*r), timings)));
         auto last = gone_.find(id);
         if (last != gone_.end()) return exchange->respond(json_response(201, last->second));
         exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
@@ -410,6 +449,7 @@ void Gateway::create(const Call& call) {
 }
 
 void Gateway::start_sandbox(const Call& call) {
+  const auto begin = std::chrono::steady_clock::now();
   const std::shared_ptr<net::Exchange>& exchange = call.exchange;
   const std::string& name = call.name;
   SandboxRecord record = find(name);
@@ -421,15 +461,17 @@ void Gateway::start_sandbox(const Call& call) {
                    "sandbox '" + name + "' is " + std::string(phase_name(record.phase)) +
                        " (start works from Stopped, Completed or Error)");
   if (wait_for_copy(exchange, record, "start")) return;
+  if (wants_timings(call.exchange->request())) traces_[record.id] = LaunchTrace{begin};
   relaunch(record);
   wait_for(
       record.id,
       [](const SandboxRecord* r) {
         return !r || (r->phase != Phase::kStarting && r->phase != Phase::kProvisioning);
       },
-      [this, exchange](const SandboxRecord* r) {
+      [this, exchange, id = record.id](const SandboxRecord* r) {
+        json timings = take_trace(id);
         if (!r) return exchange->respond(error_response(410, "gone", "the sandbox was deleted"));
-        exchange->respond(json_response(200, view(*r)));
+        exchange->respond(json_response(200, with_timings(view(*r), timings)));
       });
 }
 

@@ -281,7 +281,17 @@ class Gateway {
   int64_t started_ms_ = now_ms();
   UniqueFd lock_;
   std::map<std::string, Supervised> supervised_;  // by sandbox id
-  std::map<std::string, pid_t> copies_;           // copy supervisors, by sandbox id
+  // Where a launch's time goes (`?timings=1` on create and start; the CLI's
+  // -v): each step's time since the request arrived, until the answer.
+  struct LaunchTrace {
+    std::chrono::steady_clock::time_point begin;
+    json steps = json::array();  // [{"step": NAME, "ms": SINCE_BEGIN}]
+  };
+  std::map<std::string, LaunchTrace> traces_;  // by sandbox id, while asked for
+  void trace(const std::string& id, const char* step);
+  // The trace as the answer's "timings" (and forgotten): null when none.
+  json take_trace(const std::string& id);
+  std::map<std::string, pid_t> copies_;  // copy supervisors, by sandbox id
   std::map<std::string, std::vector<std::function<void()>>> copy_waiters_;
   std::map<std::string, std::vector<Waiter>> waiters_;
   struct Watcher {

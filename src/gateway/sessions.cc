@@ -90,6 +90,7 @@ void Gateway::on_hello(const std::shared_ptr<net::WebSocket>& ws,
   // The providers' credentials too, which no file holds.
   // And its forwards, whose states this session reports afresh.
   forward_states_.erase(record->id);
+  trace(record->id, "session");
   ws->send(
       protocol::encode(session::Welcome{SandboxSpec::from_json(record->spec).env,
                                         credentials_of(record->id), session_forwards(record->id)}),
@@ -121,6 +122,7 @@ void Gateway::on_session_message(const std::string& id,
     }
     if (status->ready() &&
         (record->phase == Phase::kProvisioning || record->phase == Phase::kStarting)) {
+      trace(id, "running");
       record->intent = "";
       set_phase(*record, Phase::kReady);
     }

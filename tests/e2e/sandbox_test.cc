@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -50,6 +51,56 @@ TEST_P(Sandbox, CreateShowsOutputAndReturnsStatus) {
   EXPECT_THAT(get.out, HasSubstr("\"reason\": \"MainProcessFailed\""));
   EXPECT_THAT(get.out, HasSubstr("\"generation\": 1"));
   EXPECT_THAT(get.out, HasSubstr("\"created_at\": \""));
+}
+
+// -v says where a launch's time went: the gateway's steps in order, each
+// at a time no earlier than the one before, then the round trip. The
+// timings stay out of the sandbox's JSON.
+TEST_P(Sandbox, VerboseCreateAndStartSayWhereTheTimeWent) {
+  auto steps_of = [](const std::string& err, const std::string& verb) {
+    std::vector<std::pair<std::string, double>> steps;
+    const std::string head = "openshell: " + verb + ": round trip ";
+    const size_t at = err.find(head);
+    if (at == std::string::npos) return steps;
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    const std::string mark = "ms since the request:";
+    size_t pos = line.find(mark);
+    if (pos == std::string::npos) return steps;
+    std::istringstream in(line.substr(pos + mark.size()));
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      const size_t space = item.find_last_of(' ');
+      steps.emplace_back(item.substr(1, space - 1), std::stod(item.substr(space + 1)));
+    }
+    return steps;
+  };
+  Result r = os({"-v", "sandbox", "create", "--name", "timed", "-o", "json", "--from", rootfs(),
+                 "--", "true"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto steps = steps_of(r.err, "create");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    names.push_back(steps[i].first);
+    if (i > 0) EXPECT_GE(steps[i].second, steps[i - 1].second) << r.err;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"checked", "stored", "directory", "launch file",
+                                             "supervisor spawned", "supervisor stored", "session",
+                                             "running", "answer"}))
+      << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("timings")));
+  ASSERT_TRUE(wait_phase("timed", "Completed"));
+  Result start = os({"-v", "sandbox", "start", "timed"});
+  ASSERT_EQ(start.status, 0) << start.err;
+  names.clear();
+  for (const auto& step : steps_of(start.err, "start")) names.push_back(step.first);
+  EXPECT_EQ(names, (std::vector<std::string>{"stored", "launch file", "supervisor spawned",
+                                             "supervisor stored", "session", "running", "answer"}))
+      << start.err;
+  // Without -v nothing is said.
+  ASSERT_TRUE(wait_phase("timed", "Completed"));
+  Result quiet = os({"sandbox", "start", "timed"});
+  EXPECT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_THAT(quiet.err, Not(HasSubstr("round trip")));
 }
 
 // The field report (OpenShell #4505): a sandbox whose main process exited
