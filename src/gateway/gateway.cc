@@ -253,12 +253,17 @@ void Gateway::set_phase(SandboxRecord& record, Phase phase, const std::string& r
       condition("Ready", "False", reason, message);
       break;
   }
-  store_->append_event(record.id, "Phase",
-                       std::string(phase_name(phase)) +
-                           (reason.empty() ? "" : " (" + reason + ")") +
-                           (message.empty() ? "" : ": " + message),
-                       now);
-  save(record);
+  // The event and the record in one commit.
+  record.updated_ms = now_ms();
+  store_->atomically("set the phase of sandbox '" + record.name + "'", [&] {
+    store_->append_event(record.id, "Phase",
+                         std::string(phase_name(phase)) +
+                             (reason.empty() ? "" : " (" + reason + ")") +
+                             (message.empty() ? "" : ": " + message),
+                         now);
+    store_->update(record);
+  });
+  notify(record.id);
 }
 
 void Gateway::wait_for(const std::string& id, std::function<bool(const SandboxRecord*)> done,

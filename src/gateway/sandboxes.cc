@@ -366,25 +366,29 @@ void Gateway::create(const Call& call) {
       Condition{"Ready", "False", "SupervisorNotConnected", "", record.created_ms});
   if (wants_timings(req)) traces_[id] = LaunchTrace{begin};
   trace(id, "checked");
+  // The record, its first policy, providers, forwards and the event: one
+  // commit, on disk before anything is done.
   try {
-    store_->insert(record);  // the intent is on disk before anything is done
+    store_->atomically("create sandbox '" + name + "'", [&] {
+      store_->insert(record);
+      store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
+      // Before the launch, which puts their placeholders in the env.
+      if (!providers.empty()) attach_providers(record, providers);
+      // Before the launch too: the supervisor's welcome carries them.
+      for (auto& f : forwards) {
+        f.sandbox_id = id;
+        store_->insert_forward(f);
+      }
+      store_->append_event(
+          id, "Created",
+          "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
+          record.created_ms);
+    });
   } catch (...) {
     traces_.erase(id);
     release_id_range(record);  // no record, no sandbox: its ids are free again
     throw;
   }
-  store_->add_policy(id, spec.policy, record.created_ms);  // revision 1
-  // Before the launch, which puts their placeholders in the env.
-  if (!providers.empty()) attach_providers(record, providers);
-  // Before the launch too: the supervisor's welcome carries them.
-  for (auto& f : forwards) {
-    f.sandbox_id = id;
-    store_->insert_forward(f);
-  }
-  store_->append_event(
-      id, "Created",
-      "from " + spec.from + (spec.image ? " (image " + spec.image->id.substr(7, 12) + ")" : ""),
-      record.created_ms);
   trace(id, "stored");
 
   // The sandbox's directory: launch file, logs, and its writable layer.

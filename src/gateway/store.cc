@@ -194,18 +194,26 @@ void execute_script(sqlite3* db, std::string_view sql) {
 // BEGIN IMMEDIATE now; ROLLBACK on scope exit unless committed. SQLite may
 // already have rolled back after some failures (a full disk among them), so
 // it is asked whether a transaction is still open.
+// Inside another (Store::atomically) it is part of that one: it neither
+// begins nor commits nor rolls back; the outer one does.
 class Transaction {
  public:
-  explicit Transaction(sqlite3* db) : db_(db) { execute(db_, "BEGIN IMMEDIATE"); }
+  explicit Transaction(sqlite3* db) : db_(db), nested_(!sqlite3_get_autocommit(db)) {
+    if (!nested_) execute(db_, "BEGIN IMMEDIATE");
+  }
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
   ~Transaction() {
-    if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    if (!nested_ && !sqlite3_get_autocommit(db_))
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
-  void commit() { execute(db_, "COMMIT"); }
+  void commit() {
+    if (!nested_) execute(db_, "COMMIT");
+  }
 
  private:
   sqlite3* db_;
+  bool nested_;
 };
 
 // Runs body as one transaction; a failure of SQLite's becomes
@@ -483,6 +491,10 @@ std::unique_ptr<Store> Store::open(const std::string& path) {
 Store::Store(sqlite3* db) : db_(db) {}
 
 Store::~Store() { sqlite3_close_v2(db_); }
+
+void Store::atomically(const std::string& what, const std::function<void()>& body) {
+  write_transaction(db_, what, body);
+}
 
 void Store::insert(const SandboxRecord& record) {
   write_transaction(db_, "insert sandbox '" + record.name + "'", [&] {

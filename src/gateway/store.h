@@ -135,6 +135,10 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
+  // The calls body makes as one transaction (one commit, so one sync of
+  // the log instead of one each); on any failure none of them took effect.
+  void atomically(const std::string& what, const std::function<void()>& body);
+
   // Each call is one transaction; on any failure (a full disk included) it
   // throws Error with SQLite's reason and nothing changes.
   void insert(const SandboxRecord& record);  // NameTaken when the name exists

@@ -704,7 +704,7 @@ TEST_P(Sandbox, FullDiskLosesNothing) {
   Result full = os({"sandbox", "create", "--name", "after", "--from", rootfs(), "--", "true"});
   EXPECT_EQ(full.status, 125);
   EXPECT_EQ(full.err, "openshell: " + mounted +
-                          "/gateway.db: insert sandbox 'after': database or disk is full\n");
+                          "/gateway.db: create sandbox 'after': database or disk is full\n");
   // What was there is intact; what failed is absent or an Error, never half made.
   EXPECT_EQ(phase("before"), "Completed");
   EXPECT_EQ(os({"logs", "before"}).out, "hi\n");

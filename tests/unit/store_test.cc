@@ -329,6 +329,45 @@ TEST_F(StoreTest, DuplicateNameIsNameTakenAndChangesNothing) {
   EXPECT_EQ(RawDb(db_path()).text("SELECT count(*) FROM sandboxes"), "2");
 }
 
+// Several writes as one commit: all of them, or (a failure inside) none.
+TEST_F(StoreTest, AtomicallyCommitsAllOrNothing) {
+  auto store = open();
+  SandboxRecord a = sample("aaaaaaaaaaaa", "a", 1);
+  store->atomically("create a", [&] {
+    store->insert(a);
+    store->add_policy(a.id, "version = 1\n", 1);
+    store->append_event(a.id, "Created", "from host", 1);
+  });
+  EXPECT_THAT(store->list(), ElementsAre(a));
+  EXPECT_EQ(store->policies(a.id).size(), 1u);
+  EXPECT_EQ(store->events(a.id, 10).size(), 1u);
+
+  // The second insert's name is taken: the first insert and the event
+  // before it are undone with it.
+  SandboxRecord b = sample("bbbbbbbbbbbb", "b", 2);
+  SandboxRecord clash = sample("cccccccccccc", "a", 3);
+  EXPECT_THROW(store->atomically("create b",
+                                 [&] {
+                                   store->insert(b);
+                                   store->append_event(a.id, "Phase", "Ready", 2);
+                                   store->insert(clash);
+                                 }),
+               NameTaken);
+  // A failure of the caller's own undoes it all too.
+  EXPECT_THROW(store->atomically("create b",
+                                 [&] {
+                                   store->insert(b);
+                                   throw Error("no such provider");
+                                 }),
+               Error);
+  EXPECT_EQ(store->find_by_id(b.id), std::nullopt);
+  EXPECT_EQ(store->events(a.id, 10).size(), 1u);
+  EXPECT_EQ(RawDb(db_path()).text("SELECT count(*) FROM sandboxes"), "1");
+  // Nothing was left open: a plain insert commits, for all to see.
+  store->insert(b);
+  EXPECT_EQ(RawDb(db_path()).text("SELECT count(*) FROM sandboxes"), "2");
+}
+
 TEST_F(StoreTest, DuplicateIdIsAPlainError) {
   auto store = open();
   SandboxRecord first = sample("111111111111", "one", 1);
