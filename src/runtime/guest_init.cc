@@ -99,7 +99,14 @@ bool send_frame(int fd, FrameType type, std::string_view bytes) {
   // Its stdin is the pty then: the session's controlling terminal, so that
   // ^C and ^Z signal the foreground job and /dev/tty opens.
   if (request.tty && ioctl(0, TIOCSCTTY, 0) != 0) fail(errno);
-  signal(SIGPIPE, SIG_DFL);
+  // Every signal at its default and none blocked, whatever this process
+  // inherited: an ignored SIGINT (a shell's background job passes one on)
+  // would outlive the exec, and ^C would not end the command.
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
   if (chdir(request.workdir.empty() ? "/" : request.workdir.c_str()) != 0) fail(errno);
   uint32_t uid = request.user ? request.user->uid : config.uid;
   uint32_t gid = request.user ? request.user->gid : config.gid;

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -468,12 +469,14 @@ struct StatusRun {
 };
 
 StatusRun run_status(const Config& config, const std::string& host_sends = "",
-                     const Confinement& confinement = {}) {
+                     const Confinement& confinement = {},
+                     const std::function<void(pid_t)>& before_sending = {}) {
   int sv[2];
   EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   StatusRun r;
   auto begin = std::chrono::steady_clock::now();
   r.pid = start_main(config, confinement, sv[1]);
+  if (before_sending && r.pid > 0) before_sending(r.pid);
   if (!host_sends.empty()) files::write_all(sv[0], host_sends);
   if (r.pid >= 0) r.status = supervise_main(r.pid, sv[1], /*reap_all=*/false);
   r.took = std::chrono::steady_clock::now() - begin;
@@ -515,15 +518,20 @@ TEST(GuestStatus, StopSendsSigtermToTheGroupAndTheExitFollows) {
 
 TEST(GuestStatus, AfterTheGraceItIsKilled) {
   Config config;
-  // It ignores SIGTERM from the start (an ignored signal stays ignored
-  // across fork and exec): a trap in the script would race the stop.
-  config.argv = {"sleep", "60"};
-  struct sigaction ignore {
-  }, old{};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGTERM, &ignore, &old);
-  StatusRun r = run_status(config, "stop 300\n");
-  sigaction(SIGTERM, &old, nullptr);
+  // It ignores SIGTERM (the command starts with every signal at its
+  // default, so the script ignores it itself, and keeps it ignored across
+  // the exec); the stop is sent once the kernel says it is ignored.
+  config.argv = {"sh", "-c", "trap '' TERM; exec sleep 60"};
+  StatusRun r = run_status(config, "stop 300\n", {}, [](pid_t pid) {
+    const uint64_t term = uint64_t{1} << (SIGTERM - 1);
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+      for (std::string line; std::getline(status, line);)
+        if (line.rfind("SigIgn:", 0) == 0 && (std::stoull(line.substr(7), nullptr, 16) & term))
+          return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
   ASSERT_GT(r.pid, 0);
   EXPECT_EQ(r.status, 128 + SIGKILL);
   EXPECT_EQ(r.lines, "ready " + std::to_string(r.pid) + "\nexit 137\n");
