@@ -248,27 +248,28 @@ int exit_status_of(const json& sandbox) {
   return sandbox.value("phase", "") == "Error" ? exit_code::kFailure : 0;
 }
 
-std::string with_timings_query(const std::string& path) {
-  if (!log::verbose()) return path;
-  return path + (path.find('?') == std::string::npos ? "?" : "&") + "timings=1";
-}
-
-void report_timings(const char* verb, nlohmann::json* sandbox, double round_trip_ms) {
-  if (!log::verbose() || !sandbox->is_object()) return;
+json launch_call(GatewayClient& client, const char* verb, const std::string& path,
+                 const std::string& body) {
+  if (!log::verbose()) return client.call("POST", path, body);
+  const double sent_ms = log::elapsed_ms();
+  json sandbox = client.call(
+      "POST", path + (path.find('?') == std::string::npos ? "?" : "&") + "timings=1", body);
   auto fixed = [](double ms) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.2f", ms);
     return std::string(buf);
   };
-  std::string line = std::string(verb) + ": round trip " + fixed(round_trip_ms) + " ms";
-  if (auto it = sandbox->find("timings"); it != sandbox->end() && it->is_array()) {
+  std::string line =
+      std::string(verb) + ": round trip " + fixed(log::elapsed_ms() - sent_ms) + " ms";
+  if (auto it = sandbox.find("timings"); it != sandbox.end() && it->is_array()) {
     line += "; in the gateway, ms since the request:";
     for (const auto& step : *it)
       line += " " + step.value("step", "?") + " " + fixed(step.value("ms", 0.0)) + ",";
     line.pop_back();
-    sandbox->erase(it);
+    sandbox.erase(it);
   }
   log::debug(line);
+  return sandbox;
 }
 
 }  // namespace openshell::cli

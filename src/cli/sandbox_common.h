@@ -71,12 +71,11 @@ std::string why(const nlohmann::json& sandbox);
 // Whether the sandbox could not be launched at all (not: its main process
 // ended, which is a result like any other).
 bool launch_failed(const nlohmann::json& sandbox);
-// With -v: asks the gateway for a launch's timings (create, start) by
-// adding "timings=1" to the request's query.
-std::string with_timings_query(const std::string& path);
-// With -v: says where the gateway's time went in one line (from the
-// answer's "timings", which goes), and the round trip the CLI saw.
-void report_timings(const char* verb, nlohmann::json* sandbox, double round_trip_ms);
+// POST of a launch (create, start): with -v the gateway is asked for its
+// timings ("timings=1"), and one line says where the time went and what
+// the round trip was; the answer is returned without them.
+nlohmann::json launch_call(GatewayClient& client, const char* verb, const std::string& path,
+                           const std::string& body = "");
 
 // A finished sandbox's main process status as this command's exit status.
 int exit_status_of(const nlohmann::json& sandbox);

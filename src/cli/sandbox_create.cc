@@ -119,10 +119,7 @@ json upload_then_start(GatewayClient& client, const std::string& name, const Cre
       throw Error("--upload " + text + ": " + why + " (sandbox '" + name + "' was not created)");
     }
   }
-  const double sent_ms = log::elapsed_ms();
-  json sandbox = client.call("POST", with_timings_query(target(name, "start")));
-  report_timings("start", &sandbox, log::elapsed_ms() - sent_ms);
-  return sandbox;
+  return launch_call(client, "start", target(name, "start"));
 }
 
 int create(const CreateOptions& o) {
@@ -223,9 +220,7 @@ int create(const CreateOptions& o) {
   for (const auto& f : o.forwards) body["forwards"].push_back(parse_forward(f, "--forward " + f));
   json sandbox;
   try {
-    const double sent_ms = log::elapsed_ms();
-    sandbox = client.call("POST", with_timings_query("/v1/sandboxes?wait=ready"), body.dump());
-    report_timings("create", &sandbox, log::elapsed_ms() - sent_ms);
+    sandbox = launch_call(client, "create", "/v1/sandboxes?wait=ready", body.dump());
   } catch (const GatewayError& e) {
     if (!remote || e.code() != "image_not_found") throw;
     throw Error("--from " + o.from + ": " + gateway.describe() +

@@ -44,9 +44,8 @@ void add_sandbox_start_stop(CLI::App* sandbox, Action* action) {
         for (const auto& n : names) {
           json s;
           try {
-            const double sent_ms = log::elapsed_ms();
-            s = client.call("POST", v == "start" ? with_timings_query(target(n, v)) : target(n, v));
-            report_timings(v.c_str(), &s, log::elapsed_ms() - sent_ms);
+            s = v == "start" ? launch_call(client, "start", target(n, v))
+                             : client.call("POST", target(n, v));
           } catch (const Error& e) {
             if (!*all) throw;
             log::error(e.what());  // the others still start
