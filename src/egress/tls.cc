@@ -261,7 +261,46 @@ size_t SandboxCa::cached_leaves() const {
   return leaves_.size();
 }
 
+SandboxCa::SandboxCa(std::string cert_pem, std::string key_pem)
+    : cert_pem_(std::move(cert_pem)), key_pem_(std::move(key_pem)) {
+  if (cert_pem_.empty() || key_pem_.empty())
+    throw Error("a sandbox CA without its certificate or key");
+}
+
+void SandboxCa::parse() const {
+  std::call_once(parsed_, [this] {
+    if (key_) return;  // made here
+    std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
+        BIO_new_mem_buf(cert_pem_.data(), static_cast<int>(cert_pem_.size())), BIO_free);
+    std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
+        BIO_new_mem_buf(key_pem_.data(), static_cast<int>(key_pem_.size())), BIO_free);
+    if (!cert_bio || !key_bio) fail("read the sandbox's CA");
+    cert_.reset(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+    key_.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+    if (!cert_ || !key_) fail("read the sandbox's CA certificate and key");
+    if (X509_check_private_key(cert_.get(), key_.get()) != 1)
+      fail("the sandbox's CA key does not match its certificate");
+  });
+}
+
+X509* SandboxCa::cert() const {
+  parse();
+  return cert_.get();
+}
+
+std::string SandboxCa::key_pem() const {
+  parse();
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), BIO_free);
+  if (!bio ||
+      PEM_write_bio_PrivateKey(bio.get(), key_.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1)
+    fail("write the sandbox's CA key");
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
 std::shared_ptr<SSL_CTX> SandboxCa::mint(const std::string& name, bool ip) {
+  parse();
   auto key = new_p256_key();
   auto leaf = new_cert(key.get());
   X509* cert = leaf.get();

@@ -43,12 +43,19 @@ class SandboxCa {
   // keyCertSign and cRLSign, a random serial, valid from an hour ago for 30
   // days. Throws Error.
   explicit SandboxCa(const std::string& sandbox);
+  // A CA made elsewhere (the gateway makes each sandbox's: its OpenSSL is
+  // warm, and a supervisor's first key and signature cost milliseconds of
+  // OpenSSL's start), from its certificate and key, PEM. They are parsed
+  // when first needed (the first leaf), so a start pays nothing for them.
+  SandboxCa(std::string cert_pem, std::string key_pem);
   SandboxCa(const SandboxCa&) = delete;
   SandboxCa& operator=(const SandboxCa&) = delete;
 
   // The certificate, PEM: what goes into the sandbox's CA bundle.
   const std::string& cert_pem() const { return cert_pem_; }
-  X509* cert() const { return cert_.get(); }
+  // The private key, PEM (unencrypted): for the one who hands it over.
+  std::string key_pem() const;
+  X509* cert() const;
 
   // A server context for `name` (an SNI host name, or an IP address
   // literal, IPv6 with or without brackets): its leaf certificate (ECDSA
@@ -63,10 +70,13 @@ class SandboxCa {
 
  private:
   std::shared_ptr<SSL_CTX> mint(const std::string& name, bool ip);
+  void parse() const;  // key_pem_ and cert_pem_ into key_ and cert_, once
 
-  std::unique_ptr<EVP_PKEY, PkeyFree> key_;
-  std::unique_ptr<X509, X509Free> cert_;
+  mutable std::once_flag parsed_;
+  mutable std::unique_ptr<EVP_PKEY, PkeyFree> key_;
+  mutable std::unique_ptr<X509, X509Free> cert_;
   std::string cert_pem_;
+  std::string key_pem_;  // until parsed, for a CA from PEM
   mutable std::mutex mutex_;
   // Most recently used first.
   std::list<std::pair<std::string, std::shared_ptr<SSL_CTX>>> leaves_;

@@ -96,6 +96,9 @@ class Gateway {
     bool final_status = false;  // the supervisor reported the end
     int64_t init_pid = 0;       // the sandbox's PID 1, as the supervisor reported it
     uint64_t init_start = 0;
+    // The CA made for this launch (launch()), until its welcome takes it.
+    std::string ca_cert;
+    std::string ca_key;
   };
 
   // One request to a route of the API (api.cc).
@@ -210,6 +213,7 @@ class Gateway {
   void set_phase(SandboxRecord& record, Phase phase, const std::string& reason = "",
                  const std::string& message = "");
   void launch(SandboxRecord& record);
+  void make_sandbox_ca(const SandboxRecord& record);
   void mint_launch_file(const SandboxRecord& record, const std::string& file);
   pid_t spawn_supervisor(const SandboxRecord& record, const std::string& launch_file,
                          const std::vector<std::string>& extra, int report_fd);

@@ -91,10 +91,18 @@ void Gateway::on_hello(const std::shared_ptr<net::WebSocket>& ws,
   // And its forwards, whose states this session reports afresh.
   forward_states_.erase(record->id);
   trace(record->id, "session");
-  ws->send(
-      protocol::encode(session::Welcome{SandboxSpec::from_json(record->spec).env,
-                                        credentials_of(record->id), session_forwards(record->id)}),
-      false);
+  session::Welcome welcome{SandboxSpec::from_json(record->spec).env, credentials_of(record->id),
+                           session_forwards(record->id)};
+  // The CA made at the launch: to the supervisor started for it, once.
+  Supervised& started = supervised_[launch.sandbox_id];
+  if (!started.ca_key.empty() && started.pid == ws->peer().pid &&
+      started.generation == launch.generation) {
+    welcome.ca_cert = std::move(started.ca_cert);
+    welcome.ca_key = std::move(started.ca_key);
+    started.ca_cert.clear();
+    started.ca_key.clear();
+  }
+  ws->send(protocol::encode(welcome), false);
 }
 
 void Gateway::on_session_message(const std::string& id,

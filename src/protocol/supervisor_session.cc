@@ -141,12 +141,19 @@ void to_json(json& j, const Welcome& m) {
   j = {{"env", m.env}};
   if (!m.credentials.empty()) j["credentials"] = m.credentials;
   if (!m.forwards.empty()) j["forwards"] = m.forwards;
+  if (!m.ca_key.empty()) j["ca"] = {{"cert", m.ca_cert}, {"key", m.ca_key}};
 }
 void from_json(const json& j, Welcome& m) {
   FieldReader r(j, Welcome::kType);
   r.required("env", &m.env);
   m.credentials = read_credentials(r, Welcome::kType);
   m.forwards = read_forwards(r, Welcome::kType);
+  if (const json* ca = r.raw("ca")) {
+    FieldReader c(*ca, "welcome ca");
+    c.required("cert", &m.ca_cert);
+    c.required("key", &m.ca_key);
+    c.no_others();
+  }
   r.no_others();
 }
 

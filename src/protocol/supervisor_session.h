@@ -76,6 +76,11 @@ struct Welcome {
   std::vector<std::string> env;         // the spec's, which the launch file names by its digest
   std::vector<Credential> credentials;  // absent from an older gateway's: none
   std::vector<Forward> forwards;        // absent when none (an older supervisor reads it then)
+  // The sandbox's CA for this launch, PEM, made by the gateway, which has
+  // written the sandbox's CA bundle with it: only to the supervisor it
+  // started, once. Absent: the supervisor makes its own and the bundle.
+  std::string ca_cert;
+  std::string ca_key;
 };
 
 // The whole set of the sandbox's forwards, replacing what came before: sent

@@ -45,6 +45,10 @@ struct ChildContext {
   int control_fd;  // the init's end of the control channel
   int self_exe_fd;
   int* tree_fds;  // room for mounts->tree_count() fds from the parent
+  // v1 cgroups' `tasks` files: the child writes "0" to each first thing
+  // (CgroupSet::open_for_self_join).
+  const int* cgroup_fds;
+  size_t cgroup_fd_count;
   int last_cap;
   seccomp::Program seccomp;
   seccomp::Program extra_seccomp;  // the caller's, beside ours
@@ -190,6 +194,12 @@ bool open_tty(const ChildContext& c, ChildFailure* f) {
   ChildFailure f;
   auto die = [&]() { report_and_exit(c.report_fd, &f); };
   const ContainerSpec& spec = *c.spec;
+
+  // Into the sandbox's v1 cgroups, by itself while it has one thread:
+  // before anything of the sandbox runs, and without the global lock a
+  // move by pid takes.
+  for (size_t i = 0; i < c.cgroup_fd_count; ++i)
+    if (::write(c.cgroup_fds[i], "0", 1) != 1) fail(&f, errno, "join the sandbox's cgroup"), die();
 
   // Stdio first, then nothing of the caller's beyond it and our own fds.
   const int stdio[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
@@ -499,6 +509,11 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ctx.self_exe_fd = self_exe.get();
   std::vector<int> tree_fds(mounts.tree_count(), -1);
   ctx.tree_fds = tree_fds.data();
+  std::vector<UniqueFd> cgroup_fds = container->cgroups_.open_for_self_join();
+  std::vector<int> cgroup_fd_numbers;
+  for (const UniqueFd& fd : cgroup_fds) cgroup_fd_numbers.push_back(fd.get());
+  ctx.cgroup_fds = cgroup_fd_numbers.data();
+  ctx.cgroup_fd_count = cgroup_fd_numbers.size();
   ctx.last_cap = caps::last_cap();
   if (spec.seccomp) ctx.seccomp = seccomp::default_program();
   ctx.extra_seccomp = spec.seccomp_program;

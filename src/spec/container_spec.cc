@@ -417,9 +417,7 @@ bool inspects_traffic(const policy::Policy& policy) {
   return false;
 }
 
-namespace {
-
-void prepare_copy(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
+void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths) {
   if (spec.storage != "copy") return;
   const std::string dir = paths.sandbox(sandbox_id);
   const std::string rootfs = dir + "/rootfs";
@@ -440,14 +438,6 @@ void prepare_copy(const SandboxSpec& spec, const std::string& sandbox_id, const 
   // user the sandbox runs as.
   UniqueFd marker(::open(ready.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   if (!marker) throw_errno("create " + ready);
-}
-
-}  // namespace
-
-void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths,
-                  const std::string& sandbox_ca) {
-  prepare_copy(spec, sandbox_id, paths);
-  write_ca_bundle(spec, paths.sandbox(sandbox_id), sandbox_ca);
 }
 
 }  // namespace openshell::spec

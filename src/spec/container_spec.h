@@ -105,14 +105,12 @@ std::vector<std::string> merge_env(std::vector<std::string> base,
 // The environment that points a sandbox's programs at its egress proxy.
 std::vector<std::string> proxy_env();
 
-// What a gateway's sandbox needs in its directory before each launch:
-//  - with storage "copy", its root as a copy of its image (or directory)
-//    before its first start: sandboxes/<id>/rootfs, kept across stops and
-//    starts like a writable layer (made once);
-//  - its CA bundle (write_ca_bundle, in its directory).
-// Throws Error.
-void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths,
-                  const std::string& sandbox_ca = "");
+// What a gateway's sandbox needs in its directory before each launch, its
+// CA bundle aside (write_ca_bundle, by the gateway as it launches): with
+// storage "copy", its root as a copy of its image (or directory) before its
+// first start: sandboxes/<id>/rootfs, kept across stops and starts like a
+// writable layer (made once). Throws Error.
+void prepare_root(const SandboxSpec& spec, const std::string& sandbox_id, const Paths& paths);
 
 // A sandbox's CA bundle (spec/ca_certs.h), written afresh into `dir` (a
 // gateway's sandbox's directory, or a one-shot sandbox's OneShot::ca_dir):

@@ -66,6 +66,7 @@ void Supervisor::on_session_message(const std::string& data) {
     credentials_ = std::move(welcome->credentials);
     if (!container_ && !vm_ && state_ == State::kRunning) {
       take_environment(welcome->env);
+      take_ca(std::move(welcome->ca_cert), std::move(welcome->ca_key));
       if (spec_error_.empty())
         start_container();
       else

@@ -101,6 +101,7 @@ class Supervisor {
   void maybe_exit();
   void fail_start(int code, const std::string& why);
   void take_environment(const std::vector<std::string>& env);
+  void take_ca(std::string cert_pem, std::string key_pem);
   // output.cc: log capture.
   void read_output(asio::posix::stream_descriptor& stream, const std::string& name);
   // exec_relay.cc: handed-over exec connections and the init's control channel.

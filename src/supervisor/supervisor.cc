@@ -31,9 +31,8 @@ void Supervisor::load() {
   // failed start to report, not a supervisor that vanishes.
   try {
     spec_ = SandboxSpec::from_json(launch_.spec);
-    // A micro-VM's guest does not get the bundle yet: no CA for it.
-    if (!spec_.vm) ca_ = std::make_unique<egress::tls::SandboxCa>(launch_.sandbox_name);
-    spec::prepare_root(spec_, launch_.sandbox_id, paths_, ca_ ? ca_->cert_pem() : "");
+    // The CA and its bundle come with the welcome (take_ca).
+    spec::prepare_root(spec_, launch_.sandbox_id, paths_);
     container_spec_ = spec::container_spec_for(
         spec_, spec::sandbox_placement(launch_.sandbox_id, launch_.sandbox_name, paths_));
   } catch (const Error& e) {
@@ -54,6 +53,23 @@ void Supervisor::take_environment(const std::vector<std::string>& env) {
   try {
     container_spec_ = spec::container_spec_for(
         spec_, spec::sandbox_placement(launch_.sandbox_id, launch_.sandbox_name, paths_));
+  } catch (const Error& e) {
+    spec_error_ = e.what();
+  }
+}
+
+// The sandbox's CA for this start: the gateway's, from the welcome (it has
+// written the bundle), or, from a gateway that sent none, one made here with
+// its bundle. A micro-VM's guest does not get the bundle yet: no CA for it.
+void Supervisor::take_ca(std::string cert_pem, std::string key_pem) {
+  if (spec_.vm || !spec_error_.empty()) return;
+  try {
+    if (!key_pem.empty()) {
+      ca_ = std::make_unique<egress::tls::SandboxCa>(std::move(cert_pem), std::move(key_pem));
+      return;
+    }
+    ca_ = std::make_unique<egress::tls::SandboxCa>(launch_.sandbox_name);
+    spec::write_ca_bundle(spec_, paths_.sandbox(launch_.sandbox_id), ca_->cert_pem());
   } catch (const Error& e) {
     spec_error_ = e.what();
   }

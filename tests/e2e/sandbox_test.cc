@@ -84,8 +84,8 @@ TEST_P(Sandbox, VerboseCreateAndStartSayWhereTheTimeWent) {
     if (i > 0) EXPECT_GE(steps[i].second, steps[i - 1].second) << r.err;
   }
   EXPECT_EQ(names, (std::vector<std::string>{"checked", "stored", "directory", "launch file",
-                                             "supervisor spawned", "supervisor stored", "session",
-                                             "running", "answer"}))
+                                             "supervisor spawned", "supervisor stored", "ca",
+                                             "session", "running", "answer"}))
       << r.err;
   EXPECT_THAT(r.out, Not(HasSubstr("timings")));
   ASSERT_TRUE(wait_phase("timed", "Completed"));
@@ -93,8 +93,9 @@ TEST_P(Sandbox, VerboseCreateAndStartSayWhereTheTimeWent) {
   ASSERT_EQ(start.status, 0) << start.err;
   names.clear();
   for (const auto& step : steps_of(start.err, "start")) names.push_back(step.first);
-  EXPECT_EQ(names, (std::vector<std::string>{"stored", "launch file", "supervisor spawned",
-                                             "supervisor stored", "session", "running", "answer"}))
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"stored", "launch file", "supervisor spawned",
+                                      "supervisor stored", "ca", "session", "running", "answer"}))
       << start.err;
   // Without -v nothing is said.
   ASSERT_TRUE(wait_phase("timed", "Completed"));

@@ -592,15 +592,15 @@ TEST(ContainerSpecCaBundle, OnlyAnInspectedEndpointNeedsTheSandboxsCa) {
   EXPECT_FALSE(inspects_traffic(policy(", protocol = \"rest\", tls = \"skip\"")));
 }
 
-TEST(ContainerSpecCaBundle, PrepareRootWritesTheHostsRootsAndTheSandboxsCa) {
+TEST(ContainerSpecCaBundle, ItHoldsTheHostsRootsAndTheSandboxsCa) {
   Gateway g;
   const std::string bundle = g.paths.sandbox("sb-1") + "/ca-certificates.crt";
   SandboxSpec spec = g.from_image(kPasswd, kGroup);
   write_file(g.paths.sandbox("sb-1") + "/.keep", "");
   const auto start = std::chrono::steady_clock::now();
-  prepare_root(spec, "sb-1", g.paths, "SANDBOX CA PEM\n");
+  write_ca_bundle(spec, g.paths.sandbox("sb-1"), "SANDBOX CA PEM\n");
   std::printf(
-      "prepare_root with the host's roots: %.1f us\n",
+      "write_ca_bundle with the host's roots: %.1f us\n",
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   std::string text;
   ASSERT_EQ(files::read_into(bundle, &text), 0);
@@ -612,7 +612,7 @@ TEST(ContainerSpecCaBundle, PrepareRootWritesTheHostsRootsAndTheSandboxsCa) {
     EXPECT_EQ(text.substr(0, roots.size()), roots);
   }
   // A new start, a new CA: the file is written afresh.
-  prepare_root(spec, "sb-1", g.paths, "ANOTHER CA\n");
+  write_ca_bundle(spec, g.paths.sandbox("sb-1"), "ANOTHER CA\n");
   text.clear();  // read_into appends
   ASSERT_EQ(files::read_into(bundle, &text), 0);
   EXPECT_EQ(text.find("SANDBOX CA PEM"), std::string::npos);
@@ -620,7 +620,7 @@ TEST(ContainerSpecCaBundle, PrepareRootWritesTheHostsRootsAndTheSandboxsCa) {
   // A micro-VM gets none.
   ::unlink(bundle.c_str());
   spec.vm.emplace();
-  prepare_root(spec, "sb-1", g.paths, "SANDBOX CA PEM\n");
+  write_ca_bundle(spec, g.paths.sandbox("sb-1"), "SANDBOX CA PEM\n");
   EXPECT_FALSE(files::exists(bundle));
 }
 

@@ -163,6 +163,30 @@ TEST(EgressTls, ALeafChainsToTheCaForItsNameAndNoOther) {
               HasSubstr("neither a host name nor an address"));
 }
 
+// The gateway makes a sandbox's CA and hands its PEM over: the supervisor's
+// copy signs leaves that chain to the same certificate.
+TEST(EgressTls, ACaFromItsPemSignsAsTheOriginal) {
+  SandboxCa made("s");
+  SandboxCa taken(made.cert_pem(), made.key_pem());
+  EXPECT_EQ(taken.cert_pem(), made.cert_pem());
+  auto ctx = taken.leaf_for("api.example.com");
+  X509* leaf = SSL_CTX_get0_certificate(ctx.get());
+  ASSERT_NE(leaf, nullptr);
+  EXPECT_EQ(verify(leaf, made.cert(), "api.example.com"), X509_V_OK);
+  EXPECT_EQ(X509_cmp(taken.cert(), made.cert()), 0);
+
+  // A key that is not the certificate's is refused at the first leaf.
+  SandboxCa other("s");
+  SandboxCa mismatched(made.cert_pem(), other.key_pem());
+  EXPECT_THAT(openshell::testing::error_of([&] { mismatched.leaf_for("api.example.com"); }),
+              HasSubstr("the sandbox's CA key does not match its certificate"));
+  EXPECT_THAT(openshell::testing::error_of([&] { SandboxCa("", "KEY"); }),
+              HasSubstr("without its certificate or key"));
+  SandboxCa garbage("not a certificate", "not a key");
+  EXPECT_THAT(openshell::testing::error_of([&] { garbage.leaf_for("a.example"); }),
+              HasSubstr("read the sandbox's CA"));
+}
+
 TEST(EgressTls, TheCacheKeepsTheRecentlyUsedNames) {
   SandboxCa ca("s");
   auto t0 = std::chrono::steady_clock::now();

@@ -181,6 +181,24 @@ TEST(SupervisorSessionMessages, EachRoundTripsAsDocumented) {
               s::decode_to_supervisor);
 }
 
+// The CA the gateway made for a launch rides in its welcome, both halves or
+// none.
+TEST(SupervisorSessionMessages, AWelcomeCarriesTheLaunchsCa) {
+  namespace s = session;
+  s::Welcome welcome{{"A=1"}, {}, {}};
+  welcome.ca_cert = "CERT PEM";
+  welcome.ca_key = "KEY PEM";
+  expect_wire(welcome,
+              R"({"type":"welcome","env":["A=1"],"ca":{"cert":"CERT PEM","key":"KEY PEM"}})",
+              s::decode_to_supervisor);
+  EXPECT_EQ(
+      error_of(s::decode_to_supervisor, R"({"type":"welcome","env":[],"ca":{"cert":"CERT PEM"}})"),
+      "supervisor session: \"welcome ca\" message: missing field \"key\"");
+  EXPECT_EQ(error_of(s::decode_to_supervisor,
+                     R"({"type":"welcome","env":[],"ca":{"cert":"C","key":"K","x":1}})"),
+            "supervisor session: \"welcome ca\" message: unknown field \"x\"");
+}
+
 TEST(SupervisorSessionMessages, ForwardsAndTheirStatesRoundTrip) {
   namespace s = session;
   const s::Forward local{"127.0.0.1", 8080}, open{"0.0.0.0", 3000};
