@@ -1,8 +1,12 @@
 // openshell sandbox delete: sandboxes named, or all of them, with everything
 // they own.
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +19,10 @@
 namespace openshell::cli {
 
 using nlohmann::json;
+
+namespace {
+constexpr size_t kDeleteWorkers = 8;  // requests in flight at most
+}  // namespace
 
 void add_sandbox_delete(CLI::App* sandbox, Action* action) {
   auto names = std::make_shared<std::vector<std::string>>();
@@ -33,17 +41,37 @@ void add_sandbox_delete(CLI::App* sandbox, Action* action) {
         json list = client.call("GET", "/v1/sandboxes");
         for (const auto& s : list["sandboxes"]) targets.push_back(s.value("name", ""));
       }
-      int status = 0;
-      for (const auto& n : targets) {
-        try {
-          client.call("DELETE", target(n));
-          std::printf("%s\n", n.c_str());
-        } catch (const Error& e) {
-          log::error(e.what());
-          status = exit_code::kFailure;
+      // Several at once: a delete waits for its sandbox's processes to end
+      // and its files to go, which overlaps well with the next one's (1000
+      // one after another took 5.1 s, 8 at a time TIMING). One connection
+      // per worker; each name is printed as its delete is answered.
+      std::atomic<size_t> next{0};
+      std::atomic<int> status{0};
+      std::mutex out;
+      auto work = [&](GatewayClient* own) {
+        for (size_t i = next++; i < targets.size(); i = next++) {
+          const std::string& n = targets[i];
+          try {
+            own->call("DELETE", target(n));
+            std::lock_guard lock(out);
+            std::printf("%s\n", n.c_str());
+            std::fflush(stdout);
+          } catch (const Error& e) {
+            std::lock_guard lock(out);
+            log::error(e.what());
+            status = exit_code::kFailure;
+          }
         }
-      }
-      return status;
+      };
+      const size_t workers = std::min<size_t>(kDeleteWorkers, targets.size());
+      std::vector<std::thread> threads;
+      std::vector<std::unique_ptr<GatewayClient>> clients;
+      clients.push_back(nullptr);  // the first worker is this thread, on `client`
+      for (size_t w = 1; w < workers; ++w) clients.push_back(std::make_unique<GatewayClient>());
+      for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, clients[w].get());
+      work(&client);
+      for (auto& t : threads) t.join();
+      return status.load();
     };
   });
 }

@@ -243,6 +243,8 @@ class Gateway {
   // Runs `then` once the sandbox's own processes are gone too (its init dies
   // with its supervisor, a moment later).
   void after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then);
+  void on_exit(const std::shared_ptr<asio::posix::stream_descriptor>& desc,
+               std::function<void()> then);
   void apply_final(SandboxRecord& record, const protocol::session::Status& status);
   void on_hello(const std::shared_ptr<net::WebSocket>& ws, const protocol::session::Hello& hello,
                 std::string* sandbox_id);
