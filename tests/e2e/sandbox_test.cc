@@ -852,6 +852,39 @@ TEST_P(Sandbox, FiftyConcurrentCreatesAndDeletes) {
             "NAME   PHASE   GEN   EXIT   AGE   FROM   LABELS   COMMAND\n");
 }
 
+// delete --all sends several deletes at once (up to eight): each sandbox is
+// printed once, whatever the order, and nothing of any is left.
+TEST_P(Sandbox, DeleteAllTakesSeveralAtOnceAndLeavesNothing) {
+  constexpr int kCount = 12;  // more than the deletes in flight
+  std::vector<std::thread> threads;
+  std::vector<std::string> dirs(kCount);
+  for (int i = 0; i < kCount; ++i)
+    threads.emplace_back([&, i] {
+      os({"sandbox", "create", "--name", "all" + std::to_string(i), "--from", rootfs()});
+    });
+  for (auto& t : threads) t.join();
+  std::vector<std::string> want;
+  for (int i = 0; i < kCount; ++i) {
+    want.push_back("all" + std::to_string(i));
+    ASSERT_EQ(phase(want.back()), "Ready");
+    dirs[i] = sandbox_dir(want.back());
+  }
+  Result r = os({"sandbox", "delete", "--all"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> printed;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) printed.push_back(line);
+  std::sort(printed.begin(), printed.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(printed, want) << r.out;
+  EXPECT_EQ(os({"sandbox", "list"}).out,
+            "NAME   PHASE   GEN   EXIT   AGE   FROM   LABELS   COMMAND\n");
+  for (const auto& dir : dirs) EXPECT_EQ(::access(dir.c_str(), F_OK), -1) << dir;
+  EXPECT_EQ(new_since(leftover_processes(), processes_before_), std::vector<std::string>{});
+  EXPECT_EQ(new_since(leftover_cgroups(), cgroups_before_), std::vector<std::string>{});
+  EXPECT_EQ(file_contents_of_dir(home_ + "/run/s"), "");
+}
+
 // kill -9 of the gateway and of supervisors at random moments during
 // create, start, stop and delete; afterwards every sandbox settles in a
 // consistent phase and deleting them leaves nothing.
