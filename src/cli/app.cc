@@ -45,8 +45,9 @@ Branch branch_of(int argc, char** argv) {
 // *selection. With `only`, its branch alone where it is `run` or a sandbox
 // subcommand: a command's own parse, help and errors read only its branch,
 // and building the whole tree (a thousand options and their strings) was
-// most of a `sandbox exec`'s own time; a one-shot `run` takes 0.95x as long without it). Allocated
-// and never freed: tearing it down at exit is time with nothing to show for it.
+// most of a `sandbox exec`'s own time (a one-shot `run` takes 0.95x as
+// long without it). Allocated and never freed: tearing it down at exit is
+// time with nothing to show for it.
 CLI::App* make_app(Action* action, bool* verbose, GatewaySelection* selection, Branch only) {
   auto* app = new CLI::App{
       "openshell runs commands in sandboxes whose files, processes, system calls and network are "
