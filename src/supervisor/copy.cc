@@ -127,6 +127,9 @@ std::string Supervisor::copy_refusal(const std::vector<std::string>& argv, bool 
 int Supervisor::run_copy() {
   try {
     load();
+    // The sandbox's binds name its CA bundle: a copy has no gateway's
+    // welcome, so it makes its own, as every start before made one.
+    take_ca("", "");
     start_copy_container();
   } catch (const std::exception& e) {
     copy_ready(std::string("error ") + e.what());
