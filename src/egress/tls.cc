@@ -10,6 +10,7 @@
 
 #include <openssl/bio.h>
 #include <openssl/bn.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -280,6 +281,8 @@ void SandboxCa::parse() const {
     if (!cert_ || !key_) fail("read the sandbox's CA certificate and key");
     if (X509_check_private_key(cert_.get(), key_.get()) != 1)
       fail("the sandbox's CA key does not match its certificate");
+    OPENSSL_cleanse(key_pem_.data(), key_pem_.size());  // the key lives on in key_ alone
+    key_pem_.clear();
   });
 }
 

@@ -76,7 +76,7 @@ class SandboxCa {
   mutable std::unique_ptr<EVP_PKEY, PkeyFree> key_;
   mutable std::unique_ptr<X509, X509Free> cert_;
   std::string cert_pem_;
-  std::string key_pem_;  // until parsed, for a CA from PEM
+  mutable std::string key_pem_;  // until parsed, for a CA from PEM
   mutable std::mutex mutex_;
   // Most recently used first.
   std::list<std::pair<std::string, std::shared_ptr<SSL_CTX>>> leaves_;
