@@ -298,23 +298,11 @@ void Gateway::apply_final(SandboxRecord& record, const protocol::session::Status
 void Gateway::cleanup_host(const SandboxRecord& record) {
   runtime::remove_cgroups("openshell-" + record.id);
   // Every generation's socket up to this one: a supervisor that died while
-  // the gateway was down left its own behind.
-  const std::string dir = paths_.run_dir + "/s";
-  const std::string prefix = record.id + ".";
-  std::vector<std::string> names;
-  try {
-    names = files::list_directory(dir);
-  } catch (const Error&) {
-    return;  // no socket directory: no socket
-  }
-  for (const auto& name : names) {
-    if (!name.starts_with(prefix) || !name.ends_with(".sock")) continue;
-    if (name.size() < prefix.size() + 5) continue;
-    const auto generation = text::parse_uint(
-        std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - 5));
-    if (generation && *generation <= static_cast<uint64_t>(record.generation))
-      ::unlink((dir + "/" + name).c_str());
-  }
+  // the gateway was down left its own behind. By name: a listing of the
+  // directory, which holds every sandbox's, made each delete of a thousand
+  // read a thousand names.
+  for (int64_t generation = 1; generation <= record.generation; ++generation)
+    ::unlink(paths_.supervisor_socket(record.id, generation).c_str());
 }
 
 void Gateway::request_stop(SandboxRecord& record) {
