@@ -43,8 +43,9 @@ void add_sandbox_delete(CLI::App* sandbox, Action* action) {
       }
       // Several at once: a delete waits for its sandbox's processes to end
       // and its files to go, which overlaps well with the next one's (1000
-      // one after another took 5.1 s here, 8 at a time 3.1 to 3.5 s). One connection
-      // per worker; each name is printed as its delete is answered.
+      // one after another took 5.1 s here, 8 at a time 3.1 to 3.5 s). One
+      // connection per worker; each name is printed as its delete is
+      // answered.
       std::atomic<size_t> next{0};
       std::atomic<int> status{0};
       std::mutex out;
@@ -64,11 +65,12 @@ void add_sandbox_delete(CLI::App* sandbox, Action* action) {
         }
       };
       const size_t workers = std::min<size_t>(kDeleteWorkers, targets.size());
-      std::vector<std::thread> threads;
+      // The first worker is this thread, on `client`; the others' connections
+      // are all made before any thread starts (a failure throws from here).
       std::vector<std::unique_ptr<GatewayClient>> clients;
-      clients.push_back(nullptr);  // the first worker is this thread, on `client`
       for (size_t w = 1; w < workers; ++w) clients.push_back(std::make_unique<GatewayClient>());
-      for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, clients[w].get());
+      std::vector<std::thread> threads;
+      for (auto& own : clients) threads.emplace_back(work, own.get());
       work(&client);
       for (auto& t : threads) t.join();
       return status.load();

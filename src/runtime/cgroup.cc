@@ -141,7 +141,6 @@ CgroupSet& CgroupSet::operator=(CgroupSet&& other) noexcept {
     remove();
     dirs_ = std::move(other.dirs_);
     v1_dirs_ = std::move(other.v1_dirs_);
-    by_pid_ = std::move(other.by_pid_);
     memory_dir_ = std::move(other.memory_dir_);
     memory_v2_ = other.memory_v2_;
     keep_ = other.keep_;
@@ -287,7 +286,6 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
       if (dir.empty()) continue;
       made[parent] = dir;
       set.v1_dirs_.push_back(dir);
-      set.by_pid_.push_back(dir);
     }
     write_limits(dir, controller, false);
   }
@@ -297,19 +295,19 @@ CgroupSet CgroupSet::create(const CgroupLayout& layout, const std::string& name,
 std::vector<UniqueFd> CgroupSet::open_for_self_join() {
   std::vector<UniqueFd> fds;
   std::vector<std::string> rest;
-  for (const auto& dir : by_pid_) {
+  for (const auto& dir : v1_dirs_) {
     UniqueFd fd(::open((dir + "/tasks").c_str(), O_WRONLY | O_CLOEXEC));
     if (fd)
       fds.push_back(std::move(fd));
     else
       rest.push_back(dir);
   }
-  by_pid_ = std::move(rest);
+  v1_dirs_ = std::move(rest);
   return fds;
 }
 
 void CgroupSet::attach(pid_t pid) const {
-  for (const auto& dir : by_pid_) files::write(dir + "/cgroup.procs", std::to_string(pid));
+  for (const auto& dir : v1_dirs_) files::write(dir + "/cgroup.procs", std::to_string(pid));
 }
 
 int CgroupSet::oom_kills() const {
@@ -344,7 +342,6 @@ void CgroupSet::remove() noexcept {
   }
   dirs_.clear();
   v1_dirs_.clear();
-  by_pid_.clear();
   memory_dir_.clear();
   unified_fd_.reset();
 }

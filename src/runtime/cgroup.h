@@ -81,7 +81,7 @@ class CgroupSet {
   // cgroup v2 directory fd for clone3's CLONE_INTO_CGROUP; -1 when none.
   int unified_fd() const { return unified_fd_.get(); }
   // The v1 cgroups' `tasks` files, opened for the new process to join them
-  // itself (child::join_cgroups: "0", before it has a second thread). A
+  // itself (it writes "0" to each before it has a second thread). A
   // single thread moving itself skips the kernel's global threadgroup lock
   // and its RCU grace period, which a write of a pid to cgroup.procs waits
   // for (7 to 20 ms here, against 0.03). A directory whose file cannot be
@@ -104,8 +104,7 @@ class CgroupSet {
 
  private:
   std::vector<std::string> dirs_;     // every directory made, v2 first
-  std::vector<std::string> v1_dirs_;  // those to attach by pid
-  std::vector<std::string> by_pid_;   // of those, the ones attach() moves
+  std::vector<std::string> v1_dirs_;  // those attach() moves by pid (none self-joined)
   std::string memory_dir_;            // the one holding the memory limit (v1 or v2)
   bool memory_v2_ = false;
   bool keep_ = false;
