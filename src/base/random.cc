@@ -1,24 +1,31 @@
 #include "base/random.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
 #include <climits>
 #include <vector>
-
-#include <openssl/err.h>
-#include <openssl/rand.h>
 
 #include "base/error.h"
 #include "base/text.h"
 
 namespace openshell {
 
+// The kernel's generator (getrandom(2), which blocks only until it is
+// seeded at boot), not OpenSSL's: a process's first RAND_bytes sets up
+// OpenSSL's providers and DRBG, about a quarter of a new supervisor's CPU
+// (it names its temporary files with these).
 std::string random_hex(size_t bytes) {
   if (bytes > INT_MAX) throw Error("random_hex: too many bytes asked for");
   std::vector<unsigned char> buf(bytes);
-  if (bytes > 0 && RAND_bytes(buf.data(), static_cast<int>(bytes)) != 1) {
-    char reason[256] = "unknown OpenSSL error";
-    if (unsigned long code = ERR_get_error()) ERR_error_string_n(code, reason, sizeof reason);
-    ERR_clear_error();
-    throw Error(std::string("random bytes: ") + reason);
+  size_t got = 0;
+  while (got < bytes) {
+    ssize_t n = ::getrandom(buf.data() + got, bytes - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("random bytes (getrandom)");
+    }
+    got += static_cast<size_t>(n);
   }
   return text::hex(buf.data(), buf.size());
 }

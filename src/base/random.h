@@ -6,7 +6,7 @@
 
 namespace openshell {
 
-// Cryptographically random bytes, hex-encoded (OpenSSL RAND_bytes): 2*bytes
+// Cryptographically random bytes, hex-encoded (the kernel's getrandom): 2*bytes
 // characters. Throws Error.
 std::string random_hex(size_t bytes);
 

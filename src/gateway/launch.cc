@@ -50,9 +50,9 @@ int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pi
 
 // Once its files are gone, the sandbox's host ids may go to another.
 void Gateway::release_id_range(const SandboxRecord& record) const {
-  SandboxSpec spec = SandboxSpec::from_json(record.spec);
-  if (spec.host_uid_start)
-    runtime::release_sandbox_ids(*spec.host_uid_start, paths_.sandbox(record.id));
+  const auto spec = spec_of(record);
+  if (spec->host_uid_start)
+    runtime::release_sandbox_ids(*spec->host_uid_start, paths_.sandbox(record.id));
 }
 
 // ---- launching --------------------------------------------------------------
@@ -159,10 +159,10 @@ void Gateway::make_sandbox_ca(const SandboxRecord& record) {
   s.ca_cert.clear();
   s.ca_key.clear();
   try {
-    const SandboxSpec spec = SandboxSpec::from_json(record.spec);
-    if (spec.vm) return;  // a micro-VM's guest has no CA yet
+    const auto spec = spec_of(record);
+    if (spec->vm) return;  // a micro-VM's guest has no CA yet
     egress::tls::SandboxCa ca(record.name);
-    spec::write_ca_bundle(spec, paths_.sandbox(record.id), ca.cert_pem());
+    spec::write_ca_bundle(*spec, paths_.sandbox(record.id), ca.cert_pem());
     s.ca_cert = ca.cert_pem();
     s.ca_key = ca.key_pem();
   } catch (const Error& e) {
@@ -346,6 +346,7 @@ void Gateway::finish_delete(const std::string& id) {
   gone_[id] = view(*record);
   store_->remove(id);  // and its forwards
   supervised_.erase(id);
+  specs_.erase(id);
   forward_states_.erase(id);
   notify(id);
 }

@@ -20,6 +20,15 @@
 
 namespace openshell::gateway {
 
+std::shared_ptr<const SandboxSpec> Gateway::spec_of(const SandboxRecord& record) const {
+  auto& [text, spec] = specs_[record.id];
+  if (!spec || text != record.spec) {
+    spec = std::make_shared<const SandboxSpec>(SandboxSpec::from_json(record.spec));
+    text = record.spec;
+  }
+  return spec;
+}
+
 json Gateway::view(const SandboxRecord& r) const {
   json conditions = json::array();
   for (const auto& c : r.conditions)
@@ -28,7 +37,7 @@ json Gateway::view(const SandboxRecord& r) const {
                           {"reason", c.reason},
                           {"message", c.message},
                           {"last_transition_time", time::format_ms(c.last_transition_ms)}});
-  SandboxSpec spec = SandboxSpec::from_json(r.spec);
+  const SandboxSpec& spec = *spec_of(r);
   json j = {{"name", r.name},
             {"id", r.id},
             {"owner", owner_of(r)},

@@ -150,6 +150,10 @@ class Gateway {
   void events(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void whoami(const Call& call);
   json view(const SandboxRecord& record) const;
+  // A record's spec, parsed once while its text stays the same: a create
+  // parsed it four times (its view, its CA, its welcome, its ids), a list
+  // of a thousand once each.
+  std::shared_ptr<const SandboxSpec> spec_of(const SandboxRecord& record) const;
   void release_id_range(const SandboxRecord& record) const;
   SandboxRecord find(const std::string& name) const;
 
@@ -287,6 +291,8 @@ class Gateway {
   int64_t started_ms_ = now_ms();
   UniqueFd lock_;
   std::map<std::string, Supervised> supervised_;  // by sandbox id
+  // spec_of's: by sandbox id, the text and what it parsed to.
+  mutable std::map<std::string, std::pair<std::string, std::shared_ptr<const SandboxSpec>>> specs_;
   // Where a launch's time goes (`?timings=1` on create and start; the CLI's
   // -v): each step's time since the request arrived, until the answer.
   struct LaunchTrace {

@@ -91,7 +91,7 @@ void Gateway::on_hello(const std::shared_ptr<net::WebSocket>& ws,
   // And its forwards, whose states this session reports afresh.
   forward_states_.erase(record->id);
   trace(record->id, "session");
-  session::Welcome welcome{SandboxSpec::from_json(record->spec).env, credentials_of(record->id),
+  session::Welcome welcome{spec_of(*record)->env, credentials_of(record->id),
                            session_forwards(record->id)};
   // The CA made at the launch: to the supervisor started for it, once.
   Supervised& started = supervised_[launch.sandbox_id];

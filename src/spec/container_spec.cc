@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include "base/ca_bundles.h"
@@ -374,11 +376,30 @@ namespace {
 
 // The host's roots: what the proxy trusts upstream is what the sandbox
 // trusts where it goes uninspected, whatever its image carries.
+// The host's bundle, read again only when its file changed (another file,
+// size or time): a gateway writes it into every launch's bundle, and read
+// it afresh at each (220 KB on Debian).
 std::string host_ca_bundle() {
   const std::string path = ca_bundles::host_path();
   if (path.empty()) return "";
+  static std::mutex mutex;
+  static std::string cached_path, cached_text;
+  static struct stat cached_stat {};
+  struct stat now {};
+  std::lock_guard<std::mutex> lock(mutex);
+  const bool same = ::stat(path.c_str(), &now) == 0 && path == cached_path &&
+                    now.st_dev == cached_stat.st_dev && now.st_ino == cached_stat.st_ino &&
+                    now.st_size == cached_stat.st_size &&
+                    now.st_mtim.tv_sec == cached_stat.st_mtim.tv_sec &&
+                    now.st_mtim.tv_nsec == cached_stat.st_mtim.tv_nsec &&
+                    now.st_ctim.tv_sec == cached_stat.st_ctim.tv_sec &&
+                    now.st_ctim.tv_nsec == cached_stat.st_ctim.tv_nsec;
+  if (same) return cached_text;
   std::string text;
   if (int err = files::read_into(path, &text)) throw_errno("read " + path, err);
+  cached_path = path;
+  cached_text = text;
+  cached_stat = now;
   return text;
 }
 
