@@ -322,17 +322,12 @@ std::string closing_response_head(std::string_view head) {
 // Finds callers off the proxy's thread: a search of the sandbox's processes
 // takes milliseconds when they are many, and the proxy's other connections
 // and the DNS stub go on meanwhile. One thread, jobs in order; the finder is
-// used on it alone.
+// used on it alone. The thread starts with the first job: an idle
+// sandbox's supervisor (a thousand of them on a host) keeps no thread, no
+// stack, for a search it never asks for.
 class Proxy::IdentityWorker {
  public:
-  explicit IdentityWorker(std::unique_ptr<CallerFinder> finder) : finder_(std::move(finder)) {
-    // The thread takes no signals: they are the process's main loop's.
-    sigset_t all, saved;
-    sigfillset(&all);
-    ::pthread_sigmask(SIG_BLOCK, &all, &saved);
-    thread_ = std::thread([this] { loop(); });
-    ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  }
+  explicit IdentityWorker(std::unique_ptr<CallerFinder> finder) : finder_(std::move(finder)) {}
   ~IdentityWorker() { stop(); }
 
   bool uses_sock_diag() const { return finder_->uses_sock_diag(); }
@@ -341,6 +336,14 @@ class Proxy::IdentityWorker {
   bool submit(std::function<void(CallerFinder&)> job) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return false;
+    if (!thread_.joinable()) {
+      // The thread takes no signals: they are the process's main loop's.
+      sigset_t all, saved;
+      sigfillset(&all);
+      ::pthread_sigmask(SIG_BLOCK, &all, &saved);
+      thread_ = std::thread([this] { loop(); });
+      ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+    }
     jobs_.push_back(std::move(job));
     wake_.notify_one();
     return true;
