@@ -44,8 +44,8 @@ constexpr unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 // and 8 (the key itself 29 and 20). Every launch's CA and every leaf
 // pays it.
 std::unique_ptr<EVP_PKEY, PkeyFree> new_p256_key() {
-  std::unique_ptr<EC_KEY, decltype(&EC_KEY_free)> ec(
-      EC_KEY_new_by_curve_name(NID_X9_62_prime256v1), EC_KEY_free);
+  std::unique_ptr<EC_KEY, decltype(&EC_KEY_free)> ec(EC_KEY_new_by_curve_name(NID_X9_62_prime256v1),
+                                                     EC_KEY_free);
   std::unique_ptr<EVP_PKEY, PkeyFree> key(EVP_PKEY_new());
   if (!ec || !key || EC_KEY_generate_key(ec.get()) != 1 ||
       EVP_PKEY_assign_EC_KEY(key.get(), ec.get()) != 1)
