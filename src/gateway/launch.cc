@@ -319,6 +319,7 @@ void Gateway::request_stop(SandboxRecord& record) {
 }
 
 void Gateway::finish_delete(const std::string& id) {
+  if (removing_.count(id)) return;  // its files are being removed
   auto record = store_->find_by_id(id);
   if (!record) return;
   if (alive(record->supervisor_pid, record->supervisor_start)) {
@@ -334,21 +335,70 @@ void Gateway::finish_delete(const std::string& id) {
     sup->second.init_pid = 0;
     return after_sandbox_gone(pid, start, [this, id] { finish_delete(id); });
   }
-  cleanup_host(*record);
+  // Its files, cgroups and id range go on the background's thread (ext4
+  // frees a file's blocks in unlink, and may discard them synchronously:
+  // most of a delete's time on this thread was there). The record stays,
+  // Deleting, until they are gone: a gateway that dies meanwhile finishes
+  // the delete when it starts again.
+  removing_.insert(id);
+  std::vector<std::string> sockets;
+  for (int64_t generation = 1; generation <= record->generation; ++generation)
+    sockets.push_back(paths_.supervisor_socket(id, generation));
+  const auto spec = spec_of(*record);
+  background_.run(
+      [id, sockets = std::move(sockets), dir = paths_.sandbox(id), images = paths_.images(),
+       uid_start = spec->host_uid_start] {
+        runtime::remove_cgroups("openshell-" + id);
+        for (const auto& socket : sockets) ::unlink(socket.c_str());
+        try {
+          runtime::remove_tree(dir);
+          image::Store(images).release(id);
+          if (uid_start) runtime::release_sandbox_ids(*uid_start, dir);
+        } catch (const Error& e) {
+          log::error(e.what());
+        }
+      },
+      [this, record = std::move(*record)]() mutable {
+        removed_.push_back(std::move(record));
+        if (forget_posted_) return;
+        forget_posted_ = true;
+        asio::post(io_, [this] { forget_deleted(); });
+      });
+}
+
+void Gateway::forget_deleted() {
+  forget_posted_ = false;
+  std::vector<SandboxRecord> done = std::move(removed_);
+  removed_.clear();
+  // One commit for every delete finished since the last: each commit waits
+  // for the disk (synchronous=FULL), and a thousand deletes made a thousand.
+  std::vector<const SandboxRecord*> forgotten;
   try {
-    runtime::remove_tree(paths_.sandbox(id));
-    image::Store(paths_.images()).release(id);
-    release_id_range(*record);
+    store_->atomically("remove " + std::to_string(done.size()) + " deleted sandboxes", [&] {
+      for (const auto& record : done) store_->remove(record.id);  // and its forwards
+    });
+    for (const auto& record : done) forgotten.push_back(&record);
   } catch (const Error& e) {
-    log::error(e.what());
+    // One at a time, then: one that cannot be removed does not hold back
+    // the others, and stays Deleting (a later delete tries it again).
+    log::warn(e.what());
+    for (const auto& record : done) try {
+        store_->remove(record.id);
+        forgotten.push_back(&record);
+      } catch (const Error& one) {
+        log::error(one.what());
+      }
   }
-  if (gone_.size() > 256) gone_.erase(gone_.begin());
-  gone_[id] = view(*record);
-  store_->remove(id);  // and its forwards
-  supervised_.erase(id);
-  specs_.erase(id);
-  forward_states_.erase(id);
-  notify(id);
+  for (const auto& record : done) removing_.erase(record.id);
+  for (const SandboxRecord* record : forgotten) {
+    const std::string& id = record->id;
+    if (gone_.size() > 256) gone_.erase(gone_.begin());
+    gone_[id] = view(*record);
+    supervised_.erase(id);
+    specs_.erase(id);
+    forward_states_.erase(id);
+    notify(id);
+  }
 }
 
 void Gateway::relaunch(SandboxRecord& record, const std::string& reason,

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "base/paths.h"
 #include "base/time.h"
 #include "base/unique_fd.h"
+#include "gateway/background.h"
 #include "gateway/config.h"
 #include "gateway/gateway.h"
 #include "gateway/principal.h"
@@ -255,6 +257,8 @@ class Gateway {
   void on_session_message(const std::string& id, const protocol::session::ToGateway& message);
   void request_stop(SandboxRecord& record);
   void finish_delete(const std::string& id);
+  // The records of the deletes whose files are gone, removed in one commit.
+  void forget_deleted();
   // An image reference in spec->from: its layers and config (command,
   // environment) into the spec. Throws ApiError (404 for an unknown image).
   void resolve_image(SandboxSpec* spec);
@@ -330,6 +334,13 @@ class Gateway {
     std::shared_ptr<asio::steady_timer> timer;
   };
   std::map<std::string, std::vector<ForwardWaiter>> forward_waiters_;
+  // Deletes whose files the background removes (by sandbox id), and those
+  // done, whose records wait for forget_deleted's commit (posted once).
+  std::set<std::string> removing_;
+  std::vector<SandboxRecord> removed_;
+  bool forget_posted_ = false;
+  // Last: its thread ends before anything above goes.
+  Background background_{io_};
 };
 
 }  // namespace openshell::gateway

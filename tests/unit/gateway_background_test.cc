@@ -1,0 +1,90 @@
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <gtest/gtest.h>
+
+#include "gateway/background.h"
+
+namespace openshell::gateway {
+namespace {
+
+namespace asio = boost::asio;
+
+TEST(GatewayBackground, JobsRunInOrderOffTheCallersThreadAndDoneOnTheIoContext) {
+  asio::io_context io;
+  const auto caller = std::this_thread::get_id();
+  std::mutex mutex;
+  std::vector<int> ran;
+  std::vector<int> done;
+  std::vector<std::thread::id> job_threads, done_threads;
+  {
+    Background background(io);
+    for (int i = 0; i < 50; ++i)
+      background.run(
+          [&, i] {
+            std::lock_guard lock(mutex);
+            ran.push_back(i);
+            job_threads.push_back(std::this_thread::get_id());
+          },
+          [&, i] {
+            done.push_back(i);
+            done_threads.push_back(std::this_thread::get_id());
+          });
+    // Nothing is done until the io_context runs the `done`s. (An io_context
+    // with no work would stop at once; the gateway's always has its acceptor.)
+    auto work = asio::make_work_guard(io);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (done.size() < 50 && std::chrono::steady_clock::now() < give_up)
+      io.run_one_for(std::chrono::seconds(1));
+  }
+  std::vector<int> in_order;
+  for (int i = 0; i < 50; ++i) in_order.push_back(i);
+  EXPECT_EQ(ran, in_order);
+  EXPECT_EQ(done, in_order);
+  for (auto id : job_threads) EXPECT_NE(id, caller);
+  for (auto id : done_threads) EXPECT_EQ(id, caller);
+}
+
+TEST(GatewayBackground, ItsEndFinishesTheJobsQueuedAndLeavesTheirDoneUnrun) {
+  asio::io_context io;
+  std::atomic<int> ran{0};
+  int done = 0;
+  {
+    Background background(io);
+    for (int i = 0; i < 20; ++i)
+      background.run(
+          [&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            ++ran;
+          },
+          [&] { ++done; });
+  }
+  EXPECT_EQ(ran.load(), 20);  // none dropped
+  EXPECT_EQ(done, 0);         // the io_context never ran
+  io.run();                   // what was posted is still there, and harmless
+  EXPECT_EQ(done, 20);
+}
+
+TEST(GatewayBackground, AJobThatThrowsIsLoggedAndTheNextOnesStillRun) {
+  asio::io_context io;
+  int done = 0;
+  bool later_ran = false;
+  {
+    Background background(io);
+    background.run([] { throw std::runtime_error("remove /nowhere: No such file"); },
+                   [&] { ++done; });
+    background.run([&] { later_ran = true; }, [&] { ++done; });
+  }
+  io.run();
+  EXPECT_TRUE(later_ran);
+  EXPECT_EQ(done, 2);  // a failed job's `done` runs too: its caller is told it ended
+}
+
+}  // namespace
+}  // namespace openshell::gateway
