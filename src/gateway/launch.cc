@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "base/directory.h"
 #include "base/log.h"
@@ -238,7 +239,7 @@ void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
   if (record->intent == "delete") return finish_delete(id);
   record->supervisor_pid = 0;
   record->supervisor_start = 0;
-  cleanup_host(*record);
+  cleanup_host(record->id, record->generation);
   if (reported && finished(record->phase)) {
     save(*record);
     return;
@@ -295,14 +296,13 @@ void Gateway::apply_final(SandboxRecord& record, const protocol::session::Status
 }
 
 // What a sandbox leaves on the host once its supervisor is gone.
-void Gateway::cleanup_host(const SandboxRecord& record) {
-  runtime::remove_cgroups("openshell-" + record.id);
+void Gateway::cleanup_host(const std::string& id, int64_t generation) const {
+  runtime::remove_cgroups("openshell-" + id);
   // Every generation's socket up to this one: a supervisor that died while
   // the gateway was down left its own behind. By name: a listing of the
   // directory, which holds every sandbox's, made each delete of a thousand
   // read a thousand names.
-  for (int64_t generation = 1; generation <= record.generation; ++generation)
-    ::unlink(paths_.supervisor_socket(record.id, generation).c_str());
+  for (int64_t g = 1; g <= generation; ++g) ::unlink(paths_.supervisor_socket(id, g).c_str());
 }
 
 void Gateway::request_stop(SandboxRecord& record) {
@@ -339,24 +339,19 @@ void Gateway::finish_delete(const std::string& id) {
   // frees a file's blocks in unlink, and may discard them synchronously:
   // most of a delete's time on this thread was there). The record stays,
   // Deleting, until they are gone: a gateway that dies meanwhile finishes
-  // the delete when it starts again.
+  // the delete when it starts again. An error is logged by the background,
+  // and the rest of the job skipped. What the job needs of the record is
+  // read here: the record itself is moved into `done`.
   removing_.insert(id);
-  std::vector<std::string> sockets;
-  for (int64_t generation = 1; generation <= record->generation; ++generation)
-    sockets.push_back(paths_.supervisor_socket(id, generation));
-  const auto spec = spec_of(*record);
+  const int64_t generation = record->generation;
+  const auto uid_start = spec_of(*record)->host_uid_start;
   background_.run(
-      [id, sockets = std::move(sockets), dir = paths_.sandbox(id), images = paths_.images(),
-       uid_start = spec->host_uid_start] {
-        runtime::remove_cgroups("openshell-" + id);
-        for (const auto& socket : sockets) ::unlink(socket.c_str());
-        try {
-          runtime::remove_tree(dir);
-          image::Store(images).release(id);
-          if (uid_start) runtime::release_sandbox_ids(*uid_start, dir);
-        } catch (const Error& e) {
-          log::error(e.what());
-        }
+      [this, id, generation, uid_start] {
+        cleanup_host(id, generation);
+        const std::string dir = paths_.sandbox(id);
+        runtime::remove_tree(dir);
+        image::Store(paths_.images()).release(id);
+        if (uid_start) runtime::release_sandbox_ids(*uid_start, dir);
       },
       [this, record = std::move(*record)]() mutable {
         removed_.push_back(std::move(record));
@@ -368,8 +363,7 @@ void Gateway::finish_delete(const std::string& id) {
 
 void Gateway::forget_deleted() {
   forget_posted_ = false;
-  std::vector<SandboxRecord> done = std::move(removed_);
-  removed_.clear();
+  const std::vector<SandboxRecord> done = std::exchange(removed_, {});
   // One commit for every delete finished since the last: each commit waits
   // for the disk (synchronous=FULL), and a thousand deletes made a thousand.
   std::vector<const SandboxRecord*> forgotten;

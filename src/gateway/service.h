@@ -264,7 +264,9 @@ class Gateway {
   void resolve_image(SandboxSpec* spec);
   // Overlayfs, or a copy of the root where overlayfs cannot stack it here.
   void choose_storage(SandboxSpec* spec, const std::string& id);
-  void cleanup_host(const SandboxRecord& record);
+  // A sandbox's cgroups and the supervisor sockets of every generation up
+  // to this one. Reads paths_ alone: the background's thread calls it too.
+  void cleanup_host(const std::string& id, int64_t generation) const;
   void reconcile();
   void wait_for(const std::string& id, std::function<bool(const SandboxRecord*)> done,
                 std::function<void(const SandboxRecord*)> callback);
