@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@ using nlohmann::json;
 
 namespace {
 constexpr size_t kDeleteWorkers = 8;  // requests in flight at most
+constexpr size_t kBatchMax = 128;     // names in one request at most
 }  // namespace
 
 void add_sandbox_delete(CLI::App* sandbox, Action* action) {
@@ -41,22 +43,45 @@ void add_sandbox_delete(CLI::App* sandbox, Action* action) {
         json list = client.call("GET", "/v1/sandboxes");
         for (const auto& s : list["sandboxes"]) targets.push_back(s.value("name", ""));
       }
-      // Several at once: a delete waits for its sandbox's processes to end
-      // and its files to go, which overlaps well with the next one's (1000
-      // one after another took 5.1 s here, 8 at a time 3.1 to 3.5 s). One
-      // connection per worker; each name is printed as its delete is
-      // answered.
+      {  // a name given twice is deleted (and printed) once
+        std::set<std::string> seen;
+        std::erase_if(targets, [&](const std::string& n) { return !seen.insert(n).second; });
+      }
+      if (targets.empty()) return 0;  // --all of none
+      if (targets.size() == 1) {
+        client.call("DELETE", target(targets[0]));
+        std::printf("%s\n", targets[0].c_str());
+        return 0;
+      }
+      // Many: in batches (POST /v1/sandboxes:batchDelete), each answered
+      // when all its sandboxes are gone; the gateway marks a batch in one
+      // commit and kills its supervisors at once. Up to eight batches in
+      // flight, each on a connection of its own, so 1000 go in eight
+      // requests at most while each name still prints soon after it is
+      // deleted (1000 single DELETEs, eight at a time, took 2.4 to 2.8 s).
+      const size_t per_batch =
+          std::clamp<size_t>((targets.size() + kDeleteWorkers - 1) / kDeleteWorkers, 1, kBatchMax);
+      std::vector<json> batches;
+      for (size_t i = 0; i < targets.size(); ++i) {
+        if (i % per_batch == 0) batches.push_back(json::array());
+        batches.back().push_back(targets[i]);
+      }
       std::atomic<size_t> next{0};
       std::atomic<int> status{0};
       std::mutex out;
       auto work = [&](GatewayClient* own) {
-        for (size_t i = next++; i < targets.size(); i = next++) {
-          const std::string& n = targets[i];
+        for (size_t i = next++; i < batches.size(); i = next++) {
           try {
-            own->call("DELETE", target(n));
+            json answer =
+                own->call("POST", "/v1/sandboxes:batchDelete", json{{"names", batches[i]}}.dump());
             std::lock_guard lock(out);
-            std::printf("%s\n", n.c_str());
+            for (const auto& n : answer.value("deleted", json::array()))
+              std::printf("%s\n", n.get<std::string>().c_str());
             std::fflush(stdout);
+            for (const auto& e : answer.value("errors", json::array())) {
+              log::error(e.value("message", "deleting '" + e.value("name", "") + "' failed"));
+              status = exit_code::kFailure;
+            }
           } catch (const Error& e) {
             std::lock_guard lock(out);
             log::error(e.what());
@@ -64,7 +89,7 @@ void add_sandbox_delete(CLI::App* sandbox, Action* action) {
           }
         }
       };
-      const size_t workers = std::min<size_t>(kDeleteWorkers, targets.size());
+      const size_t workers = std::min<size_t>(kDeleteWorkers, batches.size());
       // The first worker is this thread, on `client`; the others' connections
       // are all made before any thread starts (a failure throws from here).
       std::vector<std::unique_ptr<GatewayClient>> clients;

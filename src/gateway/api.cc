@@ -68,6 +68,8 @@ const std::vector<Gateway::Route>& Gateway::routes() {
       {"POST", false, "/v1/sandboxes", A::kAnyone, called(&Gateway::create)},
       {"GET", false, "/v1/sandboxes/{name}", A::kOwner, named(&Gateway::get_sandbox)},
       {"DELETE", false, "/v1/sandboxes/{name}", A::kOwner, named(&Gateway::delete_sandbox)},
+      // Many at once: each name is checked as the route above checks its one.
+      {"POST", false, "/v1/sandboxes:batchDelete", A::kAnyone, called(&Gateway::delete_sandboxes)},
       {"POST", false, "/v1/sandboxes/{name}/start", A::kOwner, called(&Gateway::start_sandbox)},
       {"POST", false, "/v1/sandboxes/{name}/stop", A::kOwner, named(&Gateway::stop_sandbox)},
       {"GET", false, "/v1/sandboxes/{name}/wait", A::kOwner, named(&Gateway::wait_exit)},
@@ -157,16 +159,22 @@ void Gateway::authorize(const Route& route, Call& call) {
       if (!call.who.unix_peer)
         refuse(call, "unix_only", "a supervisor's session is opened on the gateway's Unix socket");
       return;
-    case Access::kOwner: {
-      SandboxRecord record = find(call.name);  // 404 first: the name is global anyway
-      if (!may_touch(call.who, owner_of(record)))
-        refuse(call, "not_owner",
-               "sandbox '" + call.name + "' is not " + call.who.name +
-                   "'s (only its owner or an admin may see or touch it)");
-      call.record = std::move(record);
+    case Access::kOwner:
+      call.record = owned(call, call.name);
       return;
-    }
   }
+}
+
+SandboxRecord Gateway::owned(const Call& call, const std::string& name) {
+  SandboxRecord record = find(name);  // 404 first: the name is global anyway
+  if (!may_touch(call.who, owner_of(record))) {
+    Call named = call;
+    named.name = name;
+    refuse(named, "not_owner",
+           "sandbox '" + name + "' is not " + call.who.name +
+               "'s (only its owner or an admin may see or touch it)");
+  }
+  return record;
 }
 
 std::string Gateway::owner_of(const SandboxRecord& record) const {

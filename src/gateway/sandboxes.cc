@@ -4,6 +4,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/log.h"
 #include "base/random.h"
@@ -527,6 +531,90 @@ void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange,
         exchange->respond(json_response(200, {{"deleted", name}}));
       });
   finish_delete(id);
+}
+
+// Several sandboxes at once (`sandbox delete` of more than one, --all): their
+// Deleting marks in one commit rather than one each, every supervisor killed
+// at once, and one answer when all are gone, in which each name is either
+// deleted or has its error (as its single DELETE would have answered). A
+// sandbox that one of this gateway's copies is using is deleted when that
+// copy ends, as a single delete waits for it.
+struct Gateway::DeleteBatch {
+  std::shared_ptr<net::Exchange> exchange;
+  size_t pending = 0;  // names not yet deleted nor failed
+  json deleted = json::array();
+  json errors = json::array();
+
+  void done() {
+    if (--pending == 0)
+      exchange->respond(json_response(200, {{"deleted", deleted}, {"errors", errors}}));
+  }
+  void fail(const std::string& name, int status, const std::string& code,
+            const std::string& message) {
+    errors.push_back({{"name", name}, {"status", status}, {"code", code}, {"message", message}});
+    done();
+  }
+};
+
+void Gateway::delete_sandboxes(const Call& call) {
+  json body = json::parse(call.exchange->request().body, nullptr, false);
+  const char* shape = "the body must be {\"names\": [NAME, ...]} with at least one name";
+  if (!body.is_object() || !body.contains("names") || !body["names"].is_array() ||
+      body["names"].empty())
+    throw ApiError(400, "bad_request", shape);
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const auto& n : body["names"]) {
+    if (!n.is_string()) throw ApiError(400, "bad_request", shape);
+    if (seen.insert(n.get<std::string>()).second) names.push_back(n.get<std::string>());
+  }
+  auto batch = std::make_shared<DeleteBatch>();
+  batch->exchange = call.exchange;
+  batch->pending = names.size();
+  delete_batch(batch, names, call);
+}
+
+void Gateway::delete_batch(const std::shared_ptr<DeleteBatch>& batch,
+                           const std::vector<std::string>& names, const Call& call) {
+  std::vector<SandboxRecord> marks;
+  std::vector<std::pair<std::string, std::string>> targets;  // name, id
+  for (const std::string& name : names) {
+    try {
+      SandboxRecord record = owned(call, name);
+      if (copies_.count(record.id)) {
+        copy_waiters_[record.id].push_back(
+            [this, batch, name, call] { delete_batch(batch, {name}, call); });
+        continue;
+      }
+      wait_for_copy(call.exchange, record, "delete");  // another's copy: 409 busy
+      targets.emplace_back(name, record.id);
+      if (record.phase != Phase::kDeleting) {
+        record.intent = "delete";
+        marks.push_back(std::move(record));
+      }
+    } catch (const ApiError& e) {
+      batch->fail(name, e.status, e.code, e.what());
+    }
+  }
+  try {
+    if (!marks.empty())
+      store_->atomically("mark " + std::to_string(marks.size()) + " sandboxes Deleting", [&] {
+        for (SandboxRecord& record : marks) set_phase(record, Phase::kDeleting, "DeleteRequested");
+      });
+  } catch (const Error& e) {
+    for (const auto& target : targets) batch->fail(target.first, 500, "internal", e.what());
+    return;
+  }
+  for (const auto& [name, id] : targets) {
+    wait_for(
+        id, [](const SandboxRecord* r) { return !r; },
+        [batch, name](const SandboxRecord* r) {
+          if (r) return batch->fail(name, 504, "timeout", "deleting '" + name + "' takes too long");
+          batch->deleted.push_back(name);
+          batch->done();
+        });
+    finish_delete(id);
+  }
 }
 
 void Gateway::wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {

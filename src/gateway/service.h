@@ -140,6 +140,9 @@ class Gateway {
   void check_host_paths(const Call& call, const SandboxSpec& spec,
                         const std::string& given_kernel = "");
   void authorize(const Route& route, Call& call);
+  // The sandbox named, if the caller may touch it: 404 not_found, or 403
+  // not_owner through refuse().
+  SandboxRecord owned(const Call& call, const std::string& name);
 
   // API
   void handle(std::shared_ptr<net::Exchange> exchange);
@@ -163,6 +166,11 @@ class Gateway {
   void start_sandbox(const Call& call);
   void stop_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void delete_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
+  // POST /v1/sandboxes:batchDelete {"names": [...]}: one answer for them all.
+  struct DeleteBatch;
+  void delete_sandboxes(const Call& call);
+  void delete_batch(const std::shared_ptr<DeleteBatch>& batch,
+                    const std::vector<std::string>& names, const Call& call);
   void wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void exec(const Call& call);

@@ -168,6 +168,13 @@ TEST_P(ApiContract, ErrorsOfRoutesNamesAndBodies) {
   expect_error(call("POST", "/v1/sandboxes", "[1]"), 400, "bad_request");
   expect_error(call("POST", "/v1/sandboxes", "{\"name\":5}"), 400, "bad_request");
   expect_error(call("POST", "/v1/sandboxes", "{not json"), 400, "bad_request");
+  // A batch delete names at least one sandbox, each by a string.
+  expect_error(call("POST", "/v1/sandboxes:batchDelete", "{}"), 400, "bad_request",
+               "the body must be {\"names\": [NAME, ...]}");
+  expect_error(call("POST", "/v1/sandboxes:batchDelete", R"({"names":[]})"), 400, "bad_request");
+  expect_error(call("POST", "/v1/sandboxes:batchDelete", R"({"names":["a",5]})"), 400,
+               "bad_request");
+  expect_error(call("POST", "/v1/sandboxes:batchDelete", "{not json"), 400, "bad_request");
   expect_error(call("POST", "/v1/sandboxes", R"({"name":"Bad_Name","spec":{"from":"host"}})"), 400,
                "invalid_name");
   expect_error(call("POST", "/v1/sandboxes", R"({"name":"x","spec":{"from":"./x"}})"), 400,

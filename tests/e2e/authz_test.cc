@@ -401,6 +401,19 @@ TEST_P(Authz, TwoUsersEachSeeAndTouchOnlyTheirOwnSandboxes) {
   // exec (and upload and download: tar run through exec), and logs -f.
   expect_refused(upgrade_reply(alice_, bob_box + "/exec"), "not_owner");
   expect_refused(upgrade_reply(alice_, bob_box + "/logs"), "not_owner");
+  // Named in a batch delete, it is refused for that name alone (the other
+  // name has its own answer beside it), and recorded as the single DELETE is.
+  Reply batch = call(alice_, "POST", "/v1/sandboxes:batchDelete",
+                     json({{"names", {"bob-box", "no-such-box"}}}).dump());
+  ASSERT_EQ(batch.status, 200) << batch.raw;
+  json answer = batch.json_body();
+  EXPECT_EQ(answer.value("deleted", json()), json::array()) << batch.raw;
+  ASSERT_EQ(answer.value("errors", json()).size(), 2u) << batch.raw;
+  EXPECT_EQ(answer["errors"][0].value("name", ""), "bob-box");
+  EXPECT_EQ(answer["errors"][0].value("status", 0), 403);
+  EXPECT_EQ(answer["errors"][0].value("code", ""), "not_owner");
+  EXPECT_EQ(answer["errors"][1].value("name", ""), "no-such-box");
+  EXPECT_EQ(answer["errors"][1].value("code", ""), "not_found");
   // Nothing of it happened: bob's sandbox runs on, on its first policy.
   Reply bobs = call(bob_, "GET", bob_box);
   ASSERT_EQ(bobs.status, 200) << bobs.raw;
@@ -435,6 +448,7 @@ TEST_P(Authz, TwoUsersEachSeeAndTouchOnlyTheirOwnSandboxes) {
   std::string audit = file_contents(home_ + "/audit.log");
   EXPECT_THAT(audit, HasSubstr("\"principal\":\"" + std::string(kAlice) + "\""));
   EXPECT_THAT(audit, HasSubstr("\"path\":\"/v1/sandboxes/bob-box/exec\""));
+  EXPECT_THAT(audit, HasSubstr("\"path\":\"/v1/sandboxes:batchDelete\""));
   EXPECT_THAT(audit, HasSubstr("\"code\":\"not_owner\""));
   EXPECT_THAT(audit, HasSubstr("\"code\":\"admin_only\""));
   ASSERT_EQ(::stat((home_ + "/audit.log").c_str(), &st), 0);

@@ -852,7 +852,7 @@ TEST_P(Sandbox, FiftyConcurrentCreatesAndDeletes) {
             "NAME   PHASE   GEN   EXIT   AGE   FROM   LABELS   COMMAND\n");
 }
 
-// delete --all sends several deletes at once (up to eight): each sandbox is
+// delete --all sends them in batches, several at once: each sandbox is
 // printed once, whatever the order, and nothing of any is left.
 TEST_P(Sandbox, DeleteAllTakesSeveralAtOnceAndLeavesNothing) {
   constexpr int kCount = 12;  // more than the deletes in flight
@@ -883,6 +883,32 @@ TEST_P(Sandbox, DeleteAllTakesSeveralAtOnceAndLeavesNothing) {
   EXPECT_EQ(new_since(leftover_processes(), processes_before_), std::vector<std::string>{});
   EXPECT_EQ(new_since(leftover_cgroups(), cgroups_before_), std::vector<std::string>{});
   EXPECT_EQ(file_contents_of_dir(home_ + "/run/s"), "");
+}
+
+// Several names in one delete: those that exist are deleted and printed once
+// each (a name given twice too), the unknown one is named on stderr, the
+// status says something failed, and nothing of the deleted is left.
+TEST_P(Sandbox, DeleteOfSeveralNamesDeletesTheKnownAndNamesTheUnknown) {
+  std::vector<std::string> dirs;
+  for (const char* name : {"many1", "many2", "many3"}) {
+    ASSERT_EQ(os({"sandbox", "create", "--name", name, "--from", rootfs()}).status, 0);
+    dirs.push_back(sandbox_dir(name));
+  }
+  Result r = os({"sandbox", "delete", "many1", "no-such-box", "many2", "many1"});
+  EXPECT_EQ(r.status, 125) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no sandbox named 'no-such-box'"));
+  std::vector<std::string> printed;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) printed.push_back(line);
+  std::sort(printed.begin(), printed.end());
+  EXPECT_EQ(printed, (std::vector<std::string>{"many1", "many2"})) << r.out;
+  EXPECT_EQ(os({"sandbox", "list", "--names"}).out, "many3\n");
+  EXPECT_EQ(::access(dirs[0].c_str(), F_OK), -1) << dirs[0];
+  EXPECT_EQ(::access(dirs[1].c_str(), F_OK), -1) << dirs[1];
+  EXPECT_EQ(::access(dirs[2].c_str(), F_OK), 0) << dirs[2];
+  EXPECT_EQ(os({"sandbox", "delete", "many3"}).status, 0);
+  EXPECT_EQ(new_since(leftover_processes(), processes_before_), std::vector<std::string>{});
+  EXPECT_EQ(new_since(leftover_cgroups(), cgroups_before_), std::vector<std::string>{});
 }
 
 // kill -9 of the gateway and of supervisors at random moments during
