@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -907,6 +908,33 @@ TEST_P(Sandbox, DeleteOfSeveralNamesDeletesTheKnownAndNamesTheUnknown) {
   EXPECT_EQ(::access(dirs[1].c_str(), F_OK), -1) << dirs[1];
   EXPECT_EQ(::access(dirs[2].c_str(), F_OK), 0) << dirs[2];
   EXPECT_EQ(os({"sandbox", "delete", "many3"}).status, 0);
+  EXPECT_EQ(new_since(leftover_processes(), processes_before_), std::vector<std::string>{});
+  EXPECT_EQ(new_since(leftover_cgroups(), cgroups_before_), std::vector<std::string>{});
+}
+
+// A batch delete that names a stopped sandbox while a download from it may
+// still be ending (its copy supervisor is this gateway's): the delete waits
+// for the copy and deletes it with the others. The download is whole.
+TEST_P(Sandbox, DeleteOfSeveralNamesWaitsForACopyToEnd) {
+  for (const char* name : {"copied", "beside"})
+    ASSERT_EQ(os({"sandbox", "create", "--name", name, "--from", rootfs()}).status, 0);
+  ASSERT_EQ(os({"sandbox", "exec", "copied", "--", "sh", "-c", "echo kept > /sandbox/f"}).status,
+            0);
+  ASSERT_EQ(os({"sandbox", "stop", "copied"}).status, 0);
+  const std::string out = make_dir(mode(), "batch-down-" + mode_name(mode()), 0777);
+  Result down;
+  std::thread copy([&] { down = os({"sandbox", "download", "copied", "/sandbox/f", out}); });
+  Result r = os({"sandbox", "delete", "copied", "beside"});
+  copy.join();
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("copied\n"));
+  EXPECT_THAT(r.out, HasSubstr("beside\n"));
+  // The download came first, or found the sandbox already gone: never half.
+  if (down.status == 0)
+    EXPECT_EQ(file_contents(out + "/f"), "kept\n");
+  else
+    EXPECT_FALSE(std::filesystem::exists(out + "/f")) << down.err;
+  EXPECT_EQ(os({"sandbox", "list", "--names"}).out, "");
   EXPECT_EQ(new_since(leftover_processes(), processes_before_), std::vector<std::string>{});
   EXPECT_EQ(new_since(leftover_cgroups(), cgroups_before_), std::vector<std::string>{});
 }
