@@ -355,6 +355,10 @@ void Gateway::finish_delete(const std::string& id) {
       },
       [this, record = std::move(*record)]() mutable {
         removed_.push_back(std::move(record));
+        // While other deletes' files are still being removed, their records
+        // wait to go with this one (a commit waits for the disk), up to
+        // kForgetBatch of them; the last one's `done` commits the rest.
+        if (removing_.size() > removed_.size() && removed_.size() < kForgetBatch) return;
         if (forget_posted_) return;
         forget_posted_ = true;
         asio::post(io_, [this] { forget_deleted(); });

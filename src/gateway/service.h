@@ -349,6 +349,7 @@ class Gateway {
   std::set<std::string> removing_;
   std::vector<SandboxRecord> removed_;
   bool forget_posted_ = false;
+  static constexpr size_t kForgetBatch = 64;  // deleted records removed in one commit, at most
   // Last: its thread ends before anything above goes.
   Background background_{io_};
 };
