@@ -77,7 +77,11 @@ void write(const std::string& path, const std::string& content) {
   if (int err = write_once(path, content)) throw_errno("write " + path, err);
 }
 
-void write_atomically(const std::string& path, std::string_view bytes, unsigned mode) {
+namespace {
+
+// A temp file beside path, renamed over it; with sync, the file and then
+// the directory are synced.
+void write_by_rename(const std::string& path, std::string_view bytes, unsigned mode, bool sync) {
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -106,15 +110,26 @@ void write_atomically(const std::string& path, std::string_view bytes, unsigned 
     data += n;
     left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd.get()) != 0) fail(errno);
+  if (sync && ::fsync(fd.get()) != 0) fail(errno);
   if (::close(fd.release()) != 0) fail(errno);
   if (::rename(temp.c_str(), path.c_str()) != 0) fail(errno);
+  if (!sync) return;
 
   // The rename is durable only once the directory is.
   UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir_fd) throw_errno(what + ": the new file is in place, but open " + dir);
   if (::fsync(dir_fd.get()) != 0 && errno != EINVAL)
     throw_errno(what + ": the new file is in place, but fsync " + dir);
+}
+
+}  // namespace
+
+void write_atomically(const std::string& path, std::string_view bytes, unsigned mode) {
+  write_by_rename(path, bytes, mode, true);
+}
+
+void replace(const std::string& path, std::string_view bytes, unsigned mode) {
+  write_by_rename(path, bytes, mode, false);
 }
 
 bool exists(const std::string& path) {

@@ -30,6 +30,10 @@ bool write_all(int fd, std::string_view data);
 // over path, fsync of the directory; mode as given. On failure (a full disk
 // included) the old file is untouched and no temp file remains. Throws Error.
 void write_atomically(const std::string& path, std::string_view bytes, unsigned mode = 0600);
+// The same without the fsyncs: a reader sees the old file or the new one,
+// whole, but a crash of the machine may leave either (or an empty file). For
+// files made again after a reboot.
+void replace(const std::string& path, std::string_view bytes, unsigned mode = 0600);
 
 bool exists(const std::string& path);
 // A symlink's target; "" when path is none or cannot be read.

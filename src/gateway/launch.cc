@@ -21,6 +21,7 @@
 #include "runtime/cleanup.h"
 #include "runtime/gpu.h"
 #include "runtime/host_ids.h"
+#include "runtime/init_image.h"
 #include "spec/container_spec.h"
 
 extern char** environ;
@@ -72,7 +73,10 @@ void Gateway::mint_launch_file(const SandboxRecord& record, const std::string& f
   spec.gateway_id = gateway_id_;
   spec.gateway_socket = paths_.socket();
   spec.spec = auth::spec_for_launch_file(record.spec);  // the env's digest, not its values
-  files::write_atomically(file, auth::encode(spec, *key_));
+  // Replaced whole (a crash of the gateway leaves the old file or the new),
+  // not synced: it is worth nothing after a crash of the machine, which
+  // ends its supervisor; the next launch mints a new one.
+  files::replace(file, auth::encode(spec, *key_));
 }
 
 // Starts `openshell-supervisor NAME --launch FILE [extra...]`: a process of
@@ -101,6 +105,17 @@ pid_t Gateway::spawn_supervisor(const SandboxRecord& record, const std::string& 
   for (const char* name : {runtime::gpu::kCdiDirsVariable, runtime::gpu::kRootVariable})
     if (const char* value = std::getenv(name))
       env_strings.push_back(std::string(name) + "=" + value);
+  // The init's program for its sandbox, as fd 4 (above any fd of ours that
+  // the dup2s below write over).
+  if (!init_image_made_) {
+    init_image_made_ = true;
+    if (UniqueFd image = runtime::make_init_image())
+      init_image_.reset(::fcntl(image.get(), F_DUPFD_CLOEXEC, 10));
+  }
+  constexpr int kInitImageFd = 4;
+  if (init_image_)
+    env_strings.push_back(std::string(runtime::kInitImageFdVariable) + "=" +
+                          std::to_string(kInitImageFd));
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -112,11 +127,15 @@ pid_t Gateway::spawn_supervisor(const SandboxRecord& record, const std::string& 
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
                                    0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  if (report_fd >= 0) posix_spawn_file_actions_adddup2(&actions, report_fd, 3);
+  if (report_fd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, report_fd, 3);
+  else
+    posix_spawn_file_actions_addclose(&actions, 3);
+  if (init_image_) posix_spawn_file_actions_adddup2(&actions, init_image_.get(), kInitImageFd);
   // Nothing else of the gateway's (a descriptor someone forgot to mark
   // close-on-exec would keep a pipe or socket of the gateway open as long
   // as the sandbox lives).
-  posix_spawn_file_actions_addclosefrom_np(&actions, report_fd >= 0 ? 4 : 3);
+  posix_spawn_file_actions_addclosefrom_np(&actions, init_image_ ? kInitImageFd + 1 : 4);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr,
@@ -144,7 +163,13 @@ void Gateway::launch(SandboxRecord& record) {
   trace(record.id, "supervisor spawned");
   record.supervisor_pid = pid;
   record.supervisor_start = start_time(pid);
-  save(record);
+  // Its pid is how a restarted gateway finds it again. A crash of this
+  // process keeps the commit; a crash of the machine ends the supervisor
+  // too, so the commit need not wait for the disk.
+  record.updated_ms = now_ms();
+  store_->atomically_unsynced("record the supervisor of '" + record.name + "'",
+                              [&] { store_->update(record); });
+  notify(record.id);
   trace(record.id, "supervisor stored");
   watch_supervisor(record.id, pid, record.generation);
   make_sandbox_ca(record);

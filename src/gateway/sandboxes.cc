@@ -522,13 +522,21 @@ void Gateway::delete_sandbox(const std::shared_ptr<net::Exchange>& exchange,
     record.intent = "delete";
     set_phase(record, Phase::kDeleting, "DeleteRequested");
   }
+  await_delete(id, name, [exchange, name](const ApiError* timeout) {
+    if (timeout)
+      return exchange->respond(error_response(timeout->status, timeout->code, timeout->what()));
+    exchange->respond(json_response(200, {{"deleted", name}}));
+  });
+}
+
+void Gateway::await_delete(const std::string& id, const std::string& name,
+                           std::function<void(const ApiError*)> then) {
   wait_for(
       id, [](const SandboxRecord* r) { return !r; },
-      [exchange, name](const SandboxRecord* r) {
-        if (r)
-          return exchange->respond(
-              error_response(504, "timeout", "deleting '" + name + "' takes too long"));
-        exchange->respond(json_response(200, {{"deleted", name}}));
+      [name, then = std::move(then)](const SandboxRecord* r) {
+        if (!r) return then(nullptr);
+        const ApiError timeout(504, "timeout", "deleting '" + name + "' takes too long");
+        then(&timeout);
       });
   finish_delete(id);
 }
@@ -606,14 +614,11 @@ void Gateway::delete_batch(const std::shared_ptr<DeleteBatch>& batch,
     return;
   }
   for (const auto& [name, id] : targets) {
-    wait_for(
-        id, [](const SandboxRecord* r) { return !r; },
-        [batch, name](const SandboxRecord* r) {
-          if (r) return batch->fail(name, 504, "timeout", "deleting '" + name + "' takes too long");
-          batch->deleted.push_back(name);
-          batch->done();
-        });
-    finish_delete(id);
+    await_delete(id, name, [batch, name](const ApiError* timeout) {
+      if (timeout) return batch->fail(name, timeout->status, timeout->code, timeout->what());
+      batch->deleted.push_back(name);
+      batch->done();
+    });
   }
 }
 

@@ -171,6 +171,10 @@ class Gateway {
   void delete_sandboxes(const Call& call);
   void delete_batch(const std::shared_ptr<DeleteBatch>& batch,
                     const std::vector<std::string>& names, const Call& call);
+  // A sandbox marked Deleting: its delete driven on; `then` gets nullptr
+  // once its record is gone, or the 504 to answer when that takes too long.
+  void await_delete(const std::string& id, const std::string& name,
+                    std::function<void(const ApiError*)> then);
   void wait_exit(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void logs(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void exec(const Call& call);
@@ -304,6 +308,10 @@ class Gateway {
   std::string gateway_id_;
   int64_t started_ms_ = now_ms();
   UniqueFd lock_;
+  // The init's program (runtime/init_image.h), made at the first spawn and
+  // handed to every supervisor: one copy in memory for all their sandboxes.
+  UniqueFd init_image_;
+  bool init_image_made_ = false;
   std::map<std::string, Supervised> supervised_;  // by sandbox id
   // spec_of's: by sandbox id, the text and what it parsed to.
   mutable std::map<std::string, std::pair<std::string, std::shared_ptr<const SandboxSpec>>> specs_;

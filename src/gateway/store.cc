@@ -21,6 +21,7 @@
 
 #include "auth/secrets.h"
 #include "base/json_text.h"
+#include "base/log.h"
 #include "base/unique_fd.h"
 
 namespace openshell::gateway {
@@ -552,6 +553,23 @@ Store::~Store() {
 }
 
 void Store::atomically(const std::string& what, const std::function<void()>& body) {
+  write_transaction(db_, what, body);
+}
+
+void Store::atomically_unsynced(const std::string& what, const std::function<void()>& body) {
+  // Inside another transaction it is part of that one, synced with it.
+  if (!sqlite3_get_autocommit(db_)) return write_transaction(db_, what, body);
+  // WAL with synchronous=NORMAL: the commit's frames are written, not
+  // synced; the next FULL commit's sync covers them, the log being one
+  // file. Should the pragma fail, the commit is synced as any other.
+  sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
+  struct Resync {
+    sqlite3* db;
+    ~Resync() {
+      if (sqlite3_exec(db, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr) != SQLITE_OK)
+        log::error(db_path(db) + ": cannot set synchronous=FULL again: " + sqlite3_errmsg(db));
+    }
+  } resync{db_};
   write_transaction(db_, what, body);
 }
 

@@ -138,6 +138,12 @@ class Store {
   // The calls body makes as one transaction (one commit, so one sync of
   // the log instead of one each); on any failure none of them took effect.
   void atomically(const std::string& what, const std::function<void()>& body);
+  // The same, committed without waiting for the disk: safe from a crash of
+  // this process (the log is written before the call returns), lost with
+  // the machine's (power, the kernel) unless a later commit syncs it, as
+  // every other commit does, in order. Only for what a machine's crash
+  // makes void anyway: a supervisor's pid, which no reboot keeps alive.
+  void atomically_unsynced(const std::string& what, const std::function<void()>& body);
 
   // Each call is one transaction; on any failure (a full disk included) it
   // throws Error with SQLite's reason and nothing changes.

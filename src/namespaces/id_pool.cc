@@ -57,6 +57,9 @@ bool stale(const std::string& path) {
   std::string text;
   if (files::read_into(path, &text) != 0) return false;
   auto line = std::string(text::trim(text));
+  // Claims are written whole under this lock: an empty one is what a crash
+  // of the machine left of a run's (not synced).
+  if (line.empty()) return true;
   if (line.rfind("run ", 0) == 0) {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     return fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;
@@ -159,8 +162,11 @@ RangeClaim claim_range(const std::string& registry_dir, const std::string& owner
     if (!fd) throw_errno("create " + claim.path_);
     std::string text =
         for_run ? "run " + std::to_string(::getpid()) + "\n" : "sandbox " + owner + "\n";
+    // A sandbox's claim outlives a reboot with the sandbox: synced. A run's
+    // is void after one (no process holds its lock), so it is not: what a
+    // crash leaves of it, an empty file included, is stale.
     if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-        ::fsync(fd.get()) != 0)
+        (!for_run && ::fsync(fd.get()) != 0))
       throw_errno("write " + claim.path_);
     if (for_run) {
       if (::flock(fd.get(), LOCK_EX) != 0) throw_errno("lock " + claim.path_);

@@ -425,8 +425,13 @@ bool MountPlan::apply(const int* tree_fds, bool tty_group, int self_exe_fd, int*
   }
 
   // 11. The init's image, taken while the host's tree is still reachable.
-  *init_exe_fd = seal_self(exe_.c_str(), self_exe_fd, f);
-  if (*init_exe_fd < 0) return false;
+  if (spec_.exe_sealed) {
+    *init_exe_fd = ::fcntl(self_exe_fd, F_DUPFD_CLOEXEC, 3);
+    if (*init_exe_fd < 0) return fail(f, errno, "keep the init's program");
+  } else {
+    *init_exe_fd = seal_self(exe_.c_str(), self_exe_fd, f);
+    if (*init_exe_fd < 0) return false;
+  }
 
   // 12. A read-only root.
   if (host_root) {

@@ -79,9 +79,10 @@ struct FilesystemSpec {
   std::string workdir = "/";  // created when missing and the root is writable
   uint32_t workdir_uid = 0;   // owner (inside ids) of a workdir or home created here
   uint32_t workdir_gid = 0;
-  std::string home;       // another directory made like the workdir ("" none): the user's HOME
-  std::string exe_path;   // host path of this binary, for the sealed init image
-  bool dns_stub = false;  // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
+  std::string home;         // another directory made like the workdir ("" none): the user's HOME
+  std::string exe_path;     // host path of this binary, for the sealed init image
+  bool exe_sealed = false;  // the exe fd given to apply() is a sealed image already
+  bool dns_stub = false;    // /etc/resolv.conf names 127.0.0.1 (the sandbox's DNS stub)
   // Non-empty: a root without /etc/hosts gets a read-only one naming
   // localhost (127.0.0.1, ::1) and this host name (127.0.0.1). A root that
   // has one keeps its own.

@@ -390,6 +390,7 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   ssize_t exe_len = ::readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
   if (exe_len <= 0) throw_errno("readlink /proc/self/exe");
   fs.exe_path.assign(exe_path, static_cast<size_t>(exe_len));
+  fs.exe_sealed = spec.init_image_fd >= 0;
   // A joined network namespace is not the sandbox's user namespace's:
   // its net.* parameters are written from here, as root, while this thread
   // is in it for the clone (/proc/sys/net is the opener's namespace's).
@@ -467,8 +468,10 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sockets) != 0)
     throw_errno("socketpair");
   UniqueFd control(sockets[0]), init_control(sockets[1]);
-  UniqueFd self_exe(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
-  if (!self_exe) throw_errno("open /proc/self/exe");
+  // The init's program: the caller's image, else this binary.
+  UniqueFd self_exe(fs.exe_sealed ? ::fcntl(spec.init_image_fd, F_DUPFD_CLOEXEC, 3)
+                                  : ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+  if (!self_exe) throw_errno(fs.exe_sealed ? "keep the init's program" : "open /proc/self/exe");
 
   // The init's command line:
   //   openshell-init __init REPORT LIFE TTY CONTROL CAPS FLAGS -- ARGV...

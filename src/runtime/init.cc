@@ -454,6 +454,9 @@ int init_main(int argc, char** argv) {
     child_caps = set;
   }
   const bool orphan = std::strchr(argv[7], 'o') != nullptr;
+  // One name in ps whichever program runs it (this binary, or the small
+  // one from a memfd, which the kernel would call "memfd:openshell").
+  ::prctl(PR_SET_NAME, "osh-init", 0, 0, 0);
   return Init(fds[0], fds[1], fds[2], fds[3], child_caps, orphan).run(argv + 9);
 }
 

@@ -103,6 +103,10 @@ struct ContainerSpec {
   // whose engine reaps the container's init as its own child. Container::
   // wait() then learns the end from the pidfd, but no status.
   bool orphan = false;
+  // The init's program: a sealed image of the small init (runtime/
+  // init_image.h), which the caller keeps open, else -1 for this binary.
+  // One image serves any number of sandboxes: their inits share its pages.
+  int init_image_fd = -1;
   // The main process's stdio (the caller's by default).
   int stdin_fd = 0;
   int stdout_fd = 1;

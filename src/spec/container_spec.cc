@@ -411,18 +411,9 @@ void write_ca_bundle(const SandboxSpec& spec, const std::string& dir,
                      const std::string& sandbox_ca) {
   if (spec.vm || (sandbox_ca.empty() && spec.ca_certs.empty())) return;
   const std::string file = dir + "/" + kCaBundleFile;
-  // A new file renamed over the old one, without write_atomically's fsyncs
-  // (milliseconds at every start): a bundle a crash loses is made again at
-  // the next start, as is every one.
-  const std::string temp = file + ".new";
-  {
-    UniqueFd out(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
-    if (!out) throw_errno("create " + temp);
-    if (::fchmod(out.get(), 0644) != 0) throw_errno("chmod " + temp);
-    if (!files::write_all(out.get(), ca_bundle(host_ca_bundle(), spec.ca_certs, sandbox_ca)))
-      throw_errno("write " + temp);
-  }
-  if (::rename(temp.c_str(), file.c_str()) != 0) throw_errno("rename " + temp + " to " + file);
+  // Not synced (milliseconds at every start): a bundle a crash loses is
+  // made again at the next start, as is every one.
+  files::replace(file, ca_bundle(host_ca_bundle(), spec.ca_certs, sandbox_ca), 0644);
   // As root, the sandbox's own range owns it: a bind of a file that host
   // root owns is not idmapped into the sandbox, and its source directory is
   // not one the sandbox's ids may search.

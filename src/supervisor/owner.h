@@ -156,6 +156,9 @@ class Supervisor {
   auth::LaunchSpec launch_;
   SandboxSpec spec_;
   runtime::ContainerSpec container_spec_;
+  // The gateway's image of the init's program (runtime/init_image.h), handed
+  // down at the spawn; else one of our own, else none (this binary).
+  UniqueFd init_image_;
   // Made at each start, before the container; its key never leaves this
   // process (only its certificate goes into the sandbox's CA bundle).
   std::unique_ptr<egress::tls::SandboxCa> ca_;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "auth/secrets.h"
@@ -15,12 +16,30 @@
 #include "base/log.h"
 #include "base/process_name.h"
 #include "base/time.h"
+#include "runtime/init_image.h"
 #include "spec/container_spec.h"
 #include "spec/sandbox_spec.h"
 #include "supervisor/exec_session.h"
 #include "supervisor/owner.h"
 
 namespace openshell::supervisor {
+
+namespace {
+
+// The image the gateway handed down (its fd's number in the environment),
+// if it is one; else one made here.
+UniqueFd take_init_image() {
+  if (const char* value = std::getenv(runtime::kInitImageFdVariable)) {
+    const int fd = std::atoi(value);
+    ::unsetenv(runtime::kInitImageFdVariable);
+    if (fd > 2 && runtime::is_init_image(fd) && ::fcntl(fd, F_SETFD, FD_CLOEXEC) == 0)
+      return UniqueFd(fd);
+    log::warn("the gateway's image of the init is not one: this supervisor makes its own");
+  }
+  return runtime::make_init_image();
+}
+
+}  // namespace
 
 void Supervisor::load() {
   std::string bytes;
@@ -110,6 +129,8 @@ void Supervisor::start_container() {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw_errno("pipe");
   UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!init_image_) init_image_ = take_init_image();
+  container_spec_.init_image_fd = init_image_.get();
   container_spec_.stdin_fd = null.get();
   container_spec_.stdout_fd = out[1];
   container_spec_.stderr_fd = err[1];

@@ -2,6 +2,7 @@
 // show in ps, and what it starts again when it comes back and finds
 // supervisors gone; as root and rootless.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
@@ -70,6 +71,16 @@ TEST_P(Gateway, ProcessesAreNamedForPsAndSs) {
   EXPECT_THAT(command_of(s), StartsWith("openshell-supervisor named --launch "));
   std::string args = file_contents("/proc/" + s + "/cmdline");
   EXPECT_EQ(args.substr(0, args.find('\0')), "openshell-supervisor");
+  // Its sandbox's PID 1 is the init's own small program (runtime/
+  // init_image.h), from the one image the gateway hands every supervisor.
+  std::string init = file_contents("/proc/" + s + "/task/" + s + "/children");
+  ASSERT_FALSE(init.empty());
+  init = init.substr(0, init.find(' '));
+  EXPECT_EQ(file_contents("/proc/" + init + "/comm"), "osh-init\n");
+  EXPECT_THAT(command_of(init), StartsWith("openshell-init __init "));
+  struct stat exe {};
+  ASSERT_EQ(::stat(("/proc/" + init + "/exe").c_str(), &exe), 0);
+  EXPECT_LT(exe.st_size, 4 << 20) << "the init runs the whole binary";
   // The supervisor still works under its name: exec, stop, start.
   EXPECT_EQ(os({"sandbox", "exec", "named", "--", "true"}).status, 0);
   EXPECT_EQ(os({"sandbox", "stop", "named"}).status, 0);
@@ -183,6 +194,27 @@ TEST_P(Gateway, SandboxesMeantToRunStartAgainAfterTheHostComesBack) {
   EXPECT_THAT(os({"sandbox", "get", "never", "-o", "json"}).out, HasSubstr("SupervisorLost"));
   EXPECT_EQ(phase("stopped"), "Stopped");
   EXPECT_EQ(field("stopped", "generation"), "1");
+}
+
+// A supervisor's pid is committed without waiting for the disk: a gateway
+// killed right after its creates must still find every supervisor, not
+// launch them again.
+TEST_P(Gateway, AKilledGatewayFindsEverySupervisorAgain) {
+  std::vector<std::string> names = {"fresh1", "fresh2", "fresh3"};
+  std::vector<int> supervisors;
+  for (const auto& name : names) {
+    ASSERT_EQ(os({"sandbox", "create", "--name", name, "--from", rootfs()}).status, 0) << name;
+    std::vector<int> s = pids("supervisor", name);
+    ASSERT_EQ(s.size(), 1u) << name;
+    supervisors.push_back(s[0]);
+  }
+  for (int pid : pids("gateway")) kill_and_wait(pid);
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_TRUE(wait_phase(names[i], "Ready")) << names[i];
+    EXPECT_EQ(field(names[i], "generation"), "1") << names[i] << " was launched again";
+    EXPECT_EQ(pids("supervisor", names[i]), std::vector<int>{supervisors[i]}) << names[i];
+    EXPECT_EQ(os({"sandbox", "exec", names[i], "--", "true"}).status, 0) << names[i];
+  }
 }
 
 TEST_P(Gateway, AStopByTheHostIsNoStopByTheUser) {

@@ -1217,6 +1217,15 @@ int main(int argc, char** argv) {
     int fd = ::open(arg(2), O_WRONLY | O_CLOEXEC);
     return result(fd);
   }
+  if (action == "exe-seals") {
+    // The seals of a program's image (a memfd's; EINVAL for a plain file).
+    int fd = ::open(arg(2), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return result(-1);
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    if (seals < 0) return result(-1);
+    const int all = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+    return result(0, (seals & all) == all ? "sealed" : "not sealed");
+  }
   if (action == "statvfs-ro") {
     struct statvfs st;
     if (::statvfs(arg(2), &st) != 0) return result(-1);

@@ -1,5 +1,6 @@
 #include "namespaces/id_pool.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "base/files.h"
 #include "test_util.h"
 
 namespace openshell::namespaces {
@@ -112,6 +114,31 @@ TEST(IdPool, ARunsClaimLastsAsLongAsTheRun) {
   RangeClaim held = claim_range(registry, "", true, pool, none);   // slot 1
   RangeClaim held2 = claim_range(registry, "", true, pool, none);  // slot 2
   EXPECT_EQ(claim_range(registry, "", true, pool, none).range().uid_start, 1000000u);
+}
+
+TEST(IdPool, AnEmptyClaimIsWhatACrashLeftAndIsTakenAgain) {
+  openshell::testing::TempDir dir;
+  const std::string registry = dir.path() + "/ids";
+  IdPool pool{1000000, 1000000, 2};
+  Reserved none;
+  // A run's claim is not synced: after a crash of the machine its file may
+  // be there, empty. The ranges must not be lost to such files.
+  ASSERT_EQ(::mkdir(registry.c_str(), 0700), 0);
+  for (const char* slot : {"/1000000", "/1065536"}) {
+    int fd = ::open((registry + slot).c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  RangeClaim first = claim_range(registry, "", true, pool, none);
+  RangeClaim second = claim_range(registry, "", true, pool, none);
+  EXPECT_NE(first.range().uid_start, second.range().uid_start);
+  // Both were taken: a third finds none. A file of text that is not a
+  // claim of ours is kept, and its range with it.
+  EXPECT_THROW(claim_range(registry, "", true, pool, none), Error);
+  const std::string other = dir.path() + "/ids2";
+  ASSERT_EQ(::mkdir(other.c_str(), 0700), 0);
+  ASSERT_EQ(openshell::files::write_once(other + "/1000000", "someone else's\n"), 0);
+  EXPECT_THROW(claim_range(other, "", true, IdPool{1000000, 1000000, 1}, none), Error);
 }
 
 }  // namespace
