@@ -1,13 +1,16 @@
 #include "runtime/init_image.h"
 
 #include <fcntl.h>
+#include <link.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 
 #include "base/error.h"
 #include "base/files.h"
@@ -32,6 +35,50 @@ size_t image_size() {
   return static_cast<size_t>(openshell_init_image_end - openshell_init_image_begin);
 }
 
+struct Where {
+  uintptr_t address;
+  off_t offset = -1;
+};
+
+// The image's offset in this binary's file: from the loaded segment that
+// holds it.
+int find_offset(dl_phdr_info* info, size_t, void* data) {
+  auto* where = static_cast<Where*>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+    if (ph.p_type == PT_LOAD && where->address >= start &&
+        where->address + image_size() <= start + ph.p_filesz) {
+      where->offset = static_cast<off_t>(ph.p_offset + (where->address - start));
+      return 1;
+    }
+  }
+  return 0;
+}
+
+// The image copied from this binary's file by the kernel (the page cache to
+// the memfd): this process never maps the 0.8 MB, which would count in its
+// RSS. Else from memory.
+bool fill(int memfd) {
+  Where where{reinterpret_cast<uintptr_t>(openshell_init_image_begin)};
+  dl_iterate_phdr(find_offset, &where);
+  UniqueFd exe(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+  if (where.offset >= 0 && exe) {
+    off_t offset = where.offset;
+    size_t left = image_size();
+    while (left > 0) {
+      ssize_t n = ::sendfile(memfd, exe.get(), &offset, left);
+      if (n <= 0) break;
+      left -= static_cast<size_t>(n);
+    }
+    if (left == 0) return true;
+    if (::ftruncate(memfd, 0) != 0 || ::lseek(memfd, 0, SEEK_SET) != 0) return false;
+  }
+  return files::write_all(
+      memfd,
+      std::string_view(reinterpret_cast<const char*>(openshell_init_image_begin), image_size()));
+}
+
 }  // namespace
 
 UniqueFd make_init_image() {
@@ -46,10 +93,7 @@ UniqueFd make_init_image() {
                ": this binary is the init");
     return {};
   }
-  if (!files::write_all(fd.get(),
-                        std::string_view(reinterpret_cast<const char*>(openshell_init_image_begin),
-                                         image_size())) ||
-      ::fcntl(fd.get(), F_ADD_SEALS, kSeals) != 0) {
+  if (!fill(fd.get()) || ::fcntl(fd.get(), F_ADD_SEALS, kSeals) != 0) {
     log::debug(errno_message("write the init's program", errno) + ": this binary is the init");
     return {};
   }
