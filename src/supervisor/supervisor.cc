@@ -26,17 +26,18 @@ namespace openshell::supervisor {
 
 namespace {
 
-// The image the gateway handed down (its fd's number in the environment),
-// if it is one; else one made here.
-UniqueFd take_init_image() {
-  if (const char* value = std::getenv(runtime::kInitImageFdVariable)) {
-    const int fd = std::atoi(value);
-    ::unsetenv(runtime::kInitImageFdVariable);
-    if (fd > 2 && runtime::is_init_image(fd) && ::fcntl(fd, F_SETFD, FD_CLOEXEC) == 0)
-      return UniqueFd(fd);
-    log::warn("the gateway's image of the init is not one: this supervisor makes its own");
-  }
-  return runtime::make_init_image();
+// The image of the init the gateway handed down (its fd's number in the
+// environment), kept from here on close-on-exec; invalid if none came.
+UniqueFd adopt_init_image() {
+  const char* value = std::getenv(runtime::kInitImageFdVariable);
+  if (!value) return {};
+  const int fd = std::atoi(value);
+  ::unsetenv(runtime::kInitImageFdVariable);
+  if (fd > 2 && runtime::is_init_image(fd) && ::fcntl(fd, F_SETFD, FD_CLOEXEC) == 0)
+    return UniqueFd(fd);
+  log::warn("fd " + std::string(value) +
+            " from the gateway is no image of the init: the sandbox gets one of its own");
+  return {};
 }
 
 }  // namespace
@@ -105,6 +106,7 @@ void Supervisor::fail_start(int code, const std::string& why) {
 }
 
 int Supervisor::run() {
+  init_image_ = adopt_init_image();
   load();
   socket_path_ = paths_.supervisor_socket(launch_.sandbox_id, launch_.generation);
   listen_for_exec();
@@ -129,7 +131,7 @@ void Supervisor::start_container() {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw_errno("pipe");
   UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!init_image_) init_image_ = take_init_image();
+  if (!init_image_) init_image_ = runtime::make_init_image();
   container_spec_.init_image_fd = init_image_.get();
   container_spec_.stdin_fd = null.get();
   container_spec_.stdout_fd = out[1];
