@@ -3,7 +3,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include <gmock/gmock.h>
 
@@ -403,6 +407,32 @@ TEST_P(Run, KilledOwnerTakesTheSandboxWithIt) {
   // of openshell's removes them once they are empty.
   for (int i = 0; i < 1500 && !new_since(leftover_cgroups(), cgroups_before_).empty(); ++i)
     ::usleep(20000);
+}
+
+// Where the kernel runs no memfd (vm.memfd_noexec=2, in a pid namespace of
+// this test's own with its own /proc: not the host's), the init is the
+// binary itself, and a run works as before.
+TEST_P(Run, WithoutExecutableMemfdsTheBinaryItselfIsTheInit) {
+  if (mode() != Mode::kRoot) GTEST_SKIP() << "a pid namespace's sysctl is set as root";
+  if (::access("/proc/sys/vm/memfd_noexec", W_OK) != 0)
+    GTEST_SKIP() << "this kernel has no vm.memfd_noexec";
+  const std::string host_setting = file_contents("/proc/sys/vm/memfd_noexec");
+  const std::string script = "echo 2 > /proc/sys/vm/memfd_noexec && exec '" + binary() +
+                             "' -v run --rootfs '" + rootfs() + "' -- cat /proc/1/comm";
+  FILE* p = ::popen(("unshare -fp --mount-proc sh -c \"" + script + "\" 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_THAT(out, HasSubstr("memfd_create for the init's program: Permission denied: this "
+                             "binary is the init"));
+  EXPECT_THAT(out, HasSubstr("osh-init\n"));
+  // The host's own setting is untouched.
+  EXPECT_EQ(file_contents("/proc/sys/vm/memfd_noexec"), host_setting);
 }
 
 }  // namespace
