@@ -44,6 +44,27 @@ uint64_t start_time(pid_t pid) {
   return text::parse_uint(fields[19]).value_or(0);
 }
 
+// The children of a live process, each with its start time: read from
+// /proc/PID/task/PID/children (the main thread's, which forks them), each
+// checked to be its child still once its start time is read.
+std::vector<std::pair<int64_t, uint64_t>> children_of(pid_t pid) {
+  std::vector<std::pair<int64_t, uint64_t>> out;
+  const std::string me = std::to_string(pid);
+  auto list = files::try_read("/proc/" + me + "/task/" + me + "/children");
+  if (!list) return out;
+  for (const std::string& word : text::split(*list, ' ')) {
+    auto child = text::parse_uint(word, INT32_MAX);
+    if (!child) continue;
+    const uint64_t started = start_time(static_cast<pid_t>(*child));
+    auto stat = files::try_read("/proc/" + word + "/stat");
+    if (!started || !stat) continue;
+    size_t paren = stat->rfind(')');
+    auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
+    if (fields.size() > 1 && fields[1] == me) out.emplace_back(*child, started);
+  }
+  return out;
+}
+
 bool alive(int64_t pid, uint64_t started) {
   return pid > 0 && started != 0 && start_time(static_cast<pid_t>(pid)) == started;
 }
@@ -247,6 +268,16 @@ void Gateway::after_sandbox_gone(int64_t init_pid, uint64_t init_start,
   on_exit(std::make_shared<asio::posix::stream_descriptor>(io_, fd), std::move(then));
 }
 
+void Gateway::end_and_wait(int64_t pid, uint64_t start, std::function<void()> then) {
+  int fd = pidfd_open(static_cast<pid_t>(pid));
+  if (fd < 0) return then();
+  auto desc = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
+  // Checked once the pidfd holds it: the pid is still that process.
+  if (!alive(pid, start)) return then();
+  ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+  on_exit(desc, std::move(then));
+}
+
 void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
   auto it = supervised_.find(id);
   if (it != supervised_.end() && it->second.generation == generation && it->second.init_pid) {
@@ -349,16 +380,30 @@ void Gateway::finish_delete(const std::string& id) {
   if (!record) return;
   if (alive(record->supervisor_pid, record->supervisor_start)) {
     // Killing the supervisor ends its sandbox: its init's lifeline closes.
+    // An init it has not reported to this gateway (this gateway restarted,
+    // and the supervisor has not reconnected yet) is one of its children:
+    // they are noted first, and the delete waits for them as for the init.
+    const bool watched = supervised_.count(id) > 0;
+    if (!watched || !supervised_[id].init_pid)
+      supervised_[id].children = children_of(static_cast<pid_t>(record->supervisor_pid));
     ::kill(static_cast<pid_t>(record->supervisor_pid), SIGKILL);
-    if (!supervised_.count(id)) watch_supervisor(id, record->supervisor_pid, record->generation);
+    if (!watched) watch_supervisor(id, record->supervisor_pid, record->generation);
     return;  // finish_delete runs again when it is gone
   }
+  // Then its init, and what else was its child, ended (SIGKILL to a pid
+  // namespace's init ends the namespace): a stopped init, or one slow to
+  // see its lifeline close, must not outlive its delete.
   auto sup = supervised_.find(id);
   if (sup != supervised_.end() && sup->second.init_pid) {
     int64_t pid = sup->second.init_pid;
     uint64_t start = sup->second.init_start;
     sup->second.init_pid = 0;
-    return after_sandbox_gone(pid, start, [this, id] { finish_delete(id); });
+    return end_and_wait(pid, start, [this, id] { finish_delete(id); });
+  }
+  if (sup != supervised_.end() && !sup->second.children.empty()) {
+    auto [pid, start] = sup->second.children.back();
+    sup->second.children.pop_back();
+    return end_and_wait(pid, start, [this, id] { finish_delete(id); });
   }
   // Its files, cgroups and id range go on the background's thread (ext4
   // frees a file's blocks in unlink, and may discard them synchronously:

@@ -98,6 +98,9 @@ class Gateway {
     bool final_status = false;  // the supervisor reported the end
     int64_t init_pid = 0;       // the sandbox's PID 1, as the supervisor reported it
     uint64_t init_start = 0;
+    // The children of a supervisor that a delete kills before it reported
+    // its init (pid, start time): the delete waits for them too.
+    std::vector<std::pair<int64_t, uint64_t>> children;
     // The CA made for this launch (launch()), until its welcome takes it.
     std::string ca_cert;
     std::string ca_key;
@@ -261,12 +264,15 @@ class Gateway {
   // Runs `then` once the sandbox's own processes are gone too (its init dies
   // with its supervisor, a moment later).
   void after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then);
+  // The same once SIGKILL has ended the process (a delete's).
+  void end_and_wait(int64_t pid, uint64_t start, std::function<void()> then);
   void on_exit(const std::shared_ptr<asio::posix::stream_descriptor>& desc,
                std::function<void()> then);
   void apply_final(SandboxRecord& record, const protocol::session::Status& status);
   void on_hello(const std::shared_ptr<net::WebSocket>& ws, const protocol::session::Hello& hello,
                 std::string* sandbox_id);
   void on_session_message(const std::string& id, const protocol::session::ToGateway& message);
+  bool current_session(const std::string& id, const std::shared_ptr<net::WebSocket>& ws) const;
   void request_stop(SandboxRecord& record);
   void finish_delete(const std::string& id);
   // The records of the deletes whose files are gone, removed in one commit.

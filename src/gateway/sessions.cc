@@ -26,13 +26,22 @@ void Gateway::session(const std::shared_ptr<net::Exchange>& exchange) {
         }
         if (auto* hello = std::get_if<session::Hello>(&message))
           on_hello(ws, *hello, sandbox_id.get());
-        else if (!sandbox_id->empty())
+        else if (!sandbox_id->empty() && current_session(*sandbox_id, ws))
           on_session_message(*sandbox_id, message);
       },
       [this, ws, sandbox_id](const std::string&) {
         auto it = supervised_.find(*sandbox_id);
         if (it != supervised_.end() && it->second.session == ws) it->second.session.reset();
       });
+}
+
+// Whether ws is the sandbox's session now: one that another superseded says
+// nothing more of the sandbox (its status would be taken for the current
+// supervisor's).
+bool Gateway::current_session(const std::string& id,
+                              const std::shared_ptr<net::WebSocket>& ws) const {
+  auto it = supervised_.find(id);
+  return it != supervised_.end() && it->second.session == ws;
 }
 
 // The first message of every session: the supervisor's launch file.
@@ -74,6 +83,16 @@ void Gateway::on_hello(const std::shared_ptr<net::WebSocket>& ws,
                                       " is superseded by generation " +
                                       std::to_string(record->generation)});
   }
+  // One supervisor per generation: the one this gateway started or found
+  // at its start. Another with the same launch file was started by a
+  // gateway killed before it could record it; it may not run a second
+  // sandbox beside the first.
+  if (auto watched = supervised_.find(launch.sandbox_id);
+      watched != supervised_.end() && watched->second.pidfd &&
+      watched->second.generation == launch.generation && watched->second.pid != ws->peer().pid)
+    return refuse(session::Superseded{"generation " + std::to_string(launch.generation) +
+                                      " of sandbox '" + record->name + "' is supervisor pid " +
+                                      std::to_string(watched->second.pid) + "'s"});
   *sandbox_id = launch.sandbox_id;
   Supervised& s = supervised_[launch.sandbox_id];
   if (s.session && s.session != ws) s.session->close("superseded by a new session");

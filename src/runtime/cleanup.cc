@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 
 #include "base/directory.h"
 #include "base/error.h"
+#include "base/files.h"
+#include "base/text.h"
 #include "base/unique_fd.h"
 #include "namespaces/userns.h"
 #include "runtime/cgroup.h"
@@ -53,6 +56,26 @@ int remove_in_user_namespace(int parent, const char* name) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : EACCES;  // its exit status is the errno
 }
 
+// Ends what is still in the cgroup dir (named name): at once with
+// cgroup.kill where the hierarchy has it, else each process that
+// cgroup.procs names, pinned by a pidfd and checked to be in the cgroup
+// still (a pid read there may have ended and been reused since).
+void kill_members(const std::string& dir, const std::string& name) {
+  if (files::write_once(dir + "/cgroup.kill", "1") == 0) return;
+  auto procs = files::try_read(dir + "/cgroup.procs");
+  if (!procs) return;
+  const std::string member = "/" + name + "\n";
+  for (const std::string& line : text::split(*procs, '\n')) {
+    auto pid = text::parse_uint(line, INT32_MAX);
+    if (!pid) continue;
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(*pid), 0)));
+    if (!pidfd) continue;
+    auto cgroups = files::try_read("/proc/" + line + "/cgroup");
+    if (cgroups && cgroups->find(member) != std::string::npos)
+      ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+  }
+}
+
 }  // namespace
 
 void remove_cgroups(const std::string& name) noexcept {
@@ -62,10 +85,14 @@ void remove_cgroups(const std::string& name) noexcept {
     if (layout.unified) dirs.push_back(layout.unified->dir + "/" + name);
     for (const auto& [controller, hierarchy] : layout.controllers)
       dirs.push_back(hierarchy.dir + "/" + name);
-    // Tasks that just died may still be leaving: retry briefly.
+    // Tasks that just died may still be leaving: retry a while. What still
+    // runs there is ended: its sandbox's supervisor is gone, and a process
+    // whose init had not yet told the gateway its pid (the supervisor was
+    // killed first) is on its way out or would outlive its sandbox.
     for (const auto& dir : dirs)
-      for (int attempt = 0; attempt < 50; ++attempt) {
+      for (int attempt = 0; attempt < 1000; ++attempt) {
         if (::rmdir(dir.c_str()) == 0 || errno != EBUSY) break;
+        if (attempt % 25 == 0) kill_members(dir, name);
         ::usleep(2000);
       }
   } catch (...) {

@@ -8,7 +8,8 @@
 namespace openshell::runtime {
 
 // Removes every cgroup named `name` in this process's hierarchies (what
-// CgroupSet::create made for it). Ignores ones that do not exist.
+// CgroupSet::create made for it), ending the processes still in one (a
+// sandbox whose supervisor is gone). Ignores ones that do not exist.
 void remove_cgroups(const std::string& name) noexcept;
 
 // files::remove_tree(path); where ownership stands in the way (rootless,

@@ -67,6 +67,11 @@ void Supervisor::on_session_message(const std::string& data) {
     if (!container_ && !vm_ && state_ == State::kRunning) {
       take_environment(welcome->env);
       take_ca(std::move(welcome->ca_cert), std::move(welcome->ca_key));
+      if (spec_error_.empty()) try {
+          listen_for_exec();
+        } catch (const Error& e) {
+          spec_error_ = e.what();
+        }
       if (spec_error_.empty())
         start_container();
       else

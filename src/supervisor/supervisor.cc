@@ -109,17 +109,17 @@ int Supervisor::run() {
   init_image_ = adopt_init_image();
   load();
   socket_path_ = paths_.supervisor_socket(launch_.sandbox_id, launch_.generation);
-  listen_for_exec();
   signals_.async_wait([this](const boost::system::error_code& ec, int) {
     if (!ec) stop(kDefaultGraceMs);
   });
-  // The sandbox starts once the gateway has accepted our launch file: a
-  // superseded launch never runs anything.
+  // The sandbox starts, and its exec socket listens, once the gateway has
+  // accepted our launch file: a superseded launch never runs anything, nor
+  // touches the socket's path, which is the current supervisor's.
   connect_session();
   // What a sandbox sends its proxy and DNS stub is served on this loop: a
   // handler that throws must not take the supervisor, and the sandbox, down.
   run_handling_exceptions(io_, "supervisor");
-  ::unlink(socket_path_.c_str());
+  if (listener_.is_open()) ::unlink(socket_path_.c_str());
   return result_;
 }
 

@@ -1,9 +1,13 @@
 #include "runtime/cgroup.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -11,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "runtime/cleanup.h"
 #include "test_util.h"
 
 namespace openshell::runtime {
@@ -543,6 +548,44 @@ TEST_F(CgroupSetTest, RemoveGivesUpOnNonBusyErrors) {
   set.remove();  // pids.max is still there: ENOTEMPTY
   EXPECT_TRUE(set.empty());
   EXPECT_TRUE(path_exists(v2 + "/sbx/pids.max"));
+}
+
+// The gateway's cleanup of a sandbox whose supervisor is gone: a process
+// still in the sandbox's cgroup (its init had not yet seen its lifeline
+// close) is ended, and the cgroup goes. A real pids cgroup of this host.
+TEST(RemoveCgroups, EndsWhatStillRunsInTheCgroupAndRemovesIt) {
+  CgroupLayout layout = CgroupLayout::discover();
+  auto pids = layout.controllers.find("pids");
+  if (pids == layout.controllers.end()) GTEST_SKIP() << "no v1 pids hierarchy here";
+  const std::string name = "openshell-unit-" + std::to_string(::getpid());
+  const std::string dir = pids->second.dir + "/" + name;
+  if (::mkdir(dir.c_str(), 0755) != 0)
+    GTEST_SKIP() << "cannot make a cgroup here: " << dir << ": " << std::strerror(errno);
+  int joined[2];
+  ASSERT_EQ(::pipe(joined), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    const std::string me = std::to_string(::getpid());
+    if (::write(::open((dir + "/cgroup.procs").c_str(), O_WRONLY), me.data(), me.size()) < 0)
+      ::_exit(1);
+    ::close(joined[0]);
+    ::close(joined[1]);  // joined: the parent's read sees its end
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(joined[1]);
+  char byte;
+  EXPECT_EQ(::read(joined[0], &byte, 1), 0);
+  ::close(joined[0]);
+  EXPECT_THAT(read_file(dir + "/cgroup.procs"), HasSubstr(std::to_string(child)));
+  remove_cgroups(name);
+  const bool removed = !path_exists(dir);
+  EXPECT_TRUE(removed) << dir;
+  if (!removed) ::kill(child, SIGKILL);  // not by remove_cgroups: the test's own cleanup
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  if (!removed) ::rmdir(dir.c_str());
 }
 
 }  // namespace
