@@ -30,23 +30,32 @@ namespace openshell::gateway {
 
 // ---- processes ---------------------------------------------------------------
 
-// Start time of a process (clock ticks since boot, /proc/PID/stat field 22),
-// 0 when it does not exist or has ended (a zombie: killed while its parent,
-// a gateway, was gone, and not yet reaped).
-uint64_t start_time(pid_t pid) {
-  auto stat = files::try_read("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return 0;
+namespace {
+
+// A process's start time (clock ticks since boot, /proc/PID/stat field 22)
+// and its parent's pid (field 4), from one reading; start 0 when it does not
+// exist or has ended (a zombie: killed while its parent, a gateway, was
+// gone, and not yet reaped).
+struct ProcStat {
+  uint64_t start = 0;
+  std::string parent;
+};
+
+ProcStat proc_stat(const std::string& pid) {
+  auto stat = files::try_read("/proc/" + pid + "/stat");
+  if (!stat) return {};
   size_t paren = stat->rfind(')');
-  if (paren == std::string::npos) return 0;
+  if (paren == std::string::npos) return {};
   auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
-  // After ") ": field 3 (state) is index 0, so field 22 is index 19.
-  if (fields.size() < 20 || fields[0] == "Z" || fields[0] == "X") return 0;
-  return text::parse_uint(fields[19]).value_or(0);
+  // After ") ": field 3 (state) is index 0, so field 4 is index 1 and
+  // field 22 index 19.
+  if (fields.size() < 20 || fields[0] == "Z" || fields[0] == "X") return {};
+  return {text::parse_uint(fields[19]).value_or(0), fields[1]};
 }
 
 // The children of a live process, each with its start time: read from
 // /proc/PID/task/PID/children (the main thread's, which forks them), each
-// checked to be its child still once its start time is read.
+// checked to be its child still when its start time is read.
 std::vector<std::pair<int64_t, uint64_t>> children_of(pid_t pid) {
   std::vector<std::pair<int64_t, uint64_t>> out;
   const std::string me = std::to_string(pid);
@@ -55,15 +64,15 @@ std::vector<std::pair<int64_t, uint64_t>> children_of(pid_t pid) {
   for (const std::string& word : text::split(*list, ' ')) {
     auto child = text::parse_uint(word, INT32_MAX);
     if (!child) continue;
-    const uint64_t started = start_time(static_cast<pid_t>(*child));
-    auto stat = files::try_read("/proc/" + word + "/stat");
-    if (!started || !stat) continue;
-    size_t paren = stat->rfind(')');
-    auto fields = text::split(std::string_view(*stat).substr(paren + 2), ' ');
-    if (fields.size() > 1 && fields[1] == me) out.emplace_back(*child, started);
+    const ProcStat stat = proc_stat(word);
+    if (stat.start && stat.parent == me) out.emplace_back(*child, stat.start);
   }
   return out;
 }
+
+}  // namespace
+
+uint64_t start_time(pid_t pid) { return proc_stat(std::to_string(pid)).start; }
 
 bool alive(int64_t pid, uint64_t started) {
   return pid > 0 && started != 0 && start_time(static_cast<pid_t>(pid)) == started;
@@ -260,21 +269,14 @@ void Gateway::on_exit(const std::shared_ptr<asio::posix::stream_descriptor>& des
       });
 }
 
-void Gateway::after_sandbox_gone(int64_t init_pid, uint64_t init_start,
-                                 std::function<void()> then) {
-  if (!alive(init_pid, init_start)) return then();
-  int fd = pidfd_open(static_cast<pid_t>(init_pid));
-  if (fd < 0) return then();
-  on_exit(std::make_shared<asio::posix::stream_descriptor>(io_, fd), std::move(then));
-}
-
-void Gateway::end_and_wait(int64_t pid, uint64_t start, std::function<void()> then) {
+void Gateway::after_sandbox_gone(int64_t pid, uint64_t start, std::function<void()> then,
+                                 bool end) {
   int fd = pidfd_open(static_cast<pid_t>(pid));
   if (fd < 0) return then();
   auto desc = std::make_shared<asio::posix::stream_descriptor>(io_, fd);
   // Checked once the pidfd holds it: the pid is still that process.
   if (!alive(pid, start)) return then();
-  ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+  if (end) ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
   on_exit(desc, std::move(then));
 }
 
@@ -398,12 +400,14 @@ void Gateway::finish_delete(const std::string& id) {
     int64_t pid = sup->second.init_pid;
     uint64_t start = sup->second.init_start;
     sup->second.init_pid = 0;
-    return end_and_wait(pid, start, [this, id] { finish_delete(id); });
+    return after_sandbox_gone(
+        pid, start, [this, id] { finish_delete(id); }, true);
   }
   if (sup != supervised_.end() && !sup->second.children.empty()) {
     auto [pid, start] = sup->second.children.back();
     sup->second.children.pop_back();
-    return end_and_wait(pid, start, [this, id] { finish_delete(id); });
+    return after_sandbox_gone(
+        pid, start, [this, id] { finish_delete(id); }, true);
   }
   // Its files, cgroups and id range go on the background's thread (ext4
   // frees a file's blocks in unlink, and may discard them synchronously:

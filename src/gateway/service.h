@@ -261,11 +261,11 @@ class Gateway {
   void restart_if_meant_to(const std::string& id);
   void watch_supervisor(const std::string& id, int64_t pid, int64_t generation);
   void supervisor_exited(const std::string& id, int64_t generation);
-  // Runs `then` once the sandbox's own processes are gone too (its init dies
-  // with its supervisor, a moment later).
-  void after_sandbox_gone(int64_t init_pid, uint64_t init_start, std::function<void()> then);
-  // The same once SIGKILL has ended the process (a delete's).
-  void end_and_wait(int64_t pid, uint64_t start, std::function<void()> then);
+  // Runs `then` once the sandbox's own process (its init, which dies with
+  // its supervisor a moment later) is gone; with end, SIGKILL ends it first
+  // (a delete's).
+  void after_sandbox_gone(int64_t pid, uint64_t start, std::function<void()> then,
+                          bool end = false);
   void on_exit(const std::shared_ptr<asio::posix::stream_descriptor>& desc,
                std::function<void()> then);
   void apply_final(SandboxRecord& record, const protocol::session::Status& status);
