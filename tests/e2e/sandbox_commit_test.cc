@@ -115,9 +115,11 @@ TEST_P(SandboxCommit, AStoppedSandboxsFilesWorkspaceAndDeletionsMakeTheImage) {
 }
 
 TEST_P(SandboxCommit, ARunningSandboxIsFrozenWhileReadAndRunsOnUnchanged) {
+  // Each count is written beside the file and renamed over it: a freeze
+  // between `>`'s truncate and its write would commit an empty file.
   ASSERT_EQ(create("live", {"sh", "-c",
-                            "i=0; while true; do i=$((i+1)); echo $i > /sandbox/count; "
-                            "sleep 0.05; done"})
+                            "i=0; while true; do i=$((i+1)); echo $i > /sandbox/count.new; "
+                            "mv /sandbox/count.new /sandbox/count; sleep 0.05; done"})
                 .status,
             0);
   ASSERT_EQ(exec("live", "echo before > /etc/marker").status, 0);
