@@ -500,12 +500,12 @@ void add_run_command(CLI::App& app, Action* action) {
       if (ca_dir) spec::write_ca_bundle(plan.sandbox, ca_dir->path(), ca ? ca->cert_pem() : "");
       block_forwarded_signals();
       // Should this process be killed outright, its cgroups still go.
-      std::function<void()> release_ids;
+      std::optional<namespaces::RunRelease> release_ids;
       if (spec.host_range)
-        release_ids = [start = spec.host_range->uid_start, pid = ::getpid()] {
-          namespaces::release_run_range(namespaces::kRegistryDir, start, pid);
-        };
-      runtime::CgroupReaper reaper(spec.cgroup_name, release_ids);  // outlives the container
+        release_ids = namespaces::run_release(namespaces::kRegistryDir, spec.host_range->uid_start,
+                                              ::getpid());
+      runtime::CgroupReaper reaper(spec.cgroup_name,
+                                   std::move(release_ids));  // outlives the container
       // The init's own small program: it starts in half the time of this one.
       const UniqueFd init_image = runtime::make_init_image();
       spec.init_image_fd = init_image.get();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include "base/error.h"
@@ -172,7 +173,14 @@ RangeClaim claim_range(const std::string& registry_dir, const std::string& owner
       if (::flock(fd.get(), LOCK_EX) != 0) throw_errno("lock " + claim.path_);
       claim.lock_ = std::move(fd);
     }
-    files::write(next_path, std::to_string(slot + 1) + "\n");
+    // Whole, under the lock; not synced (a crash only moves the search's
+    // start).
+    const std::string next = std::to_string(slot + 1) + "\n";
+    UniqueFd next_fd(
+        ::open(next_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!next_fd ||
+        ::write(next_fd.get(), next.data(), next.size()) != static_cast<ssize_t>(next.size()))
+      throw_errno("write " + next_path);
     return claim;
   }
   throw Error("no free id range for a sandbox: the " + std::to_string(pool.slots) +
@@ -188,17 +196,27 @@ RangeClaim claim_host_range(const std::string& owner, bool for_run) {
                                    files::try_read("/etc/group").value_or("")));
 }
 
-void release_run_range(const std::string& registry_dir, uint32_t uid_start, pid_t pid) {
-  const std::string lock_path = registry_dir + "/.lock";
-  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+RunRelease run_release(const std::string& registry_dir, uint32_t uid_start, pid_t pid) {
+  return {registry_dir + "/.lock", registry_dir + "/" + std::to_string(uid_start),
+          "run " + std::to_string(pid)};
+}
+
+void release_run_range(const RunRelease& release) noexcept {
+  UniqueFd lock(::open(release.lock_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
   if (!lock) return;
   while (::flock(lock.get(), LOCK_EX) != 0)
     if (errno != EINTR) return;
-  const std::string path = registry_dir + "/" + std::to_string(uid_start);
-  std::string text;
-  if (files::read_into(path, &text) != 0) return;
-  if (std::string(text::trim(text)) == "run " + std::to_string(pid) && stale(path))
-    ::unlink(path.c_str());
+  UniqueFd claim(::open(release.claim_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!claim) return;
+  char text[64];
+  ssize_t n = ::read(claim.get(), text, sizeof text);
+  while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) --n;
+  // Still that run's, and no process holds it (the stale test above).
+  if (n < 0 || static_cast<size_t>(n) != release.text.size() ||
+      std::memcmp(text, release.text.data(), static_cast<size_t>(n)) != 0 ||
+      ::flock(claim.get(), LOCK_EX | LOCK_NB) != 0)
+    return;
+  ::unlink(release.claim_path.c_str());
 }
 
 void release_sandbox_range(const std::string& registry_dir, uint32_t uid_start,

@@ -84,8 +84,15 @@ RangeClaim claim_range(const std::string& registry_dir, const std::string& owner
 RangeClaim claim_host_range(const std::string& owner, bool for_run);
 
 // Frees the range of a run that ended without doing so (killed), if the
-// claim is still that process's: for the helper that outlives it.
-void release_run_range(const std::string& registry_dir, uint32_t uid_start, pid_t pid);
+// claim is still that process's and no process holds it: for the helper
+// that outlives it. That helper shares the run's memory (a clone without a
+// copy of it), so the paths are made beforehand and the release itself
+// allocates nothing.
+struct RunRelease {
+  std::string lock_path, claim_path, text;  // text: the claim's line, "run PID"
+};
+RunRelease run_release(const std::string& registry_dir, uint32_t uid_start, pid_t pid);
+void release_run_range(const RunRelease& release) noexcept;
 
 // Frees a sandbox's range (its claim file), if it is this owner's.
 void release_sandbox_range(const std::string& registry_dir, uint32_t uid_start,

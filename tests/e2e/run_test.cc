@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -400,13 +401,22 @@ TEST_P(Run, KilledOwnerTakesTheSandboxWithIt) {
   Options o;
   o.signal_when = "ready";
   o.signal = SIGKILL;
-  Result r = sandbox(mode(), {}, {"sh", "-c", "echo ready; sleep 30"}, o);
+  Result r = sandbox(mode(), {}, {"sh", "-c", "cat /proc/self/uid_map; echo ready; sleep 30"}, o);
   EXPECT_EQ(r.status, 128 + SIGKILL);
   for (int i = 0; i < 1500 && !leftover_processes().empty(); ++i) ::usleep(20000);
   // Its cgroups (every sandbox has a pids limit) go with them: a helper
   // of openshell's removes them once they are empty.
   for (int i = 0; i < 1500 && !new_since(leftover_cgroups(), cgroups_before_).empty(); ++i)
     ::usleep(20000);
+  // As root, so does its claim on the host ids it ran as (named by their
+  // first uid, which the sandbox's uid_map shows).
+  if (mode() != Mode::kRoot) return;
+  std::istringstream map(r.out);
+  std::string inside, outside;
+  ASSERT_TRUE(map >> inside >> outside) << r.out;
+  const std::string claim = "/var/lib/openshell/id-ranges/" + outside;
+  for (int i = 0; i < 500 && ::access(claim.c_str(), F_OK) == 0; ++i) ::usleep(20000);
+  EXPECT_NE(::access(claim.c_str(), F_OK), 0) << claim << " outlived the run killed with -9";
 }
 
 // Where the kernel runs no memfd (vm.memfd_noexec=2, in a pid namespace of

@@ -107,13 +107,30 @@ TEST(IdPool, ARunsClaimLastsAsLongAsTheRun) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), 0) << "the killed run's claim";
   // The helper that outlives a run frees it; only that run's.
-  release_run_range(registry, 1000000, child + 1);
+  release_run_range(run_release(registry, 1000000, child + 1));
   EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), 0);
-  release_run_range(registry, 1000000, child);
+  release_run_range(run_release(registry, 1000000, child));
   EXPECT_EQ(::access((registry + "/1000000").c_str(), F_OK), -1);
   RangeClaim held = claim_range(registry, "", true, pool, none);   // slot 1
   RangeClaim held2 = claim_range(registry, "", true, pool, none);  // slot 2
   EXPECT_EQ(claim_range(registry, "", true, pool, none).range().uid_start, 1000000u);
+}
+
+TEST(IdPool, WhereTheNextSearchStartsIsWrittenWhole) {
+  // A shorter number over a longer one: "3\n" over "1000\n" once read
+  // "3\n00\n", which is no number, and every search started at the first
+  // range again.
+  openshell::testing::TempDir dir;
+  const std::string registry = dir.path() + "/ids";
+  IdPool pool{1000000, 1000000, 4};
+  Reserved none;
+  ASSERT_EQ(::mkdir(registry.c_str(), 0700), 0);
+  openshell::files::write_atomically(registry + "/.next", "0002\n");
+  RangeClaim first = claim_range(registry, "", true, pool, none);
+  EXPECT_EQ(first.range().uid_start, 1000000u + 2 * 65536);
+  EXPECT_EQ(openshell::files::read(registry + "/.next"), "3\n");
+  RangeClaim second = claim_range(registry, "", true, pool, none);
+  EXPECT_EQ(second.range().uid_start, 1000000u + 3 * 65536);
 }
 
 TEST(IdPool, AnEmptyClaimIsWhatACrashLeftAndIsTakenAgain) {
