@@ -138,7 +138,7 @@ class ProgressDisplay : public image::Progress {
   std::chrono::steady_clock::time_point began_, last_;
 };
 
-std::string age(const std::string& rfc3339) {
+std::string stored_age(const std::string& rfc3339) {
   auto then = time::parse(rfc3339);
   return then ? time::long_age((time::now_ns() - *then) / 1000000000) : "-";
 }
@@ -347,7 +347,7 @@ void add_image_commands(CLI::App& app, Action* action) {
         std::vector<std::vector<std::string>> rows = {{"NAME", "ID", "CREATED", "SIZE", "LAYERS"}};
         for (const auto& r : records)
           rows.push_back({image::parse_reference(r.name).familiar(), r.short_id(),
-                          age(r.config.created), text::format_bytes(r.size()),
+                          stored_age(r.config.created), text::format_bytes(r.size()),
                           std::to_string(r.diff_ids.size())});
         print_table(rows);
         return 0;

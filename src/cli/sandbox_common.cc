@@ -48,7 +48,7 @@ std::string last_used_file(const Paths& paths) {
   return file + "." + key;
 }
 
-std::string age(const std::string& rfc3339) {
+std::string sandbox_age(const std::string& rfc3339) {
   auto then = time::parse(rfc3339);
   return then ? time::short_age((time::now_ns() - *then) / 1000000000) : "?";
 }
@@ -169,7 +169,7 @@ void print_sandboxes(const json& list, const std::string& output, bool owners) {
   for (const auto& s : list) {
     rows.push_back({s.value("name", ""), s.value("phase", ""),
                     std::to_string(s.value("generation", 0)), exit_text(s),
-                    age(s.value("created_at", "")), s.value("from", ""), labels_text(s),
+                    sandbox_age(s.value("created_at", "")), s.value("from", ""), labels_text(s),
                     command_text(s)});
     if (owners) rows.back().insert(rows.back().begin() + 1, s.value("owner", ""));
   }
