@@ -161,6 +161,12 @@ bool is_dns_label(std::string_view text) {
   return true;
 }
 
+std::string format_ms(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", ms);
+  return buf;
+}
+
 std::string format_bytes(uint64_t bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes);

@@ -48,6 +48,9 @@ bool is_dns_label(std::string_view text);
 // Human form of a byte count: "64.0 MiB".
 std::string format_bytes(uint64_t bytes);
 
+// Milliseconds with two decimals, for -v timings: "12.34".
+std::string format_ms(double ms);
+
 // A hex digit's value (either case), or -1 for any other character.
 int hex_value(char c);
 

@@ -460,6 +460,7 @@ void add_run_command(CLI::App& app, Action* action) {
 
   run->callback([options, action]() {
     *action = [options]() {
+      const double t_parsed = log::elapsed_ms();
       if (!options->image.empty()) {
         if (options->rootfs != "host") throw Error("--image and --rootfs: give one root, not both");
         ensure_image(options->image, options->insecure, "--image");
@@ -486,6 +487,7 @@ void add_run_command(CLI::App& app, Action* action) {
       runtime::ContainerSpec spec = spec::container_spec_for(plan.sandbox, plan.placement);
       if (spec.tty) terminal_size(&spec.tty_rows, &spec.tty_cols);
       auto network_log = spec.egress ? open_network_log(*options) : nullptr;
+      const double t_planned = log::elapsed_ms();
       const auto grace = stop_grace();
       StdioRelay relay(&spec);
       // As root, host ids of this run's own, held until it ends.
@@ -496,6 +498,7 @@ void add_run_command(CLI::App& app, Action* action) {
         plan.sandbox.host_uid_start = spec.host_range->uid_start;
         plan.sandbox.host_gid_start = spec.host_range->gid_start;
       }
+      const double t_ids = log::elapsed_ms();
       // After the claim: as root, the bundle is the sandbox's range's.
       if (ca_dir) spec::write_ca_bundle(plan.sandbox, ca_dir->path(), ca ? ca->cert_pem() : "");
       block_forwarded_signals();
@@ -509,6 +512,11 @@ void add_run_command(CLI::App& app, Action* action) {
       // The init's own small program: it starts in half the time of this one.
       const UniqueFd init_image = runtime::make_init_image();
       spec.init_image_fd = init_image.get();
+      const double t_helpers = log::elapsed_ms();
+      log::debug("run: parsed at " + text::format_ms(t_parsed) + " ms; plan " +
+                 text::format_ms(t_planned - t_parsed) + " ms, host ids " +
+                 text::format_ms(t_ids - t_planned) + " ms, cleanup helper and init " +
+                 text::format_ms(t_helpers - t_ids) + " ms");
       auto container = runtime::Container::start(spec);
       if (ca_dir) ca_dir->remove();  // mounted: the sandbox's mounts hold the bundle now
       relay.start();

@@ -254,17 +254,12 @@ json launch_call(GatewayClient& client, const char* verb, const std::string& pat
   const double sent_ms = log::elapsed_ms();
   json sandbox = client.call(
       "POST", path + (path.find('?') == std::string::npos ? "?" : "&") + "timings=1", body);
-  auto fixed = [](double ms) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f", ms);
-    return std::string(buf);
-  };
   std::string line =
-      std::string(verb) + ": round trip " + fixed(log::elapsed_ms() - sent_ms) + " ms";
+      std::string(verb) + ": round trip " + text::format_ms(log::elapsed_ms() - sent_ms) + " ms";
   if (auto it = sandbox.find("timings"); it != sandbox.end() && it->is_array()) {
     line += "; in the gateway, ms since the request:";
     for (const auto& step : *it)
-      line += " " + step.value("step", "?") + " " + fixed(step.value("ms", 0.0)) + ",";
+      line += " " + step.value("step", "?") + " " + text::format_ms(step.value("ms", 0.0)) + ",";
     line.pop_back();
     sandbox.erase(it);
   }

@@ -23,6 +23,7 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/packet.h"
+#include "base/text.h"
 #include "namespaces/network.h"
 #include "runtime/init_protocol.h"
 #include "runtime/seccomp.h"
@@ -779,9 +780,9 @@ std::unique_ptr<Container> Container::start(const ContainerSpec& spec) {
     log::warn(why);
   const double t_running = log::elapsed_ms();
   log::debug("started pid " + std::to_string(pid) + " (" + id_map.describe() + "): prepare " +
-             std::to_string(t_clone - t_begin) + " ms, clone+maps " +
-             std::to_string(t_maps - t_clone) + " ms, setup+exec " +
-             std::to_string(t_running - t_maps) + " ms");
+             text::format_ms(t_clone - t_begin) + " ms, clone+maps " +
+             text::format_ms(t_maps - t_clone) + " ms, setup+exec " +
+             text::format_ms(t_running - t_maps) + " ms");
   return container;
 }
 

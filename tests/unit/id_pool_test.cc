@@ -119,7 +119,7 @@ TEST(IdPool, ARunsClaimLastsAsLongAsTheRun) {
 TEST(IdPool, WhereTheNextSearchStartsIsWrittenWhole) {
   // A shorter number over a longer one: "3\n" over "1000\n" once read
   // "3\n00\n", which is no number, and every search started at the first
-  // range again.
+  // range again. Now it is always ten digits and a newline.
   openshell::testing::TempDir dir;
   const std::string registry = dir.path() + "/ids";
   IdPool pool{1000000, 1000000, 4};
@@ -128,9 +128,15 @@ TEST(IdPool, WhereTheNextSearchStartsIsWrittenWhole) {
   openshell::files::write_atomically(registry + "/.next", "0002\n");
   RangeClaim first = claim_range(registry, "", true, pool, none);
   EXPECT_EQ(first.range().uid_start, 1000000u + 2 * 65536);
-  EXPECT_EQ(openshell::files::read(registry + "/.next"), "3\n");
+  EXPECT_EQ(openshell::files::read(registry + "/.next"), "0000000003\n");
+  // A longer file than that (of an earlier form) is cut to it.
+  openshell::files::write_atomically(registry + "/.next", "3\n\n\n\n\n\n\n\n\n\n\n\n");
+  RangeClaim after_long = claim_range(registry, "", true, pool, none);
+  EXPECT_EQ(after_long.range().uid_start, 1000000u + 3 * 65536);
+  EXPECT_EQ(openshell::files::read(registry + "/.next"), "0000000004\n");
+  // Past the last range the search wraps to the first.
   RangeClaim second = claim_range(registry, "", true, pool, none);
-  EXPECT_EQ(second.range().uid_start, 1000000u + 3 * 65536);
+  EXPECT_EQ(second.range().uid_start, 1000000u);
 }
 
 TEST(IdPool, AnEmptyClaimIsWhatACrashLeftAndIsTakenAgain) {

@@ -126,6 +126,13 @@ TEST(IsDnsLabel, Rejects) {
   EXPECT_FALSE(is_dns_label(std::string(64, 'a')));
 }
 
+TEST(FormatMs, TwoDecimalsRounded) {
+  EXPECT_EQ(format_ms(0), "0.00");
+  EXPECT_EQ(format_ms(12.345678), "12.35");
+  EXPECT_EQ(format_ms(0.004), "0.00");
+  EXPECT_EQ(format_ms(1500), "1500.00");
+}
+
 TEST(FormatBytes, PicksBinaryUnit) {
   EXPECT_EQ(format_bytes(0), "0 B");
   EXPECT_EQ(format_bytes(1023), "1023 B");
