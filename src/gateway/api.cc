@@ -178,7 +178,10 @@ SandboxRecord Gateway::owned(const Call& call, const std::string& name) {
 }
 
 std::string Gateway::owner_of(const SandboxRecord& record) const {
-  return effective_owner(record.owner, ::geteuid());
+  // The gateway never changes its ids: asked once, not for each sandbox of
+  // a list.
+  static const uid_t euid = ::geteuid();
+  return effective_owner(record.owner, euid);
 }
 
 void Gateway::refuse(const Call& call, const std::string& code, const std::string& message) {

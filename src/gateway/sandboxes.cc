@@ -57,7 +57,7 @@ json Gateway::view(const SandboxRecord& r) const {
         {"name", spec.image->name}, {"id", spec.image->id}, {"digest", spec.image->digest}};
   j["storage"] = spec.from == "host" ? "host" : spec.storage.empty() ? "overlay" : spec.storage;
   if (!spec.storage_note.empty()) j["storage_note"] = spec.storage_note;
-  j["limits"] = json::parse(spec.limits_json());
+  j["limits"] = spec.limits_json();
   j["restart"] = spec.restart.empty() ? "unless-stopped" : spec.restart;
   // What create was given that the sandbox keeps across its starts.
   json binds = json::array();

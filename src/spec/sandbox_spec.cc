@@ -91,14 +91,14 @@ void SandboxSpec::apply_limit_defaults(const limits::Defaults& defaults, uint64_
     shm_size_bytes = defaults.shm_size.value_or(limits::default_shm_size(memory_bytes, total));
 }
 
-std::string SandboxSpec::limits_json() const {
+json SandboxSpec::limits_json() const {
   json j = json::object();
   if (pids) j["pids"] = *pids;
   if (memory_bytes) j["memory_bytes"] = *memory_bytes;
   if (cpus) j["cpus"] = *cpus;
   if (tmp_size_bytes) j["tmp_size_bytes"] = *tmp_size_bytes;
   if (shm_size_bytes) j["shm_size_bytes"] = *shm_size_bytes;
-  return j.dump();
+  return j;
 }
 
 std::string SandboxSpec::to_json() const {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "base/sandbox_limits.h"
 
 namespace openshell {
@@ -92,7 +94,7 @@ struct SandboxSpec {
   void apply_limit_defaults(const limits::Defaults& defaults, uint64_t memory_total);
   // The limits as a JSON object (for `sandbox get`): pids, memory_bytes,
   // cpus, tmp_size_bytes, shm_size_bytes; unset ones are left out.
-  std::string limits_json() const;
+  nlohmann::json limits_json() const;
   std::string to_json() const;
   static SandboxSpec from_json(const std::string& text);  // throws Error
 };
