@@ -290,6 +290,16 @@ void Gateway::supervisor_exited(const std::string& id, int64_t generation) {
     return after_sandbox_gone(pid, start,
                               [this, id, generation] { supervisor_exited(id, generation); });
   }
+  if (it != supervised_.end() && it->second.generation == generation &&
+      !it->second.children.empty()) {
+    // The children a delete noted (an init never reported to this gateway)
+    // are ended and gone before the entry that holds them is: the delete
+    // waited for none of them when they went with it.
+    auto [pid, start] = it->second.children.back();
+    it->second.children.pop_back();
+    return after_sandbox_gone(
+        pid, start, [this, id, generation] { supervisor_exited(id, generation); }, true);
+  }
   bool reported = it != supervised_.end() && it->second.final_status;
   if (it != supervised_.end() && it->second.generation == generation) supervised_.erase(it);
   auto record = store_->find_by_id(id);
