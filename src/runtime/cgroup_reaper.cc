@@ -17,8 +17,7 @@
 namespace openshell::runtime {
 
 struct CgroupReaper::Plan {
-  std::vector<std::string> dirs;
-  std::vector<const char*> paths;  // dirs, as the helper reads them
+  std::vector<std::string> dirs;  // read by the helper, never changed once it runs
   std::optional<namespaces::RunRelease> release;
   int done_fd = -1;
 };
@@ -54,8 +53,8 @@ int reap(void* arg) {
   timespec pause{0, 5 * 1000 * 1000};
   for (int tries = 0; tries < 2000; ++tries) {
     bool left = false;
-    for (size_t i = plan->paths.size(); i-- > 0;)
-      if (::rmdir(plan->paths[i]) != 0 && errno != ENOENT) left = true;
+    for (size_t i = plan->dirs.size(); i-- > 0;)
+      if (::rmdir(plan->dirs[i].c_str()) != 0 && errno != ENOENT) left = true;
     if (!left) break;
     ::nanosleep(&pause, nullptr);
   }
@@ -72,7 +71,6 @@ CgroupReaper::CgroupReaper(const std::string& name, std::optional<namespaces::Ru
   for (const auto& [controller, hierarchy] : layout.controllers)
     plan->dirs.push_back(hierarchy.dir + "/" + name);
   if (plan->dirs.empty()) return;
-  for (const auto& d : plan->dirs) plan->paths.push_back(d.c_str());
   plan->release = std::move(release);
   Pipe pipe = Pipe::create();
   plan->done_fd = pipe.read.get();
