@@ -166,10 +166,11 @@ void GatewayClient::check_before_connecting() const {
 }
 
 json GatewayClient::call(const std::string& method, const std::string& target,
-                         const std::string& body) {
+                         const std::string& body, const json::parser_callback_t& keep) {
   net::Response response = connection().request(method, target, body);
-  json j = json::parse(response.body, nullptr, false);
-  if (response.status >= 200 && response.status < 300) {
+  const bool ok = response.status >= 200 && response.status < 300;
+  json j = json::parse(response.body, ok ? keep : nullptr, false);
+  if (ok) {
     if (j.is_discarded()) throw Error("the gateway answered with something that is not JSON");
     return j;
   }

@@ -52,9 +52,11 @@ class GatewayClient {
   ~GatewayClient();
 
   // A JSON request; a non-2xx answer throws GatewayError with the gateway's
-  // message.
+  // message. keep, when given, is nlohmann's parse callback: what it
+  // discards of a successful answer is skipped while parsing, never built.
   nlohmann::json call(const std::string& method, const std::string& target,
-                      const std::string& body = {});
+                      const std::string& body = {},
+                      const nlohmann::json::parser_callback_t& keep = nullptr);
   // The raw body of a successful request (logs).
   std::string call_text(const std::string& method, const std::string& target);
   // The answer as it is, whatever its status (for endpoints an older

@@ -9,6 +9,8 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -156,6 +158,16 @@ void require_copyable(GatewayClient& client, const std::string& name, const std:
 bool looks_like_path(const std::string& word) {
   return word == "." || word == ".." || word.rfind("/", 0) == 0 || word.rfind("./", 0) == 0 ||
          word.rfind("../", 0) == 0 || word.rfind("~", 0) == 0;
+}
+
+bool only_table_fields(int depth, json::parse_event_t event, json& parsed) {
+  // A sandbox's own keys are at depth 3: inside the answer's object, its
+  // "sandboxes" array and the sandbox's object.
+  if (event != json::parse_event_t::key || depth != 3) return true;
+  static const std::set<std::string, std::less<>> kShown = {"name",       "owner",     "phase",
+                                                            "generation", "exit_code", "created_at",
+                                                            "from",       "labels",    "command"};
+  return kShown.count(parsed.get_ref<const std::string&>()) != 0;
 }
 
 void print_sandboxes(const json& list, const std::string& output, bool owners) {

@@ -63,6 +63,11 @@ void require_copyable(GatewayClient& client, const std::string& name, const std:
 bool looks_like_path(const std::string& word);
 
 void print_sandboxes(const nlohmann::json& list, const std::string& output, bool owners = false);
+// For GatewayClient::call's keep: of each sandbox in a list's answer
+// ({"sandboxes": [...]}), only the fields print_sandboxes' table shows. A
+// list of a thousand is about 640 KB of JSON, most of which a table never
+// reads.
+bool only_table_fields(int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed);
 void print_sandbox(const nlohmann::json& sandbox, const std::string& output);
 
 // The reason shown for a sandbox in Error.

@@ -32,7 +32,8 @@ int list(const ListOptions& o) {
   if (!selector.empty()) query.push_back("selector=" + net::percent_encode(selector));
   if (o.all) query.push_back("all=1");
   if (!query.empty()) path += "?" + text::join(query, "&");
-  json answer = client.call("GET", path);
+  json answer = client.call("GET", path, {},
+                            o.output == "json" ? json::parser_callback_t() : only_table_fields);
   const json sandboxes = std::move(answer["sandboxes"]);  // not a copy of every sandbox's object
   if (o.names) {
     for (const auto& s : sandboxes) std::printf("%s\n", s.value("name", "").c_str());

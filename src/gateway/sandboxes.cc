@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/json_text.h"
 #include "base/log.h"
 #include "base/random.h"
 #include "base/sandbox_limits.h"
@@ -89,16 +90,34 @@ void Gateway::list_sandboxes(const Call& call) {
     refuse(call, "admin_only",
            "the sandboxes of every principal (all=1, sandbox list --all) are for admins, and " +
                call.who.name + " is not one");
-  json list = json::array();
   std::vector<SelectorTerm> terms;
   try {
     terms = parse_selector(req.query.count("selector") ? req.query.at("selector") : "");
   } catch (const Error& e) {
     throw ApiError(400, "bad_request", e.what());
   }
-  for (const auto& r : store_->list())
-    if ((all || owner_of(r) == call.who.name) && matches(terms, r.labels)) list.push_back(view(r));
-  exchange->respond(json_response(200, {{"sandboxes", list}}));
+  std::string body = "{\"sandboxes\":[";
+  bool first = true;
+  for (const Listed& s : listed()) {
+    if ((!all && s.owner != call.who.name) || !matches(terms, s.labels)) continue;
+    if (!first) body += ',';
+    body += s.view;
+    first = false;
+  }
+  body += "]}\n";
+  exchange->respond(net::Response{200, std::move(body), "application/json"});
+}
+
+const std::vector<Gateway::Listed>& Gateway::listed() const {
+  const std::optional<Store::Revision> now = store_->revision();
+  if (now && listed_at_ == now) return listed_;
+  listed_.clear();
+  for (auto& r : store_->list()) {
+    std::string text = json_text(view(r));  // before the labels are moved out of r
+    listed_.push_back({owner_of(r), std::move(r.labels), std::move(text)});
+  }
+  listed_at_ = now;
+  return listed_;
 }
 
 void Gateway::get_sandbox(const std::shared_ptr<net::Exchange>& exchange, const std::string& name) {

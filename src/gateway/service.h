@@ -158,6 +158,16 @@ class Gateway {
   void events(const std::shared_ptr<net::Exchange>& exchange, const std::string& name);
   void whoami(const Call& call);
   json view(const SandboxRecord& record) const;
+  // What a list shows of each sandbox, oldest first: its view as JSON text,
+  // with what the list filters by. Made again only when the store has
+  // changed since the last list (Store::revision): a list of a thousand
+  // unchanged sandboxes reads and prints none of them.
+  struct Listed {
+    std::string owner;
+    std::map<std::string, std::string> labels;
+    std::string view;  // view(record), as json_text writes it
+  };
+  const std::vector<Listed>& listed() const;
   // A record's spec, parsed once while its text stays the same: a create
   // parsed it four times (its view, its CA, its welcome, its ids), a list
   // of a thousand once each.
@@ -319,6 +329,9 @@ class Gateway {
   UniqueFd init_image_;
   bool init_image_made_ = false;
   std::map<std::string, Supervised> supervised_;  // by sandbox id
+  // listed()'s, and the store's revision it was made at.
+  mutable std::vector<Listed> listed_;
+  mutable std::optional<Store::Revision> listed_at_;
   // spec_of's: by sandbox id, the text and what it parsed to.
   mutable std::map<std::string, std::pair<std::string, std::shared_ptr<const SandboxSpec>>> specs_;
   // Where a launch's time goes (`?timings=1` on create and start; the CLI's

@@ -636,6 +636,13 @@ std::vector<SandboxRecord> Store::list() const {
   return records;
 }
 
+std::optional<Store::Revision> Store::revision() const {
+  if (!sqlite3_get_autocommit(db_)) return std::nullopt;
+  Statement statement(db_, "PRAGMA data_version");
+  if (!statement.step()) throw Error(db_path(db_) + ": PRAGMA data_version gave no row");
+  return Revision{sqlite3_total_changes64(db_), statement.int64(0)};
+}
+
 SandboxRecord Store::sealed(SandboxRecord record) const {
   if (codec_.seal) record.spec = codec_.seal(record.id, record.spec);
   return record;

@@ -153,6 +153,18 @@ class Store {
   std::optional<SandboxRecord> find_by_name(std::string_view name) const;
   std::optional<SandboxRecord> find_by_id(std::string_view id) const;
   std::vector<SandboxRecord> list() const;  // oldest first
+  // Changes whenever the database may have changed since: a write through
+  // this Store (a statement's changed rows, or one rolled back), or a commit
+  // by any other connection (SQLite's data_version). Equal revisions mean
+  // that list() would read the same rows again, for a cache of what is
+  // made from them. None inside an open transaction, whose writes may yet
+  // be rolled back.
+  struct Revision {
+    int64_t own_changes = 0;
+    int64_t data_version = 0;
+    bool operator==(const Revision&) const = default;
+  };
+  std::optional<Revision> revision() const;
 
   // A bounded history per sandbox (the oldest beyond 1000 are dropped).
   void append_event(const std::string& sandbox_id, const std::string& type,

@@ -604,6 +604,35 @@ TEST_P(Sandbox, ListGetJsonAndLabels) {
     EXPECT_THAT(get.out, HasSubstr(key));
 }
 
+// The gateway keeps what a list showed until its state changes: each change
+// must show in the next list, in the table and in JSON alike.
+TEST_P(Sandbox, ListFollowsEveryChange) {
+  auto row_of = [&](const std::string& name) {
+    std::istringstream lines(os({"sandbox", "list"}).out);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind(name + " ", 0) == 0) return line;
+    return std::string("<no row>");
+  };
+  ASSERT_EQ(os({"sandbox", "create", "--name", "lf", "--from", rootfs()}).status, 0);
+  EXPECT_THAT(row_of("lf"), HasSubstr("Ready"));
+  EXPECT_EQ(row_of("lf"), row_of("lf"));  // an unchanged list, shown twice
+  ASSERT_EQ(os({"sandbox", "stop", "lf"}).status, 0);
+  EXPECT_THAT(row_of("lf"), HasSubstr("Stopped"));
+  ASSERT_EQ(os({"sandbox", "create", "--name", "lf2", "--from", rootfs(), "--label", "k=v", "--",
+                "sh", "-c", "exit 3"})
+                .status,
+            3);
+  EXPECT_THAT(row_of("lf2"), testing::MatchesRegex("lf2 +Error +1 +3 .* k=v +sh -c exit 3 *"));
+  // The table's answer is parsed for its columns only; JSON has every field.
+  Result json = os({"sandbox", "list", "-o", "json"});
+  for (const char* key : {"\"conditions\"", "\"limits\"", "\"storage\"", "\"restart\""})
+    EXPECT_THAT(json.out, HasSubstr(key));
+  ASSERT_EQ(os({"sandbox", "delete", "lf"}).status, 0);
+  EXPECT_EQ(row_of("lf"), "<no row>");
+  EXPECT_THAT(os({"sandbox", "list", "--names"}).out, Not(HasSubstr("lf\n")));
+  EXPECT_THAT(row_of("lf2"), HasSubstr("Error"));
+}
+
 TEST_P(Sandbox, NoKeepDeletesAfterExit) {
   Result r = os({"sandbox", "create", "--name", "gone", "--no-keep", "--from", rootfs(), "--",
                  "echo", "bye"});

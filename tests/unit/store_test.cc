@@ -368,6 +368,45 @@ TEST_F(StoreTest, AtomicallyCommitsAllOrNothing) {
   EXPECT_EQ(RawDb(db_path()).text("SELECT count(*) FROM sandboxes"), "2");
 }
 
+// The gateway's list keeps what it made of every row while the revision
+// stays the same: each kind of write must change it, and reading must not.
+TEST_F(StoreTest, RevisionChangesWithEveryWriteAndOnlyThen) {
+  auto store = open();
+  const auto start = store->revision();
+  ASSERT_TRUE(start.has_value());
+  store->list();
+  store->find_by_name("a");
+  EXPECT_EQ(store->revision(), start) << "reading changed the revision";
+
+  SandboxRecord a = sample("aaaaaaaaaaaa", "a", 1);
+  store->insert(a);
+  const auto inserted = store->revision();
+  EXPECT_NE(inserted, start) << "an insert";
+  a.phase = Phase::kReady;
+  store->update(a);
+  const auto updated = store->revision();
+  EXPECT_NE(updated, inserted) << "an update";
+
+  // Another connection's commit (another process, or a newer openshell).
+  RawDb(db_path()).exec("UPDATE sandboxes SET labels = '{\"x\":\"y\"}'");
+  const auto outside = store->revision();
+  EXPECT_NE(outside, updated) << "a commit by another connection";
+  EXPECT_EQ(store->list().at(0).labels.at("x"), "y");
+
+  // Inside a transaction there is none: its writes may yet be undone.
+  store->atomically("look", [&] { EXPECT_EQ(store->revision(), std::nullopt); });
+  EXPECT_THROW(store->atomically("undone",
+                                 [&] {
+                                   store->remove(a.id);
+                                   throw Error("changed its mind");
+                                 }),
+               Error);
+  EXPECT_EQ(store->list().size(), 1u);
+  store->remove(a.id);
+  EXPECT_NE(store->revision(), outside) << "a remove";
+  EXPECT_TRUE(store->list().empty());
+}
+
 TEST_F(StoreTest, DuplicateIdIsAPlainError) {
   auto store = open();
   SandboxRecord first = sample("111111111111", "one", 1);
