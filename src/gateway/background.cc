@@ -12,15 +12,18 @@ Background::~Background() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  wake_.notify_all();
+  for (auto& t : threads_) t.join();
 }
 
 void Background::run(std::function<void()> job, std::function<void()> done) {
   {
     std::lock_guard lock(mutex_);
     jobs_.emplace_back(std::move(job), std::move(done));
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    if (jobs_.size() > free_ && threads_.size() < kThreads) {
+      threads_.emplace_back([this] { loop(); });
+      ++free_;
+    }
   }
   wake_.notify_one();
 }
@@ -32,6 +35,7 @@ void Background::loop() {
     if (jobs_.empty()) return;  // stopping, and nothing left
     auto [job, done] = std::move(jobs_.front());
     jobs_.pop_front();
+    --free_;
     lock.unlock();
     try {
       job();
@@ -40,6 +44,7 @@ void Background::loop() {
     }
     boost::asio::post(io_, std::move(done));
     lock.lock();
+    ++free_;
   }
 }
 

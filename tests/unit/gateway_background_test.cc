@@ -1,6 +1,9 @@
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -16,7 +19,7 @@ namespace {
 
 namespace asio = boost::asio;
 
-TEST(GatewayBackground, JobsRunInOrderOffTheCallersThreadAndDoneOnTheIoContext) {
+TEST(GatewayBackground, EveryJobRunsOnceOffTheCallersThreadAndDoneOnTheIoContext) {
   asio::io_context io;
   const auto caller = std::this_thread::get_id();
   std::mutex mutex;
@@ -43,12 +46,54 @@ TEST(GatewayBackground, JobsRunInOrderOffTheCallersThreadAndDoneOnTheIoContext) 
     while (done.size() < 50 && std::chrono::steady_clock::now() < give_up)
       io.run_one_for(std::chrono::seconds(1));
   }
+  // Several run at once: each once, in whatever order they end.
   std::vector<int> in_order;
   for (int i = 0; i < 50; ++i) in_order.push_back(i);
+  std::sort(ran.begin(), ran.end());
+  std::sort(done.begin(), done.end());
   EXPECT_EQ(ran, in_order);
   EXPECT_EQ(done, in_order);
   for (auto id : job_threads) EXPECT_NE(id, caller);
   for (auto id : done_threads) EXPECT_EQ(id, caller);
+}
+
+// Jobs that wait (as a removal waits on the disk) do not wait one behind
+// another, and no more than four threads are started however many queue.
+TEST(GatewayBackground, UpToFourJobsRunAtOnce) {
+  asio::io_context io;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int running = 0, most = 0, finished = 0;
+  bool release = false;
+  std::set<std::thread::id> threads;
+  {
+    Background background(io);
+    for (int i = 0; i < 12; ++i)
+      background.run(
+          [&] {
+            std::unique_lock lock(mutex);
+            threads.insert(std::this_thread::get_id());
+            most = std::max(most, ++running);
+            changed.notify_all();
+            // Each waits to be let go, or for 10 s should that never come.
+            changed.wait_for(lock, std::chrono::seconds(10), [&] { return release; });
+            --running;
+            ++finished;
+          },
+          [] {});
+    std::unique_lock lock(mutex);
+    // Four at once, or a failure after 10 s (one thread would show 1).
+    changed.wait_for(lock, std::chrono::seconds(10), [&] { return running == 4; });
+    EXPECT_EQ(running, 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a fifth would start now
+    EXPECT_EQ(running, 4);
+    release = true;
+    changed.notify_all();
+  }
+  EXPECT_EQ(finished, 12);
+  EXPECT_EQ(most, 4);
+  EXPECT_EQ(threads.size(), 4u);
+  io.run();
 }
 
 TEST(GatewayBackground, ItsEndFinishesTheJobsQueuedAndLeavesTheirDoneUnrun) {
